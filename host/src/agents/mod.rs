@@ -1,0 +1,204 @@
+//! The agent loop: instructions + session history + new message → model →
+//! tool calls (run in the component) → … → answer.
+//!
+//! Every message is appended to the session as soon as it exists, so a run
+//! interrupted by a crash resumes where it stopped: a stored model turn is not
+//! asked again, and a tool call that already has its result is not run again.
+
+mod response_format;
+
+pub use response_format::normalize as normalize_response_format;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::model::{ChatMessage, ChatRequest, ModelClient, ModelError, Role, ToolCall, Usage};
+use crate::registry::ServedAgent;
+use crate::runtime::{Approval, GuestError, Runtime};
+use crate::store::{RunRecord, Store, StoreError};
+
+/// Why a run ended without an answer. `code()` is the stable machine-readable
+/// name returned to HTTP callers.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Guest(#[from] GuestError),
+    #[error("the model kept calling tools for {0} rounds without answering")]
+    TooManyToolRounds(usize),
+    #[error("the model's answer is not valid JSON as the response_format requires: {0}")]
+    InvalidStructuredOutput(String),
+    #[error("the model answered with neither text nor tool calls")]
+    EmptyAnswer,
+    #[error("agent '{0}' is no longer served")]
+    AgentGone(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl AgentError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Model(ModelError::Unreachable { .. }) => "model_unreachable",
+            Self::Model(ModelError::Unauthorized { .. }) => "model_unauthorized",
+            Self::Model(ModelError::RateLimited { .. }) => "model_rate_limited",
+            Self::Model(_) => "model_error",
+            Self::Guest(GuestError::Deadline { .. }) => "component_deadline",
+            Self::Guest(GuestError::Memory { .. }) => "component_memory",
+            Self::Guest(_) => "component_failed",
+            Self::TooManyToolRounds(_) => "too_many_tool_rounds",
+            Self::InvalidStructuredOutput(_) => "invalid_structured_output",
+            Self::EmptyAnswer => "empty_answer",
+            Self::AgentGone(_) => "agent_not_found",
+            Self::Store(_) => "store_error",
+        }
+    }
+}
+
+/// What a successful run produced.
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub response: String,
+    pub usage: Usage,
+}
+
+pub struct AgentRunner {
+    runtime: Arc<Runtime>,
+    model: ModelClient,
+    store: Store,
+    max_tool_rounds: usize,
+}
+
+impl AgentRunner {
+    pub fn new(runtime: Arc<Runtime>, model: ModelClient, store: Store, max_tool_rounds: usize) -> Self {
+        Self { runtime, model, store, max_tool_rounds: max_tool_rounds.max(1) }
+    }
+
+    pub fn model(&self) -> &ModelClient {
+        &self.model
+    }
+
+    /// Runs (or resumes) one stored run to its answer.
+    pub async fn run(&self, agent: &ServedAgent, run: &RunRecord) -> Result<RunOutcome, AgentError> {
+        let session = run.session();
+        let stored = self.store.history(&session).await?;
+        let mut history: Vec<ChatMessage> = stored.iter().map(|m| m.message.clone()).collect();
+        let mut this_run = stored.iter().filter(|m| m.correlation_id == run.correlation_id).count();
+        if this_run == 0 {
+            let user = ChatMessage::user(run.message.clone());
+            self.store.append_message(&session, &run.correlation_id, &user).await?;
+            history.push(user);
+            this_run = 1;
+        }
+        let tools = agent.tool_specs();
+        let mut usage = Usage::default();
+        for _ in 0..self.max_tool_rounds {
+            let last = history.last().filter(|_| this_run > 1);
+            match last.map(|m| (m.role, m.tool_calls.is_empty())) {
+                // Resumed after the final answer was stored but before the run was marked done.
+                Some((Role::Assistant, true)) => return self.finish(history, usage, run),
+                // Tool calls outstanding (fresh, or interrupted mid-way by a crash).
+                Some((Role::Assistant, false)) | Some((Role::Tool, _)) if has_unanswered_calls(&history) => {
+                    for result in self.answer_tool_calls(agent, &history).await? {
+                        self.store.append_message(&session, &run.correlation_id, &result).await?;
+                        history.push(result);
+                        this_run += 1;
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            let mut messages = Vec::with_capacity(history.len() + 1);
+            if !agent.spec.instructions.is_empty() {
+                messages.push(ChatMessage::system(agent.spec.instructions.clone()));
+            }
+            messages.extend(history.iter().cloned());
+            let response = self
+                .model
+                .complete(ChatRequest {
+                    model: agent.spec.model.as_deref(),
+                    messages: &messages,
+                    tools: &tools,
+                    response_format: run.response_format.as_ref(),
+                })
+                .await?;
+            usage += response.usage;
+            let mut answer = response.message;
+            answer.role = Role::Assistant;
+            if answer.tool_calls.is_empty() && answer.content.as_deref().is_none_or(str::is_empty) {
+                return Err(AgentError::EmptyAnswer);
+            }
+            self.store.append_message(&session, &run.correlation_id, &answer).await?;
+            let done = answer.tool_calls.is_empty();
+            history.push(answer);
+            this_run += 1;
+            if done {
+                return self.finish(history, usage, run);
+            }
+        }
+        Err(AgentError::TooManyToolRounds(self.max_tool_rounds))
+    }
+
+    fn finish(&self, history: Vec<ChatMessage>, usage: Usage, run: &RunRecord) -> Result<RunOutcome, AgentError> {
+        let response = history.last().and_then(|m| m.content.clone()).unwrap_or_default();
+        if run.response_format.as_ref().is_some_and(response_format::wants_json) {
+            serde_json::from_str::<Value>(&response)
+                .map_err(|e| AgentError::InvalidStructuredOutput(e.to_string()))?;
+        }
+        Ok(RunOutcome { response, usage })
+    }
+
+    /// Runs the calls of the last assistant message that have no result yet.
+    async fn answer_tool_calls(&self, agent: &ServedAgent, history: &[ChatMessage]) -> Result<Vec<ChatMessage>, AgentError> {
+        let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
+            return Ok(Vec::new());
+        };
+        let answered: Vec<&str> = history[at + 1..].iter().filter_map(|m| m.tool_call_id.as_deref()).collect();
+        let mut results = Vec::new();
+        for call in history[at].tool_calls.iter().filter(|c| !answered.contains(&c.id.as_str())) {
+            let content = self.call_tool(agent, call).await?;
+            results.push(ChatMessage::tool_result(call.id.clone(), content));
+        }
+        Ok(results)
+    }
+
+    /// A tool's failure is told to the model (it may recover); a guest that
+    /// traps or runs out of time fails the run.
+    async fn call_tool(&self, agent: &ServedAgent, call: &ToolCall) -> Result<String, AgentError> {
+        let name = &call.function.name;
+        let activity = agent
+            .spec
+            .tools
+            .contains(name)
+            .then(|| agent.component.manifest.activity(name))
+            .flatten();
+        let Some(activity) = activity else {
+            return Ok(tool_error(&format!("there is no tool named '{name}'")));
+        };
+        if activity.approval == Approval::AlwaysRequire {
+            return Ok(tool_error(&format!(
+                "tool '{name}' requires a human's approval and was not run"
+            )));
+        }
+        tracing::info!(agent = %agent.spec.name, tool = %name, "calling tool");
+        let arguments = if call.function.arguments.trim().is_empty() { "{}" } else { &call.function.arguments };
+        match self.runtime.invoke_activity(&agent.component, name, arguments).await? {
+            Ok(result) => Ok(result),
+            Err(failure) => Ok(tool_error(&failure.to_string())),
+        }
+    }
+}
+
+fn has_unanswered_calls(history: &[ChatMessage]) -> bool {
+    let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
+        return false;
+    };
+    let answered = history[at + 1..].iter().filter(|m| m.role == Role::Tool).count();
+    answered < history[at].tool_calls.len()
+}
+
+fn tool_error(message: &str) -> String {
+    serde_json::json!({ "error": message }).to_string()
+}

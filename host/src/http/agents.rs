@@ -1,0 +1,222 @@
+//! `POST /api/agents/{name}/run`: run an agent, synchronously or not.
+
+use axum::body::{to_bytes, Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::{ApiError, AppState};
+use crate::agents::normalize_response_format;
+use crate::store::{NewRun, RunRecord, RunStatus, SessionKey};
+
+/// The response header that carries the conversation's id.
+pub const THREAD_ID_HEADER: &str = "x-ms-thread-id";
+const WAIT_HEADER: &str = "x-ms-wait-for-response";
+const MAX_THREAD_ID_LEN: usize = 256;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonRunRequest {
+    message: Option<String>,
+    #[serde(alias = "session_id")]
+    thread_id: Option<String>,
+    wait_for_response: Option<bool>,
+    response_format: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RunQuery {
+    wait_for_response: Option<bool>,
+    #[serde(alias = "session_id")]
+    thread_id: Option<String>,
+}
+
+/// A request after parsing, before it becomes a run.
+struct RunRequest {
+    message: String,
+    thread_id: Option<String>,
+    wait: Option<bool>,
+    response_format: Option<Value>,
+}
+
+pub async fn run(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<RunQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if state.registry.agent(&name).is_none() {
+        let agents = state.registry.agent_names();
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "agent_not_found",
+            format!("agent '{name}' is not registered; registered agents: {}", agents.join(", ")),
+        )
+        .with("agents", agents));
+    }
+    let bytes = read_body(&headers, body, state.config.max_body_bytes).await?;
+    let request = parse(&headers, &bytes)?;
+    let thread_id = request.thread_id.or(query.thread_id).unwrap_or_else(|| Uuid::new_v4().simple().to_string());
+    if thread_id.trim().is_empty() || thread_id.len() > MAX_THREAD_ID_LEN {
+        return Err(ApiError::bad_request(
+            "invalid_thread_id",
+            format!("thread_id must be 1 to {MAX_THREAD_ID_LEN} characters"),
+        ));
+    }
+    let wait = request.wait.or(query.wait_for_response).or_else(|| header_bool(&headers, WAIT_HEADER)).unwrap_or(true);
+    let new_run = NewRun {
+        correlation_id: Uuid::new_v4().to_string(),
+        session: SessionKey { agent: name.clone(), session_id: thread_id },
+        message: request.message,
+        response_format: request.response_format,
+    };
+    let run = state.runs.submit(new_run).await?;
+    if !wait {
+        return Ok(accepted(&run, "Agent request accepted"));
+    }
+    match state.runs.wait_for(&run.correlation_id, state.config.wait_budget).await? {
+        Some(done) if done.status == RunStatus::Completed => Ok(completed(&done, wants_json(&headers))),
+        Some(failed) => Err(run_failed(&failed)),
+        None => Ok(accepted(&run, "The agent is still working; poll the run for its answer")),
+    }
+}
+
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body exceeds the limit of {limit} bytes"),
+        )
+    };
+    let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    to_bytes(body, limit).await.map_err(|_| too_large())
+}
+
+fn parse(headers: &HeaderMap, bytes: &[u8]) -> Result<RunRequest, ApiError> {
+    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let is_json = content_type.starts_with("application/json") || content_type.contains("+json");
+    let request = if is_json {
+        let body: JsonRunRequest = serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not a valid run request: {e}")))?;
+        let response_format = body
+            .response_format
+            .map(normalize_response_format)
+            .transpose()
+            .map_err(|e| ApiError::bad_request("invalid_response_format", e))?
+            .flatten();
+        RunRequest {
+            message: body.message.unwrap_or_default(),
+            thread_id: body.thread_id,
+            wait: body.wait_for_response,
+            response_format,
+        }
+    } else {
+        let message = std::str::from_utf8(bytes)
+            .map_err(|_| ApiError::bad_request("invalid_text", "the body is not valid UTF-8 text"))?;
+        RunRequest { message: message.to_string(), thread_id: None, wait: None, response_format: None }
+    };
+    if request.message.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "empty_message",
+            "the message is empty: send it as the text/plain body or as {\"message\": \"...\"}",
+        ));
+    }
+    Ok(request)
+}
+
+fn header_bool(headers: &HeaderMap, name: &str) -> Option<bool> {
+    headers.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers.get(ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("application/json"))
+}
+
+fn with_thread_header(mut response: Response, thread_id: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(thread_id) {
+        response.headers_mut().insert(THREAD_ID_HEADER, value);
+    }
+    response
+}
+
+fn completed(run: &RunRecord, json: bool) -> Response {
+    let text = run.response.clone().unwrap_or_default();
+    let response = if json {
+        Json(json!({
+            "response": response_value(run),
+            "thread_id": run.thread_id,
+            "correlation_id": run.correlation_id,
+            "status": "success",
+            "usage": run.usage.unwrap_or_default(),
+        }))
+        .into_response()
+    } else {
+        ([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+    };
+    with_thread_header(response, &run.thread_id)
+}
+
+fn accepted(run: &RunRecord, note: &str) -> Response {
+    let location = format!("/api/agents/{}/runs/{}", run.agent, run.correlation_id);
+    let body = json!({
+        "status": "accepted",
+        "response": note,
+        "message": run.message,
+        "thread_id": run.thread_id,
+        "correlation_id": run.correlation_id,
+    });
+    let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(LOCATION, value);
+    }
+    with_thread_header(response, &run.thread_id)
+}
+
+fn run_failed(run: &RunRecord) -> ApiError {
+    let reason = run.error.clone().unwrap_or_else(|| "the run failed".into());
+    ApiError::new(StatusCode::BAD_GATEWAY, error_code(run), format!("agent '{}' failed: {reason}", run.agent))
+        .with("thread_id", run.thread_id.clone())
+        .with("correlation_id", run.correlation_id.clone())
+}
+
+fn error_code(run: &RunRecord) -> String {
+    run.error_code.clone().unwrap_or_else(|| "run_failed".into())
+}
+
+/// A structured answer is returned as JSON, a text answer as a string.
+fn response_value(run: &RunRecord) -> Value {
+    let text = run.response.clone().unwrap_or_default();
+    if run.response_format.is_some() {
+        if let Ok(value) = serde_json::from_str(&text) {
+            return value;
+        }
+    }
+    Value::String(text)
+}
+
+/// The JSON shape of a run, as `GET …/runs/{id}` returns it.
+pub fn run_json(run: &RunRecord) -> Value {
+    json!({
+        "correlation_id": run.correlation_id,
+        "agent": run.agent,
+        "thread_id": run.thread_id,
+        "status": run.status,
+        "message": run.message,
+        "response": run.response.as_ref().map(|_| response_value(run)),
+        "error": run.error,
+        "code": run.error.as_ref().map(|_| error_code(run)),
+        "usage": run.usage,
+        "created_at": chrono::DateTime::from_timestamp_millis(run.created_at).map(|t| t.to_rfc3339()),
+        "updated_at": chrono::DateTime::from_timestamp_millis(run.updated_at).map(|t| t.to_rfc3339()),
+    })
+}

@@ -1,0 +1,93 @@
+//! Model calls, made by the host on behalf of agents.
+//!
+//! Guests never see endpoints or keys: the agent loop hands this module the
+//! conversation and gets the model's next message back. Two backends: a remote
+//! OpenAI-compatible or Azure OpenAI endpoint, and a deterministic offline model
+//! used when nothing is configured, so that every endpoint still works.
+
+mod chat;
+mod offline;
+mod openai;
+mod settings;
+
+pub use chat::{ChatMessage, FunctionCall, Role, ToolCall, ToolSpec, Usage};
+pub use settings::{ModelSettings, SettingsError};
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// One request to the model: the whole conversation so far and what it may do.
+pub struct ChatRequest<'a> {
+    /// The agent's model/deployment override, if it has one.
+    pub model: Option<&'a str>,
+    pub messages: &'a [ChatMessage],
+    pub tools: &'a [ToolSpec],
+    /// An OpenAI `response_format` object, already normalized.
+    pub response_format: Option<&'a Value>,
+}
+
+/// The model's next message and what it cost.
+#[derive(Debug)]
+pub struct ChatResponse {
+    pub message: ChatMessage,
+    pub usage: Usage,
+}
+
+/// Why the model gave no answer. Every variant is reported to the HTTP caller as
+/// a 502 with this text.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("the model endpoint {url} is unreachable: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("the model endpoint refused the credentials (HTTP {status}): {body}")]
+    Unauthorized { status: u16, body: String },
+    #[error("the model endpoint answered HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("the model endpoint was still rate limiting (HTTP 429) after {attempts} attempts")]
+    RateLimited { attempts: usize },
+    #[error("the model's answer could not be read: {0}")]
+    BadResponse(String),
+}
+
+/// The host's connection to a model: remote endpoint or offline stand-in.
+pub struct ModelClient {
+    backend: Backend,
+}
+
+enum Backend {
+    Offline,
+    Remote(openai::RemoteModel),
+}
+
+impl ModelClient {
+    /// Builds the client the settings describe.
+    pub fn new(settings: ModelSettings, timeout: Duration) -> Result<Self, ModelError> {
+        let backend = match settings {
+            ModelSettings::Offline => Backend::Offline,
+            remote => Backend::Remote(openai::RemoteModel::new(remote, timeout)?),
+        };
+        Ok(Self { backend })
+    }
+
+    /// True when answers come from the built-in offline model.
+    pub fn is_offline(&self) -> bool {
+        matches!(self.backend, Backend::Offline)
+    }
+
+    /// A one-line description for logs; never contains a key.
+    pub fn describe(&self) -> String {
+        match &self.backend {
+            Backend::Offline => "built-in offline model (no model endpoint configured)".into(),
+            Backend::Remote(remote) => remote.describe(),
+        }
+    }
+
+    /// Asks the model for the next message of the conversation.
+    pub async fn complete(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
+        match &self.backend {
+            Backend::Offline => Ok(offline::complete(&request)),
+            Backend::Remote(remote) => remote.complete(&request).await,
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The remote backend: OpenAI-compatible and Azure OpenAI chat completions,
+//! with retries on 429/5xx that honour `Retry-After`.
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{ChatMessage, ChatRequest, ChatResponse, ModelError, ModelSettings, Usage};
+
+/// At most this many attempts per model turn (the first and four retries).
+const MAX_ATTEMPTS: usize = 5;
+/// A server asking for a longer pause than this is not waited for.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+pub struct RemoteModel {
+    http: reqwest::Client,
+    endpoint: Endpoint,
+}
+
+enum Endpoint {
+    OpenAi { base_url: String, model: String },
+    Azure { endpoint: String, deployment: String, api_version: String },
+}
+
+/// One failed attempt, with the pause the server asked for, if any.
+struct Attempt {
+    error: ModelError,
+    retry_after: Option<Duration>,
+}
+
+impl RemoteModel {
+    pub fn new(settings: ModelSettings, timeout: Duration) -> Result<Self, ModelError> {
+        let mut headers = HeaderMap::new();
+        let (endpoint, auth) = match settings {
+            ModelSettings::OpenAi { base_url, api_key, model } => {
+                let auth = api_key.map(|k| (AUTHORIZATION.as_str(), format!("Bearer {k}")));
+                (Endpoint::OpenAi { base_url, model }, auth)
+            }
+            ModelSettings::Azure { endpoint, deployment, api_key, api_version } => {
+                let auth = api_key.map(|k| ("api-key", k));
+                (Endpoint::Azure { endpoint, deployment, api_version }, auth)
+            }
+            ModelSettings::Offline => {
+                return Err(ModelError::BadResponse("offline settings given to the remote model".into()))
+            }
+        };
+        if let Some((name, value)) = auth {
+            let mut value = HeaderValue::from_str(&value).map_err(|_| ModelError::Unauthorized {
+                status: 0,
+                body: "the API key contains characters that cannot be sent in a header".into(),
+            })?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let http = reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(timeout)
+            .build()
+            .map_err(|e| ModelError::Unreachable { url: String::new(), reason: e.to_string() })?;
+        Ok(Self { http, endpoint })
+    }
+
+    pub fn describe(&self) -> String {
+        match &self.endpoint {
+            Endpoint::OpenAi { base_url, model } => format!("OpenAI-compatible model {model} at {base_url}"),
+            Endpoint::Azure { endpoint, deployment, .. } => {
+                format!("Azure OpenAI deployment {deployment} at {endpoint}")
+            }
+        }
+    }
+
+    fn url_and_body(&self, request: &ChatRequest<'_>) -> (String, Value) {
+        let mut body = Map::new();
+        body.insert("messages".into(), json!(request.messages));
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request.tools.iter().map(|t| t.to_openai()).collect();
+            body.insert("tools".into(), Value::Array(tools));
+        }
+        if let Some(format) = request.response_format {
+            body.insert("response_format".into(), format.clone());
+        }
+        let url = match &self.endpoint {
+            Endpoint::OpenAi { base_url, model } => {
+                let model = request.model.unwrap_or(model);
+                body.insert("model".into(), json!(model));
+                format!("{base_url}/chat/completions")
+            }
+            Endpoint::Azure { endpoint, deployment, api_version } => {
+                let deployment = request.model.unwrap_or(deployment);
+                format!("{endpoint}/openai/deployments/{deployment}/chat/completions?api-version={api_version}")
+            }
+        };
+        (url, Value::Object(body))
+    }
+
+    pub async fn complete(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
+        let (url, body) = self.url_and_body(request);
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(250))
+            .with_max_delay(Duration::from_secs(10))
+            .with_max_times(MAX_ATTEMPTS - 1)
+            .with_jitter();
+        let mut attempts = 0usize;
+        let result = (|| {
+            attempts += 1;
+            self.attempt(&url, &body)
+        })
+        .retry(backoff)
+        .when(|a: &Attempt| is_retryable(&a.error))
+        // Retry-After replaces the computed pause, but never extends the number of attempts.
+        .adjust(|a: &Attempt, delay| delay.map(|d| a.retry_after.unwrap_or(d)))
+        .notify(|a: &Attempt, delay| {
+            tracing::warn!(error = %a.error, retry_in = ?delay, "model call failed, retrying");
+        })
+        .await;
+        result.map_err(|a| match a.error {
+            ModelError::Status { status: 429, .. } => ModelError::RateLimited { attempts },
+            other => other,
+        })
+    }
+
+    async fn attempt(&self, url: &str, body: &Value) -> Result<ChatResponse, Attempt> {
+        let fail = |error| Attempt { error, retry_after: None };
+        let response = self.http.post(url).json(body).send().await.map_err(|e| {
+            fail(ModelError::Unreachable { url: redact_query(url), reason: error_chain(&e) })
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            let parsed: WireResponse = response
+                .json()
+                .await
+                .map_err(|e| fail(ModelError::BadResponse(error_chain(&e))))?;
+            return parsed.into_response().map_err(fail);
+        }
+        let retry_after = retry_after(response.headers());
+        let body = response.text().await.unwrap_or_default();
+        let body: String = body.chars().take(500).collect();
+        let code = status.as_u16();
+        let error = if code == 401 || code == 403 {
+            ModelError::Unauthorized { status: code, body }
+        } else {
+            ModelError::Status { status: code, body }
+        };
+        Err(Attempt { error, retry_after })
+    }
+}
+
+fn is_retryable(error: &ModelError) -> bool {
+    match error {
+        ModelError::Unreachable { .. } => true,
+        ModelError::Status { status, .. } => *status == 429 || *status >= 500,
+        _ => false,
+    }
+}
+
+/// `retry-after-ms` (Azure) or `Retry-After` in seconds; HTTP dates are ignored
+/// and the exponential backoff applies instead.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let read = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
+    let delay = read("retry-after-ms")
+        .map(|ms| ms / 1000.0)
+        .or_else(|| read("retry-after"))?;
+    (delay.is_finite() && delay >= 0.0).then(|| Duration::from_secs_f64(delay).min(MAX_RETRY_AFTER))
+}
+
+/// reqwest's top-level error says little ("error sending request"); the cause
+/// (connection refused, timeout) is what an operator needs.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn redact_query(url: &str) -> String {
+    url.split('?').next().unwrap_or(url).to_string()
+}
+
+#[derive(Deserialize)]
+struct WireResponse {
+    #[serde(default)]
+    choices: Vec<WireChoice>,
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct WireChoice {
+    message: ChatMessage,
+}
+
+impl WireResponse {
+    fn into_response(self) -> Result<ChatResponse, ModelError> {
+        let choice = self
+            .choices
+            .into_iter()
+            .next()
+            .ok_or_else(|| ModelError::BadResponse("the response has no choices".into()))?;
+        Ok(ChatResponse { message: choice.message, usage: self.usage.unwrap_or_default() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_prefers_milliseconds_and_caps_long_pauses() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("2"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", HeaderValue::from_static("1500"));
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(1500)));
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("86400"));
+        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
+        h.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn only_transient_failures_are_retried() {
+        assert!(is_retryable(&ModelError::Status { status: 429, body: String::new() }));
+        assert!(is_retryable(&ModelError::Status { status: 503, body: String::new() }));
+        assert!(!is_retryable(&ModelError::Status { status: 400, body: String::new() }));
+        assert!(!is_retryable(&ModelError::Unauthorized { status: 401, body: String::new() }));
+    }
+}

@@ -1,0 +1,60 @@
+//! Errors of loading components and calling into guests.
+
+use std::path::PathBuf;
+
+use wasmtime::{Store, Trap};
+
+use super::state::GuestState;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("the wasm engine could not be created: {0}")]
+    Engine(String),
+    #[error("the artifact cache directory {path} is not usable: {source}")]
+    Cache { path: PathBuf, source: std::io::Error },
+    #[error("{0} has no usable file name")]
+    BadFileName(PathBuf),
+    #[error("could not read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("not a valid WebAssembly component: {0}")]
+    Compile(String),
+    #[error("the component needs imports this host does not offer: {0}")]
+    Link(String),
+    #[error("describe() failed: {0}")]
+    Describe(GuestError),
+    #[error("invalid manifest: {0}")]
+    Manifest(String),
+}
+
+/// A guest failed as a program: the call produced no answer at all.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GuestError {
+    #[error("component '{component}' could not be instantiated: {reason}")]
+    Instantiate { component: String, reason: String },
+    #[error("component '{component}' exceeded its CPU time limit and was interrupted")]
+    Deadline { component: String },
+    #[error("component '{component}' exceeded its memory limit: {reason}")]
+    Memory { component: String, reason: String },
+    #[error("component '{component}' trapped: {reason}")]
+    Trap { component: String, reason: String },
+}
+
+impl GuestError {
+    pub(super) fn from_call(component: &str, error: &wasmtime::Error, store: &Store<GuestState>) -> Self {
+        let component = component.to_string();
+        let reason = describe(error);
+        if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+            return Self::Deadline { component };
+        }
+        if store.data().hit_memory_limit() {
+            return Self::Memory { component, reason };
+        }
+        Self::Trap { component, reason }
+    }
+}
+
+/// The whole cause chain in one line: wasmtime's top-level message alone
+/// rarely says what went wrong.
+pub fn describe(error: &wasmtime::Error) -> String {
+    error.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+}

@@ -1,0 +1,102 @@
+//! Per-instance guest state: WASI with no ambient authority, the logging
+//! import, and the limits of one call.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::{agenthost::host::logging, AgentComponent};
+use super::engine::TICK;
+use super::{error, LoadError, Limits};
+
+pub struct GuestState {
+    component: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    memory: MemoryLimit,
+}
+
+impl GuestState {
+    pub fn hit_memory_limit(&self) -> bool {
+        self.memory.hit.load(Ordering::Relaxed)
+    }
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl logging::Host for GuestState {
+    fn log(&mut self, level: logging::Level, message: String) {
+        let component = &*self.component;
+        match level {
+            logging::Level::Trace => tracing::trace!(component, "{message}"),
+            logging::Level::Debug => tracing::debug!(component, "{message}"),
+            logging::Level::Info => tracing::info!(component, "{message}"),
+            logging::Level::Warn => tracing::warn!(component, "{message}"),
+            logging::Level::Error => tracing::error!(component, "{message}"),
+        }
+    }
+}
+
+/// Links every import a guest may use. WASI is linked whole so that ordinary
+/// Rust std compiles and runs; what each interface may reach is decided by the
+/// `WasiCtx` built in [`new_store`].
+pub fn link(linker: &mut Linker<GuestState>) -> Result<(), LoadError> {
+    wasmtime_wasi::p2::add_to_linker_async(linker).map_err(|e| LoadError::Engine(error::describe(&e)))?;
+    AgentComponent::add_to_linker::<_, HasSelf<GuestState>>(linker, |s| s)
+        .map_err(|e| LoadError::Engine(error::describe(&e)))?;
+    Ok(())
+}
+
+/// A store for one call: nothing granted (no env, args, preopens or network),
+/// memory capped, and CPU bounded by epoch ticks. The guest yields to the async
+/// executor every tick so a busy guest cannot starve the host's other tasks.
+pub fn new_store(engine: &Engine, component: &str, limits: Limits) -> Store<GuestState> {
+    let state = GuestState {
+        component: component.into(),
+        wasi: WasiCtx::builder().build(),
+        table: ResourceTable::new(),
+        memory: MemoryLimit { max: limits.memory_bytes, hit: Arc::new(AtomicBool::new(false)) },
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.memory);
+    let budget = (limits.cpu_time.as_millis() / TICK.as_millis()).max(1) as u64;
+    let mut used = 0u64;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        used += 1;
+        Ok(if used > budget { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
+    });
+    store
+}
+
+/// Refuses memory growth past the limit and remembers that it did, so the
+/// caller can report "memory limit" rather than a bare trap.
+struct MemoryLimit {
+    max: usize,
+    hit: Arc<AtomicBool>,
+}
+
+impl ResourceLimiter for MemoryLimit {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.max {
+            self.hit.store(true, Ordering::Relaxed);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// The `types` interface has no functions; its trait only marks the state as
+/// able to serve the world.
+impl super::bindings::agenthost::host::types::Host for GuestState {}

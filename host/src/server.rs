@@ -1,0 +1,123 @@
+//! Wires the pieces together for `agenthost serve` and runs until a signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::agents::AgentRunner;
+use crate::cli::ServeArgs;
+use crate::http::{self, AppState, HttpConfig};
+use crate::model::{ModelClient, ModelSettings};
+use crate::registry::Registry;
+use crate::runs::Runs;
+use crate::runtime::{Limits, Runtime, RuntimeConfig};
+use crate::store::{now_ms, Store};
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let settings = ModelSettings::from_env().context("invalid model configuration")?;
+    let model = ModelClient::new(settings, args.model_timeout).context("could not create the model client")?;
+    if model.is_offline() {
+        tracing::warn!("no model endpoint configured (set OPENAI_BASE_URL/OPENAI_API_KEY/OPENAI_MODEL or AZURE_OPENAI_ENDPOINT/AZURE_OPENAI_DEPLOYMENT_NAME); answering with the built-in offline model");
+    } else {
+        tracing::info!(model = %model.describe(), "model configured");
+    }
+
+    let store = Store::open(&args.store)
+        .await
+        .with_context(|| format!("could not open the store {} (check the path is writable)", args.store))?;
+
+    let runtime = Arc::new(
+        Runtime::new(RuntimeConfig {
+            cache_dir: args.cache_dir.clone(),
+            limits: Limits { memory_bytes: args.guest_memory_mb << 20, cpu_time: args.guest_cpu_time },
+            max_instances: args.max_instances,
+        })
+        .context("could not start the wasm runtime")?,
+    );
+    let registry = Arc::new(Registry::default());
+    registry
+        .load_dir(&runtime, &args.components)
+        .await
+        .with_context(|| format!("could not read the components directory {}", args.components.display()))?;
+
+    let runner = AgentRunner::new(runtime.clone(), model, store.clone(), args.max_tool_rounds);
+    let runs = Runs::new(store.clone(), registry.clone(), runner, args.session_ttl);
+    let resumed = runs.resume_unfinished().await.context("could not read unfinished runs")?;
+    if resumed > 0 {
+        tracing::info!(sessions = resumed, "resuming runs left unfinished by a previous process");
+    }
+    if let Some(ttl) = args.session_ttl {
+        tokio::spawn(expire_sessions(store.clone(), ttl));
+    }
+
+    let state = AppState {
+        registry,
+        runs: runs.clone(),
+        store: store.clone(),
+        config: Arc::new(HttpConfig {
+            health_enabled: args.enable_health_check,
+            max_body_bytes: args.max_body_bytes,
+            wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
+        }),
+    };
+    let listener = TcpListener::bind((args.host, args.port))
+        .await
+        .with_context(|| format!("could not listen on {}:{} (is another process using the port?)", args.host, args.port))?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "listening");
+    // Machine-readable line on stdout; tests and scripts wait for it.
+    println!("agenthost listening on http://{address}");
+
+    let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(shutdown_signal());
+    server.await.context("the HTTP server failed")?;
+    tracing::info!(grace = ?args.shutdown_grace, "stopping: no new requests; letting in-flight runs finish");
+    runs.shutdown(args.shutdown_grace).await;
+    store.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}
+
+/// Sweeps idle sessions; the check at enqueue time makes expiry exact, this
+/// only reclaims space.
+async fn expire_sessions(store: Store, ttl: Duration) {
+    let period = (ttl / 2).clamp(Duration::from_millis(200), Duration::from_secs(60));
+    let mut ticker = tokio::time::interval(period);
+    loop {
+        ticker.tick().await;
+        let cutoff = now_ms() - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        match store.expire_sessions(cutoff).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(sessions = n, "expired idle sessions"),
+            Err(e) => tracing::warn!(error = %e, "could not expire idle sessions"),
+        }
+    }
+}

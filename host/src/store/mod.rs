@@ -1,0 +1,29 @@
+//! Durable state: sessions, their message history, and agent runs.
+//!
+//! The store only stores: it never calls up into the runtime or the agent
+//! loop. SQLite (WAL) is the embedded default.
+
+mod records;
+mod sqlite;
+
+pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
+pub use sqlite::Store;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("unsupported store URL '{0}': use sqlite://PATH (e.g. sqlite://agenthost.db)")]
+    UnsupportedUrl(String),
+    #[error("could not open the store at {url}: {source}")]
+    Open { url: String, source: sqlx::Error },
+    #[error("could not migrate the store schema: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("store query failed: {0}")]
+    Query(#[from] sqlx::Error),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Milliseconds since the Unix epoch, the store's clock.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

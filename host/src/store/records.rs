@@ -1,0 +1,87 @@
+//! The rows of the store, as host types.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::model::{ChatMessage, Usage};
+
+/// A conversation is identified by its agent and its thread id: the same
+/// thread id sent to two agents is two conversations.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionKey {
+    pub agent: String,
+    pub session_id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Pending,
+    Running,
+    Completed,
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => Self::Pending,
+            "running" => Self::Running,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            _ => return None,
+        })
+    }
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed)
+    }
+}
+
+/// A run request as it arrives, before it is stored.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub correlation_id: String,
+    pub session: SessionKey,
+    pub message: String,
+    pub response_format: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRecord {
+    pub correlation_id: String,
+    pub agent: String,
+    pub thread_id: String,
+    pub message: String,
+    pub status: RunStatus,
+    #[serde(skip)]
+    pub response_format: Option<Value>,
+    pub response: Option<String>,
+    pub error: Option<String>,
+    pub error_code: Option<String>,
+    pub usage: Option<Usage>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl RunRecord {
+    pub fn session(&self) -> SessionKey {
+        SessionKey { agent: self.agent.clone(), session_id: self.thread_id.clone() }
+    }
+}
+
+/// A message of a session's history and the run that produced it.
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    pub correlation_id: String,
+    pub message: ChatMessage,
+}

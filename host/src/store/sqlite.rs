@@ -1,0 +1,290 @@
+//! The SQLite store (WAL, one file). Runtime-checked queries: the schema lives
+//! in `host/migrations/` and is applied at open.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, StoreError, StoredMessage};
+use crate::model::{ChatMessage, Usage};
+
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
+                           response, error, error_code, usage, created_at, updated_at";
+
+impl Store {
+    /// Opens (creating if needed) the store at `url` and applies migrations.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| StoreError::UnsupportedUrl(url.to_string()))?;
+        let options = SqliteConnectOptions::from_str(&format!("sqlite:{path}"))
+            .map_err(|e| StoreError::Open { url: url.to_string(), source: e })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .map_err(|e| StoreError::Open { url: url.to_string(), source: e })?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// Stores a new run (pending) and touches its session. When the session has
+    /// been idle longer than `ttl`, its history is dropped first, in the same
+    /// transaction, so an expired thread never leaks into a new answer.
+    pub async fn enqueue_run(&self, run: &NewRun, ttl: Option<Duration>) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        if let Some(ttl) = ttl {
+            let cutoff = now - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+            let expired: Option<i64> = sqlx::query_scalar(
+                "SELECT 1 FROM sessions WHERE agent = ? AND id = ? AND last_active_at < ?",
+            )
+            .bind(&run.session.agent)
+            .bind(&run.session.session_id)
+            .bind(cutoff)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if expired.is_some() {
+                delete_session(&mut tx, &run.session).await?;
+            }
+        }
+        sqlx::query(
+            "INSERT INTO sessions (agent, id, created_at, last_active_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (agent, id) DO UPDATE SET last_active_at = excluded.last_active_at",
+        )
+        .bind(&run.session.agent)
+        .bind(&run.session.session_id)
+        .bind(now)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let format = run.response_format.as_ref().map(|f| f.to_string());
+        sqlx::query(
+            "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, status, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+        )
+        .bind(&run.correlation_id)
+        .bind(&run.session.agent)
+        .bind(&run.session.session_id)
+        .bind(&run.message)
+        .bind(format)
+        .bind(now)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(RunRecord {
+            correlation_id: run.correlation_id.clone(),
+            agent: run.session.agent.clone(),
+            thread_id: run.session.session_id.clone(),
+            message: run.message.clone(),
+            status: RunStatus::Pending,
+            response_format: run.response_format.clone(),
+            response: None,
+            error: None,
+            error_code: None,
+            usage: None,
+            created_at: now,
+            updated_at: now,
+        })
+    }
+
+    pub async fn run(&self, correlation_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE correlation_id = ?");
+        let row = sqlx::query(&sql).bind(correlation_id).fetch_optional(&self.pool).await?;
+        row.map(|r| run_from_row(&r)).transpose()
+    }
+
+    /// The oldest unfinished run of a session: the next one to execute.
+    pub async fn next_unfinished_run(&self, session: &SessionKey) -> Result<Option<RunRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE agent = ? AND session_id = ? \
+             AND status IN ('pending', 'running') ORDER BY seq LIMIT 1"
+        );
+        let row = sqlx::query(&sql)
+            .bind(&session.agent)
+            .bind(&session.session_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| run_from_row(&r)).transpose()
+    }
+
+    /// Sessions with work left over, e.g. from a host that died.
+    pub async fn sessions_with_unfinished_runs(&self) -> Result<Vec<SessionKey>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT agent, session_id, MIN(seq) AS first FROM runs WHERE status IN ('pending', 'running') \
+             GROUP BY agent, session_id ORDER BY first",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok(SessionKey { agent: r.try_get("agent")?, session_id: r.try_get("session_id")? }))
+            .collect()
+    }
+
+    pub async fn mark_running(&self, correlation_id: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE runs SET status = 'running', updated_at = ? WHERE correlation_id = ?")
+            .bind(now_ms())
+            .bind(correlation_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn complete_run(&self, correlation_id: &str, response: &str, usage: Usage) -> Result<(), StoreError> {
+        self.finish_run(correlation_id, RunStatus::Completed, Some(response), None, usage).await
+    }
+
+    pub async fn fail_run(&self, correlation_id: &str, error: &str, code: &str, usage: Usage) -> Result<(), StoreError> {
+        self.finish_run(correlation_id, RunStatus::Failed, None, Some((error, code)), usage).await
+    }
+
+    async fn finish_run(
+        &self,
+        correlation_id: &str,
+        status: RunStatus,
+        response: Option<&str>,
+        error: Option<(&str, &str)>,
+        usage: Usage,
+    ) -> Result<(), StoreError> {
+        let usage = serde_json::to_string(&usage).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query(
+            "UPDATE runs SET status = ?, response = ?, error = ?, error_code = ?, usage = ?, updated_at = ? \
+             WHERE correlation_id = ?",
+        )
+        .bind(status.as_str())
+        .bind(response)
+        .bind(error.map(|e| e.0))
+        .bind(error.map(|e| e.1))
+        .bind(usage)
+        .bind(now_ms())
+        .bind(correlation_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The session's messages in order.
+    pub async fn history(&self, session: &SessionKey) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT correlation_id, body FROM messages WHERE agent = ? AND session_id = ? ORDER BY seq",
+        )
+        .bind(&session.agent)
+        .bind(&session.session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let body: String = r.try_get("body")?;
+                let message: ChatMessage =
+                    serde_json::from_str(&body).map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?;
+                Ok(StoredMessage { correlation_id: r.try_get("correlation_id")?, message })
+            })
+            .collect()
+    }
+
+    /// Appends one message to a session's history. Only the session's single
+    /// running run appends, so `MAX(seq) + 1` cannot race.
+    pub async fn append_message(
+        &self,
+        session: &SessionKey,
+        correlation_id: &str,
+        message: &ChatMessage,
+    ) -> Result<(), StoreError> {
+        let body = serde_json::to_string(message).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) \
+             SELECT ?1, ?2, COALESCE(MAX(seq), 0) + 1, ?3, ?4, ?5 FROM messages WHERE agent = ?1 AND session_id = ?2",
+        )
+        .bind(&session.agent)
+        .bind(&session.session_id)
+        .bind(correlation_id)
+        .bind(body)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE sessions SET last_active_at = ? WHERE agent = ? AND id = ?")
+            .bind(now)
+            .bind(&session.agent)
+            .bind(&session.session_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Deletes sessions idle since before `cutoff_ms` that have no unfinished
+    /// run; returns how many.
+    pub async fn expire_sessions(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+        let rows = sqlx::query(
+            "SELECT agent, id FROM sessions s WHERE last_active_at < ? AND NOT EXISTS \
+             (SELECT 1 FROM runs r WHERE r.agent = s.agent AND r.session_id = s.id AND r.status IN ('pending', 'running'))",
+        )
+        .bind(cutoff_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut tx = self.pool.begin().await?;
+        for row in &rows {
+            let key = SessionKey { agent: row.try_get("agent")?, session_id: row.try_get("id")? };
+            delete_session(&mut tx, &key).await?;
+        }
+        tx.commit().await?;
+        Ok(rows.len() as u64)
+    }
+
+    /// Closes the pool, flushing the WAL.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+async fn delete_session(tx: &mut sqlx::SqliteConnection, key: &SessionKey) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM messages WHERE agent = ? AND session_id = ?")
+        .bind(&key.agent)
+        .bind(&key.session_id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM sessions WHERE agent = ? AND id = ?")
+        .bind(&key.agent)
+        .bind(&key.session_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+fn run_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<RunRecord, StoreError> {
+    let status: String = row.try_get("status")?;
+    let format: Option<String> = row.try_get("response_format")?;
+    let usage: Option<String> = row.try_get("usage")?;
+    let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("run {what}: {e}"));
+    Ok(RunRecord {
+        correlation_id: row.try_get("correlation_id")?,
+        agent: row.try_get("agent")?,
+        thread_id: row.try_get("session_id")?,
+        message: row.try_get("message")?,
+        status: RunStatus::parse(&status).ok_or_else(|| StoreError::Corrupt(format!("run status '{status}'")))?,
+        response_format: format.map(|f| serde_json::from_str(&f)).transpose().map_err(|e| corrupt("format", e))?,
+        response: row.try_get("response")?,
+        error: row.try_get("error")?,
+        error_code: row.try_get("error_code")?,
+        usage: usage.map(|u| serde_json::from_str(&u)).transpose().map_err(|e| corrupt("usage", e))?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}

@@ -1,0 +1,15 @@
+//! Integration tests: the real `agenthost` binary over real HTTP, with the
+//! sample components and a fake OpenAI-compatible model server. One binary,
+//! one file per scenario.
+
+mod support;
+
+mod agent_runs;
+mod async_runs;
+mod components_dir;
+mod concurrency;
+mod model_endpoints;
+mod request_errors;
+mod restarts;
+mod sessions_ttl;
+mod tools;

@@ -1,0 +1,198 @@
+//! A fake model server: OpenAI chat completions at `/v1/chat/completions` and
+//! Azure's `/openai/deployments/{deployment}/chat/completions`. It records
+//! every request, checks the auth header, and plays scripted replies (text,
+//! JSON, tool calls, error statuses with `Retry-After`, delays) before falling
+//! back to echoing the last user message.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Text(String),
+    /// A tool call: function name and its arguments object.
+    ToolCall(String, Value),
+    /// An error status, with an optional `Retry-After` in seconds.
+    Status(u16, Option<u64>),
+    /// Wait, then answer with the next reply (or the echo).
+    Delay(Duration, Box<Reply>),
+    Echo,
+}
+
+/// A request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub query: Option<String>,
+    pub headers: HeaderMap,
+    pub body: Value,
+    pub at: Instant,
+}
+
+impl Recorded {
+    pub fn messages(&self) -> Vec<Value> {
+        self.body["messages"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Contents of the messages, as "role: content".
+    pub fn transcript(&self) -> Vec<String> {
+        self.messages()
+            .iter()
+            .map(|m| format!("{}: {}", m["role"].as_str().unwrap_or(""), m["content"].as_str().unwrap_or("")))
+            .collect()
+    }
+
+    pub fn last_user_message(&self) -> String {
+        self.messages()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    script: VecDeque<Reply>,
+    requests: Vec<Recorded>,
+    expected_auth: Option<(String, String)>,
+}
+
+#[derive(Clone)]
+pub struct FakeModel {
+    shared: Arc<Mutex<Shared>>,
+    pub addr: SocketAddr,
+}
+
+impl FakeModel {
+    pub async fn start() -> Self {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(openai))
+            .route("/openai/deployments/{deployment}/chat/completions", post(azure))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake model");
+        let addr = listener.local_addr().expect("fake model address");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { shared, addr }
+    }
+
+    /// `OPENAI_BASE_URL` for this server.
+    pub fn openai_base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Answers 401 unless header `name` has exactly `value`.
+    pub fn expect_auth(&self, name: &str, value: &str) {
+        self.shared.lock().unwrap().expected_auth = Some((name.to_string(), value.to_string()));
+    }
+
+    pub fn push(&self, reply: Reply) {
+        self.shared.lock().unwrap().script.push_back(reply);
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.lock().unwrap().requests.clone()
+    }
+
+    /// Waits until at least `n` requests arrived.
+    pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Recorded> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let requests = self.requests();
+            if requests.len() >= n {
+                return requests;
+            }
+            assert!(Instant::now() < deadline, "the fake model got {} requests, expected {n}", requests.len());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The echo reply: deterministic, and names the message it answers so tests
+/// can check which request produced which answer.
+pub fn echo_of(message: &str) -> String {
+    format!("echo: {message}")
+}
+
+async fn openai(State(shared): State<Arc<Mutex<Shared>>>, RawQuery(query): RawQuery, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    answer(shared, "/v1/chat/completions".into(), query, headers, body).await
+}
+
+async fn azure(
+    State(shared): State<Arc<Mutex<Shared>>>,
+    Path(deployment): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    answer(shared, format!("/openai/deployments/{deployment}/chat/completions"), query, headers, body).await
+}
+
+async fn answer(shared: Arc<Mutex<Shared>>, path: String, query: Option<String>, headers: HeaderMap, body: Value) -> Response {
+    let recorded = Recorded { path, query, headers: headers.clone(), body, at: Instant::now() };
+    let (authorized, reply) = {
+        let mut s = shared.lock().unwrap();
+        s.requests.push(recorded.clone());
+        let authorized = match &s.expected_auth {
+            Some((name, value)) => headers.get(name.as_str()).and_then(|v| v.to_str().ok()) == Some(value.as_str()),
+            None => true,
+        };
+        (authorized, if authorized { s.script.pop_front().unwrap_or(Reply::Echo) } else { Reply::Echo })
+    };
+    if !authorized {
+        return (StatusCode::UNAUTHORIZED, Json(json!({"error": {"message": "Incorrect API key provided"}}))).into_response();
+    }
+    play(reply, &recorded).await
+}
+
+async fn play(mut reply: Reply, request: &Recorded) -> Response {
+    while let Reply::Delay(pause, next) = reply {
+        tokio::time::sleep(pause).await;
+        reply = *next;
+    }
+    let message = match reply {
+        Reply::Text(text) => json!({"role": "assistant", "content": text}),
+        Reply::Echo => json!({"role": "assistant", "content": echo_of(&request.last_user_message())}),
+        Reply::ToolCall(name, arguments) => json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{"id": format!("call_{name}"), "type": "function",
+                            "function": {"name": name, "arguments": arguments.to_string()}}],
+        }),
+        Reply::Status(code, retry_after) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = (status, Json(json!({"error": {"message": format!("scripted {code}")}}))).into_response();
+            if let Some(seconds) = retry_after {
+                response.headers_mut().insert("retry-after", seconds.to_string().parse().unwrap());
+            }
+            return response;
+        }
+        Reply::Delay(..) => unreachable!("delays are unwrapped above"),
+    };
+    Json(json!({
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }))
+    .into_response()
+}

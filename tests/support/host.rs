@@ -1,0 +1,191 @@
+//! Starts the real `agenthost` binary on a free port and captures its output.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use super::{component, workspace, FakeModel};
+
+const MODEL_ENV: [&str; 9] = [
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_MODEL",
+    "AZURE_OPENAI_ENDPOINT",
+    "AZURE_OPENAI_DEPLOYMENT_NAME",
+    "AZURE_OPENAI_CHAT_DEPLOYMENT_NAME",
+    "AZURE_OPENAI_API_KEY",
+    "AZURE_OPENAI_API_VERSION",
+    "AGENTHOST_LOG",
+];
+
+/// How to start a host. Each test gets its own directory for the store and
+/// the components; the compiled-artifact cache is shared by default so that
+/// tests do not each recompile the samples.
+pub struct HostBuilder {
+    dir: PathBuf,
+    components: Vec<String>,
+    env: Vec<(String, String)>,
+    args: Vec<String>,
+    cache_dir: PathBuf,
+}
+
+pub struct Host {
+    child: Option<Child>,
+    pub base: String,
+    pub dir: PathBuf,
+    output: Arc<Mutex<Vec<String>>>,
+}
+
+impl HostBuilder {
+    /// A host in `dir` (store at `dir/agenthost.db`, components in `dir/components`).
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            components: vec!["writer".into(), "weather".into()],
+            env: Vec::new(),
+            args: Vec::new(),
+            cache_dir: workspace().join("target/test-artifact-cache"),
+        }
+    }
+
+    pub fn components(mut self, names: &[&str]) -> Self {
+        self.components = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn cache_dir(mut self, dir: &Path) -> Self {
+        self.cache_dir = dir.to_path_buf();
+        self
+    }
+
+    /// Points the host at the fake model with the OpenAI settings.
+    pub fn openai(self, model: &FakeModel, key: &str) -> Self {
+        self.env("OPENAI_BASE_URL", &model.openai_base_url()).env("OPENAI_API_KEY", key).env("OPENAI_MODEL", "gpt-test")
+    }
+
+    pub fn start(&self) -> Host {
+        let components = self.dir.join("components");
+        std::fs::create_dir_all(&components).unwrap();
+        for name in &self.components {
+            let target = components.join(format!("{name}.wasm"));
+            if !target.exists() {
+                std::fs::copy(component(name), target).unwrap();
+            }
+        }
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agenthost"));
+        command
+            .current_dir(&self.dir)
+            .arg("serve")
+            .arg("--components")
+            .arg(&components)
+            .arg("--store")
+            .arg(format!("sqlite://{}", self.dir.join("agenthost.db").display()))
+            .arg("--port")
+            .arg("0")
+            .arg("--cache-dir")
+            .arg(&self.cache_dir)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for key in MODEL_ENV {
+            command.env_remove(key);
+        }
+        command.env("AGENTHOST_LOG", "info,sqlx=warn");
+        for (k, v) in &self.env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("start agenthost");
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        for (stream, tx) in [(Box::new(stdout) as Box<dyn std::io::Read + Send>, tx.clone()), (Box::new(stderr), tx)] {
+            let output = output.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if let Some(url) = line.strip_prefix("agenthost listening on ") {
+                        let _ = tx.send(url.to_string());
+                    }
+                    output.lock().unwrap().push(line);
+                }
+            });
+        }
+        let mut host = Host { child: Some(child), base: String::new(), dir: self.dir.clone(), output };
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(url) => host.base = url,
+            Err(_) => panic!("agenthost did not start; output:\n{}", host.output()),
+        }
+        host
+    }
+}
+
+impl Host {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Everything the host printed so far.
+    pub fn output(&self) -> String {
+        self.output.lock().unwrap().join("\n")
+    }
+
+    /// SIGKILL: the host dies without any chance to clean up.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for the process to exit; returns its exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        for _ in 0..600 {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        panic!("agenthost did not exit within 30 s of SIGTERM");
+    }
+
+    /// Sends SIGTERM without waiting.
+    pub fn signal_terminate(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        }
+    }
+
+    pub fn wait_exit(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        for _ in 0..600 {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        panic!("agenthost did not exit within 30 s");
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
