@@ -9,7 +9,14 @@ use crate::support::{client, fake_model::echo_of, FakeModel, HostBuilder, Reply}
 
 async fn poll_until_finished(url: &str) -> Value {
     for _ in 0..200 {
-        let run: Value = client().get(url).send().await.unwrap().json().await.unwrap();
+        let run: Value = client()
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         if run["status"] == "completed" || run["status"] == "failed" {
             return run;
         }
@@ -22,8 +29,13 @@ async fn poll_until_finished(url: &str) -> Value {
 async fn wait_for_response_false_answers_202_and_the_run_can_be_looked_up() {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
-    model.push(Reply::Delay(Duration::from_millis(300), Box::new(Reply::Echo)));
-    let host = HostBuilder::new(dir.path()).openai(&model, "sk-test").start();
+    model.push(Reply::Delay(
+        Duration::from_millis(300),
+        Box::new(Reply::Echo),
+    ));
+    let host = HostBuilder::new(dir.path())
+        .openai(&model, "sk-test")
+        .start();
     let response = client()
         .post(host.url("/api/agents/writer/run"))
         .json(&json!({"message": "Later, please", "wait_for_response": false}))
@@ -40,18 +52,39 @@ async fn wait_for_response_false_answers_202_and_the_run_can_be_looked_up() {
     let thread = body["thread_id"].as_str().unwrap();
 
     let url = host.url(&format!("/api/agents/writer/runs/{correlation}"));
-    let early: Value = client().get(&url).send().await.unwrap().json().await.unwrap();
-    assert!(["pending", "running"].contains(&early["status"].as_str().unwrap()), "{early}");
+    let early: Value = client()
+        .get(&url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        ["pending", "running"].contains(&early["status"].as_str().unwrap()),
+        "{early}"
+    );
     let run = poll_until_finished(&url).await;
     assert_eq!(run["status"], "completed");
     assert_eq!(run["response"], echo_of("Later, please"));
     assert_eq!(run["thread_id"], thread);
 
     // Unknown run, and a run looked up under another agent: 404 JSON.
-    let missing = client().get(host.url("/api/agents/writer/runs/nope")).send().await.unwrap();
+    let missing = client()
+        .get(host.url("/api/agents/writer/runs/nope"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(missing.status(), 404);
-    assert_eq!(missing.json::<Value>().await.unwrap()["code"], "run_not_found");
-    let other = client().get(host.url(&format!("/api/agents/weather/runs/{correlation}"))).send().await.unwrap();
+    assert_eq!(
+        missing.json::<Value>().await.unwrap()["code"],
+        "run_not_found"
+    );
+    let other = client()
+        .get(host.url(&format!("/api/agents/weather/runs/{correlation}")))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(other.status(), 404);
 }
 
@@ -59,7 +92,9 @@ async fn wait_for_response_false_answers_202_and_the_run_can_be_looked_up() {
 async fn query_parameter_and_header_also_make_a_run_asynchronous() {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path()).openai(&model, "sk-test").start();
+    let host = HostBuilder::new(dir.path())
+        .openai(&model, "sk-test")
+        .start();
     let by_query = client()
         .post(host.url("/api/agents/writer/run?wait_for_response=false"))
         .body("q")
@@ -76,7 +111,11 @@ async fn query_parameter_and_header_also_make_a_run_asynchronous() {
         .unwrap();
     assert_eq!(by_header.status(), 202);
     let body: Value = by_header.json().await.unwrap();
-    let run = poll_until_finished(&host.url(&format!("/api/agents/writer/runs/{}", body["correlation_id"].as_str().unwrap()))).await;
+    let run = poll_until_finished(&host.url(&format!(
+        "/api/agents/writer/runs/{}",
+        body["correlation_id"].as_str().unwrap()
+    )))
+    .await;
     assert_eq!(run["response"], echo_of("h"));
 }
 
@@ -92,11 +131,22 @@ async fn a_sync_run_past_its_wait_budget_answers_202_then_completes() {
         .arg("--poll-interval")
         .arg("250ms")
         .start();
-    let response = client().post(host.url("/api/agents/writer/run")).body("slow one").send().await.unwrap();
+    let response = client()
+        .post(host.url("/api/agents/writer/run"))
+        .body("slow one")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 202);
     let location = response.headers()["location"].to_str().unwrap().to_string();
     let body: Value = response.json().await.unwrap();
-    assert_eq!(location, format!("/api/agents/writer/runs/{}", body["correlation_id"].as_str().unwrap()));
+    assert_eq!(
+        location,
+        format!(
+            "/api/agents/writer/runs/{}",
+            body["correlation_id"].as_str().unwrap()
+        )
+    );
     let run = poll_until_finished(&host.url(&location)).await;
     assert_eq!(run["status"], "completed");
     assert_eq!(run["response"], echo_of("slow one"));

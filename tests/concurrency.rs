@@ -11,7 +11,9 @@ use crate::support::{client, fake_model::echo_of, FakeModel, HostBuilder};
 async fn fifty_concurrent_requests_on_one_thread_are_serialized() {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path()).openai(&model, "sk-test").start();
+    let host = HostBuilder::new(dir.path())
+        .openai(&model, "sk-test")
+        .start();
     let http = client();
     let calls = (0..50).map(|i| {
         let http = http.clone();
@@ -42,11 +44,17 @@ async fn fifty_concurrent_requests_on_one_thread_are_serialized() {
         seen.insert(question.to_string());
     }
     seen.insert(last[99].strip_prefix("user: ").unwrap().to_string());
-    assert_eq!(seen.len(), 50, "every request is in the history exactly once");
+    assert_eq!(
+        seen.len(),
+        50,
+        "every request is in the history exactly once"
+    );
 }
 
 /// `futures::future::join_all` without the dependency.
-async fn futures_join_all<F: std::future::Future + Send + 'static>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join_all<F: std::future::Future + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output>
 where
     F::Output: Send + 'static,
 {

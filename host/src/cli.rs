@@ -7,7 +7,11 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "agenthost", version, about = "Hosts AI agents as sandboxed WebAssembly components")]
+#[command(
+    name = "agenthost",
+    version,
+    about = "Hosts AI agents as sandboxed WebAssembly components"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

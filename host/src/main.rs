@@ -9,7 +9,9 @@ use agenthost::cli::{Cli, Command};
 async fn main() -> std::process::ExitCode {
     let filter = EnvFilter::try_from_env("AGENTHOST_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,wasmtime=warn,cranelift_codegen=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr)
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();

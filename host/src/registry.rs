@@ -26,7 +26,11 @@ impl ServedAgent {
             .tools
             .iter()
             .filter_map(|name| self.component.manifest.activity(name))
-            .map(|a| ToolSpec { name: a.name.clone(), description: a.description.clone(), parameters: a.parameters.clone() })
+            .map(|a| ToolSpec {
+                name: a.name.clone(),
+                description: a.description.clone(),
+                parameters: a.parameters.clone(),
+            })
             .collect()
     }
 }
@@ -88,11 +92,20 @@ impl Registry {
                         component.path.display()
                     );
                     tracing::error!(component = %component.name, "{error}");
-                    entries.failures.push(LoadFailure { file: component.path.clone(), error });
+                    entries.failures.push(LoadFailure {
+                        file: component.path.clone(),
+                        error,
+                    });
                     continue;
                 }
             }
-            entries.agents.insert(spec.name.clone(), ServedAgent { spec: spec.clone(), component: component.clone() });
+            entries.agents.insert(
+                spec.name.clone(),
+                ServedAgent {
+                    spec: spec.clone(),
+                    component: component.clone(),
+                },
+            );
             served.push(spec.name.as_str());
         }
         tracing::info!(
@@ -111,15 +124,30 @@ impl Registry {
     }
 
     pub fn agent(&self, name: &str) -> Option<ServedAgent> {
-        self.entries.read().unwrap_or_else(|p| p.into_inner()).agents.get(name).cloned()
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .agents
+            .get(name)
+            .cloned()
     }
 
     /// Names of every served agent, sorted.
     pub fn agent_names(&self) -> Vec<String> {
-        self.entries.read().unwrap_or_else(|p| p.into_inner()).agents.keys().cloned().collect()
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .agents
+            .keys()
+            .cloned()
+            .collect()
     }
 
     pub fn failures(&self) -> Vec<LoadFailure> {
-        self.entries.read().unwrap_or_else(|p| p.into_inner()).failures.clone()
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .failures
+            .clone()
     }
 }

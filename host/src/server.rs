@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use std::future::IntoFuture;
+
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::agents::AgentRunner;
 use crate::cli::ServeArgs;
@@ -17,21 +20,28 @@ use crate::store::{now_ms, Store};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = ModelSettings::from_env().context("invalid model configuration")?;
-    let model = ModelClient::new(settings, args.model_timeout).context("could not create the model client")?;
+    let model = ModelClient::new(settings, args.model_timeout)
+        .context("could not create the model client")?;
     if model.is_offline() {
         tracing::warn!("no model endpoint configured (set OPENAI_BASE_URL/OPENAI_API_KEY/OPENAI_MODEL or AZURE_OPENAI_ENDPOINT/AZURE_OPENAI_DEPLOYMENT_NAME); answering with the built-in offline model");
     } else {
         tracing::info!(model = %model.describe(), "model configured");
     }
 
-    let store = Store::open(&args.store)
-        .await
-        .with_context(|| format!("could not open the store {} (check the path is writable)", args.store))?;
+    let store = Store::open(&args.store).await.with_context(|| {
+        format!(
+            "could not open the store {} (check the path is writable)",
+            args.store
+        )
+    })?;
 
     let runtime = Arc::new(
         Runtime::new(RuntimeConfig {
             cache_dir: args.cache_dir.clone(),
-            limits: Limits { memory_bytes: args.guest_memory_mb << 20, cpu_time: args.guest_cpu_time },
+            limits: Limits {
+                memory_bytes: args.guest_memory_mb << 20,
+                cpu_time: args.guest_cpu_time,
+            },
             max_instances: args.max_instances,
         })
         .context("could not start the wasm runtime")?,
@@ -40,13 +50,24 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     registry
         .load_dir(&runtime, &args.components)
         .await
-        .with_context(|| format!("could not read the components directory {}", args.components.display()))?;
+        .with_context(|| {
+            format!(
+                "could not read the components directory {}",
+                args.components.display()
+            )
+        })?;
 
     let runner = AgentRunner::new(runtime.clone(), model, store.clone(), args.max_tool_rounds);
     let runs = Runs::new(store.clone(), registry.clone(), runner, args.session_ttl);
-    let resumed = runs.resume_unfinished().await.context("could not read unfinished runs")?;
+    let resumed = runs
+        .resume_unfinished()
+        .await
+        .context("could not read unfinished runs")?;
     if resumed > 0 {
-        tracing::info!(sessions = resumed, "resuming runs left unfinished by a previous process");
+        tracing::info!(
+            sessions = resumed,
+            "resuming runs left unfinished by a previous process"
+        );
     }
     if let Some(ttl) = args.session_ttl {
         tokio::spawn(expire_sessions(store.clone(), ttl));
@@ -64,16 +85,38 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let listener = TcpListener::bind((args.host, args.port))
         .await
-        .with_context(|| format!("could not listen on {}:{} (is another process using the port?)", args.host, args.port))?;
+        .with_context(|| {
+            format!(
+                "could not listen on {}:{} (is another process using the port?)",
+                args.host, args.port
+            )
+        })?;
     let address = listener.local_addr()?;
     tracing::info!(%address, "listening");
     // Machine-readable line on stdout; tests and scripts wait for it.
     println!("agenthost listening on http://{address}");
 
-    let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(shutdown_signal());
-    server.await.context("the HTTP server failed")?;
+    let stop = CancellationToken::new();
+    let server = axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(stop.clone().cancelled_owned());
+    let mut server = tokio::spawn(server.into_future());
+    tokio::select! {
+        () = shutdown_signal() => {}
+        result = &mut server => {
+            // The server stopped on its own: that is a failure, not a shutdown.
+            result.context("the HTTP server task failed")?.context("the HTTP server failed")?;
+        }
+    }
+    // Stop accepting, then give in-flight runs (and the callers waiting on
+    // them) one grace period in all; whatever is unfinished then stays in the
+    // store and resumes at the next start.
     tracing::info!(grace = ?args.shutdown_grace, "stopping: no new requests; letting in-flight runs finish");
+    stop.cancel();
+    let deadline = tokio::time::Instant::now() + args.shutdown_grace;
     runs.shutdown(args.shutdown_grace).await;
+    if tokio::time::timeout_at(deadline, server).await.is_err() {
+        tracing::warn!("closing connections still open after the grace period");
+    }
     store.close().await;
     tracing::info!("stopped");
     Ok(())

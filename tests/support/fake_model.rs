@@ -41,14 +41,23 @@ pub struct Recorded {
 
 impl Recorded {
     pub fn messages(&self) -> Vec<Value> {
-        self.body["messages"].as_array().cloned().unwrap_or_default()
+        self.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Contents of the messages, as "role: content".
     pub fn transcript(&self) -> Vec<String> {
         self.messages()
             .iter()
-            .map(|m| format!("{}: {}", m["role"].as_str().unwrap_or(""), m["content"].as_str().unwrap_or("")))
+            .map(|m| {
+                format!(
+                    "{}: {}",
+                    m["role"].as_str().unwrap_or(""),
+                    m["content"].as_str().unwrap_or("")
+                )
+            })
             .collect()
     }
 
@@ -81,9 +90,14 @@ impl FakeModel {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
-            .route("/openai/deployments/{deployment}/chat/completions", post(azure))
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(azure),
+            )
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake model");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fake model");
         let addr = listener.local_addr().expect("fake model address");
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -121,7 +135,11 @@ impl FakeModel {
             if requests.len() >= n {
                 return requests;
             }
-            assert!(Instant::now() < deadline, "the fake model got {} requests, expected {n}", requests.len());
+            assert!(
+                Instant::now() < deadline,
+                "the fake model got {} requests, expected {n}",
+                requests.len()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -133,7 +151,12 @@ pub fn echo_of(message: &str) -> String {
     format!("echo: {message}")
 }
 
-async fn openai(State(shared): State<Arc<Mutex<Shared>>>, RawQuery(query): RawQuery, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+async fn openai(
+    State(shared): State<Arc<Mutex<Shared>>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     answer(shared, "/v1/chat/completions".into(), query, headers, body).await
 }
 
@@ -144,22 +167,54 @@ async fn azure(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
-    answer(shared, format!("/openai/deployments/{deployment}/chat/completions"), query, headers, body).await
+    answer(
+        shared,
+        format!("/openai/deployments/{deployment}/chat/completions"),
+        query,
+        headers,
+        body,
+    )
+    .await
 }
 
-async fn answer(shared: Arc<Mutex<Shared>>, path: String, query: Option<String>, headers: HeaderMap, body: Value) -> Response {
-    let recorded = Recorded { path, query, headers: headers.clone(), body, at: Instant::now() };
+async fn answer(
+    shared: Arc<Mutex<Shared>>,
+    path: String,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Value,
+) -> Response {
+    let recorded = Recorded {
+        path,
+        query,
+        headers: headers.clone(),
+        body,
+        at: Instant::now(),
+    };
     let (authorized, reply) = {
         let mut s = shared.lock().unwrap();
         s.requests.push(recorded.clone());
         let authorized = match &s.expected_auth {
-            Some((name, value)) => headers.get(name.as_str()).and_then(|v| v.to_str().ok()) == Some(value.as_str()),
+            Some((name, value)) => {
+                headers.get(name.as_str()).and_then(|v| v.to_str().ok()) == Some(value.as_str())
+            }
             None => true,
         };
-        (authorized, if authorized { s.script.pop_front().unwrap_or(Reply::Echo) } else { Reply::Echo })
+        (
+            authorized,
+            if authorized {
+                s.script.pop_front().unwrap_or(Reply::Echo)
+            } else {
+                Reply::Echo
+            },
+        )
     };
     if !authorized {
-        return (StatusCode::UNAUTHORIZED, Json(json!({"error": {"message": "Incorrect API key provided"}}))).into_response();
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": {"message": "Incorrect API key provided"}})),
+        )
+            .into_response();
     }
     play(reply, &recorded).await
 }
@@ -171,7 +226,9 @@ async fn play(mut reply: Reply, request: &Recorded) -> Response {
     }
     let message = match reply {
         Reply::Text(text) => json!({"role": "assistant", "content": text}),
-        Reply::Echo => json!({"role": "assistant", "content": echo_of(&request.last_user_message())}),
+        Reply::Echo => {
+            json!({"role": "assistant", "content": echo_of(&request.last_user_message())})
+        }
         Reply::ToolCall(name, arguments) => json!({
             "role": "assistant",
             "content": null,
@@ -180,9 +237,15 @@ async fn play(mut reply: Reply, request: &Recorded) -> Response {
         }),
         Reply::Status(code, retry_after) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut response = (status, Json(json!({"error": {"message": format!("scripted {code}")}}))).into_response();
+            let mut response = (
+                status,
+                Json(json!({"error": {"message": format!("scripted {code}")}})),
+            )
+                .into_response();
             if let Some(seconds) = retry_after {
-                response.headers_mut().insert("retry-after", seconds.to_string().parse().unwrap());
+                response
+                    .headers_mut()
+                    .insert("retry-after", seconds.to_string().parse().unwrap());
             }
             return response;
         }

@@ -72,7 +72,9 @@ impl HostBuilder {
 
     /// Points the host at the fake model with the OpenAI settings.
     pub fn openai(self, model: &FakeModel, key: &str) -> Self {
-        self.env("OPENAI_BASE_URL", &model.openai_base_url()).env("OPENAI_API_KEY", key).env("OPENAI_MODEL", "gpt-test")
+        self.env("OPENAI_BASE_URL", &model.openai_base_url())
+            .env("OPENAI_API_KEY", key)
+            .env("OPENAI_MODEL", "gpt-test")
     }
 
     pub fn start(&self) -> Host {
@@ -91,7 +93,10 @@ impl HostBuilder {
             .arg("--components")
             .arg(&components)
             .arg("--store")
-            .arg(format!("sqlite://{}", self.dir.join("agenthost.db").display()))
+            .arg(format!(
+                "sqlite://{}",
+                self.dir.join("agenthost.db").display()
+            ))
             .arg("--port")
             .arg("0")
             .arg("--cache-dir")
@@ -112,7 +117,13 @@ impl HostBuilder {
         let (tx, rx) = mpsc::channel();
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
-        for (stream, tx) in [(Box::new(stdout) as Box<dyn std::io::Read + Send>, tx.clone()), (Box::new(stderr), tx)] {
+        for (stream, tx) in [
+            (
+                Box::new(stdout) as Box<dyn std::io::Read + Send>,
+                tx.clone(),
+            ),
+            (Box::new(stderr), tx),
+        ] {
             let output = output.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
@@ -123,7 +134,12 @@ impl HostBuilder {
                 }
             });
         }
-        let mut host = Host { child: Some(child), base: String::new(), dir: self.dir.clone(), output };
+        let mut host = Host {
+            child: Some(child),
+            base: String::new(),
+            dir: self.dir.clone(),
+            output,
+        };
         match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(url) => host.base = url,
             Err(_) => panic!("agenthost did not start; output:\n{}", host.output()),
@@ -153,7 +169,10 @@ impl Host {
     /// SIGTERM, then waits for the process to exit; returns its exit code.
     pub fn terminate(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
         for _ in 0..600 {
             if let Ok(Some(status)) = child.try_wait() {
                 return status.code();
@@ -167,7 +186,10 @@ impl Host {
     /// Sends SIGTERM without waiting.
     pub fn signal_terminate(&self) {
         if let Some(child) = &self.child {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
         }
     }
 

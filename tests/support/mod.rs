@@ -18,7 +18,9 @@ pub fn workspace() -> PathBuf {
 
 /// `target/components/NAME.wasm`, built once per test run by `make components`.
 pub fn component(name: &str) -> PathBuf {
-    let path = workspace().join("target/components").join(format!("{name}.wasm"));
+    let path = workspace()
+        .join("target/components")
+        .join(format!("{name}.wasm"));
     assert!(
         path.exists(),
         "{} is missing: run `make components` (or `make test`, which builds them first)",

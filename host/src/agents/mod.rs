@@ -72,8 +72,18 @@ pub struct AgentRunner {
 }
 
 impl AgentRunner {
-    pub fn new(runtime: Arc<Runtime>, model: ModelClient, store: Store, max_tool_rounds: usize) -> Self {
-        Self { runtime, model, store, max_tool_rounds: max_tool_rounds.max(1) }
+    pub fn new(
+        runtime: Arc<Runtime>,
+        model: ModelClient,
+        store: Store,
+        max_tool_rounds: usize,
+    ) -> Self {
+        Self {
+            runtime,
+            model,
+            store,
+            max_tool_rounds: max_tool_rounds.max(1),
+        }
     }
 
     pub fn model(&self) -> &ModelClient {
@@ -81,14 +91,23 @@ impl AgentRunner {
     }
 
     /// Runs (or resumes) one stored run to its answer.
-    pub async fn run(&self, agent: &ServedAgent, run: &RunRecord) -> Result<RunOutcome, AgentError> {
+    pub async fn run(
+        &self,
+        agent: &ServedAgent,
+        run: &RunRecord,
+    ) -> Result<RunOutcome, AgentError> {
         let session = run.session();
         let stored = self.store.history(&session).await?;
         let mut history: Vec<ChatMessage> = stored.iter().map(|m| m.message.clone()).collect();
-        let mut this_run = stored.iter().filter(|m| m.correlation_id == run.correlation_id).count();
+        let mut this_run = stored
+            .iter()
+            .filter(|m| m.correlation_id == run.correlation_id)
+            .count();
         if this_run == 0 {
             let user = ChatMessage::user(run.message.clone());
-            self.store.append_message(&session, &run.correlation_id, &user).await?;
+            self.store
+                .append_message(&session, &run.correlation_id, &user)
+                .await?;
             history.push(user);
             this_run = 1;
         }
@@ -100,9 +119,13 @@ impl AgentRunner {
                 // Resumed after the final answer was stored but before the run was marked done.
                 Some((Role::Assistant, true)) => return self.finish(history, usage, run),
                 // Tool calls outstanding (fresh, or interrupted mid-way by a crash).
-                Some((Role::Assistant, false)) | Some((Role::Tool, _)) if has_unanswered_calls(&history) => {
+                Some((Role::Assistant, false)) | Some((Role::Tool, _))
+                    if has_unanswered_calls(&history) =>
+                {
                     for result in self.answer_tool_calls(agent, &history).await? {
-                        self.store.append_message(&session, &run.correlation_id, &result).await?;
+                        self.store
+                            .append_message(&session, &run.correlation_id, &result)
+                            .await?;
                         history.push(result);
                         this_run += 1;
                     }
@@ -130,7 +153,9 @@ impl AgentRunner {
             if answer.tool_calls.is_empty() && answer.content.as_deref().is_none_or(str::is_empty) {
                 return Err(AgentError::EmptyAnswer);
             }
-            self.store.append_message(&session, &run.correlation_id, &answer).await?;
+            self.store
+                .append_message(&session, &run.correlation_id, &answer)
+                .await?;
             let done = answer.tool_calls.is_empty();
             history.push(answer);
             this_run += 1;
@@ -141,9 +166,21 @@ impl AgentRunner {
         Err(AgentError::TooManyToolRounds(self.max_tool_rounds))
     }
 
-    fn finish(&self, history: Vec<ChatMessage>, usage: Usage, run: &RunRecord) -> Result<RunOutcome, AgentError> {
-        let response = history.last().and_then(|m| m.content.clone()).unwrap_or_default();
-        if run.response_format.as_ref().is_some_and(response_format::wants_json) {
+    fn finish(
+        &self,
+        history: Vec<ChatMessage>,
+        usage: Usage,
+        run: &RunRecord,
+    ) -> Result<RunOutcome, AgentError> {
+        let response = history
+            .last()
+            .and_then(|m| m.content.clone())
+            .unwrap_or_default();
+        if run
+            .response_format
+            .as_ref()
+            .is_some_and(response_format::wants_json)
+        {
             serde_json::from_str::<Value>(&response)
                 .map_err(|e| AgentError::InvalidStructuredOutput(e.to_string()))?;
         }
@@ -151,13 +188,24 @@ impl AgentRunner {
     }
 
     /// Runs the calls of the last assistant message that have no result yet.
-    async fn answer_tool_calls(&self, agent: &ServedAgent, history: &[ChatMessage]) -> Result<Vec<ChatMessage>, AgentError> {
+    async fn answer_tool_calls(
+        &self,
+        agent: &ServedAgent,
+        history: &[ChatMessage],
+    ) -> Result<Vec<ChatMessage>, AgentError> {
         let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
             return Ok(Vec::new());
         };
-        let answered: Vec<&str> = history[at + 1..].iter().filter_map(|m| m.tool_call_id.as_deref()).collect();
+        let answered: Vec<&str> = history[at + 1..]
+            .iter()
+            .filter_map(|m| m.tool_call_id.as_deref())
+            .collect();
         let mut results = Vec::new();
-        for call in history[at].tool_calls.iter().filter(|c| !answered.contains(&c.id.as_str())) {
+        for call in history[at]
+            .tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+        {
             let content = self.call_tool(agent, call).await?;
             results.push(ChatMessage::tool_result(call.id.clone(), content));
         }
@@ -183,8 +231,16 @@ impl AgentRunner {
             )));
         }
         tracing::info!(agent = %agent.spec.name, tool = %name, "calling tool");
-        let arguments = if call.function.arguments.trim().is_empty() { "{}" } else { &call.function.arguments };
-        match self.runtime.invoke_activity(&agent.component, name, arguments).await? {
+        let arguments = if call.function.arguments.trim().is_empty() {
+            "{}"
+        } else {
+            &call.function.arguments
+        };
+        match self
+            .runtime
+            .invoke_activity(&agent.component, name, arguments)
+            .await?
+        {
             Ok(result) => Ok(result),
             Err(failure) => Ok(tool_error(&failure.to_string())),
         }
@@ -195,7 +251,10 @@ fn has_unanswered_calls(history: &[ChatMessage]) -> bool {
     let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
         return false;
     };
-    let answered = history[at + 1..].iter().filter(|m| m.role == Role::Tool).count();
+    let answered = history[at + 1..]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .count();
     answered < history[at].tool_calls.len()
 }
 

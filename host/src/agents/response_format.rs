@@ -7,14 +7,20 @@ use serde_json::{json, Value};
 /// is wrapped as a `json_schema` format named `response`.
 pub fn normalize(value: Value) -> Result<Option<Value>, String> {
     let Value::Object(ref object) = value else {
-        return Err("response_format must be a JSON object (a JSON Schema or an OpenAI response_format)".into());
+        return Err(
+            "response_format must be a JSON object (a JSON Schema or an OpenAI response_format)"
+                .into(),
+        );
     };
     match object.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(value)),
         Some("json_schema") => match object.get("json_schema") {
             Some(inner) if inner.get("schema").is_some_and(Value::is_object) => Ok(Some(value)),
-            _ => Err("response_format of type json_schema needs json_schema.schema to be an object".into()),
+            _ => Err(
+                "response_format of type json_schema needs json_schema.schema to be an object"
+                    .into(),
+            ),
         },
         _ => Ok(Some(json!({
             "type": "json_schema",
@@ -25,7 +31,10 @@ pub fn normalize(value: Value) -> Result<Option<Value>, String> {
 
 /// True when the answer must parse as JSON.
 pub fn wants_json(format: &Value) -> bool {
-    matches!(format.get("type").and_then(Value::as_str), Some("json_schema" | "json_object"))
+    matches!(
+        format.get("type").and_then(Value::as_str),
+        Some("json_schema" | "json_object")
+    )
 }
 
 #[cfg(test)]

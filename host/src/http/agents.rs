@@ -56,23 +56,36 @@ pub async fn run(
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "agent_not_found",
-            format!("agent '{name}' is not registered; registered agents: {}", agents.join(", ")),
+            format!(
+                "agent '{name}' is not registered; registered agents: {}",
+                agents.join(", ")
+            ),
         )
         .with("agents", agents));
     }
     let bytes = read_body(&headers, body, state.config.max_body_bytes).await?;
     let request = parse(&headers, &bytes)?;
-    let thread_id = request.thread_id.or(query.thread_id).unwrap_or_else(|| Uuid::new_v4().simple().to_string());
+    let thread_id = request
+        .thread_id
+        .or(query.thread_id)
+        .unwrap_or_else(|| Uuid::new_v4().simple().to_string());
     if thread_id.trim().is_empty() || thread_id.len() > MAX_THREAD_ID_LEN {
         return Err(ApiError::bad_request(
             "invalid_thread_id",
             format!("thread_id must be 1 to {MAX_THREAD_ID_LEN} characters"),
         ));
     }
-    let wait = request.wait.or(query.wait_for_response).or_else(|| header_bool(&headers, WAIT_HEADER)).unwrap_or(true);
+    let wait = request
+        .wait
+        .or(query.wait_for_response)
+        .or_else(|| header_bool(&headers, WAIT_HEADER))
+        .unwrap_or(true);
     let new_run = NewRun {
         correlation_id: Uuid::new_v4().to_string(),
-        session: SessionKey { agent: name.clone(), session_id: thread_id },
+        session: SessionKey {
+            agent: name.clone(),
+            session_id: thread_id,
+        },
         message: request.message,
         response_format: request.response_format,
     };
@@ -80,10 +93,19 @@ pub async fn run(
     if !wait {
         return Ok(accepted(&run, "Agent request accepted"));
     }
-    match state.runs.wait_for(&run.correlation_id, state.config.wait_budget).await? {
-        Some(done) if done.status == RunStatus::Completed => Ok(completed(&done, wants_json(&headers))),
+    match state
+        .runs
+        .wait_for(&run.correlation_id, state.config.wait_budget)
+        .await?
+    {
+        Some(done) if done.status == RunStatus::Completed => {
+            Ok(completed(&done, wants_json(&headers)))
+        }
         Some(failed) => Err(run_failed(&failed)),
-        None => Ok(accepted(&run, "The agent is still working; poll the run for its answer")),
+        None => Ok(accepted(
+            &run,
+            "The agent is still working; poll the run for its answer",
+        )),
     }
 }
 
@@ -95,7 +117,10 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
             format!("the request body exceeds the limit of {limit} bytes"),
         )
     };
-    let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
@@ -103,11 +128,18 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
 }
 
 fn parse(headers: &HeaderMap, bytes: &[u8]) -> Result<RunRequest, ApiError> {
-    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let is_json = content_type.starts_with("application/json") || content_type.contains("+json");
     let request = if is_json {
-        let body: JsonRunRequest = serde_json::from_slice(bytes)
-            .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not a valid run request: {e}")))?;
+        let body: JsonRunRequest = serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::bad_request(
+                "invalid_json",
+                format!("the body is not a valid run request: {e}"),
+            )
+        })?;
         let response_format = body
             .response_format
             .map(normalize_response_format)
@@ -121,9 +153,15 @@ fn parse(headers: &HeaderMap, bytes: &[u8]) -> Result<RunRequest, ApiError> {
             response_format,
         }
     } else {
-        let message = std::str::from_utf8(bytes)
-            .map_err(|_| ApiError::bad_request("invalid_text", "the body is not valid UTF-8 text"))?;
-        RunRequest { message: message.to_string(), thread_id: None, wait: None, response_format: None }
+        let message = std::str::from_utf8(bytes).map_err(|_| {
+            ApiError::bad_request("invalid_text", "the body is not valid UTF-8 text")
+        })?;
+        RunRequest {
+            message: message.to_string(),
+            thread_id: None,
+            wait: None,
+            response_format: None,
+        }
     };
     if request.message.trim().is_empty() {
         return Err(ApiError::bad_request(
@@ -139,7 +177,10 @@ fn header_bool(headers: &HeaderMap, name: &str) -> Option<bool> {
 }
 
 fn wants_json(headers: &HeaderMap) -> bool {
-    headers.get(ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("application/json"))
+    headers
+        .get(ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"))
 }
 
 fn with_thread_header(mut response: Response, thread_id: &str) -> Response {
@@ -184,13 +225,19 @@ fn accepted(run: &RunRecord, note: &str) -> Response {
 
 fn run_failed(run: &RunRecord) -> ApiError {
     let reason = run.error.clone().unwrap_or_else(|| "the run failed".into());
-    ApiError::new(StatusCode::BAD_GATEWAY, error_code(run), format!("agent '{}' failed: {reason}", run.agent))
-        .with("thread_id", run.thread_id.clone())
-        .with("correlation_id", run.correlation_id.clone())
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        error_code(run),
+        format!("agent '{}' failed: {reason}", run.agent),
+    )
+    .with("thread_id", run.thread_id.clone())
+    .with("correlation_id", run.correlation_id.clone())
 }
 
 fn error_code(run: &RunRecord) -> String {
-    run.error_code.clone().unwrap_or_else(|| "run_failed".into())
+    run.error_code
+        .clone()
+        .unwrap_or_else(|| "run_failed".into())
 }
 
 /// A structured answer is returned as JSON, a text answer as a string.

@@ -19,8 +19,17 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
-        Self { status, code: code.into(), message: message.into(), extra: Map::new() }
+    pub fn new(
+        status: StatusCode,
+        code: impl Into<Cow<'static, str>>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            code: code.into(),
+            message: message.into(),
+            extra: Map::new(),
+        }
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -37,7 +46,11 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         tracing::error!(error = %e, "store error while answering a request");
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", format!("the store failed: {e}"))
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            format!("the store failed: {e}"),
+        )
     }
 }
 
@@ -51,5 +64,9 @@ impl IntoResponse for ApiError {
 }
 
 pub async fn no_route(method: Method, uri: Uri) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no route for {method} {}", uri.path()))
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no route for {method} {}", uri.path()),
+    )
 }

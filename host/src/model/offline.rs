@@ -24,7 +24,11 @@ pub fn complete(request: &ChatRequest<'_>) -> ChatResponse {
     let completion_tokens = (content.len() as u64).div_ceil(4);
     ChatResponse {
         message: ChatMessage::assistant(content),
-        usage: Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens },
+        usage: Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        },
     }
 }
 
@@ -56,12 +60,20 @@ fn schema_of(format: &Value) -> Option<&Value> {
 /// A minimal value that satisfies common schemas: each required property with
 /// its type's zero value (the first enum value when there is one).
 fn example_of(schema: &Value) -> Value {
-    if let Some(first) = schema.get("enum").and_then(|e| e.as_array()).and_then(|e| e.first()) {
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(|e| e.as_array())
+        .and_then(|e| e.first())
+    {
         return first.clone();
     }
     let kind = match schema.get("type") {
         Some(Value::String(t)) => t.as_str(),
-        Some(Value::Array(types)) => types.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("null"),
+        Some(Value::Array(types)) => types
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("null"),
         _ if schema.get("properties").is_some() => "object",
         _ => "object",
     };
@@ -94,15 +106,33 @@ mod tests {
             "properties": {"is_spam": {"type": "boolean"}, "confidence": {"type": "number"},
                            "reason": {"type": "string"}, "kind": {"enum": ["a", "b"]}}
         }}});
-        let request = ChatRequest { model: None, messages: &[], tools: &[], response_format: Some(&format) };
-        let answer: Value = serde_json::from_str(complete(&request).message.content.as_deref().unwrap()).unwrap();
-        assert_eq!(answer, json!({"is_spam": false, "confidence": 0, "reason": "offline", "kind": "a"}));
+        let request = ChatRequest {
+            model: None,
+            messages: &[],
+            tools: &[],
+            response_format: Some(&format),
+        };
+        let answer: Value =
+            serde_json::from_str(complete(&request).message.content.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            answer,
+            json!({"is_spam": false, "confidence": 0, "reason": "offline", "kind": "a"})
+        );
     }
 
     #[test]
     fn text_answers_are_tagged_and_count_turns() {
-        let messages = [ChatMessage::user("a"), ChatMessage::assistant("b"), ChatMessage::user("hi")];
-        let request = ChatRequest { model: None, messages: &messages, tools: &[], response_format: None };
+        let messages = [
+            ChatMessage::user("a"),
+            ChatMessage::assistant("b"),
+            ChatMessage::user("hi"),
+        ];
+        let request = ChatRequest {
+            model: None,
+            messages: &messages,
+            tools: &[],
+            response_format: None,
+        };
         let text = complete(&request).message.content.unwrap();
         assert!(text.starts_with(OFFLINE_TAG), "{text}");
         assert!(text.contains("turn 2") && text.contains("\"hi\""), "{text}");

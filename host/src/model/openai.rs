@@ -21,8 +21,15 @@ pub struct RemoteModel {
 }
 
 enum Endpoint {
-    OpenAi { base_url: String, model: String },
-    Azure { endpoint: String, deployment: String, api_version: String },
+    OpenAi {
+        base_url: String,
+        model: String,
+    },
+    Azure {
+        endpoint: String,
+        deployment: String,
+        api_version: String,
+    },
 }
 
 /// One failed attempt, with the pause the server asked for, if any.
@@ -35,23 +42,42 @@ impl RemoteModel {
     pub fn new(settings: ModelSettings, timeout: Duration) -> Result<Self, ModelError> {
         let mut headers = HeaderMap::new();
         let (endpoint, auth) = match settings {
-            ModelSettings::OpenAi { base_url, api_key, model } => {
+            ModelSettings::OpenAi {
+                base_url,
+                api_key,
+                model,
+            } => {
                 let auth = api_key.map(|k| (AUTHORIZATION.as_str(), format!("Bearer {k}")));
                 (Endpoint::OpenAi { base_url, model }, auth)
             }
-            ModelSettings::Azure { endpoint, deployment, api_key, api_version } => {
+            ModelSettings::Azure {
+                endpoint,
+                deployment,
+                api_key,
+                api_version,
+            } => {
                 let auth = api_key.map(|k| ("api-key", k));
-                (Endpoint::Azure { endpoint, deployment, api_version }, auth)
+                (
+                    Endpoint::Azure {
+                        endpoint,
+                        deployment,
+                        api_version,
+                    },
+                    auth,
+                )
             }
             ModelSettings::Offline => {
-                return Err(ModelError::BadResponse("offline settings given to the remote model".into()))
+                return Err(ModelError::BadResponse(
+                    "offline settings given to the remote model".into(),
+                ))
             }
         };
         if let Some((name, value)) = auth {
-            let mut value = HeaderValue::from_str(&value).map_err(|_| ModelError::Unauthorized {
-                status: 0,
-                body: "the API key contains characters that cannot be sent in a header".into(),
-            })?;
+            let mut value =
+                HeaderValue::from_str(&value).map_err(|_| ModelError::Unauthorized {
+                    status: 0,
+                    body: "the API key contains characters that cannot be sent in a header".into(),
+                })?;
             value.set_sensitive(true);
             headers.insert(name, value);
         }
@@ -59,14 +85,23 @@ impl RemoteModel {
             .default_headers(headers)
             .timeout(timeout)
             .build()
-            .map_err(|e| ModelError::Unreachable { url: String::new(), reason: e.to_string() })?;
+            .map_err(|e| ModelError::Unreachable {
+                url: String::new(),
+                reason: e.to_string(),
+            })?;
         Ok(Self { http, endpoint })
     }
 
     pub fn describe(&self) -> String {
         match &self.endpoint {
-            Endpoint::OpenAi { base_url, model } => format!("OpenAI-compatible model {model} at {base_url}"),
-            Endpoint::Azure { endpoint, deployment, .. } => {
+            Endpoint::OpenAi { base_url, model } => {
+                format!("OpenAI-compatible model {model} at {base_url}")
+            }
+            Endpoint::Azure {
+                endpoint,
+                deployment,
+                ..
+            } => {
                 format!("Azure OpenAI deployment {deployment} at {endpoint}")
             }
         }
@@ -88,7 +123,11 @@ impl RemoteModel {
                 body.insert("model".into(), json!(model));
                 format!("{base_url}/chat/completions")
             }
-            Endpoint::Azure { endpoint, deployment, api_version } => {
+            Endpoint::Azure {
+                endpoint,
+                deployment,
+                api_version,
+            } => {
                 let deployment = request.model.unwrap_or(deployment);
                 format!("{endpoint}/openai/deployments/{deployment}/chat/completions?api-version={api_version}")
             }
@@ -123,9 +162,15 @@ impl RemoteModel {
     }
 
     async fn attempt(&self, url: &str, body: &Value) -> Result<ChatResponse, Attempt> {
-        let fail = |error| Attempt { error, retry_after: None };
+        let fail = |error| Attempt {
+            error,
+            retry_after: None,
+        };
         let response = self.http.post(url).json(body).send().await.map_err(|e| {
-            fail(ModelError::Unreachable { url: redact_query(url), reason: error_chain(&e) })
+            fail(ModelError::Unreachable {
+                url: redact_query(url),
+                reason: error_chain(&e),
+            })
         })?;
         let status = response.status();
         if status.is_success() {
@@ -203,7 +248,10 @@ impl WireResponse {
             .into_iter()
             .next()
             .ok_or_else(|| ModelError::BadResponse("the response has no choices".into()))?;
-        Ok(ChatResponse { message: choice.message, usage: self.usage.unwrap_or_default() })
+        Ok(ChatResponse {
+            message: choice.message,
+            usage: self.usage.unwrap_or_default(),
+        })
     }
 }
 
@@ -221,15 +269,30 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("retry-after", HeaderValue::from_static("86400"));
         assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
-        h.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+        h.insert(
+            "retry-after",
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
         assert_eq!(retry_after(&h), None);
     }
 
     #[test]
     fn only_transient_failures_are_retried() {
-        assert!(is_retryable(&ModelError::Status { status: 429, body: String::new() }));
-        assert!(is_retryable(&ModelError::Status { status: 503, body: String::new() }));
-        assert!(!is_retryable(&ModelError::Status { status: 400, body: String::new() }));
-        assert!(!is_retryable(&ModelError::Unauthorized { status: 401, body: String::new() }));
+        assert!(is_retryable(&ModelError::Status {
+            status: 429,
+            body: String::new()
+        }));
+        assert!(is_retryable(&ModelError::Status {
+            status: 503,
+            body: String::new()
+        }));
+        assert!(!is_retryable(&ModelError::Status {
+            status: 400,
+            body: String::new()
+        }));
+        assert!(!is_retryable(&ModelError::Unauthorized {
+            status: 401,
+            body: String::new()
+        }));
     }
 }

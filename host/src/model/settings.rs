@@ -30,7 +30,9 @@ pub enum ModelSettings {
 pub enum SettingsError {
     #[error("AZURE_OPENAI_ENDPOINT is set but neither AZURE_OPENAI_DEPLOYMENT_NAME nor AZURE_OPENAI_CHAT_DEPLOYMENT_NAME is: set the deployment to call")]
     MissingAzureDeployment,
-    #[error("OPENAI_BASE_URL is set but OPENAI_MODEL is not: set the model to call (e.g. gpt-4o-mini)")]
+    #[error(
+        "OPENAI_BASE_URL is set but OPENAI_MODEL is not: set the model to call (e.g. gpt-4o-mini)"
+    )]
     MissingOpenAiModel,
 }
 
@@ -42,7 +44,11 @@ impl ModelSettings {
 
     /// Azure wins when both are configured, as it is the more specific setup.
     pub fn from_vars(vars: &HashMap<String, String>) -> Result<Self, SettingsError> {
-        let get = |k: &str| vars.get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let get = |k: &str| {
+            vars.get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         if let Some(endpoint) = get("AZURE_OPENAI_ENDPOINT") {
             let deployment = get("AZURE_OPENAI_DEPLOYMENT_NAME")
                 .or_else(|| get("AZURE_OPENAI_CHAT_DEPLOYMENT_NAME"))
@@ -76,12 +82,18 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn nothing_set_means_offline() {
-        assert_eq!(ModelSettings::from_vars(&vars(&[])), Ok(ModelSettings::Offline));
+        assert_eq!(
+            ModelSettings::from_vars(&vars(&[])),
+            Ok(ModelSettings::Offline)
+        );
     }
 
     #[test]

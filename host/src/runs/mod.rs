@@ -31,7 +31,12 @@ pub struct Runs {
 }
 
 impl Runs {
-    pub fn new(store: Store, registry: Arc<Registry>, runner: AgentRunner, session_ttl: Option<Duration>) -> Arc<Self> {
+    pub fn new(
+        store: Store,
+        registry: Arc<Registry>,
+        runner: AgentRunner,
+        session_ttl: Option<Duration>,
+    ) -> Arc<Self> {
         let (finished, _) = broadcast::channel(1024);
         Arc::new(Self {
             store,
@@ -68,7 +73,11 @@ impl Runs {
     }
 
     /// Waits up to `budget` for the run to finish; `None` when it has not.
-    pub async fn wait_for(&self, correlation_id: &str, budget: Duration) -> Result<Option<RunRecord>, StoreError> {
+    pub async fn wait_for(
+        &self,
+        correlation_id: &str,
+        budget: Duration,
+    ) -> Result<Option<RunRecord>, StoreError> {
         // Subscribe before reading, so a completion between the read and the
         // wait is not missed.
         let mut finished = self.finished.subscribe();
@@ -137,7 +146,10 @@ impl Runs {
     }
 
     fn retire(&self, session: &SessionKey) {
-        self.workers.lock().unwrap_or_else(|p| p.into_inner()).remove(session);
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session);
     }
 
     async fn execute(&self, run: RunRecord) {
@@ -152,10 +164,16 @@ impl Runs {
             None => Err(AgentError::AgentGone(run.agent.clone())),
         };
         let stored = match &result {
-            Ok(outcome) => self.store.complete_run(&id, &outcome.response, outcome.usage).await,
+            Ok(outcome) => {
+                self.store
+                    .complete_run(&id, &outcome.response, outcome.usage)
+                    .await
+            }
             Err(e) => {
                 tracing::warn!(error = %e, code = e.code(), "run failed");
-                self.store.fail_run(&id, &e.to_string(), e.code(), Default::default()).await
+                self.store
+                    .fail_run(&id, &e.to_string(), e.code(), Default::default())
+                    .await
             }
         };
         if let Err(e) = stored {
@@ -169,7 +187,10 @@ impl Runs {
     pub async fn shutdown(&self, grace: Duration) {
         self.stopping.cancel();
         self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!(grace = ?grace, "runs still executing after the grace period; they resume at next start");
         }
     }

@@ -19,21 +19,33 @@ pub struct ArtifactCache {
 
 impl ArtifactCache {
     pub fn open(dir: &Path, engine: &Engine) -> Result<Self, LoadError> {
-        std::fs::create_dir_all(dir).map_err(|e| LoadError::Cache { path: dir.to_path_buf(), source: e })?;
+        std::fs::create_dir_all(dir).map_err(|e| LoadError::Cache {
+            path: dir.to_path_buf(),
+            source: e,
+        })?;
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
-        Ok(Self { dir: Arc::new(dir.to_path_buf()), engine_hash: format!("{:016x}", hasher.finish()).into() })
+        Ok(Self {
+            dir: Arc::new(dir.to_path_buf()),
+            engine_hash: format!("{:016x}", hasher.finish()).into(),
+        })
     }
 
     fn path_for(&self, digest: &str) -> PathBuf {
         let digest = digest.trim_start_matches("sha256:");
-        self.dir.join(format!("{digest}-{}.cwasm", self.engine_hash))
+        self.dir
+            .join(format!("{digest}-{}.cwasm", self.engine_hash))
     }
 
     /// Returns the compiled component and whether it came from the cache.
     /// A cached artifact that fails to load (truncated, other engine) is
     /// replaced by a fresh compile rather than failing the load.
-    pub fn get_or_compile(&self, engine: &Engine, digest: &str, bytes: &[u8]) -> Result<(Component, bool), LoadError> {
+    pub fn get_or_compile(
+        &self,
+        engine: &Engine,
+        digest: &str,
+        bytes: &[u8],
+    ) -> Result<(Component, bool), LoadError> {
         let path = self.path_for(digest);
         if path.exists() {
             // SAFETY: the cache directory is owned by this host; every file in
@@ -41,21 +53,27 @@ impl ArtifactCache {
             // includes the engine's compatibility hash.
             match unsafe { Component::deserialize_file(engine, &path) } {
                 Ok(component) => return Ok((component, true)),
-                Err(e) => tracing::warn!(path = %path.display(), error = %error::describe(&e), "discarding unusable cached artifact"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %error::describe(&e), "discarding unusable cached artifact")
+                }
             }
         }
-        let component = Component::from_binary(engine, bytes).map_err(|e| LoadError::Compile(error::describe(&e)))?;
+        let component = Component::from_binary(engine, bytes)
+            .map_err(|e| LoadError::Compile(error::describe(&e)))?;
         match component.serialize() {
             Ok(artifact) => {
                 // Write then rename, so a crash never leaves a torn artifact under the final name.
                 let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-                let written = std::fs::write(&tmp, artifact).and_then(|()| std::fs::rename(&tmp, &path));
+                let written =
+                    std::fs::write(&tmp, artifact).and_then(|()| std::fs::rename(&tmp, &path));
                 if let Err(e) = written {
                     tracing::warn!(path = %path.display(), error = %e, "could not cache compiled artifact");
                     let _ = std::fs::remove_file(&tmp);
                 }
             }
-            Err(e) => tracing::warn!(error = %error::describe(&e), "could not serialize compiled artifact"),
+            Err(e) => {
+                tracing::warn!(error = %error::describe(&e), "could not serialize compiled artifact")
+            }
         }
         Ok((component, false))
     }

@@ -11,11 +11,17 @@ pub enum LoadError {
     #[error("the wasm engine could not be created: {0}")]
     Engine(String),
     #[error("the artifact cache directory {path} is not usable: {source}")]
-    Cache { path: PathBuf, source: std::io::Error },
+    Cache {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0} has no usable file name")]
     BadFileName(PathBuf),
     #[error("could not read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("not a valid WebAssembly component: {0}")]
     Compile(String),
     #[error("the component needs imports this host does not offer: {0}")]
@@ -40,7 +46,11 @@ pub enum GuestError {
 }
 
 impl GuestError {
-    pub(super) fn from_call(component: &str, error: &wasmtime::Error, store: &Store<GuestState>) -> Self {
+    pub(super) fn from_call(
+        component: &str,
+        error: &wasmtime::Error,
+        store: &Store<GuestState>,
+    ) -> Self {
         let component = component.to_string();
         let reason = describe(error);
         if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
@@ -56,5 +66,9 @@ impl GuestError {
 /// The whole cause chain in one line: wasmtime's top-level message alone
 /// rarely says what went wrong.
 pub fn describe(error: &wasmtime::Error) -> String {
-    error.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+    error
+        .chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
 }

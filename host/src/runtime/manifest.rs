@@ -48,7 +48,10 @@ impl Manifest {
         for a in wit.activities {
             check_name("activity", &a.name).map_err(invalid)?;
             let parameters: Value = serde_json::from_str(&a.parameters_schema).map_err(|e| {
-                invalid(format!("activity '{}' has a parameters schema that is not JSON: {e}", a.name))
+                invalid(format!(
+                    "activity '{}' has a parameters schema that is not JSON: {e}",
+                    a.name
+                ))
             })?;
             if activities.iter().any(|x: &ActivitySpec| x.name == a.name) {
                 return Err(invalid(format!("activity '{}' is declared twice", a.name)));
@@ -58,8 +61,12 @@ impl Manifest {
                 description: a.description,
                 parameters,
                 approval: match a.approval {
-                    bindings::agenthost::host::types::ApprovalMode::NeverRequire => Approval::NeverRequire,
-                    bindings::agenthost::host::types::ApprovalMode::AlwaysRequire => Approval::AlwaysRequire,
+                    bindings::agenthost::host::types::ApprovalMode::NeverRequire => {
+                        Approval::NeverRequire
+                    }
+                    bindings::agenthost::host::types::ApprovalMode::AlwaysRequire => {
+                        Approval::AlwaysRequire
+                    }
                 },
             });
         }
@@ -69,7 +76,11 @@ impl Manifest {
             if agents.iter().any(|x| x.name == a.name) {
                 return Err(invalid(format!("agent '{}' is declared twice", a.name)));
             }
-            if let Some(missing) = a.tools.iter().find(|t| !activities.iter().any(|x| &x.name == *t)) {
+            if let Some(missing) = a
+                .tools
+                .iter()
+                .find(|t| !activities.iter().any(|x| &x.name == *t))
+            {
                 return Err(invalid(format!(
                     "agent '{}' lists tool '{missing}', which the component does not declare",
                     a.name
@@ -92,11 +103,15 @@ impl Manifest {
 fn check_name(kind: &str, name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if ok {
         Ok(())
     } else {
-        Err(format!("{kind} name '{name}' must be 1-64 characters of letters, digits, '_' or '-'"))
+        Err(format!(
+            "{kind} name '{name}' must be 1-64 characters of letters, digits, '_' or '-'"
+        ))
     }
 }
 

@@ -39,7 +39,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { memory_bytes: 128 << 20, cpu_time: Duration::from_secs(10) }
+        Self {
+            memory_bytes: 128 << 20,
+            cpu_time: Duration::from_secs(10),
+        }
     }
 }
 
@@ -94,7 +97,13 @@ impl Runtime {
         state::link(&mut linker)?;
         let cache = ArtifactCache::open(&config.cache_dir, &engine)?;
         let ticker = engine::EpochTicker::start(engine.clone());
-        Ok(Self { engine, linker, cache, limits: config.limits, _ticker: ticker })
+        Ok(Self {
+            engine,
+            linker,
+            cache,
+            limits: config.limits,
+            _ticker: ticker,
+        })
     }
 
     /// Reads, compiles (or loads from cache), validates and describes one file.
@@ -108,9 +117,10 @@ impl Runtime {
             .and_then(|s| s.to_str())
             .ok_or_else(|| LoadError::BadFileName(path.to_path_buf()))?
             .to_string();
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|e| LoadError::Read { path: path.to_path_buf(), source: e })?;
+        let bytes = tokio::fs::read(path).await.map_err(|e| LoadError::Read {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
         let engine = self.engine.clone();
         let cache = self.cache.clone();
@@ -123,7 +133,8 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Link(error::describe(&e)))?;
-        let pre = AgentComponentPre::new(instance_pre).map_err(|e| LoadError::Link(error::describe(&e)))?;
+        let pre = AgentComponentPre::new(instance_pre)
+            .map_err(|e| LoadError::Link(error::describe(&e)))?;
         let mut loaded = LoadedComponent {
             name,
             path: path.to_path_buf(),
@@ -139,7 +150,10 @@ impl Runtime {
         Ok(Arc::new(loaded))
     }
 
-    async fn describe(&self, component: &LoadedComponent) -> Result<bindings::Manifest, GuestError> {
+    async fn describe(
+        &self,
+        component: &LoadedComponent,
+    ) -> Result<bindings::Manifest, GuestError> {
         let (mut store, instance) = self.instantiate(component).await?;
         instance
             .agenthost_host_component()
@@ -180,7 +194,10 @@ impl Runtime {
             .pre
             .instantiate_async(&mut store)
             .await
-            .map_err(|e| GuestError::Instantiate { component: component.name.clone(), reason: error::describe(&e) })?;
+            .map_err(|e| GuestError::Instantiate {
+                component: component.name.clone(),
+                reason: error::describe(&e),
+            })?;
         Ok((store, instance))
     }
 }

@@ -10,7 +10,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{agenthost::host::logging, AgentComponent};
 use super::engine::TICK;
-use super::{error, LoadError, Limits};
+use super::{error, Limits, LoadError};
 
 pub struct GuestState {
     component: Arc<str>,
@@ -27,7 +27,10 @@ impl GuestState {
 
 impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -48,7 +51,8 @@ impl logging::Host for GuestState {
 /// Rust std compiles and runs; what each interface may reach is decided by the
 /// `WasiCtx` built in [`new_store`].
 pub fn link(linker: &mut Linker<GuestState>) -> Result<(), LoadError> {
-    wasmtime_wasi::p2::add_to_linker_async(linker).map_err(|e| LoadError::Engine(error::describe(&e)))?;
+    wasmtime_wasi::p2::add_to_linker_async(linker)
+        .map_err(|e| LoadError::Engine(error::describe(&e)))?;
     AgentComponent::add_to_linker::<_, HasSelf<GuestState>>(linker, |s| s)
         .map_err(|e| LoadError::Engine(error::describe(&e)))?;
     Ok(())
@@ -62,7 +66,10 @@ pub fn new_store(engine: &Engine, component: &str, limits: Limits) -> Store<Gues
         component: component.into(),
         wasi: WasiCtx::builder().build(),
         table: ResourceTable::new(),
-        memory: MemoryLimit { max: limits.memory_bytes, hit: Arc::new(AtomicBool::new(false)) },
+        memory: MemoryLimit {
+            max: limits.memory_bytes,
+            hit: Arc::new(AtomicBool::new(false)),
+        },
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.memory);
@@ -71,7 +78,11 @@ pub fn new_store(engine: &Engine, component: &str, limits: Limits) -> Store<Gues
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
         used += 1;
-        Ok(if used > budget { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
+        Ok(if used > budget {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Yield(1)
+        })
     });
     store
 }
@@ -84,7 +95,12 @@ struct MemoryLimit {
 }
 
 impl ResourceLimiter for MemoryLimit {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.max {
             self.hit.store(true, Ordering::Relaxed);
             return Ok(false);
@@ -92,7 +108,12 @@ impl ResourceLimiter for MemoryLimit {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
     }
 }

@@ -75,7 +75,10 @@ pub struct RunRecord {
 
 impl RunRecord {
     pub fn session(&self) -> SessionKey {
-        SessionKey { agent: self.agent.clone(), session_id: self.thread_id.clone() }
+        SessionKey {
+            agent: self.agent.clone(),
+            session_id: self.thread_id.clone(),
+        }
     }
 }
 

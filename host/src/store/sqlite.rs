@@ -27,7 +27,10 @@ impl Store {
             .filter(|p| !p.is_empty())
             .ok_or_else(|| StoreError::UnsupportedUrl(url.to_string()))?;
         let options = SqliteConnectOptions::from_str(&format!("sqlite:{path}"))
-            .map_err(|e| StoreError::Open { url: url.to_string(), source: e })?
+            .map_err(|e| StoreError::Open {
+                url: url.to_string(),
+                source: e,
+            })?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
@@ -37,7 +40,10 @@ impl Store {
             .max_connections(8)
             .connect_with(options)
             .await
-            .map_err(|e| StoreError::Open { url: url.to_string(), source: e })?;
+            .map_err(|e| StoreError::Open {
+                url: url.to_string(),
+                source: e,
+            })?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         Ok(Self { pool })
     }
@@ -45,7 +51,11 @@ impl Store {
     /// Stores a new run (pending) and touches its session. When the session has
     /// been idle longer than `ttl`, its history is dropped first, in the same
     /// transaction, so an expired thread never leaks into a new answer.
-    pub async fn enqueue_run(&self, run: &NewRun, ttl: Option<Duration>) -> Result<RunRecord, StoreError> {
+    pub async fn enqueue_run(
+        &self,
+        run: &NewRun,
+        ttl: Option<Duration>,
+    ) -> Result<RunRecord, StoreError> {
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
         if let Some(ttl) = ttl {
@@ -105,12 +115,18 @@ impl Store {
 
     pub async fn run(&self, correlation_id: &str) -> Result<Option<RunRecord>, StoreError> {
         let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE correlation_id = ?");
-        let row = sqlx::query(&sql).bind(correlation_id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql)
+            .bind(correlation_id)
+            .fetch_optional(&self.pool)
+            .await?;
         row.map(|r| run_from_row(&r)).transpose()
     }
 
     /// The oldest unfinished run of a session: the next one to execute.
-    pub async fn next_unfinished_run(&self, session: &SessionKey) -> Result<Option<RunRecord>, StoreError> {
+    pub async fn next_unfinished_run(
+        &self,
+        session: &SessionKey,
+    ) -> Result<Option<RunRecord>, StoreError> {
         let sql = format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE agent = ? AND session_id = ? \
              AND status IN ('pending', 'running') ORDER BY seq LIMIT 1"
@@ -132,7 +148,12 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| Ok(SessionKey { agent: r.try_get("agent")?, session_id: r.try_get("session_id")? }))
+            .map(|r| {
+                Ok(SessionKey {
+                    agent: r.try_get("agent")?,
+                    session_id: r.try_get("session_id")?,
+                })
+            })
             .collect()
     }
 
@@ -145,12 +166,37 @@ impl Store {
         Ok(())
     }
 
-    pub async fn complete_run(&self, correlation_id: &str, response: &str, usage: Usage) -> Result<(), StoreError> {
-        self.finish_run(correlation_id, RunStatus::Completed, Some(response), None, usage).await
+    pub async fn complete_run(
+        &self,
+        correlation_id: &str,
+        response: &str,
+        usage: Usage,
+    ) -> Result<(), StoreError> {
+        self.finish_run(
+            correlation_id,
+            RunStatus::Completed,
+            Some(response),
+            None,
+            usage,
+        )
+        .await
     }
 
-    pub async fn fail_run(&self, correlation_id: &str, error: &str, code: &str, usage: Usage) -> Result<(), StoreError> {
-        self.finish_run(correlation_id, RunStatus::Failed, None, Some((error, code)), usage).await
+    pub async fn fail_run(
+        &self,
+        correlation_id: &str,
+        error: &str,
+        code: &str,
+        usage: Usage,
+    ) -> Result<(), StoreError> {
+        self.finish_run(
+            correlation_id,
+            RunStatus::Failed,
+            None,
+            Some((error, code)),
+            usage,
+        )
+        .await
     }
 
     async fn finish_run(
@@ -161,7 +207,8 @@ impl Store {
         error: Option<(&str, &str)>,
         usage: Usage,
     ) -> Result<(), StoreError> {
-        let usage = serde_json::to_string(&usage).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let usage =
+            serde_json::to_string(&usage).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
             "UPDATE runs SET status = ?, response = ?, error = ?, error_code = ?, usage = ?, updated_at = ? \
              WHERE correlation_id = ?",
@@ -190,9 +237,12 @@ impl Store {
         rows.iter()
             .map(|r| {
                 let body: String = r.try_get("body")?;
-                let message: ChatMessage =
-                    serde_json::from_str(&body).map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?;
-                Ok(StoredMessage { correlation_id: r.try_get("correlation_id")?, message })
+                let message: ChatMessage = serde_json::from_str(&body)
+                    .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?;
+                Ok(StoredMessage {
+                    correlation_id: r.try_get("correlation_id")?,
+                    message,
+                })
             })
             .collect()
     }
@@ -205,7 +255,8 @@ impl Store {
         correlation_id: &str,
         message: &ChatMessage,
     ) -> Result<(), StoreError> {
-        let body = serde_json::to_string(message).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let body =
+            serde_json::to_string(message).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
         sqlx::query(
@@ -241,7 +292,10 @@ impl Store {
         .await?;
         let mut tx = self.pool.begin().await?;
         for row in &rows {
-            let key = SessionKey { agent: row.try_get("agent")?, session_id: row.try_get("id")? };
+            let key = SessionKey {
+                agent: row.try_get("agent")?,
+                session_id: row.try_get("id")?,
+            };
             delete_session(&mut tx, &key).await?;
         }
         tx.commit().await?;
@@ -254,7 +308,10 @@ impl Store {
     }
 }
 
-async fn delete_session(tx: &mut sqlx::SqliteConnection, key: &SessionKey) -> Result<(), StoreError> {
+async fn delete_session(
+    tx: &mut sqlx::SqliteConnection,
+    key: &SessionKey,
+) -> Result<(), StoreError> {
     sqlx::query("DELETE FROM messages WHERE agent = ? AND session_id = ?")
         .bind(&key.agent)
         .bind(&key.session_id)
@@ -272,18 +329,26 @@ fn run_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<RunRecord, StoreError> 
     let status: String = row.try_get("status")?;
     let format: Option<String> = row.try_get("response_format")?;
     let usage: Option<String> = row.try_get("usage")?;
-    let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("run {what}: {e}"));
+    let corrupt =
+        |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("run {what}: {e}"));
     Ok(RunRecord {
         correlation_id: row.try_get("correlation_id")?,
         agent: row.try_get("agent")?,
         thread_id: row.try_get("session_id")?,
         message: row.try_get("message")?,
-        status: RunStatus::parse(&status).ok_or_else(|| StoreError::Corrupt(format!("run status '{status}'")))?,
-        response_format: format.map(|f| serde_json::from_str(&f)).transpose().map_err(|e| corrupt("format", e))?,
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("run status '{status}'")))?,
+        response_format: format
+            .map(|f| serde_json::from_str(&f))
+            .transpose()
+            .map_err(|e| corrupt("format", e))?,
         response: row.try_get("response")?,
         error: row.try_get("error")?,
         error_code: row.try_get("error_code")?,
-        usage: usage.map(|u| serde_json::from_str(&u)).transpose().map_err(|e| corrupt("usage", e))?,
+        usage: usage
+            .map(|u| serde_json::from_str(&u))
+            .transpose()
+            .map_err(|e| corrupt("usage", e))?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })

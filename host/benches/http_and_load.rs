@@ -1,0 +1,239 @@
+//! `make bench`: measures, on this machine, and writes `target/bench/report.md`:
+//! - component load time, cold (Cranelift compile) and warm (artifact cache);
+//! - one tool call into a fresh instance (instantiate + call);
+//! - `/api/agents/writer/run` with the offline model through the real binary:
+//!   sequential latency, and requests/s with p50/p99 under concurrency.
+//!
+//! Medians and percentiles over many samples; nothing here asserts a speed.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenthost::runtime::{Limits, Runtime, RuntimeConfig};
+
+const COLD_ITERATIONS: usize = 5;
+const WARM_ITERATIONS: usize = 20;
+const TOOL_CALLS: usize = 500;
+const SEQUENTIAL_REQUESTS: usize = 300;
+const CONCURRENT_CLIENTS: usize = 16;
+const REQUESTS_PER_CLIENT: usize = 150;
+
+fn main() -> anyhow::Result<()> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let components = root.join("target/components");
+    for name in ["writer", "weather"] {
+        anyhow::ensure!(
+            components.join(format!("{name}.wasm")).exists(),
+            "run `make components` first"
+        );
+    }
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut report = String::from("# agenthost benchmark report\n\n");
+    report += &format!(
+        "Machine: {} cores. Built with the `bench` (release) profile.\n\n",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    report += &tokio.block_on(component_loading(&components))?;
+    report += &tokio.block_on(http_runs(&components))?;
+    let out = root.join("target/bench");
+    std::fs::create_dir_all(&out)?;
+    std::fs::write(out.join("report.md"), &report)?;
+    println!("{report}");
+    println!("(written to {})", out.join("report.md").display());
+    Ok(())
+}
+
+fn runtime(cache: &Path) -> anyhow::Result<Runtime> {
+    Runtime::new(RuntimeConfig {
+        cache_dir: cache.to_path_buf(),
+        limits: Limits::default(),
+        max_instances: 64,
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+async fn component_loading(components: &Path) -> anyhow::Result<String> {
+    let mut out = String::from("## Component load\n\n| component | size | cold (compile) median | warm (cache) median |\n|---|---|---|---|\n");
+    for name in ["writer", "weather"] {
+        let file = components.join(format!("{name}.wasm"));
+        let size = std::fs::metadata(&file)?.len();
+        let mut cold = Vec::new();
+        for _ in 0..COLD_ITERATIONS {
+            let cache = tempfile::tempdir()?;
+            let rt = runtime(cache.path())?;
+            let start = Instant::now();
+            rt.load(&file).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            cold.push(start.elapsed());
+        }
+        let cache = tempfile::tempdir()?;
+        runtime(cache.path())?
+            .load(&file)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut warm = Vec::new();
+        for _ in 0..WARM_ITERATIONS {
+            let rt = runtime(cache.path())?;
+            let start = Instant::now();
+            let loaded = rt.load(&file).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            warm.push(start.elapsed());
+            anyhow::ensure!(loaded.from_cache, "warm load did not use the cache");
+        }
+        out += &format!(
+            "| {name} | {} KiB | {} | {} |\n",
+            size / 1024,
+            fmt(percentile(&mut cold, 50.0)),
+            fmt(percentile(&mut warm, 50.0))
+        );
+    }
+
+    let cache = tempfile::tempdir()?;
+    let rt = runtime(cache.path())?;
+    let weather = rt
+        .load(&components.join("weather.wasm"))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut calls = Vec::with_capacity(TOOL_CALLS);
+    for _ in 0..TOOL_CALLS {
+        let start = Instant::now();
+        let result = rt
+            .invoke_activity(&weather, "get_weather", r#"{"city":"Paris"}"#)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        calls.push(start.elapsed());
+        anyhow::ensure!(result.is_ok(), "tool call failed: {result:?}");
+    }
+    out += &format!(
+        "\nTool call into a fresh instance (`weather.get_weather`: instantiate + call + drop), {TOOL_CALLS} calls: \
+         p50 {}, p99 {}.\n\n",
+        fmt(percentile(&mut calls, 50.0)),
+        fmt(percentile(&mut calls, 99.0))
+    );
+    Ok(out)
+}
+
+async fn http_runs(components: &Path) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let component_dir = dir.path().join("components");
+    std::fs::create_dir_all(&component_dir)?;
+    for name in ["writer", "weather"] {
+        std::fs::copy(
+            components.join(format!("{name}.wasm")),
+            component_dir.join(format!("{name}.wasm")),
+        )?;
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agenthost"));
+    command
+        .args(["serve", "--port", "0", "--components"])
+        .arg(&component_dir)
+        .arg("--store")
+        .arg(format!(
+            "sqlite://{}",
+            dir.path().join("bench.db").display()
+        ))
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .env("AGENTHOST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for key in ["OPENAI_BASE_URL", "OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT"] {
+        command.env_remove(key);
+    }
+    let mut child = command.spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let base = loop {
+        let line = lines
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("host exited before listening"))??;
+        if let Some(url) = line.strip_prefix("agenthost listening on ") {
+            break url.to_string();
+        }
+    };
+    let result = measure_http(&base).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+async fn measure_http(base: &str) -> anyhow::Result<String> {
+    let url = Arc::new(format!("{base}/api/agents/writer/run"));
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()?;
+    let run = |http: reqwest::Client, url: Arc<String>| async move {
+        let start = Instant::now();
+        let response = http
+            .post(url.as_str())
+            .body("Write a haiku about tea")
+            .send()
+            .await?;
+        anyhow::ensure!(response.status() == 200, "status {}", response.status());
+        response.bytes().await?;
+        Ok::<_, anyhow::Error>(start.elapsed())
+    };
+    for _ in 0..50 {
+        run(http.clone(), url.clone()).await?;
+    }
+    let mut sequential = Vec::with_capacity(SEQUENTIAL_REQUESTS);
+    for _ in 0..SEQUENTIAL_REQUESTS {
+        sequential.push(run(http.clone(), url.clone()).await?);
+    }
+
+    let start = Instant::now();
+    let clients: Vec<_> = (0..CONCURRENT_CLIENTS)
+        .map(|_| {
+            let (http, url) = (http.clone(), url.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(REQUESTS_PER_CLIENT);
+                for _ in 0..REQUESTS_PER_CLIENT {
+                    latencies.push(run(http.clone(), url.clone()).await?);
+                }
+                Ok::<_, anyhow::Error>(latencies)
+            })
+        })
+        .collect();
+    let mut concurrent = Vec::new();
+    for client in clients {
+        concurrent.extend(client.await??);
+    }
+    let elapsed = start.elapsed();
+    let total = concurrent.len();
+    Ok(format!(
+        "## `POST /api/agents/writer/run` (offline model, SQLite store, new thread per request)\n\n\
+         | load | requests | requests/s | p50 | p99 |\n|---|---|---|---|---|\n\
+         | 1 client, sequential | {SEQUENTIAL_REQUESTS} | {:.0} | {} | {} |\n\
+         | {CONCURRENT_CLIENTS} concurrent clients | {total} | {:.0} | {} | {} |\n",
+        SEQUENTIAL_REQUESTS as f64 / sequential.iter().sum::<Duration>().as_secs_f64(),
+        fmt(percentile(&mut sequential, 50.0)),
+        fmt(percentile(&mut sequential, 99.0)),
+        total as f64 / elapsed.as_secs_f64(),
+        fmt(percentile(&mut concurrent, 50.0)),
+        fmt(percentile(&mut concurrent, 99.0)),
+    ))
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let rank = ((p / 100.0) * (samples.len() as f64 - 1.0)).round() as usize;
+    samples[rank.min(samples.len() - 1)]
+}
+
+fn fmt(d: Duration) -> String {
+    if d >= Duration::from_millis(10) {
+        format!("{:.0} ms", d.as_secs_f64() * 1e3)
+    } else if d >= Duration::from_millis(1) {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.0} µs", d.as_secs_f64() * 1e6)
+    }
+}
