@@ -3,19 +3,21 @@
 
 CARGO       ?= cargo
 WASM_TARGET := wasm32-wasip2
-SAMPLES     := writer weather scientists
+SAMPLES     := writer weather scientists chaining parallel spam approval
+TEST_GUESTS := orchestration-tests versioned
 COMPONENTS  := target/components
+TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test components release bench toolchain lint
+.PHONY: run test components test-components release bench toolchain lint
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
 	./target/release/agenthost serve --components $(COMPONENTS) --store sqlite://agenthost.db --port $(PORT)
 
 ## The whole suite: formatting, lints (host and guests) and every test.
-test: components lint
-	$(CARGO) test --workspace --exclude writer --exclude weather --exclude scientists
+test: components test-components lint
+	$(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
 
 ## One component per sample: target/components/NAME.wasm.
 components: toolchain
@@ -24,18 +26,28 @@ components: toolchain
 	@for s in $(SAMPLES); do cp target/$(WASM_TARGET)/release/$$s.wasm $(COMPONENTS)/$$s.wasm; done
 	@ls -l $(COMPONENTS)
 
+# Guests only the tests use; `versioned` is built twice (v1, and v2 with other steps).
+test-components: toolchain
+	$(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned
+	@mkdir -p $(TEST_COMPONENTS)
+	cp target/$(WASM_TARGET)/release/orchestration_tests.wasm $(TEST_COMPONENTS)/orchestration-tests.wasm
+	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v1.wasm
+	$(CARGO) build --target $(WASM_TARGET) --release -p versioned --features v2
+	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v2.wasm
+
 ## The host binary: target/release/agenthost.
 release:
 	$(CARGO) build --release -p agenthost
 
 ## Throughput/latency and component load benchmarks; report in target/bench/report.md.
-bench: components
+bench: components test-components
 	$(CARGO) bench -p agenthost --bench http_and_load
+	$(CARGO) bench -p agenthost --bench durable
 
 lint: toolchain
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --exclude writer --exclude weather --exclude scientists --all-targets -- -D warnings
-	$(CARGO) clippy --target $(WASM_TARGET) $(addprefix -p ,$(SAMPLES)) -- -D warnings
+	$(CARGO) clippy --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS)) --all-targets -- -D warnings
+	$(CARGO) clippy --target $(WASM_TARGET) $(addprefix -p ,$(SAMPLES) $(TEST_GUESTS)) -- -D warnings
 
 # rustup does not add the targets of rust-toolchain.toml to a toolchain that is
 # already installed, and a fresh machine has only the native target.

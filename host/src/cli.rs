@@ -57,6 +57,10 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
 
+    /// Largest orchestration input, output or event payload, in bytes.
+    #[arg(long, env = "AGENTHOST_MAX_PAYLOAD_BYTES", default_value_t = 1 << 20)]
+    pub max_payload_bytes: usize,
+
     /// Forget sessions idle for this long (e.g. `30m`, `7d`). Default: never.
     #[arg(long, env = "AGENTHOST_SESSION_TTL", value_parser = humantime::parse_duration)]
     pub session_ttl: Option<Duration>,

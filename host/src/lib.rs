@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod cli;
+pub mod durable;
 pub mod http;
 pub mod model;
 pub mod registry;
@@ -12,3 +13,4 @@ pub mod runs;
 pub mod runtime;
 pub mod server;
 pub mod store;
+pub mod workers;

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agents::AgentRunner;
 use crate::cli::ServeArgs;
+use crate::durable::{Orchestrator, OrchestratorConfig};
 use crate::http::{self, AppState, HttpConfig};
 use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
@@ -59,6 +60,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let runner = AgentRunner::new(runtime.clone(), model, store.clone(), args.max_tool_rounds);
     let runs = Runs::new(store.clone(), registry.clone(), runner, args.session_ttl);
+    let orchestrator = Orchestrator::new(
+        store.clone(),
+        registry.clone(),
+        runtime.clone(),
+        runs.clone(),
+        OrchestratorConfig {
+            max_payload_bytes: args.max_payload_bytes,
+        },
+    );
+    orchestrator.start();
     let resumed = runs
         .resume_unfinished()
         .await
@@ -76,6 +87,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let state = AppState {
         registry,
         runs: runs.clone(),
+        orchestrator: orchestrator.clone(),
         store: store.clone(),
         config: Arc::new(HttpConfig {
             health_enabled: args.enable_health_check,
@@ -113,7 +125,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(grace = ?args.shutdown_grace, "stopping: no new requests; letting in-flight runs finish");
     stop.cancel();
     let deadline = tokio::time::Instant::now() + args.shutdown_grace;
-    runs.shutdown(args.shutdown_grace).await;
+    tokio::join!(
+        runs.shutdown(args.shutdown_grace),
+        orchestrator.shutdown(args.shutdown_grace)
+    );
     if tokio::time::timeout_at(deadline, server).await.is_err() {
         tracing::warn!("closing connections still open after the grace period");
     }

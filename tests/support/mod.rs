@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod durable;
 pub mod fake_model;
 pub mod host;
 
@@ -16,17 +17,17 @@ pub fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `target/components/NAME.wasm`, built once per test run by `make components`.
+/// `target/components/NAME.wasm` (a sample, built by `make components`) or
+/// `target/test-components/NAME.wasm` (a test guest, built by `make test-components`).
+/// `make test` builds both once per run.
 pub fn component(name: &str) -> PathBuf {
-    let path = workspace()
-        .join("target/components")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is missing: run `make components` (or `make test`, which builds them first)",
-        path.display()
-    );
-    path
+    for dir in ["target/components", "target/test-components"] {
+        let path = workspace().join(dir).join(format!("{name}.wasm"));
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("component {name}.wasm is missing: run `make components test-components` (or `make test`, which builds them first)");
 }
 
 pub fn client() -> reqwest::Client {

@@ -1,6 +1,7 @@
 //! The values a component is made of: its agents and its tools.
 
 use crate::bindings::agenthost::host::types as wit;
+use crate::orchestration::Orchestration;
 use crate::tool::Tool;
 
 /// Everything one wasm component offers the host: one or more agents and the
@@ -9,6 +10,7 @@ use crate::tool::Tool;
 pub struct Component {
     agents: Vec<Agent>,
     tools: Vec<Tool>,
+    orchestrations: Vec<Orchestration>,
 }
 
 impl Component {
@@ -35,10 +37,30 @@ impl Component {
         self
     }
 
+    /// Adds a durable orchestration.
+    pub fn orchestration(mut self, orchestration: Orchestration) -> Self {
+        self.orchestrations.push(orchestration);
+        self
+    }
+
     pub(crate) fn manifest(&self) -> wit::Manifest {
         wit::Manifest {
             agents: self.agents.iter().map(Agent::to_wit).collect(),
             activities: self.tools.iter().map(Tool::to_wit).collect(),
+            orchestrations: self
+                .orchestrations
+                .iter()
+                .map(Orchestration::to_wit)
+                .collect(),
+        }
+    }
+
+    pub(crate) fn run_orchestration(&self, name: &str, input: &str) -> Result<String, String> {
+        match self.orchestrations.iter().find(|o| o.name() == name) {
+            Some(orchestration) => orchestration.run(input),
+            None => Err(format!(
+                "this component has no orchestration named '{name}'"
+            )),
         }
     }
 

@@ -1,4 +1,5 @@
-//! Write `agenthost` agents and their tools as WebAssembly components.
+//! Write `agenthost` agents, their tools and durable orchestrations as
+//! WebAssembly components.
 //!
 //! A component is built from plain Rust values: [`Agent`]s (a name and
 //! instructions for the model) and [`Tool`]s (ordinary functions whose JSON
@@ -44,9 +45,13 @@
 //! `cdylib`) and copy the `.wasm` into the host's components directory.
 
 mod component;
+mod orchestration;
 mod tool;
 
 pub use component::{Agent, Component};
+pub use orchestration::{
+    ActivityCall, AgentCall, Context, Orchestration, Pending, RetryPolicy, Session, Task, TaskError,
+};
 pub use tool::{Approval, Tool, ToolError};
 
 // Lets the generated bindings name this crate by its public path, the same path
@@ -59,7 +64,7 @@ extern crate self as agenthost_guest;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "agent-component",
+        world: "agenthost-component",
         pub_export_macro: true,
         export_macro_name: "export_bindings",
         default_bindings_module: "agenthost_guest::bindings",
@@ -92,6 +97,14 @@ pub mod __private {
         arguments: &str,
     ) -> Result<String, wit::ActivityError> {
         component.invoke(name, arguments)
+    }
+
+    pub fn run_orchestration(
+        component: &Component,
+        name: &str,
+        input: &str,
+    ) -> Result<String, String> {
+        component.run_orchestration(name, input)
     }
 }
 
@@ -126,6 +139,13 @@ macro_rules! export {
                 $crate::bindings::exports::agenthost::host::component::ActivityError,
             > {
                 $crate::__private::invoke(Self::component(), &name, &arguments)
+            }
+
+            fn run_orchestration(
+                name: ::std::string::String,
+                input: ::std::string::String,
+            ) -> ::std::result::Result<::std::string::String, ::std::string::String> {
+                $crate::__private::run_orchestration(Self::component(), &name, &input)
             }
         }
 

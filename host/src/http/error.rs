@@ -70,3 +70,11 @@ pub async fn no_route(method: Method, uri: Uri) -> ApiError {
         format!("no route for {method} {}", uri.path()),
     )
 }
+
+pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}

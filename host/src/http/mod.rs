@@ -3,6 +3,8 @@
 mod agents;
 mod error;
 mod health;
+mod instances;
+mod orchestrators;
 mod runs;
 
 pub use error::ApiError;
@@ -14,6 +16,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::durable::Orchestrator;
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::store::Store;
@@ -32,6 +35,7 @@ pub struct HttpConfig {
 pub struct AppState {
     pub registry: Arc<Registry>,
     pub runs: Arc<Runs>,
+    pub orchestrator: Arc<Orchestrator>,
     pub store: Store,
     pub config: Arc<HttpConfig>,
 }
@@ -39,12 +43,47 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/api/agents/{name}/run", post(agents::run))
-        .route("/api/agents/{name}/runs/{correlation_id}", get(runs::get));
+        .route("/api/agents/{name}/runs/{correlation_id}", get(runs::get))
+        .route("/api/orchestrators/{name}", post(orchestrators::start))
+        .route(
+            "/api/orchestrators/{name}/{instance_id}",
+            post(orchestrators::start_with_id),
+        )
+        // Component-declared routes; any other method is an unknown route.
+        .route(
+            "/api/{*path}",
+            post(orchestrators::declared_route).fallback(error::no_route),
+        )
+        .route(
+            "/runtime/webhooks/durabletask/instances",
+            get(instances::list).delete(instances::purge_matching),
+        )
+        .route(
+            "/runtime/webhooks/durabletask/instances/{id}",
+            get(instances::get).delete(instances::purge),
+        )
+        .route(
+            "/runtime/webhooks/durabletask/instances/{id}/raiseEvent/{event}",
+            post(instances::raise_event),
+        )
+        .route(
+            "/runtime/webhooks/durabletask/instances/{id}/terminate",
+            post(instances::terminate),
+        )
+        .route(
+            "/runtime/webhooks/durabletask/instances/{id}/suspend",
+            post(instances::suspend),
+        )
+        .route(
+            "/runtime/webhooks/durabletask/instances/{id}/resume",
+            post(instances::resume),
+        );
     if state.config.health_enabled {
         router = router.route("/api/health", get(health::get));
     }
     router
         .fallback(error::no_route)
+        .method_not_allowed_fallback(error::method_not_allowed)
         // The run handler enforces the limit itself, to answer 413 in JSON.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)

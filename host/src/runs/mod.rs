@@ -6,8 +6,7 @@
 //! is left. Because the order comes from the store, a restart resumes in the
 //! same order, and no in-memory queue can drift from what was accepted.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -17,14 +16,14 @@ use tokio_util::task::TaskTracker;
 use crate::agents::{AgentError, AgentRunner};
 use crate::registry::Registry;
 use crate::store::{NewRun, RunRecord, SessionKey, Store, StoreError};
+use crate::workers::KeyedWorkers;
 
 pub struct Runs {
     store: Store,
     registry: Arc<Registry>,
     runner: AgentRunner,
     session_ttl: Option<Duration>,
-    /// Sessions with a live worker; `true` means "look again before exiting".
-    workers: Mutex<HashMap<SessionKey, bool>>,
+    workers: KeyedWorkers<SessionKey>,
     finished: broadcast::Sender<String>,
     stopping: CancellationToken,
     tracker: TaskTracker,
@@ -43,7 +42,7 @@ impl Runs {
             registry,
             runner,
             session_ttl,
-            workers: Mutex::new(HashMap::new()),
+            workers: KeyedWorkers::default(),
             finished,
             stopping: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -101,16 +100,9 @@ impl Runs {
     }
 
     fn wake(self: &Arc<Self>, session: SessionKey) {
-        if self.stopping.is_cancelled() {
+        if self.stopping.is_cancelled() || !self.workers.claim(&session) {
             return;
         }
-        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(again) = workers.get_mut(&session) {
-            *again = true;
-            return;
-        }
-        workers.insert(session.clone(), false);
-        drop(workers);
         let this = self.clone();
         self.tracker.spawn(async move { this.work(session).await });
     }
@@ -118,38 +110,20 @@ impl Runs {
     async fn work(self: Arc<Self>, session: SessionKey) {
         loop {
             if self.stopping.is_cancelled() {
-                self.retire(&session);
+                self.workers.release(&session);
                 return;
             }
-            let next = match self.store.next_unfinished_run(&session).await {
-                Ok(next) => next,
+            match self.store.next_unfinished_run(&session).await {
+                Ok(Some(run)) => self.execute(run).await,
+                Ok(None) if self.workers.look_again(&session) => {}
+                Ok(None) => return,
                 Err(e) => {
                     tracing::error!(agent = %session.agent, session = %session.session_id, error = %e, "could not read the next run; will retry at next start");
-                    self.retire(&session);
+                    self.workers.release(&session);
                     return;
-                }
-            };
-            match next {
-                Some(run) => self.execute(run).await,
-                None => {
-                    let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-                    match workers.get_mut(&session) {
-                        Some(again) if *again => *again = false,
-                        _ => {
-                            workers.remove(&session);
-                            return;
-                        }
-                    }
                 }
             }
         }
-    }
-
-    fn retire(&self, session: &SessionKey) {
-        self.workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(session);
     }
 
     async fn execute(&self, run: RunRecord) {

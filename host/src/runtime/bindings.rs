@@ -1,8 +1,11 @@
-//! Host bindings generated from `wit/` for the `agent-component` world.
+//! Host bindings generated from `wit/` for the `agenthost-component` world.
+//! Imports are trappable: `durable` suspends an orchestration by trapping out
+//! of the guest (see `durable_imports`).
 
 wasmtime::component::bindgen!({
     path: "../wit",
-    world: "agent-component",
+    world: "agenthost-component",
+    imports: { default: trappable },
     exports: { default: async },
 });
 

@@ -31,10 +31,27 @@ pub struct ActivitySpec {
     pub approval: Approval,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventRouteSpec {
+    /// Segments under `/api/`, e.g. `approval/{instanceId}`.
+    pub path: String,
+    pub event: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OrchestrationSpec {
+    pub name: String,
+    pub description: String,
+    /// Extra start routes under `/api/`, e.g. `writer/run`.
+    pub routes: Vec<String>,
+    pub event_routes: Vec<EventRouteSpec>,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Manifest {
     pub agents: Vec<AgentSpec>,
     pub activities: Vec<ActivitySpec>,
+    pub orchestrations: Vec<OrchestrationSpec>,
 }
 
 impl Manifest {
@@ -94,7 +111,71 @@ impl Manifest {
                 tools: a.tools,
             });
         }
-        Ok(Self { agents, activities })
+        let mut orchestrations: Vec<OrchestrationSpec> =
+            Vec::with_capacity(wit.orchestrations.len());
+        for o in wit.orchestrations {
+            check_name("orchestration", &o.name).map_err(invalid)?;
+            if orchestrations.iter().any(|x| x.name == o.name) {
+                return Err(invalid(format!(
+                    "orchestration '{}' is declared twice",
+                    o.name
+                )));
+            }
+            let routes = o
+                .routes
+                .iter()
+                .map(|r| normalize_route(r))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(invalid)?;
+            let mut event_routes = Vec::with_capacity(o.event_routes.len());
+            for r in o.event_routes {
+                let path = normalize_route(&r.path).map_err(invalid)?;
+                if !path.split('/').any(|s| s == "{instanceId}") {
+                    return Err(invalid(format!(
+                        "event route '{path}' must contain the segment {{instanceId}}"
+                    )));
+                }
+                check_name("event", &r.event).map_err(invalid)?;
+                event_routes.push(EventRouteSpec {
+                    path,
+                    event: r.event,
+                });
+            }
+            orchestrations.push(OrchestrationSpec {
+                name: o.name,
+                description: o.description,
+                routes,
+                event_routes,
+            });
+        }
+        Ok(Self {
+            agents,
+            activities,
+            orchestrations,
+        })
+    }
+}
+
+/// Routes are served under `/api/`; they may not shadow the host's own.
+fn normalize_route(route: &str) -> Result<String, String> {
+    let route = route.trim().trim_matches('/');
+    let first = route.split('/').next().unwrap_or_default();
+    if route.is_empty() || ["agents", "orchestrators", "health", "components"].contains(&first) {
+        return Err(format!(
+            "route '{route}' is empty or shadows a built-in /api/{first} route"
+        ));
+    }
+    let ok = route.split('/').all(|segment| {
+        segment == "{instanceId}"
+            || (!segment.is_empty()
+                && segment
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+    });
+    if ok {
+        Ok(route.to_string())
+    } else {
+        Err(format!("route '{route}' may only hold letters, digits, '_', '-' and the segment {{instanceId}}"))
     }
 }
 
@@ -117,7 +198,19 @@ fn check_name(kind: &str, name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_name;
+    use super::{check_name, normalize_route};
+
+    #[test]
+    fn routes_are_trimmed_and_may_not_shadow_built_in_ones() {
+        assert_eq!(normalize_route("/writer/run/").unwrap(), "writer/run");
+        assert_eq!(
+            normalize_route("approval/{instanceId}").unwrap(),
+            "approval/{instanceId}"
+        );
+        assert!(normalize_route("agents/x").is_err());
+        assert!(normalize_route("a//b").is_err());
+        assert!(normalize_route("a/{other}").is_err());
+    }
 
     #[test]
     fn names_must_be_url_and_tool_safe() {

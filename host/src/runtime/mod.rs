@@ -8,6 +8,7 @@
 
 mod bindings;
 mod cache;
+mod durable_imports;
 mod engine;
 mod error;
 mod manifest;
@@ -15,7 +16,9 @@ mod state;
 
 pub use cache::ArtifactCache;
 pub use error::{GuestError, LoadError};
-pub use manifest::{ActivitySpec, AgentSpec, Approval, Manifest};
+pub use manifest::{
+    ActivitySpec, AgentSpec, Approval, EventRouteSpec, Manifest, OrchestrationSpec,
+};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +28,10 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Linker;
 use wasmtime::{Engine, Store};
 
-use bindings::{AgentComponent, AgentComponentPre};
+use bindings::{AgenthostComponent, AgenthostComponentPre};
+use durable_imports::Stop;
+
+use crate::durable::replay::Replay;
 use state::GuestState;
 
 /// Per-call limits every guest runs under.
@@ -67,6 +73,17 @@ pub enum ActivityFailure {
     Failed(String),
 }
 
+/// How an orchestration episode ended.
+#[derive(Debug)]
+pub enum EpisodeEnd {
+    /// `run-orchestration` returned: the output or the orchestration's own error.
+    Returned(Result<String, String>),
+    /// The code awaits a task that has not finished.
+    Waiting,
+    /// The code broke the replay contract (non-determinism, unknown task, …).
+    Broken(String),
+}
+
 /// The engine and everything compiled on it; shared by all requests.
 pub struct Runtime {
     engine: Engine,
@@ -87,7 +104,7 @@ pub struct LoadedComponent {
     /// True when the compiled artifact came from the on-disk cache.
     pub from_cache: bool,
     pub load_time: Duration,
-    pre: AgentComponentPre<GuestState>,
+    pre: AgenthostComponentPre<GuestState>,
 }
 
 impl Runtime {
@@ -133,7 +150,7 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Link(error::describe(&e)))?;
-        let pre = AgentComponentPre::new(instance_pre)
+        let pre = AgenthostComponentPre::new(instance_pre)
             .map_err(|e| LoadError::Link(error::describe(&e)))?;
         let mut loaded = LoadedComponent {
             name,
@@ -185,11 +202,62 @@ impl Runtime {
         }))
     }
 
+    /// Runs one episode of an orchestration: the guest from the start, with
+    /// its durable calls answered by `replay`. Returns how the episode ended
+    /// and the replay (with the calls to journal).
+    pub async fn run_orchestration(
+        &self,
+        component: &LoadedComponent,
+        name: &str,
+        input: &str,
+        instance_id: &str,
+        replay: Replay,
+    ) -> Result<(EpisodeEnd, Replay), GuestError> {
+        let store = state::new_orchestration_store(
+            &self.engine,
+            &component.name,
+            self.limits,
+            instance_id,
+            replay,
+        );
+        let (mut store, instance) = self.instantiate_in(component, store).await?;
+        let result = instance
+            .agenthost_host_component()
+            .call_run_orchestration(&mut store, name, input)
+            .await;
+        let end = match result {
+            Ok(returned) => EpisodeEnd::Returned(returned),
+            Err(e) => match e.downcast_ref::<Stop>() {
+                Some(Stop::Waiting) => EpisodeEnd::Waiting,
+                Some(stop) => EpisodeEnd::Broken(stop.to_string()),
+                None => return Err(GuestError::from_call(&component.name, &e, &store)),
+            },
+        };
+        let replay = store
+            .data_mut()
+            .orchestration
+            .take()
+            .map(|scope| scope.replay)
+            .ok_or_else(|| GuestError::Trap {
+                component: component.name.clone(),
+                reason: "the orchestration state was lost".into(),
+            })?;
+        Ok((end, replay))
+    }
+
     async fn instantiate(
         &self,
         component: &LoadedComponent,
-    ) -> Result<(Store<GuestState>, AgentComponent), GuestError> {
-        let mut store = state::new_store(&self.engine, &component.name, self.limits);
+    ) -> Result<(Store<GuestState>, AgenthostComponent), GuestError> {
+        let store = state::new_store(&self.engine, &component.name, self.limits);
+        self.instantiate_in(component, store).await
+    }
+
+    async fn instantiate_in(
+        &self,
+        component: &LoadedComponent,
+        mut store: Store<GuestState>,
+    ) -> Result<(Store<GuestState>, AgenthostComponent), GuestError> {
         let instance = component
             .pre
             .instantiate_async(&mut store)

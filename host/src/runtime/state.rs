@@ -4,19 +4,26 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{agenthost::host::logging, AgentComponent};
+use super::bindings::{agenthost::host::logging, AgenthostComponent};
+use super::durable_imports::{OrchestrationScope, StepClock};
 use super::engine::TICK;
 use super::{error, Limits, LoadError};
+use crate::durable::replay::Replay;
 
 pub struct GuestState {
     component: Arc<str>,
     wasi: WasiCtx,
     table: ResourceTable,
     memory: MemoryLimit,
+    /// Set while the store runs an orchestration.
+    pub(super) orchestration: Option<OrchestrationScope>,
 }
 
 impl GuestState {
@@ -35,7 +42,7 @@ impl WasiView for GuestState {
 }
 
 impl logging::Host for GuestState {
-    fn log(&mut self, level: logging::Level, message: String) {
+    fn log(&mut self, level: logging::Level, message: String) -> wasmtime::Result<()> {
         let component = &*self.component;
         match level {
             logging::Level::Trace => tracing::trace!(component, "{message}"),
@@ -44,6 +51,7 @@ impl logging::Host for GuestState {
             logging::Level::Warn => tracing::warn!(component, "{message}"),
             logging::Level::Error => tracing::error!(component, "{message}"),
         }
+        Ok(())
     }
 }
 
@@ -53,7 +61,7 @@ impl logging::Host for GuestState {
 pub fn link(linker: &mut Linker<GuestState>) -> Result<(), LoadError> {
     wasmtime_wasi::p2::add_to_linker_async(linker)
         .map_err(|e| LoadError::Engine(error::describe(&e)))?;
-    AgentComponent::add_to_linker::<_, HasSelf<GuestState>>(linker, |s| s)
+    AgenthostComponent::add_to_linker::<_, HasSelf<GuestState>>(linker, |s| s)
         .map_err(|e| LoadError::Engine(error::describe(&e)))?;
     Ok(())
 }
@@ -62,14 +70,56 @@ pub fn link(linker: &mut Linker<GuestState>) -> Result<(), LoadError> {
 /// memory capped, and CPU bounded by epoch ticks. The guest yields to the async
 /// executor every tick so a busy guest cannot starve the host's other tasks.
 pub fn new_store(engine: &Engine, component: &str, limits: Limits) -> Store<GuestState> {
+    store_with(engine, component, limits, WasiCtx::builder(), None)
+}
+
+/// A store for one episode of an orchestration: as [`new_store`], and the
+/// guest's clocks read the journaled step time while its random numbers come
+/// from a generator seeded by the instance id, so ordinary Rust (`SystemTime`,
+/// `HashMap`, `rand`) replays identically.
+pub fn new_orchestration_store(
+    engine: &Engine,
+    component: &str,
+    limits: Limits,
+    instance_id: &str,
+    replay: Replay,
+) -> Store<GuestState> {
+    let clock = StepClock(Arc::new(std::sync::atomic::AtomicI64::new(
+        replay.step_time(),
+    )));
+    let seed: [u8; 32] = Sha256::digest(instance_id.as_bytes()).into();
+    let mut seed16 = [0u8; 16];
+    seed16.copy_from_slice(&seed[..16]);
+    let mut wasi = WasiCtx::builder();
+    wasi.wall_clock(clock.clone())
+        .monotonic_clock(clock.clone())
+        .secure_random(StdRng::from_seed(seed))
+        .insecure_random(StdRng::from_seed(seed))
+        .insecure_random_seed(u128::from_le_bytes(seed16));
+    let scope = OrchestrationScope {
+        instance_id: instance_id.to_string(),
+        replay,
+        clock,
+    };
+    store_with(engine, component, limits, wasi, Some(scope))
+}
+
+fn store_with(
+    engine: &Engine,
+    component: &str,
+    limits: Limits,
+    mut wasi: WasiCtxBuilder,
+    orchestration: Option<OrchestrationScope>,
+) -> Store<GuestState> {
     let state = GuestState {
         component: component.into(),
-        wasi: WasiCtx::builder().build(),
+        wasi: wasi.build(),
         table: ResourceTable::new(),
         memory: MemoryLimit {
             max: limits.memory_bytes,
             hit: Arc::new(AtomicBool::new(false)),
         },
+        orchestration,
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.memory);

@@ -3,9 +3,14 @@
 //! The store only stores: it never calls up into the runtime or the agent
 //! loop. SQLite (WAL) is the embedded default.
 
+mod instances;
 mod records;
 mod sqlite;
 
+pub use instances::{
+    Change, Committed, EpisodeCommit, InstanceFilter, InstanceRecord, NewInstance, RuntimeStatus,
+    TaskRow,
+};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use sqlite::Store;
 

@@ -57,7 +57,7 @@ impl Store {
         ttl: Option<Duration>,
     ) -> Result<RunRecord, StoreError> {
         let now = now_ms();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         if let Some(ttl) = ttl {
             let cutoff = now - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
             let expired: Option<i64> = sqlx::query_scalar(
@@ -258,7 +258,7 @@ impl Store {
         let body =
             serde_json::to_string(message).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let now = now_ms();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) \
              SELECT ?1, ?2, COALESCE(MAX(seq), 0) + 1, ?3, ?4, ?5 FROM messages WHERE agent = ?1 AND session_id = ?2",
@@ -290,7 +290,7 @@ impl Store {
         .bind(cutoff_ms)
         .fetch_all(&self.pool)
         .await?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         for row in &rows {
             let key = SessionKey {
                 agent: row.try_get("agent")?,
@@ -300,6 +300,19 @@ impl Store {
         }
         tx.commit().await?;
         Ok(rows.len() as u64)
+    }
+
+    pub(super) fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// A write transaction that takes the write lock at once, so a read
+    /// inside it can never be invalidated by another writer (SQLite's
+    /// `SQLITE_BUSY_SNAPSHOT`, which a busy timeout does not retry).
+    pub(super) async fn begin_write(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 
     /// Closes the pool, flushing the WAL.

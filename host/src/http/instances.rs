@@ -1,0 +1,326 @@
+//! The durable management API, in the shapes and status codes of the Durable
+//! Functions HTTP API, under `/runtime/webhooks/durabletask/instances`.
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::header::HOST;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::orchestrators::{durable_error, json_body};
+use super::{ApiError, AppState};
+use crate::durable::journal::Entry;
+use crate::store::{Change, InstanceFilter, InstanceRecord, RuntimeStatus};
+
+const PREFIX: &str = "/runtime/webhooks/durabletask/instances";
+const CONTINUATION: &str = "x-ms-continuation-token";
+
+/// `http://host` of the request, for the absolute URLs of responses.
+pub fn base_url(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("http");
+    format!("{scheme}://{host}")
+}
+
+pub fn instance_urls(base: &str, id: &str) -> Value {
+    let instance = format!("{base}{PREFIX}/{}", urlencode(id));
+    json!({
+        "id": id,
+        "statusQueryGetUri": instance,
+        "sendEventPostUri": format!("{instance}/raiseEvent/{{eventName}}"),
+        "terminatePostUri": format!("{instance}/terminate?reason={{text}}"),
+        "suspendPostUri": format!("{instance}/suspend?reason={{text}}"),
+        "resumePostUri": format!("{instance}/resume?reason={{text}}"),
+        "purgeHistoryDeleteUri": instance,
+    })
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// 202 for a change made; 404 unknown; 410 for an instance that is over; 409
+/// when the change does not apply to its state.
+pub fn change_response(
+    change: Change,
+    id: &str,
+    done: impl FnOnce() -> Response,
+) -> Result<Response, ApiError> {
+    match change {
+        Change::Done => Ok(done()),
+        Change::NotFound => Err(not_found(id)),
+        Change::Finished => Err(ApiError::new(
+            StatusCode::GONE,
+            "instance_finished",
+            format!("instance '{id}' has already finished"),
+        )),
+        Change::NotApplicable => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "invalid_state",
+            format!("instance '{id}' is not in a state this operation applies to"),
+        )),
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "instance_not_found",
+        format!("no instance with id '{id}'"),
+    )
+}
+
+fn time(ms: i64) -> Value {
+    DateTime::<Utc>::from_timestamp_millis(ms).map_or(Value::Null, |t| {
+        json!(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    })
+}
+
+fn parse_json(text: Option<&str>) -> Value {
+    text.map_or(Value::Null, |t| {
+        serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_string()))
+    })
+}
+
+fn status_json(instance: &InstanceRecord, show_input: bool) -> Value {
+    let mut body = json!({
+        "name": instance.name,
+        "instanceId": instance.id,
+        "runtimeStatus": instance.status.as_str(),
+        "customStatus": parse_json(instance.custom_status.as_deref()),
+        "output": parse_json(instance.output.as_deref()),
+        "createdTime": time(instance.created_at),
+        "lastUpdatedTime": time(instance.updated_at),
+        "componentDigest": instance.component_digest,
+    });
+    if show_input {
+        body["input"] = parse_json(Some(&instance.input));
+    }
+    body
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusQuery {
+    show_history: Option<bool>,
+    show_input: Option<bool>,
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<StatusQuery>,
+) -> Result<Response, ApiError> {
+    let instance = state
+        .store
+        .instance(&id)
+        .await?
+        .ok_or_else(|| not_found(&id))?;
+    let mut body = status_json(&instance, query.show_input.unwrap_or(true));
+    if query.show_history.unwrap_or(false) {
+        let history: Vec<Value> = state
+            .store
+            .journal(&id)
+            .await?
+            .into_iter()
+            .map(|(entry, at)| {
+                let mut event = match entry {
+                    Entry::Call(call) => serde_json::to_value(call).unwrap_or(Value::Null),
+                    Entry::Event(event) => serde_json::to_value(event).unwrap_or(Value::Null),
+                };
+                event["timestamp"] = time(at);
+                event
+            })
+            .collect();
+        body["historyEvents"] = Value::Array(history);
+    }
+    let status = if instance.status.is_finished() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(body)).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    runtime_status: Option<String>,
+    created_time_from: Option<String>,
+    created_time_to: Option<String>,
+    instance_id_prefix: Option<String>,
+    top: Option<usize>,
+    continuation_token: Option<String>,
+    show_input: Option<bool>,
+}
+
+fn filter_of(query: &ListQuery) -> Result<InstanceFilter, ApiError> {
+    let mut statuses = Vec::new();
+    for s in query
+        .runtime_status
+        .iter()
+        .flat_map(|s| s.split(','))
+        .filter(|s| !s.trim().is_empty())
+    {
+        let status = RuntimeStatus::parse(s).ok_or_else(|| {
+            let all: Vec<&str> = RuntimeStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(
+                "invalid_filter",
+                format!("unknown runtimeStatus '{s}'; use one of {}", all.join(", ")),
+            )
+        })?;
+        statuses.push(status);
+    }
+    let time = |name: &str, value: &Option<String>| -> Result<Option<i64>, ApiError> {
+        value
+            .as_deref()
+            .map(|v| {
+                DateTime::parse_from_rfc3339(v)
+                    .map(|t| t.timestamp_millis())
+                    .map_err(|e| {
+                        ApiError::bad_request(
+                            "invalid_filter",
+                            format!("{name} is not an RFC 3339 time: {e}"),
+                        )
+                    })
+            })
+            .transpose()
+    };
+    Ok(InstanceFilter {
+        statuses,
+        created_from: time("createdTimeFrom", &query.created_time_from)?,
+        created_to: time("createdTimeTo", &query.created_time_to)?,
+        id_prefix: query.instance_id_prefix.clone(),
+    })
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let filter = filter_of(&query)?;
+    let top = query.top.unwrap_or(100).clamp(1, 1000);
+    let token = headers
+        .get(CONTINUATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or(query.continuation_token.clone());
+    let after = match token.as_deref() {
+        None | Some("") => None,
+        Some(token) => Some(
+            token
+                .split_once(':')
+                .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id.to_string())))
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_continuation_token",
+                        "the continuation token is not one this host issued",
+                    )
+                })?,
+        ),
+    };
+    let mut page = state.store.list_instances(&filter, top + 1, after).await?;
+    let more = page.len() > top;
+    page.truncate(top);
+    let body: Vec<Value> = page
+        .iter()
+        .map(|i| status_json(i, query.show_input.unwrap_or(true)))
+        .collect();
+    let mut response = Json(body).into_response();
+    if more {
+        if let Some(last) = page.last() {
+            if let Ok(value) = HeaderValue::from_str(&format!("{}:{}", last.created_at, last.id)) {
+                response.headers_mut().insert(CONTINUATION, value);
+            }
+        }
+    }
+    Ok(response)
+}
+
+pub async fn raise_event(
+    State(state): State<AppState>,
+    Path((id, event)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let payload = json_body(&headers, body, state.config.max_body_bytes).await?;
+    let change = state
+        .orchestrator
+        .raise_event(&id, &event, &payload)
+        .await
+        .map_err(durable_error)?;
+    change_response(change, &id, || StatusCode::ACCEPTED.into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ReasonQuery {
+    reason: Option<String>,
+}
+
+pub async fn terminate(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<ReasonQuery>,
+) -> Result<Response, ApiError> {
+    let reason = query.reason.unwrap_or_else(|| "terminated".into());
+    let change = state.orchestrator.terminate(&id, &reason).await?;
+    change_response(change, &id, || StatusCode::ACCEPTED.into_response())
+}
+
+pub async fn suspend(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let change = state.orchestrator.set_suspended(&id, true).await?;
+    change_response(change, &id, || StatusCode::ACCEPTED.into_response())
+}
+
+pub async fn resume(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let change = state.orchestrator.set_suspended(&id, false).await?;
+    change_response(change, &id, || StatusCode::ACCEPTED.into_response())
+}
+
+pub async fn purge(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    match state.store.purge(&id).await? {
+        Change::Done => Ok(Json(json!({"instancesDeleted": 1})).into_response()),
+        Change::NotFound => Err(not_found(&id)),
+        _ => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "instance_running",
+            format!("instance '{id}' has not finished: terminate it before purging its history"),
+        )),
+    }
+}
+
+pub async fn purge_matching(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, ApiError> {
+    let filter = filter_of(&query)?;
+    let deleted = state.store.purge_matching(&filter).await?;
+    Ok(Json(json!({"instancesDeleted": deleted})).into_response())
+}

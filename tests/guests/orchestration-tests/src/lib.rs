@@ -1,0 +1,152 @@
+//! Orchestrations that exercise the durable engine in tests and benchmarks.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use agenthost_guest::{Component, Context, Orchestration, RetryPolicy, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// Values ordinary Rust code would see differently on every run, were the
+/// host not to make them deterministic.
+fn ambient() -> Value {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let random: u64 = rand::random();
+    let map: HashMap<String, u32> = (0..8).map(|i| (format!("key{i}"), i)).collect();
+    let order: Vec<String> = map.keys().cloned().collect();
+    json!({"now_ms": now, "random": random, "map_order": order})
+}
+
+/// Passes ambient values through an activity, then waits: after the event
+/// the code replays, and must compute the very same values again.
+fn determinism(ctx: &Context, _input: Value) -> Result<Value, String> {
+    let observed = ambient();
+    let echoed: Value = ctx.call_activity("echo", &observed).wait()?;
+    ctx.set_custom_status(&json!({"echoed": echoed}));
+    let _: Value = ctx.wait_for_event("go").wait()?;
+    Ok(json!({"observed": observed, "echoed": echoed}))
+}
+
+fn wait_event(ctx: &Context, _input: Value) -> Result<Value, String> {
+    ctx.set_custom_status(&"waiting");
+    let payload: Value = ctx.wait_for_event("go").wait()?;
+    Ok(payload)
+}
+
+/// Two events of one name, delivered in the order raised.
+fn two_events(ctx: &Context, _input: Value) -> Result<Vec<Value>, String> {
+    let first: Value = ctx.wait_for_event("step").wait()?;
+    let second: Value = ctx.wait_for_event("step").wait()?;
+    Ok(vec![first, second])
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Count {
+    n: Option<u32>,
+}
+
+/// `n` activities one after the other.
+fn sequence(ctx: &Context, input: Option<Count>) -> Result<u32, String> {
+    let n = input.and_then(|c| c.n).unwrap_or(10);
+    let mut total = 0;
+    for i in 0..n {
+        total += ctx.call_activity("instant", &i).wait::<u32>()?;
+    }
+    Ok(total)
+}
+
+/// `n` activities at once.
+fn fanout(ctx: &Context, input: Option<Count>) -> Result<u32, String> {
+    let n = input.and_then(|c| c.n).unwrap_or(100);
+    let tasks = (0..n)
+        .map(|i| ctx.call_activity("instant", &i).schedule::<u32>())
+        .collect();
+    Ok(ctx.when_all(tasks)?.into_iter().sum())
+}
+
+fn parent(ctx: &Context, input: Value) -> Result<Value, String> {
+    let child: Value = ctx.call_orchestration("child", &input).wait()?;
+    Ok(json!({"child said": child}))
+}
+
+fn child(_ctx: &Context, input: Value) -> Result<Value, String> {
+    Ok(json!({"echo": input}))
+}
+
+#[derive(Deserialize, Serialize)]
+struct Counter {
+    count: u32,
+    until: u32,
+}
+
+fn counter(ctx: &Context, state: Counter) -> Result<u32, String> {
+    if state.count < state.until {
+        ctx.continue_as_new(&Counter {
+            count: state.count + 1,
+            until: state.until,
+        });
+    }
+    Ok(state.count)
+}
+
+/// An agent call retried by the durable engine when its run fails.
+fn retrying_agent(ctx: &Context, message: String) -> Result<String, String> {
+    Ok(ctx
+        .call_agent("writer", message)
+        .retry(RetryPolicy::new(3, Duration::from_millis(200)))
+        .wait()?)
+}
+
+fn failing_activity(ctx: &Context, _input: Value) -> Result<Value, String> {
+    ctx.call_activity("fail", &json!({}))
+        .retry(RetryPolicy::new(2, Duration::from_millis(50)))
+        .wait()
+        .map_err(|e| format!("caught: {e}"))
+}
+
+fn failing(_ctx: &Context, _input: Value) -> Result<Value, String> {
+    Err("the orchestration gave up".into())
+}
+
+fn big_output(_ctx: &Context, bytes: usize) -> Result<String, String> {
+    Ok("x".repeat(bytes))
+}
+
+#[derive(Deserialize, Serialize, JsonSchema)]
+struct Anything(Value);
+
+fn component() -> Component {
+    Component::new()
+        .tool(Tool::new("echo", "Returns its input", |v: Anything| {
+            Ok::<_, String>(v.0)
+        }))
+        .tool(Tool::new(
+            "instant",
+            "Returns its input number",
+            |n: u32| Ok::<_, String>(n),
+        ))
+        .tool(Tool::new("fail", "Always fails", |_: Anything| {
+            Err::<Value, _>("this activity always fails")
+        }))
+        .orchestration(Orchestration::new("determinism", determinism))
+        .orchestration(
+            Orchestration::new("wait_event", wait_event).event_route("go/{instanceId}", "go"),
+        )
+        .orchestration(Orchestration::new("two_events", two_events))
+        .orchestration(Orchestration::new("sequence", sequence))
+        .orchestration(Orchestration::new("fanout", fanout))
+        .orchestration(Orchestration::new("parent", parent))
+        .orchestration(Orchestration::new("child", child))
+        .orchestration(Orchestration::new("counter", counter))
+        .orchestration(Orchestration::new("retrying_agent", retrying_agent))
+        .orchestration(Orchestration::new("failing_activity", failing_activity))
+        .orchestration(Orchestration::new("failing", failing))
+        .orchestration(Orchestration::new("big_output", big_output))
+}
+
+agenthost_guest::export!(component);
