@@ -6,13 +6,14 @@
 //!
 //! Medians and percentiles over many samples; nothing here asserts a speed.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agenthost::runtime::{Limits, Runtime, RuntimeConfig};
+use common::{fmt, percentile, BenchHost};
 
 const COLD_ITERATIONS: usize = 5;
 const WARM_ITERATIONS: usize = 20;
@@ -22,8 +23,7 @@ const CONCURRENT_CLIENTS: usize = 16;
 const REQUESTS_PER_CLIENT: usize = 150;
 
 fn main() -> anyhow::Result<()> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let components = root.join("target/components");
+    let components = common::root().join("target/components");
     for name in ["writer", "weather"] {
         anyhow::ensure!(
             components.join(format!("{name}.wasm")).exists(),
@@ -41,13 +41,8 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or(0)
     );
     report += &tokio.block_on(component_loading(&components))?;
-    report += &tokio.block_on(http_runs(&components))?;
-    let out = root.join("target/bench");
-    std::fs::create_dir_all(&out)?;
-    std::fs::write(out.join("report.md"), &report)?;
-    println!("{report}");
-    println!("(written to {})", out.join("report.md").display());
-    Ok(())
+    report += &tokio.block_on(http_runs())?;
+    common::report(&report, true)
 }
 
 fn runtime(cache: &Path) -> anyhow::Result<Runtime> {
@@ -118,51 +113,10 @@ async fn component_loading(components: &Path) -> anyhow::Result<String> {
     Ok(out)
 }
 
-async fn http_runs(components: &Path) -> anyhow::Result<String> {
+async fn http_runs() -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
-    let component_dir = dir.path().join("components");
-    std::fs::create_dir_all(&component_dir)?;
-    for name in ["writer", "weather"] {
-        std::fs::copy(
-            components.join(format!("{name}.wasm")),
-            component_dir.join(format!("{name}.wasm")),
-        )?;
-    }
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agenthost"));
-    command
-        .args(["serve", "--port", "0", "--components"])
-        .arg(&component_dir)
-        .arg("--store")
-        .arg(format!(
-            "sqlite://{}",
-            dir.path().join("bench.db").display()
-        ))
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .env("AGENTHOST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    for key in ["OPENAI_BASE_URL", "OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT"] {
-        command.env_remove(key);
-    }
-    let mut child = command.spawn()?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .ok_or_else(|| anyhow::anyhow!("host exited before listening"))??;
-        if let Some(url) = line.strip_prefix("agenthost listening on ") {
-            break url.to_string();
-        }
-    };
-    let result = measure_http(&base).await;
-    let _ = child.kill();
-    let _ = child.wait();
-    result
+    let host = BenchHost::start(dir.path(), &["writer", "weather"])?;
+    measure_http(&host.base).await
 }
 
 async fn measure_http(base: &str) -> anyhow::Result<String> {
@@ -220,20 +174,4 @@ async fn measure_http(base: &str) -> anyhow::Result<String> {
         fmt(percentile(&mut concurrent, 50.0)),
         fmt(percentile(&mut concurrent, 99.0)),
     ))
-}
-
-fn percentile(samples: &mut [Duration], p: f64) -> Duration {
-    samples.sort();
-    let rank = ((p / 100.0) * (samples.len() as f64 - 1.0)).round() as usize;
-    samples[rank.min(samples.len() - 1)]
-}
-
-fn fmt(d: Duration) -> String {
-    if d >= Duration::from_millis(10) {
-        format!("{:.0} ms", d.as_secs_f64() * 1e3)
-    } else if d >= Duration::from_millis(1) {
-        format!("{:.2} ms", d.as_secs_f64() * 1e3)
-    } else {
-        format!("{:.0} µs", d.as_secs_f64() * 1e6)
-    }
 }

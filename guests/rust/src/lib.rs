@@ -58,7 +58,7 @@ pub use tool::{Approval, Tool, ToolError};
 // the `export!` macro uses from the component's crate.
 extern crate self as agenthost_guest;
 
-/// Bindings generated from `wit/` (the `agent-component` world). Public so that
+/// Bindings generated from `wit/` (the `agenthost-component` world). Public so that
 /// [`export!`] can reach them from the component's crate; not part of the API.
 #[doc(hidden)]
 pub mod bindings {

@@ -17,6 +17,8 @@ use crate::runtime::Runtime;
 use crate::store::{now_ms, Change, NewInstance, Store, StoreError, TaskRow};
 use crate::workers::KeyedWorkers;
 
+const MAX_CONCURRENT_EPISODES: usize = 32;
+
 #[derive(Debug, Clone)]
 pub struct OrchestratorConfig {
     /// Largest orchestration input or output, in bytes.
@@ -31,6 +33,9 @@ pub struct Orchestrator {
     pub(super) config: OrchestratorConfig,
     instances: KeyedWorkers<String>,
     tasks_in_flight: Mutex<HashSet<(String, u32)>>,
+    /// Bounds episodes running at once, so a burst of thousands of instances
+    /// queues here rather than in the store's connection pool.
+    pub(super) episodes: tokio::sync::Semaphore,
     wake: Notify,
     pub(super) stopping: CancellationToken,
     tracker: TaskTracker,
@@ -52,6 +57,7 @@ impl Orchestrator {
             config,
             instances: KeyedWorkers::default(),
             tasks_in_flight: Mutex::new(HashSet::new()),
+            episodes: tokio::sync::Semaphore::new(MAX_CONCURRENT_EPISODES),
             wake: Notify::new(),
             stopping: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -102,7 +108,11 @@ impl Orchestrator {
                     this.instances.release(&id);
                     return;
                 }
-                match episode::run(&this, &id).await {
+                let ran = match this.episodes.acquire().await {
+                    Ok(_permit) => episode::run(&this, &id).await,
+                    Err(_) => return,
+                };
+                match ran {
                     Ok(woke) => {
                         for other in woke {
                             this.wake_instance(other);

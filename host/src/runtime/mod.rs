@@ -87,6 +87,9 @@ pub enum EpisodeEnd {
 /// The engine and everything compiled on it; shared by all requests.
 pub struct Runtime {
     engine: Engine,
+    /// One permit per live guest instance: callers wait for a pooling-allocator
+    /// slot instead of failing when every slot is taken.
+    slots: tokio::sync::Semaphore,
     linker: Linker<GuestState>,
     cache: ArtifactCache,
     limits: Limits,
@@ -114,8 +117,10 @@ impl Runtime {
         state::link(&mut linker)?;
         let cache = ArtifactCache::open(&config.cache_dir, &engine)?;
         let ticker = engine::EpochTicker::start(engine.clone());
+        let slots = tokio::sync::Semaphore::new(config.max_instances.max(1) as usize);
         Ok(Self {
             engine,
+            slots,
             linker,
             cache,
             limits: config.limits,
@@ -171,6 +176,7 @@ impl Runtime {
         &self,
         component: &LoadedComponent,
     ) -> Result<bindings::Manifest, GuestError> {
+        let _slot = self.slot(component).await?;
         let (mut store, instance) = self.instantiate(component).await?;
         instance
             .agenthost_host_component()
@@ -189,6 +195,7 @@ impl Runtime {
         name: &str,
         arguments: &str,
     ) -> Result<Result<String, ActivityFailure>, GuestError> {
+        let _slot = self.slot(component).await?;
         let (mut store, instance) = self.instantiate(component).await?;
         let result = instance
             .agenthost_host_component()
@@ -213,6 +220,7 @@ impl Runtime {
         instance_id: &str,
         replay: Replay,
     ) -> Result<(EpisodeEnd, Replay), GuestError> {
+        let _slot = self.slot(component).await?;
         let store = state::new_orchestration_store(
             &self.engine,
             &component.name,
@@ -243,6 +251,19 @@ impl Runtime {
                 reason: "the orchestration state was lost".into(),
             })?;
         Ok((end, replay))
+    }
+
+    async fn slot(
+        &self,
+        component: &LoadedComponent,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, GuestError> {
+        self.slots
+            .acquire()
+            .await
+            .map_err(|_| GuestError::Instantiate {
+                component: component.name.clone(),
+                reason: "the runtime is shutting down".into(),
+            })
     }
 
     async fn instantiate(

@@ -1,0 +1,122 @@
+//! Shared by the benchmarks: the real host binary on a free port, and
+//! percentiles.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A built component: `target/components/NAME.wasm` or `target/test-components/NAME.wasm`.
+pub fn component(name: &str) -> anyhow::Result<PathBuf> {
+    for dir in ["target/components", "target/test-components"] {
+        let path = root().join(dir).join(format!("{name}.wasm"));
+        if path.exists() {
+            return Ok(path);
+        }
+    }
+    anyhow::bail!("{name}.wasm is missing: run `make components test-components` first")
+}
+
+/// The release host, serving `components` from a fresh store in `dir`, with
+/// the offline model. Killed on drop.
+pub struct BenchHost {
+    child: Child,
+    pub base: String,
+}
+
+impl BenchHost {
+    pub fn start(dir: &Path, components: &[&str]) -> anyhow::Result<Self> {
+        let component_dir = dir.join("components");
+        std::fs::create_dir_all(&component_dir)?;
+        for name in components {
+            std::fs::copy(component(name)?, component_dir.join(format!("{name}.wasm")))?;
+        }
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agenthost"));
+        command
+            .args(["serve", "--port", "0", "--components"])
+            .arg(&component_dir)
+            .arg("--store")
+            .arg(format!("sqlite://{}", dir.join("bench.db").display()))
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .env("AGENTHOST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for key in ["OPENAI_BASE_URL", "OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT"] {
+            command.env_remove(key);
+        }
+        let mut child = command.spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            let line = lines
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("host exited before listening"))??;
+            if let Some(url) = line.strip_prefix("agenthost listening on ") {
+                break url.to_string();
+            }
+        };
+        Ok(Self { child, base })
+    }
+
+    /// Resident memory of the host process, in MiB.
+    pub fn rss_mib(&self) -> anyhow::Result<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no VmRSS"))?;
+        Ok(kib / 1024.0)
+    }
+}
+
+impl Drop for BenchHost {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let rank = ((p / 100.0) * (samples.len() as f64 - 1.0)).round() as usize;
+    samples[rank.min(samples.len() - 1)]
+}
+
+pub fn fmt(d: Duration) -> String {
+    if d >= Duration::from_millis(10) {
+        format!("{:.0} ms", d.as_secs_f64() * 1e3)
+    } else if d >= Duration::from_millis(1) {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.0} µs", d.as_secs_f64() * 1e6)
+    }
+}
+
+/// Appends `section` to `target/bench/report.md` (created by the first bench) and prints it.
+pub fn report(section: &str, fresh: bool) -> anyhow::Result<()> {
+    let out = root().join("target/bench");
+    std::fs::create_dir_all(&out)?;
+    let path = out.join("report.md");
+    let mut text = if fresh {
+        String::new()
+    } else {
+        std::fs::read_to_string(&path).unwrap_or_default()
+    };
+    text.push_str(section);
+    std::fs::write(&path, text)?;
+    println!("{section}\n(written to {})", path.display());
+    Ok(())
+}
