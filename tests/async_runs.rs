@@ -5,25 +5,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{client, fake_model::echo_of, FakeModel, HostBuilder, Reply};
-
-async fn poll_until_finished(url: &str) -> Value {
-    for _ in 0..200 {
-        let run: Value = client()
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if run["status"] == "completed" || run["status"] == "failed" {
-            return run;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("run at {url} did not finish");
-}
+use crate::support::{
+    client, fake_model::echo_of, wait_run_finished, FakeModel, HostBuilder, Reply,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wait_for_response_false_answers_202_and_the_run_can_be_looked_up() {
@@ -64,7 +48,7 @@ async fn wait_for_response_false_answers_202_and_the_run_can_be_looked_up() {
         ["pending", "running"].contains(&early["status"].as_str().unwrap()),
         "{early}"
     );
-    let run = poll_until_finished(&url).await;
+    let run = wait_run_finished(&url).await;
     assert_eq!(run["status"], "completed");
     assert_eq!(run["response"], echo_of("Later, please"));
     assert_eq!(run["thread_id"], thread);
@@ -111,7 +95,7 @@ async fn query_parameter_and_header_also_make_a_run_asynchronous() {
         .unwrap();
     assert_eq!(by_header.status(), 202);
     let body: Value = by_header.json().await.unwrap();
-    let run = poll_until_finished(&host.url(&format!(
+    let run = wait_run_finished(&host.url(&format!(
         "/api/agents/writer/runs/{}",
         body["correlation_id"].as_str().unwrap()
     )))
@@ -147,7 +131,7 @@ async fn a_sync_run_past_its_wait_budget_answers_202_then_completes() {
             body["correlation_id"].as_str().unwrap()
         )
     );
-    let run = poll_until_finished(&host.url(&location)).await;
+    let run = wait_run_finished(&host.url(&location)).await;
     assert_eq!(run["status"], "completed");
     assert_eq!(run["response"], echo_of("slow one"));
 }

@@ -6,20 +6,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{client, fake_model::echo_of, FakeModel, HostBuilder, Reply};
-
-async fn wait_completed(url: &str) -> Value {
-    for _ in 0..400 {
-        if let Ok(response) = client().get(url).send().await {
-            let run: Value = response.json().await.unwrap();
-            if run["status"] == "completed" || run["status"] == "failed" {
-                return run;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("run at {url} did not finish");
-}
+use crate::support::{
+    client, fake_model::echo_of, wait_run_finished, FakeModel, HostBuilder, Reply,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_host_on_the_same_store_continues_the_thread() {
@@ -76,7 +65,7 @@ async fn a_run_interrupted_by_kill_9_resumes_at_the_next_start() {
     host.kill();
 
     let host = builder.start();
-    let run = wait_completed(&host.url(&format!("/api/agents/writer/runs/{correlation}"))).await;
+    let run = wait_run_finished(&host.url(&format!("/api/agents/writer/runs/{correlation}"))).await;
     assert_eq!(run["status"], "completed");
     assert_eq!(run["response"], echo_of("Survive this."));
     let requests = model.requests();
@@ -116,7 +105,8 @@ async fn a_crash_after_a_tool_call_does_not_repeat_the_model_turn_or_the_tool() 
     host.kill();
 
     let host = builder.start();
-    let run = wait_completed(&host.url(&format!("/api/agents/weather/runs/{correlation}"))).await;
+    let run =
+        wait_run_finished(&host.url(&format!("/api/agents/weather/runs/{correlation}"))).await;
     assert_eq!(run["response"], "Cold in Oslo.");
     let requests = model.requests();
     assert_eq!(
@@ -220,7 +210,7 @@ async fn a_run_still_busy_after_the_shutdown_grace_resumes_at_the_next_start() {
     );
 
     let host = builder.start();
-    let run = wait_completed(&host.url(&format!("/api/agents/writer/runs/{correlation}"))).await;
+    let run = wait_run_finished(&host.url(&format!("/api/agents/writer/runs/{correlation}"))).await;
     assert_eq!(run["status"], "completed");
     assert_eq!(run["response"], echo_of("too slow"));
 }

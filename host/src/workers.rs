@@ -7,6 +7,10 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub struct KeyedWorkers<K> {
     active: Mutex<HashMap<K, bool>>,
@@ -60,6 +64,15 @@ impl<K: Eq + Hash + Clone> KeyedWorkers<K> {
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
     }
+}
+
+/// Stops new work (`stopping`) and waits up to `grace` for the tasks under
+/// way; false when some were still running at the deadline. Whatever they
+/// leave unfinished is in the store for the next start.
+pub async fn drain(stopping: &CancellationToken, tracker: &TaskTracker, grace: Duration) -> bool {
+    stopping.cancel();
+    tracker.close();
+    tokio::time::timeout(grace, tracker.wait()).await.is_ok()
 }
 
 #[cfg(test)]

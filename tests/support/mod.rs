@@ -36,3 +36,17 @@ pub fn client() -> reqwest::Client {
         .build()
         .expect("reqwest client")
 }
+
+/// Polls `GET {url}` (a run) until it is completed or failed.
+pub async fn wait_run_finished(url: &str) -> serde_json::Value {
+    for _ in 0..400 {
+        if let Ok(response) = client().get(url).send().await {
+            let run: serde_json::Value = response.json().await.unwrap_or_default();
+            if run["status"] == "completed" || run["status"] == "failed" {
+                return run;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("run at {url} did not finish");
+}

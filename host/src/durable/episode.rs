@@ -5,25 +5,32 @@ use super::journal::{Call, Entry, Event};
 use super::replay::Replay;
 use super::Orchestrator;
 use crate::runtime::EpisodeEnd;
-use crate::store::{now_ms, EpisodeCommit, RuntimeStatus, StoreError};
+use crate::store::{now_ms, EpisodeCommit, RuntimeStatus, StoreError, TaskRow};
 
-/// Runs an episode if the instance has work; returns other instances to wake
-/// (children it started, the parent it finished for).
-pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Vec<String>, StoreError> {
+/// What to do after an episode: instances to wake (children it started, the
+/// parent it finished for, itself after continue-as-new) and tasks to run.
+#[derive(Default)]
+pub struct FollowUp {
+    pub wake: Vec<String>,
+    pub tasks: Vec<TaskRow>,
+}
+
+/// Runs an episode if the instance has work.
+pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, StoreError> {
     let store = &orchestrator.store;
     let Some(instance) = store.instance(id).await? else {
-        return Ok(Vec::new());
+        return Ok(FollowUp::default());
     };
     if !matches!(
         instance.status,
         RuntimeStatus::Pending | RuntimeStatus::Running | RuntimeStatus::ContinuedAsNew
     ) {
-        return Ok(Vec::new());
+        return Ok(FollowUp::default());
     }
     let now = now_ms();
     let inbox = store.visible_inbox(id, now).await?;
     if inbox.is_empty() && instance.status == RuntimeStatus::Running {
-        return Ok(Vec::new());
+        return Ok(FollowUp::default());
     }
     let mut calls = Vec::new();
     let mut events = Vec::new();
@@ -125,15 +132,15 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Vec<String>, S
             component_digest: &instance.component_digest,
         })
         .await?;
-    if committed.tasks {
-        orchestrator.notify();
-    }
-    let mut woke = committed.children;
-    woke.extend(committed.parent);
+    let mut wake = committed.children;
+    wake.extend(committed.parent);
     if status == RuntimeStatus::ContinuedAsNew {
-        woke.push(id.to_string());
+        wake.push(id.to_string());
     }
-    Ok(woke)
+    Ok(FollowUp {
+        wake,
+        tasks: committed.tasks,
+    })
 }
 
 /// How the instance stands after the episode.

@@ -15,7 +15,7 @@ use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::runtime::Runtime;
 use crate::store::{now_ms, Change, NewInstance, Store, StoreError, TaskRow};
-use crate::workers::KeyedWorkers;
+use crate::workers::{drain, KeyedWorkers};
 
 const MAX_CONCURRENT_EPISODES: usize = 32;
 
@@ -113,10 +113,10 @@ impl Orchestrator {
                     Err(_) => return,
                 };
                 match ran {
-                    Ok(woke) => {
-                        for other in woke {
-                            this.wake_instance(other);
-                        }
+                    Ok(follow_up) => {
+                        // Straight to work: no scheduler pass between a step and the next.
+                        follow_up.tasks.into_iter().for_each(|row| this.spawn_task(row));
+                        follow_up.wake.into_iter().for_each(|other| this.wake_instance(other));
                     }
                     Err(e) => tracing::error!(instance_id = %id, error = %e, "episode failed; retrying on the next wake"),
                 }
@@ -153,7 +153,7 @@ impl Orchestrator {
 
     /// Starts an instance of orchestration `name`; returns its id.
     pub async fn start_instance(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         instance_id: Option<String>,
         input: String,
@@ -183,7 +183,7 @@ impl Orchestrator {
             return Err(DurableError::AlreadyExists(id));
         }
         tracing::info!(instance_id = %id, orchestration = %name, "instance started");
-        self.notify();
+        self.wake_instance(id.clone());
         Ok(id)
     }
 
@@ -228,15 +228,8 @@ impl Orchestrator {
     /// Stops scheduling and waits up to `grace` for episodes and tasks under
     /// way; unfinished work stays in the store for the next start.
     pub async fn shutdown(&self, grace: Duration) {
-        self.stopping.cancel();
-        self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "orchestration work still running after the grace period; it resumes at next start"
-            );
+        if !drain(&self.stopping, &self.tracker, grace).await {
+            tracing::warn!(grace = ?grace, "orchestration work still running after the grace period; it resumes at next start");
         }
     }
 }

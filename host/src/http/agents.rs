@@ -1,8 +1,8 @@
 //! `POST /api/agents/{name}/run`: run an agent, synchronously or not.
 
-use axum::body::{to_bytes, Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
+use axum::http::header::{ACCEPT, CONTENT_TYPE, LOCATION};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::body::read_limited;
 use super::{ApiError, AppState};
 use crate::agents::normalize_response_format;
 use crate::store::{NewRun, RunRecord, RunStatus, SessionKey};
@@ -63,7 +64,7 @@ pub async fn run(
         )
         .with("agents", agents));
     }
-    let bytes = read_body(&headers, body, state.config.max_body_bytes).await?;
+    let bytes = read_limited(&headers, body, state.config.max_body_bytes).await?;
     let request = parse(&headers, &bytes)?;
     let thread_id = request
         .thread_id
@@ -107,24 +108,6 @@ pub async fn run(
             "The agent is still working; poll the run for its answer",
         )),
     }
-}
-
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the request body exceeds the limit of {limit} bytes"),
-        )
-    };
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(too_large());
-    }
-    to_bytes(body, limit).await.map_err(|_| too_large())
 }
 
 fn parse(headers: &HeaderMap, bytes: &[u8]) -> Result<RunRequest, ApiError> {

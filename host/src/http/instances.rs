@@ -11,7 +11,8 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::orchestrators::{durable_error, json_body};
+use super::body::json_body;
+use super::orchestrators::durable_error;
 use super::{ApiError, AppState};
 use crate::durable::journal::Entry;
 use crate::store::{Change, InstanceFilter, InstanceRecord, RuntimeStatus};

@@ -1,6 +1,7 @@
 //! The HTTP surface. Handlers parse and answer; the work happens in `runs`.
 
 mod agents;
+mod body;
 mod error;
 mod health;
 mod instances;

@@ -2,14 +2,15 @@
 //! the start routes components declare (e.g. `POST /api/writer/run`), and
 //! their event routes (e.g. `POST /api/approval/{instanceId}`).
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::header::{CONTENT_LENGTH, LOCATION};
+use axum::http::header::LOCATION;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::json;
 
+use super::body::json_body;
 use super::instances::{base_url, change_response, instance_urls};
 use super::{ApiError, AppState};
 use crate::durable::DurableError;
@@ -89,37 +90,6 @@ async fn start_instance(
         response.headers_mut().insert(LOCATION, location);
     }
     Ok(response)
-}
-
-/// The body as JSON text; an empty body is `null`.
-pub async fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<String, ApiError> {
-    let bytes = read_limited(headers, body, limit).await?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok("null".into());
-    }
-    let value: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not JSON: {e}")))?;
-    Ok(value.to_string())
-}
-
-async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the request body exceeds the limit of {limit} bytes: store large data elsewhere and pass a reference"),
-        )
-    };
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(too_large());
-    }
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| too_large())
 }
 
 pub fn durable_error(error: DurableError) -> ApiError {

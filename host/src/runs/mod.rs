@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::agents::{AgentError, AgentRunner};
 use crate::registry::Registry;
 use crate::store::{NewRun, RunRecord, SessionKey, Store, StoreError};
-use crate::workers::KeyedWorkers;
+use crate::workers::{drain, KeyedWorkers};
 
 pub struct Runs {
     store: Store,
@@ -159,12 +159,7 @@ impl Runs {
     /// Stops taking new runs and waits up to `grace` for the ones executing.
     /// Whatever is left stays in the store and resumes at the next start.
     pub async fn shutdown(&self, grace: Duration) {
-        self.stopping.cancel();
-        self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
-            .await
-            .is_err()
-        {
+        if !drain(&self.stopping, &self.tracker, grace).await {
             tracing::warn!(grace = ?grace, "runs still executing after the grace period; they resume at next start");
         }
     }

@@ -124,13 +124,14 @@ pub struct EpisodeCommit<'a> {
     pub component_digest: &'a str,
 }
 
-/// What a committed episode created that needs waking.
+/// What a committed episode created that needs running or waking.
 #[derive(Debug, Default)]
 pub struct Committed {
     pub applied: bool,
     pub children: Vec<String>,
     pub parent: Option<String>,
-    pub tasks: bool,
+    /// Tasks scheduled by the episode, due now.
+    pub tasks: Vec<TaskRow>,
 }
 
 fn instance_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<InstanceRecord, StoreError> {
@@ -295,14 +296,21 @@ impl Store {
             let Entry::Call(call) = entry else { continue };
             match call {
                 Call::CallAgent { .. } | Call::CallActivity { .. } => {
-                    sqlx::query("INSERT INTO tasks (instance_id, task, call, attempt, due_at) VALUES (?, ?, ?, 0, ?)")
-                        .bind(id)
-                        .bind(task)
-                        .bind(to_json(call)?)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
-                    committed.tasks = true;
+                    sqlx::query(
+                        "INSERT INTO tasks (instance_id, task, call, attempt, due_at) VALUES (?, ?, ?, 0, ?)",
+                    )
+                    .bind(id)
+                    .bind(task)
+                    .bind(to_json(call)?)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    committed.tasks.push(TaskRow {
+                        instance_id: id.to_string(),
+                        task,
+                        call: call.clone(),
+                        attempt: 0,
+                    });
                 }
                 Call::CallOrchestration { name, input } => {
                     let child = format!("{id}:{task}");

@@ -1,0 +1,45 @@
+//! Reading request bodies under the size limit, answering 413 in JSON.
+
+use axum::body::{to_bytes, Body, Bytes};
+use axum::http::header::CONTENT_LENGTH;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::Value;
+
+use super::ApiError;
+
+/// The body, or 413 when it (or its declared length) exceeds `limit`.
+pub async fn read_limited(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!(
+                "the request body exceeds the limit of {limit} bytes: store large data elsewhere and pass a reference"
+            ),
+        )
+    };
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    to_bytes(body, limit).await.map_err(|_| too_large())
+}
+
+/// The body as JSON text; an empty body is `null`; anything else that is not
+/// JSON is 400.
+pub async fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<String, ApiError> {
+    let bytes = read_limited(headers, body, limit).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok("null".into());
+    }
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not JSON: {e}")))?;
+    Ok(value.to_string())
+}
