@@ -122,6 +122,7 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
     let committed = store
         .commit_episode(EpisodeCommit {
             instance_id: id,
+            orchestration: &instance.name,
             consumed: &consumed,
             entries,
             first_task,

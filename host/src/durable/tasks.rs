@@ -18,9 +18,7 @@ enum Outcome {
 
 pub async fn run(orchestrator: &Orchestrator, row: TaskRow) {
     let outcome = match &row.call {
-        Call::CallActivity { name, input, .. } => {
-            activity(orchestrator, &row.instance_id, name, input).await
-        }
+        Call::CallActivity { name, input, .. } => activity(orchestrator, &row, name, input).await,
         Call::CallAgent {
             agent,
             message,
@@ -94,24 +92,14 @@ pub async fn run(orchestrator: &Orchestrator, row: TaskRow) {
     }
 }
 
-async fn activity(
-    orchestrator: &Orchestrator,
-    instance_id: &str,
-    name: &str,
-    input: &str,
-) -> Outcome {
-    let instance = match orchestrator.store.instance(instance_id).await {
-        Ok(Some(instance)) => instance,
-        Ok(None) => return Outcome::Done(Err(format!("instance {instance_id} no longer exists"))),
-        Err(e) => return Outcome::Done(Err(e.to_string())),
-    };
-    let Some(served) = orchestrator.registry.orchestration(&instance.name) else {
+async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input: &str) -> Outcome {
+    let Some(served) = orchestrator.registry.orchestration(&row.orchestration) else {
         return Outcome::Done(Err(format!(
             "orchestration '{}' is no longer served",
-            instance.name
+            row.orchestration
         )));
     };
-    tracing::info!(instance_id, activity = name, "running activity");
+    tracing::debug!(instance_id = %row.instance_id, activity = name, "running activity");
     Outcome::Done(
         match orchestrator
             .runtime

@@ -1,7 +1,7 @@
 //! Orchestration instances: their rows, journals, inboxes and tasks.
 
 use serde::Serialize;
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 
 use super::{now_ms, Store, StoreError};
 use crate::durable::journal::{Call, Entry, Event};
@@ -101,6 +101,8 @@ pub enum Change {
 #[derive(Debug, Clone)]
 pub struct TaskRow {
     pub instance_id: String,
+    /// The orchestration of the instance, whose component runs its activities.
+    pub orchestration: String,
     pub task: u32,
     pub call: Call,
     pub attempt: u32,
@@ -109,6 +111,7 @@ pub struct TaskRow {
 /// Everything one episode of an instance decided, committed at once.
 pub struct EpisodeCommit<'a> {
     pub instance_id: &'a str,
+    pub orchestration: &'a str,
     /// Inbox rows taken into the journal.
     pub consumed: &'a [i64],
     /// Journal rows to append (events first, then the episode's new calls).
@@ -270,43 +273,47 @@ impl Store {
             applied: true,
             ..Committed::default()
         };
-        for inbox_id in commit.consumed {
-            sqlx::query("DELETE FROM inbox WHERE id = ?")
-                .bind(inbox_id)
-                .execute(&mut *tx)
-                .await?;
+        if !commit.consumed.is_empty() {
+            let mut delete = QueryBuilder::<Sqlite>::new("DELETE FROM inbox WHERE id IN (");
+            let mut ids = delete.separated(", ");
+            for inbox_id in commit.consumed {
+                ids.push_bind(*inbox_id);
+            }
+            delete.push(")").build().execute(&mut *tx).await?;
         }
-        let mut seq: i64 =
+        let last_seq: i64 =
             sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM journal WHERE instance_id = ?")
                 .bind(id)
                 .fetch_one(&mut *tx)
                 .await?;
-        let mut task = commit.first_task;
-        for entry in &commit.entries {
-            seq += 1;
-            sqlx::query(
-                "INSERT INTO journal (instance_id, seq, entry, recorded_at) VALUES (?, ?, ?, ?)",
+        // One statement for all journal rows and one for all new tasks: each
+        // statement is a round trip to the connection's thread.
+        let mut journal_rows = Vec::with_capacity(commit.entries.len());
+        for (offset, entry) in commit.entries.iter().enumerate() {
+            journal_rows.push((last_seq + 1 + offset as i64, to_json(entry)?));
+        }
+        if !journal_rows.is_empty() {
+            QueryBuilder::<Sqlite>::new(
+                "INSERT INTO journal (instance_id, seq, entry, recorded_at) ",
             )
-            .bind(id)
-            .bind(seq)
-            .bind(to_json(entry)?)
-            .bind(now)
+            .push_values(&journal_rows, |mut row, (seq, entry)| {
+                row.push_bind(id)
+                    .push_bind(*seq)
+                    .push_bind(entry.as_str())
+                    .push_bind(now);
+            })
+            .build()
             .execute(&mut *tx)
             .await?;
+        }
+        let mut task = commit.first_task;
+        for entry in &commit.entries {
             let Entry::Call(call) = entry else { continue };
             match call {
                 Call::CallAgent { .. } | Call::CallActivity { .. } => {
-                    sqlx::query(
-                        "INSERT INTO tasks (instance_id, task, call, attempt, due_at) VALUES (?, ?, ?, 0, ?)",
-                    )
-                    .bind(id)
-                    .bind(task)
-                    .bind(to_json(call)?)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
                     committed.tasks.push(TaskRow {
                         instance_id: id.to_string(),
+                        orchestration: commit.orchestration.to_string(),
                         task,
                         call: call.clone(),
                         attempt: 0,
@@ -343,6 +350,25 @@ impl Store {
             }
             // Task numbers count every call, as the replay numbers them.
             task += 1;
+        }
+        if !committed.tasks.is_empty() {
+            let mut calls = Vec::with_capacity(committed.tasks.len());
+            for row in &committed.tasks {
+                calls.push((row.task, to_json(&row.call)?));
+            }
+            QueryBuilder::<Sqlite>::new(
+                "INSERT INTO tasks (instance_id, task, call, attempt, due_at) ",
+            )
+            .push_values(&calls, |mut row, (task, call)| {
+                row.push_bind(id)
+                    .push_bind(*task)
+                    .push_bind(call.as_str())
+                    .push_bind(0)
+                    .push_bind(now);
+            })
+            .build()
+            .execute(&mut *tx)
+            .await?;
         }
         if let Some((input, carried)) = &commit.restart_with {
             for table in [
@@ -531,7 +557,10 @@ impl Store {
 
     /// Tasks due now.
     pub async fn due_tasks(&self, now: i64, limit: usize) -> Result<Vec<TaskRow>, StoreError> {
-        let rows = sqlx::query("SELECT instance_id, task, call, attempt FROM tasks WHERE due_at <= ? ORDER BY due_at LIMIT ?")
+        let rows = sqlx::query(
+            "SELECT t.instance_id, i.name, t.task, t.call, t.attempt FROM tasks t JOIN instances i ON i.id = t.instance_id \
+             WHERE t.due_at <= ? ORDER BY t.due_at LIMIT ?",
+        )
             .bind(now)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(self.pool())
@@ -540,6 +569,7 @@ impl Store {
             .map(|r| {
                 Ok(TaskRow {
                     instance_id: r.try_get("instance_id")?,
+                    orchestration: r.try_get("name")?,
                     task: u32::try_from(r.try_get::<i64, _>("task")?)
                         .map_err(|e| StoreError::Corrupt(e.to_string()))?,
                     call: from_json(&r.try_get::<String, _>("call")?, "task call")?,
