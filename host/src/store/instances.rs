@@ -1,10 +1,10 @@
 //! Orchestration instances: their rows, journals, inboxes and tasks.
 
 use serde::Serialize;
-use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use sqlx::{Row, Sqlite, Transaction};
 
 use super::{now_ms, Store, StoreError};
-use crate::durable::journal::{Call, Entry, Event};
+use crate::durable::journal::Event;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum RuntimeStatus {
@@ -52,7 +52,7 @@ impl RuntimeStatus {
 }
 
 /// Statuses in which the code may run.
-const ACTIVE: &str = "('Pending', 'Running', 'ContinuedAsNew')";
+pub(super) const ACTIVE: &str = "('Pending', 'Running', 'ContinuedAsNew')";
 const FINISHED: &str = "('Completed', 'Failed', 'Terminated')";
 
 #[derive(Debug, Clone, Serialize)]
@@ -97,46 +97,6 @@ pub enum Change {
     NotApplicable,
 }
 
-/// A task the worker must run.
-#[derive(Debug, Clone)]
-pub struct TaskRow {
-    pub instance_id: String,
-    /// The orchestration of the instance, whose component runs its activities.
-    pub orchestration: String,
-    pub task: u32,
-    pub call: Call,
-    pub attempt: u32,
-}
-
-/// Everything one episode of an instance decided, committed at once.
-pub struct EpisodeCommit<'a> {
-    pub instance_id: &'a str,
-    pub orchestration: &'a str,
-    /// Inbox rows taken into the journal.
-    pub consumed: &'a [i64],
-    /// Journal rows to append (events first, then the episode's new calls).
-    pub entries: Vec<Entry>,
-    /// The first task number of the episode's new calls.
-    pub first_task: u32,
-    pub status: RuntimeStatus,
-    pub output: Option<String>,
-    pub custom_status: Option<String>,
-    /// Set by continue-as-new: the new input; the journal starts over.
-    pub restart_with: Option<(String, Vec<Event>)>,
-    /// The component digest the children of this episode run on.
-    pub component_digest: &'a str,
-}
-
-/// What a committed episode created that needs running or waking.
-#[derive(Debug, Default)]
-pub struct Committed {
-    pub applied: bool,
-    pub children: Vec<String>,
-    pub parent: Option<String>,
-    /// Tasks scheduled by the episode, due now.
-    pub tasks: Vec<TaskRow>,
-}
-
 fn instance_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<InstanceRecord, StoreError> {
     let status: String = row.try_get("status")?;
     let parent_id: Option<String> = row.try_get("parent_id")?;
@@ -156,11 +116,14 @@ fn instance_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<InstanceRecord, St
     })
 }
 
-fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
+pub(super) fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
+pub(super) fn from_json<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
@@ -212,191 +175,6 @@ impl Store {
             .fetch_all(self.pool())
             .await?;
         rows.iter().map(instance_from_row).collect()
-    }
-
-    pub async fn journal(&self, id: &str) -> Result<Vec<(Entry, i64)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT entry, recorded_at FROM journal WHERE instance_id = ? ORDER BY seq",
-        )
-        .bind(id)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    from_json(&r.try_get::<String, _>("entry")?, "journal entry")?,
-                    r.try_get("recorded_at")?,
-                ))
-            })
-            .collect()
-    }
-
-    /// Inbox rows visible now, oldest first.
-    pub async fn visible_inbox(&self, id: &str, now: i64) -> Result<Vec<(i64, Event)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, event FROM inbox WHERE instance_id = ? AND visible_at <= ? ORDER BY id",
-        )
-        .bind(id)
-        .bind(now)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("id")?,
-                    from_json(&r.try_get::<String, _>("event")?, "inbox event")?,
-                ))
-            })
-            .collect()
-    }
-
-    /// Commits an episode if the instance may still run; nothing is written otherwise.
-    pub async fn commit_episode(&self, commit: EpisodeCommit<'_>) -> Result<Committed, StoreError> {
-        let now = now_ms();
-        let id = commit.instance_id;
-        let mut tx = self.begin_write().await?;
-        let updated = sqlx::query(&format!(
-            "UPDATE instances SET status = ?, output = COALESCE(?, output), custom_status = COALESCE(?, custom_status), \
-             updated_at = ? WHERE id = ? AND status IN {ACTIVE}"
-        ))
-        .bind(commit.status.as_str())
-        .bind(&commit.output)
-        .bind(&commit.custom_status)
-        .bind(now)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() == 0 {
-            return Ok(Committed::default());
-        }
-        let mut committed = Committed {
-            applied: true,
-            ..Committed::default()
-        };
-        if !commit.consumed.is_empty() {
-            let mut delete = QueryBuilder::<Sqlite>::new("DELETE FROM inbox WHERE id IN (");
-            let mut ids = delete.separated(", ");
-            for inbox_id in commit.consumed {
-                ids.push_bind(*inbox_id);
-            }
-            delete.push(")").build().execute(&mut *tx).await?;
-        }
-        let last_seq: i64 =
-            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM journal WHERE instance_id = ?")
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
-        // One statement for all journal rows and one for all new tasks: each
-        // statement is a round trip to the connection's thread.
-        let mut journal_rows = Vec::with_capacity(commit.entries.len());
-        for (offset, entry) in commit.entries.iter().enumerate() {
-            journal_rows.push((last_seq + 1 + offset as i64, to_json(entry)?));
-        }
-        if !journal_rows.is_empty() {
-            QueryBuilder::<Sqlite>::new(
-                "INSERT INTO journal (instance_id, seq, entry, recorded_at) ",
-            )
-            .push_values(&journal_rows, |mut row, (seq, entry)| {
-                row.push_bind(id)
-                    .push_bind(*seq)
-                    .push_bind(entry.as_str())
-                    .push_bind(now);
-            })
-            .build()
-            .execute(&mut *tx)
-            .await?;
-        }
-        let mut task = commit.first_task;
-        for entry in &commit.entries {
-            let Entry::Call(call) = entry else { continue };
-            match call {
-                Call::CallAgent { .. } | Call::CallActivity { .. } => {
-                    committed.tasks.push(TaskRow {
-                        instance_id: id.to_string(),
-                        orchestration: commit.orchestration.to_string(),
-                        task,
-                        call: call.clone(),
-                        attempt: 0,
-                    });
-                }
-                Call::CallOrchestration { name, input } => {
-                    let child = format!("{id}:{task}");
-                    let new = NewInstance {
-                        id: &child,
-                        name,
-                        input,
-                        component_digest: commit.component_digest,
-                        parent: Some((id, task)),
-                    };
-                    if !insert_instance(&mut tx, &new).await? {
-                        push_inbox(
-                            &mut tx,
-                            id,
-                            &Event::TaskFailed {
-                                task,
-                                error: format!("instance {child} already exists"),
-                            },
-                            now,
-                        )
-                        .await?;
-                    }
-                    committed.children.push(child);
-                }
-                Call::StartTimer { fire_at } => {
-                    let fire_at = i64::try_from(*fire_at).unwrap_or(i64::MAX);
-                    push_inbox(&mut tx, id, &Event::TimerFired { task }, fire_at).await?;
-                }
-                _ => {}
-            }
-            // Task numbers count every call, as the replay numbers them.
-            task += 1;
-        }
-        if !committed.tasks.is_empty() {
-            let mut calls = Vec::with_capacity(committed.tasks.len());
-            for row in &committed.tasks {
-                calls.push((row.task, to_json(&row.call)?));
-            }
-            QueryBuilder::<Sqlite>::new(
-                "INSERT INTO tasks (instance_id, task, call, attempt, due_at) ",
-            )
-            .push_values(&calls, |mut row, (task, call)| {
-                row.push_bind(id)
-                    .push_bind(*task)
-                    .push_bind(call.as_str())
-                    .push_bind(0)
-                    .push_bind(now);
-            })
-            .build()
-            .execute(&mut *tx)
-            .await?;
-        }
-        if let Some((input, carried)) = &commit.restart_with {
-            for table in [
-                "DELETE FROM journal WHERE instance_id = ?",
-                "DELETE FROM tasks WHERE instance_id = ?",
-            ] {
-                sqlx::query(table).bind(id).execute(&mut *tx).await?;
-            }
-            // Timers and completions belong to the old execution; raised events stay.
-            sqlx::query("DELETE FROM inbox WHERE instance_id = ? AND json_extract(event, '$.event') <> 'event_raised'")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("UPDATE instances SET input = ?, output = NULL WHERE id = ?")
-                .bind(input)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            for event in carried {
-                push_inbox(&mut tx, id, event, now).await?;
-            }
-        }
-        if commit.status.is_finished() {
-            committed.parent =
-                notify_parent(&mut tx, id, commit.status, commit.output.as_deref(), now).await?;
-        }
-        tx.commit().await?;
-        Ok(committed)
     }
 
     /// Queues an external event. `Change::Finished` for an instance that is over.
@@ -535,102 +313,9 @@ impl Store {
         tx.commit().await?;
         Ok(ids.len() as u64)
     }
-
-    /// Instances with something to do now: new, restarted, or with visible
-    /// inbox rows (and not suspended).
-    pub async fn instances_with_work(
-        &self,
-        now: i64,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
-             UNION SELECT DISTINCT i.instance_id FROM inbox i JOIN instances s ON s.id = i.instance_id \
-             WHERE i.visible_at <= ? AND s.status IN {ACTIVE} LIMIT ?"
-        ))
-        .bind(now)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
-    }
-
-    /// Tasks due now.
-    pub async fn due_tasks(&self, now: i64, limit: usize) -> Result<Vec<TaskRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT t.instance_id, i.name, t.task, t.call, t.attempt FROM tasks t JOIN instances i ON i.id = t.instance_id \
-             WHERE t.due_at <= ? ORDER BY t.due_at LIMIT ?",
-        )
-            .bind(now)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.pool())
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(TaskRow {
-                    instance_id: r.try_get("instance_id")?,
-                    orchestration: r.try_get("name")?,
-                    task: u32::try_from(r.try_get::<i64, _>("task")?)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                    call: from_json(&r.try_get::<String, _>("call")?, "task call")?,
-                    attempt: u32::try_from(r.try_get::<i64, _>("attempt")?).unwrap_or(0),
-                })
-            })
-            .collect()
-    }
-
-    /// The earliest time after `now` at which a timer fires or a task is due.
-    pub async fn next_due_after(&self, now: i64) -> Result<Option<i64>, StoreError> {
-        let next: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > ?1 \
-             UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > ?1)",
-        )
-        .bind(now)
-        .fetch_one(self.pool())
-        .await?;
-        Ok(next)
-    }
-
-    /// Removes a finished task and delivers its outcome, in one transaction.
-    pub async fn complete_task(
-        &self,
-        instance_id: &str,
-        task: u32,
-        event: &Event,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let deleted = sqlx::query("DELETE FROM tasks WHERE instance_id = ? AND task = ?")
-            .bind(instance_id)
-            .bind(task)
-            .execute(&mut *tx)
-            .await?;
-        if deleted.rows_affected() > 0 {
-            push_inbox(&mut tx, instance_id, event, now_ms()).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Schedules the next attempt of a failed task.
-    pub async fn retry_task(
-        &self,
-        instance_id: &str,
-        task: u32,
-        attempt: u32,
-        due_at: i64,
-    ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE tasks SET attempt = ?, due_at = ? WHERE instance_id = ? AND task = ?")
-            .bind(attempt)
-            .bind(due_at)
-            .bind(instance_id)
-            .bind(task)
-            .execute(self.pool())
-            .await?;
-        Ok(())
-    }
 }
 
-async fn insert_instance(
+pub(super) async fn insert_instance(
     tx: &mut Transaction<'_, Sqlite>,
     new: &NewInstance<'_>,
 ) -> Result<bool, StoreError> {
@@ -666,7 +351,7 @@ async fn insert_instance(
     Ok(true)
 }
 
-async fn push_inbox(
+pub(super) async fn push_inbox(
     tx: &mut Transaction<'_, Sqlite>,
     id: &str,
     event: &Event,
@@ -681,7 +366,10 @@ async fn push_inbox(
     Ok(())
 }
 
-async fn delete_history(tx: &mut Transaction<'_, Sqlite>, id: &str) -> Result<(), StoreError> {
+pub(super) async fn delete_history(
+    tx: &mut Transaction<'_, Sqlite>,
+    id: &str,
+) -> Result<(), StoreError> {
     for sql in [
         "DELETE FROM journal WHERE instance_id = ?",
         "DELETE FROM inbox WHERE instance_id = ?",
@@ -693,7 +381,7 @@ async fn delete_history(tx: &mut Transaction<'_, Sqlite>, id: &str) -> Result<()
 }
 
 /// A finished child reports to its parent's inbox; returns the parent's id.
-async fn notify_parent(
+pub(super) async fn notify_parent(
     tx: &mut Transaction<'_, Sqlite>,
     id: &str,
     status: RuntimeStatus,

@@ -3,16 +3,17 @@
 //! The store only stores: it never calls up into the runtime or the agent
 //! loop. SQLite (WAL) is the embedded default.
 
+mod episodes;
 mod instances;
 mod records;
 mod sqlite;
+mod tasks;
 
-pub use instances::{
-    Change, Committed, EpisodeCommit, InstanceFilter, InstanceRecord, NewInstance, RuntimeStatus,
-    TaskRow,
-};
+pub use episodes::{Committed, EpisodeCommit};
+pub use instances::{Change, InstanceFilter, InstanceRecord, NewInstance, RuntimeStatus};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use sqlite::Store;
+pub use tasks::TaskRow;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
