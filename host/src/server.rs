@@ -95,6 +95,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
         }),
     };
+    let shutdown = install_shutdown_signal()?;
     let listener = TcpListener::bind((args.host, args.port))
         .await
         .with_context(|| {
@@ -113,7 +114,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_graceful_shutdown(stop.clone().cancelled_owned());
     let mut server = tokio::spawn(server.into_future());
     tokio::select! {
-        () = shutdown_signal() => {}
+        () = shutdown => {}
         result = &mut server => {
             // The server stopped on its own: that is a failure, not a shutdown.
             result.context("the HTTP server task failed")?.context("the HTTP server failed")?;
@@ -137,30 +138,27 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
+/// Installs the SIGTERM and Ctrl-C handlers now (before the host says it is
+/// listening: a signal arriving earlier would otherwise kill the process
+/// without a graceful stop) and returns a future that resolves on either.
+fn install_shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for Ctrl-C")?;
+        Ok(async move {
+            tokio::select! {
+                _ = terminate.recv() => {},
+                _ = interrupt.recv() => {},
             }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
+        })
+    }
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }
 

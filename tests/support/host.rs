@@ -20,6 +20,11 @@ const MODEL_ENV: [&str; 9] = [
     "AGENTHOST_LOG",
 ];
 
+enum Started {
+    Url(String),
+    LogsIn,
+}
+
 /// How to start a host. Each test gets its own directory for the store and
 /// the components; the compiled-artifact cache is shared by default so that
 /// tests do not each recompile the samples.
@@ -127,10 +132,13 @@ impl HostBuilder {
             let output = output.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    output.lock().unwrap().push(line.clone());
                     if let Some(url) = line.strip_prefix("agenthost listening on ") {
-                        let _ = tx.send(url.to_string());
+                        let _ = tx.send(Started::Url(url.to_string()));
+                    } else if line.contains("agenthost::server: listening") {
+                        // Logged after every component load: the logs before it are all in.
+                        let _ = tx.send(Started::LogsIn);
                     }
-                    output.lock().unwrap().push(line);
                 }
             });
         }
@@ -140,9 +148,13 @@ impl HostBuilder {
             dir: self.dir.clone(),
             output,
         };
-        match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(url) => host.base = url,
-            Err(_) => panic!("agenthost did not start; output:\n{}", host.output()),
+        let mut logs_in = false;
+        while host.base.is_empty() || !logs_in {
+            match rx.recv_timeout(Duration::from_secs(120)) {
+                Ok(Started::Url(url)) => host.base = url,
+                Ok(Started::LogsIn) => logs_in = true,
+                Err(_) => panic!("agenthost did not start; output:\n{}", host.output()),
+            }
         }
         host
     }
@@ -209,5 +221,11 @@ impl Host {
 impl Drop for Host {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- agenthost output ---\n{}\n--- end of agenthost output ---",
+                self.output()
+            );
+        }
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::agents::{AgentError, AgentRunner};
 use crate::registry::Registry;
@@ -126,10 +127,16 @@ impl Runs {
         }
     }
 
+    /// Runs inside a span with the run's ids. `Instrument`, not `Span::enter`:
+    /// an entered guard held across `.await` corrupts the span stack when the
+    /// task moves between worker threads.
     async fn execute(&self, run: RunRecord) {
+        let span = tracing::info_span!("run", agent = %run.agent, session = %run.thread_id, correlation_id = %run.correlation_id);
+        self.execute_in_span(run).instrument(span).await;
+    }
+
+    async fn execute_in_span(&self, run: RunRecord) {
         let id = run.correlation_id.clone();
-        let span = tracing::info_span!("run", agent = %run.agent, session = %run.thread_id, correlation_id = %id);
-        let _guard = span.enter();
         if let Err(e) = self.store.mark_running(&id).await {
             tracing::error!(error = %e, "could not mark the run running");
         }
