@@ -133,6 +133,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if tokio::time::timeout_at(deadline, server).await.is_err() {
         tracing::warn!("closing connections still open after the grace period");
     }
+    let (episodes, transactions) = store.commit_stats();
+    tracing::info!(
+        episodes,
+        transactions,
+        "orchestration episodes committed (group commit)"
+    );
     store.close().await;
     tracing::info!("stopped");
     Ok(())

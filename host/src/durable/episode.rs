@@ -121,16 +121,16 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
     entries.extend(new_calls.into_iter().map(Entry::Call));
     let committed = store
         .commit_episode(EpisodeCommit {
-            instance_id: id,
-            orchestration: &instance.name,
-            consumed: &consumed,
+            instance_id: id.to_string(),
+            orchestration: instance.name.clone(),
+            consumed,
             entries,
             first_task,
             status,
             output,
             custom_status,
             restart_with,
-            component_digest: &instance.component_digest,
+            component_digest: instance.component_digest.clone(),
         })
         .await?;
     let mut wake = committed.children;

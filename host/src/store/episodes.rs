@@ -1,6 +1,6 @@
 //! An instance's journal and inbox, and committing an episode's decisions.
 
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 
 use super::instances::{
     from_json, insert_instance, notify_parent, push_inbox, to_json, NewInstance, RuntimeStatus,
@@ -10,11 +10,11 @@ use super::{now_ms, Store, StoreError, TaskRow};
 use crate::durable::journal::{Call, Entry, Event};
 
 /// Everything one episode of an instance decided, committed at once.
-pub struct EpisodeCommit<'a> {
-    pub instance_id: &'a str,
-    pub orchestration: &'a str,
+pub struct EpisodeCommit {
+    pub instance_id: String,
+    pub orchestration: String,
     /// Inbox rows taken into the journal.
-    pub consumed: &'a [i64],
+    pub consumed: Vec<i64>,
     /// Journal rows to append (events first, then the episode's new calls).
     pub entries: Vec<Entry>,
     /// The first task number of the episode's new calls.
@@ -25,7 +25,7 @@ pub struct EpisodeCommit<'a> {
     /// Set by continue-as-new: the new input; the journal starts over.
     pub restart_with: Option<(String, Vec<Event>)>,
     /// The component digest the children of this episode run on.
-    pub component_digest: &'a str,
+    pub component_digest: String,
 }
 
 /// What a committed episode created that needs running or waking.
@@ -76,152 +76,11 @@ impl Store {
     }
 
     /// Commits an episode if the instance may still run; nothing is written otherwise.
-    pub async fn commit_episode(&self, commit: EpisodeCommit<'_>) -> Result<Committed, StoreError> {
-        let now = now_ms();
-        let id = commit.instance_id;
-        let mut tx = self.begin_write().await?;
-        let updated = sqlx::query(&format!(
-            "UPDATE instances SET status = ?, output = COALESCE(?, output), custom_status = COALESCE(?, custom_status), \
-             updated_at = ? WHERE id = ? AND status IN {ACTIVE}"
-        ))
-        .bind(commit.status.as_str())
-        .bind(&commit.output)
-        .bind(&commit.custom_status)
-        .bind(now)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() == 0 {
-            return Ok(Committed::default());
-        }
-        let mut committed = Committed {
-            applied: true,
-            ..Committed::default()
-        };
-        if !commit.consumed.is_empty() {
-            let mut delete = QueryBuilder::<Sqlite>::new("DELETE FROM inbox WHERE id IN (");
-            let mut ids = delete.separated(", ");
-            for inbox_id in commit.consumed {
-                ids.push_bind(*inbox_id);
-            }
-            delete.push(")").build().execute(&mut *tx).await?;
-        }
-        let last_seq: i64 =
-            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM journal WHERE instance_id = ?")
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
-        // One statement for all journal rows and one for all new tasks: each
-        // statement is a round trip to the connection's thread.
-        let mut journal_rows = Vec::with_capacity(commit.entries.len());
-        for (offset, entry) in commit.entries.iter().enumerate() {
-            journal_rows.push((last_seq + 1 + offset as i64, to_json(entry)?));
-        }
-        if !journal_rows.is_empty() {
-            QueryBuilder::<Sqlite>::new(
-                "INSERT INTO journal (instance_id, seq, entry, recorded_at) ",
-            )
-            .push_values(&journal_rows, |mut row, (seq, entry)| {
-                row.push_bind(id)
-                    .push_bind(*seq)
-                    .push_bind(entry.as_str())
-                    .push_bind(now);
-            })
-            .build()
-            .execute(&mut *tx)
-            .await?;
-        }
-        let mut task = commit.first_task;
-        for entry in &commit.entries {
-            let Entry::Call(call) = entry else { continue };
-            match call {
-                Call::CallAgent { .. } | Call::CallActivity { .. } => {
-                    committed.tasks.push(TaskRow {
-                        instance_id: id.to_string(),
-                        orchestration: commit.orchestration.to_string(),
-                        task,
-                        call: call.clone(),
-                        attempt: 0,
-                    });
-                }
-                Call::CallOrchestration { name, input } => {
-                    let child = format!("{id}:{task}");
-                    let new = NewInstance {
-                        id: &child,
-                        name,
-                        input,
-                        component_digest: commit.component_digest,
-                        parent: Some((id, task)),
-                    };
-                    if !insert_instance(&mut tx, &new).await? {
-                        push_inbox(
-                            &mut tx,
-                            id,
-                            &Event::TaskFailed {
-                                task,
-                                error: format!("instance {child} already exists"),
-                            },
-                            now,
-                        )
-                        .await?;
-                    }
-                    committed.children.push(child);
-                }
-                Call::StartTimer { fire_at } => {
-                    let fire_at = i64::try_from(*fire_at).unwrap_or(i64::MAX);
-                    push_inbox(&mut tx, id, &Event::TimerFired { task }, fire_at).await?;
-                }
-                _ => {}
-            }
-            // Task numbers count every call, as the replay numbers them.
-            task += 1;
-        }
-        if !committed.tasks.is_empty() {
-            let mut calls = Vec::with_capacity(committed.tasks.len());
-            for row in &committed.tasks {
-                calls.push((row.task, to_json(&row.call)?));
-            }
-            QueryBuilder::<Sqlite>::new(
-                "INSERT INTO tasks (instance_id, task, call, attempt, due_at) ",
-            )
-            .push_values(&calls, |mut row, (task, call)| {
-                row.push_bind(id)
-                    .push_bind(*task)
-                    .push_bind(call.as_str())
-                    .push_bind(0)
-                    .push_bind(now);
-            })
-            .build()
-            .execute(&mut *tx)
-            .await?;
-        }
-        if let Some((input, carried)) = &commit.restart_with {
-            for table in [
-                "DELETE FROM journal WHERE instance_id = ?",
-                "DELETE FROM tasks WHERE instance_id = ?",
-            ] {
-                sqlx::query(table).bind(id).execute(&mut *tx).await?;
-            }
-            // Timers and completions belong to the old execution; raised events stay.
-            sqlx::query("DELETE FROM inbox WHERE instance_id = ? AND json_extract(event, '$.event') <> 'event_raised'")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("UPDATE instances SET input = ?, output = NULL WHERE id = ?")
-                .bind(input)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            for event in carried {
-                push_inbox(&mut tx, id, event, now).await?;
-            }
-        }
-        if commit.status.is_finished() {
-            committed.parent =
-                notify_parent(&mut tx, id, commit.status, commit.output.as_deref(), now).await?;
-        }
-        tx.commit().await?;
-        Ok(committed)
+    /// Commits an episode if the instance may still run; nothing is written
+    /// otherwise. Concurrent commits of many instances share one transaction
+    /// (see `group_commit`).
+    pub async fn commit_episode(&self, commit: EpisodeCommit) -> Result<Committed, StoreError> {
+        self.committer().commit(commit).await
     }
 
     /// Instances with something to do now: new, restarted, or with visible
@@ -242,4 +101,152 @@ impl Store {
         .await?;
         rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
     }
+}
+
+/// Writes one episode inside the caller's transaction.
+pub(super) async fn apply_episode(
+    tx: &mut SqliteConnection,
+    commit: &EpisodeCommit,
+) -> Result<Committed, StoreError> {
+    let now = now_ms();
+    let id = commit.instance_id.as_str();
+    let updated = sqlx::query(&format!(
+            "UPDATE instances SET status = ?, output = COALESCE(?, output), custom_status = COALESCE(?, custom_status), \
+             updated_at = ? WHERE id = ? AND status IN {ACTIVE}"
+        ))
+        .bind(commit.status.as_str())
+        .bind(&commit.output)
+        .bind(&commit.custom_status)
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    if updated.rows_affected() == 0 {
+        return Ok(Committed::default());
+    }
+    let mut committed = Committed {
+        applied: true,
+        ..Committed::default()
+    };
+    if !commit.consumed.is_empty() {
+        let mut delete = QueryBuilder::<Sqlite>::new("DELETE FROM inbox WHERE id IN (");
+        let mut ids = delete.separated(", ");
+        for inbox_id in &commit.consumed {
+            ids.push_bind(*inbox_id);
+        }
+        delete.push(")").build().execute(&mut *tx).await?;
+    }
+    let last_seq: i64 =
+        sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM journal WHERE instance_id = ?")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+    // One statement for all journal rows and one for all new tasks: each
+    // statement is a round trip to the connection's thread.
+    let mut journal_rows = Vec::with_capacity(commit.entries.len());
+    for (offset, entry) in commit.entries.iter().enumerate() {
+        journal_rows.push((last_seq + 1 + offset as i64, to_json(entry)?));
+    }
+    if !journal_rows.is_empty() {
+        QueryBuilder::<Sqlite>::new("INSERT INTO journal (instance_id, seq, entry, recorded_at) ")
+            .push_values(&journal_rows, |mut row, (seq, entry)| {
+                row.push_bind(id)
+                    .push_bind(*seq)
+                    .push_bind(entry.as_str())
+                    .push_bind(now);
+            })
+            .build()
+            .execute(&mut *tx)
+            .await?;
+    }
+    let mut task = commit.first_task;
+    for entry in &commit.entries {
+        let Entry::Call(call) = entry else { continue };
+        match call {
+            Call::CallAgent { .. } | Call::CallActivity { .. } => {
+                committed.tasks.push(TaskRow {
+                    instance_id: id.to_string(),
+                    orchestration: commit.orchestration.clone(),
+                    task,
+                    call: call.clone(),
+                    attempt: 0,
+                });
+            }
+            Call::CallOrchestration { name, input } => {
+                let child = format!("{id}:{task}");
+                let new = NewInstance {
+                    id: &child,
+                    name,
+                    input,
+                    component_digest: &commit.component_digest,
+                    parent: Some((id, task)),
+                };
+                if !insert_instance(tx, &new).await? {
+                    push_inbox(
+                        tx,
+                        id,
+                        &Event::TaskFailed {
+                            task,
+                            error: format!("instance {child} already exists"),
+                        },
+                        now,
+                    )
+                    .await?;
+                }
+                committed.children.push(child);
+            }
+            Call::StartTimer { fire_at } => {
+                let fire_at = i64::try_from(*fire_at).unwrap_or(i64::MAX);
+                push_inbox(tx, id, &Event::TimerFired { task }, fire_at).await?;
+            }
+            _ => {}
+        }
+        // Task numbers count every call, as the replay numbers them.
+        task += 1;
+    }
+    if !committed.tasks.is_empty() {
+        let mut calls = Vec::with_capacity(committed.tasks.len());
+        for row in &committed.tasks {
+            calls.push((row.task, to_json(&row.call)?));
+        }
+        QueryBuilder::<Sqlite>::new(
+            "INSERT INTO tasks (instance_id, task, call, attempt, due_at) ",
+        )
+        .push_values(&calls, |mut row, (task, call)| {
+            row.push_bind(id)
+                .push_bind(*task)
+                .push_bind(call.as_str())
+                .push_bind(0)
+                .push_bind(now);
+        })
+        .build()
+        .execute(&mut *tx)
+        .await?;
+    }
+    if let Some((input, carried)) = &commit.restart_with {
+        for table in [
+            "DELETE FROM journal WHERE instance_id = ?",
+            "DELETE FROM tasks WHERE instance_id = ?",
+        ] {
+            sqlx::query(table).bind(id).execute(&mut *tx).await?;
+        }
+        // Timers and completions belong to the old execution; raised events stay.
+        sqlx::query("DELETE FROM inbox WHERE instance_id = ? AND json_extract(event, '$.event') <> 'event_raised'")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        sqlx::query("UPDATE instances SET input = ?, output = NULL WHERE id = ?")
+            .bind(input)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        for event in carried {
+            push_inbox(tx, id, event, now).await?;
+        }
+    }
+    if commit.status.is_finished() {
+        committed.parent =
+            notify_parent(tx, id, commit.status, commit.output.as_deref(), now).await?;
+    }
+    Ok(committed)
 }

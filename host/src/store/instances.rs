@@ -1,7 +1,7 @@
 //! Orchestration instances: their rows, journals, inboxes and tasks.
 
 use serde::Serialize;
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{Row, Sqlite, SqliteConnection};
 
 use super::{now_ms, Store, StoreError};
 use crate::durable::journal::Event;
@@ -316,12 +316,12 @@ impl Store {
 }
 
 pub(super) async fn insert_instance(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut SqliteConnection,
     new: &NewInstance<'_>,
 ) -> Result<bool, StoreError> {
     let existing: Option<String> = sqlx::query_scalar("SELECT status FROM instances WHERE id = ?")
         .bind(new.id)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?;
     if let Some(status) = existing {
         if !RuntimeStatus::parse(&status).is_some_and(RuntimeStatus::is_finished) {
@@ -329,7 +329,7 @@ pub(super) async fn insert_instance(
         }
         sqlx::query("DELETE FROM instances WHERE id = ?")
             .bind(new.id)
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await?;
         delete_history(tx, new.id).await?;
     }
@@ -346,13 +346,13 @@ pub(super) async fn insert_instance(
     .bind(new.parent.map(|p| p.1))
     .bind(now)
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(true)
 }
 
 pub(super) async fn push_inbox(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut SqliteConnection,
     id: &str,
     event: &Event,
     visible_at: i64,
@@ -361,28 +361,25 @@ pub(super) async fn push_inbox(
         .bind(id)
         .bind(to_json(event)?)
         .bind(visible_at)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(())
 }
 
-pub(super) async fn delete_history(
-    tx: &mut Transaction<'_, Sqlite>,
-    id: &str,
-) -> Result<(), StoreError> {
+pub(super) async fn delete_history(tx: &mut SqliteConnection, id: &str) -> Result<(), StoreError> {
     for sql in [
         "DELETE FROM journal WHERE instance_id = ?",
         "DELETE FROM inbox WHERE instance_id = ?",
         "DELETE FROM tasks WHERE instance_id = ?",
     ] {
-        sqlx::query(sql).bind(id).execute(&mut **tx).await?;
+        sqlx::query(sql).bind(id).execute(&mut *tx).await?;
     }
     Ok(())
 }
 
 /// A finished child reports to its parent's inbox; returns the parent's id.
 pub(super) async fn notify_parent(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut SqliteConnection,
     id: &str,
     status: RuntimeStatus,
     output: Option<&str>,
@@ -390,7 +387,7 @@ pub(super) async fn notify_parent(
 ) -> Result<Option<String>, StoreError> {
     let row = sqlx::query("SELECT parent_id, parent_task FROM instances WHERE id = ?")
         .bind(id)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?;
     let Some(row) = row else { return Ok(None) };
     let (Some(parent), Some(task)) = (
@@ -419,10 +416,10 @@ pub(super) async fn notify_parent(
     Ok(Some(parent))
 }
 
-async fn exists_change(tx: &mut Transaction<'_, Sqlite>, id: &str) -> Result<Change, StoreError> {
+async fn exists_change(tx: &mut SqliteConnection, id: &str) -> Result<Change, StoreError> {
     let status: Option<String> = sqlx::query_scalar("SELECT status FROM instances WHERE id = ?")
         .bind(id)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?;
     Ok(match status.as_deref().and_then(RuntimeStatus::parse) {
         None => Change::NotFound,

@@ -4,6 +4,7 @@
 //! loop. SQLite (WAL) is the embedded default.
 
 mod episodes;
+mod group_commit;
 mod instances;
 mod records;
 mod sqlite;
@@ -25,6 +26,8 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("store query failed: {0}")]
     Query(#[from] sqlx::Error),
+    #[error("store write failed: {0}")]
+    Write(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 }

@@ -7,12 +7,14 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
+use super::group_commit::Committer;
 use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, StoreError, StoredMessage};
 use crate::model::{ChatMessage, Usage};
 
 #[derive(Clone)]
 pub struct Store {
     pool: SqlitePool,
+    committer: Committer,
 }
 
 const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
@@ -45,7 +47,8 @@ impl Store {
                 source: e,
             })?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool })
+        let committer = Committer::start(pool.clone());
+        Ok(Self { pool, committer })
     }
 
     /// Stores a new run (pending) and touches its session. When the session has
@@ -304,6 +307,15 @@ impl Store {
 
     pub(super) fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    pub(super) fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    /// Episodes committed and the transactions they took (group commit).
+    pub fn commit_stats(&self) -> (u64, u64) {
+        self.committer.stats()
     }
 
     /// A write transaction that takes the write lock at once, so a read
