@@ -42,20 +42,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_bare_schema_is_wrapped() {
+    fn a_bare_schema_is_wrapped() -> Result<(), String> {
         let schema = json!({"type": "object", "properties": {"a": {"type": "string"}}});
-        let format = normalize(schema.clone()).unwrap().unwrap();
+        let format = normalize(schema.clone())?.ok_or("a JSON Schema gives a response_format")?;
         assert_eq!(format["type"], "json_schema");
         assert_eq!(format["json_schema"]["schema"], schema);
         assert!(wants_json(&format));
+        Ok(())
     }
 
     #[test]
-    fn openai_formats_pass_through_and_text_means_none() {
+    fn openai_formats_pass_through_and_text_means_none() -> Result<(), String> {
         let f = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}});
-        assert_eq!(normalize(f.clone()).unwrap(), Some(f));
-        assert_eq!(normalize(json!({"type": "text"})).unwrap(), None);
+        assert_eq!(normalize(f.clone())?, Some(f));
+        assert_eq!(normalize(json!({"type": "text"}))?, None);
         assert!(normalize(json!("nope")).is_err());
         assert!(normalize(json!({"type": "json_schema"})).is_err());
+        Ok(())
     }
 }

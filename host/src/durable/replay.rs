@@ -271,18 +271,19 @@ mod tests {
     }
 
     #[test]
-    fn first_run_records_calls_and_waits_for_results() {
+    fn first_run_records_calls_and_waits_for_results() -> Result<(), ReplayError> {
         let mut r = Replay::new(vec![], vec![], 1000, 0);
-        let (_, task) = r.call(activity("a")).unwrap();
+        let (_, task) = r.call(activity("a"))?;
         assert_eq!(task, 0);
         assert!(!r.is_replaying());
-        assert_eq!(r.result(task).unwrap(), None);
+        assert_eq!(r.result(task)?, None);
         assert_eq!(r.new_calls(), &[activity("a")]);
         assert_eq!(r.step_time(), 1000);
+        Ok(())
     }
 
     #[test]
-    fn replay_answers_from_the_journal_and_records_only_new_calls() {
+    fn replay_answers_from_the_journal_and_records_only_new_calls() -> Result<(), ReplayError> {
         let history = vec![(activity("a"), 10), (Call::Now { value: 10 }, 10)];
         let events = vec![Event::TaskCompleted {
             task: 0,
@@ -290,17 +291,18 @@ mod tests {
         }];
         let mut r = Replay::new(history, events, 99, 0);
         assert!(r.is_replaying());
-        let (_, a) = r.call(activity("a")).unwrap();
-        assert_eq!(r.result(a).unwrap(), Some(Ok("\"A\"".into())));
+        let (_, a) = r.call(activity("a"))?;
+        assert_eq!(r.result(a)?, Some(Ok("\"A\"".into())));
         assert_eq!(
-            r.call(Call::Now { value: 99 }).unwrap().0,
+            r.call(Call::Now { value: 99 })?.0,
             Call::Now { value: 10 },
             "the recorded time"
         );
         assert_eq!(r.step_time(), 10);
-        r.call(activity("b")).unwrap();
+        r.call(activity("b"))?;
         assert_eq!(r.new_calls(), &[activity("b")]);
         assert_eq!(r.step_time(), 99);
+        Ok(())
     }
 
     #[test]
@@ -323,55 +325,48 @@ mod tests {
     }
 
     #[test]
-    fn events_raised_before_the_wait_are_buffered_and_delivered_in_order() {
+    fn events_raised_before_the_wait_are_buffered_and_delivered_in_order() -> Result<(), ReplayError>
+    {
         let events = vec![raised("go", "1"), raised("other", "x"), raised("go", "2")];
         let mut r = Replay::new(vec![], events, 0, 0);
-        let (_, first) = r.call(wait("go")).unwrap();
-        let (_, second) = r.call(wait("go")).unwrap();
-        let (_, third) = r.call(wait("go")).unwrap();
-        assert_eq!(r.result(first).unwrap(), Some(Ok("1".into())));
-        assert_eq!(r.result(second).unwrap(), Some(Ok("2".into())));
-        assert_eq!(r.result(third).unwrap(), None);
+        let (_, first) = r.call(wait("go"))?;
+        let (_, second) = r.call(wait("go"))?;
+        let (_, third) = r.call(wait("go"))?;
+        assert_eq!(r.result(first)?, Some(Ok("1".into())));
+        assert_eq!(r.result(second)?, Some(Ok("2".into())));
+        assert_eq!(r.result(third)?, None);
         assert_eq!(
-            r.result(first).unwrap(),
+            r.result(first)?,
             Some(Ok("1".into())),
             "awaiting again gives the same event"
         );
+        Ok(())
     }
 
     #[test]
-    fn await_any_picks_what_arrived_first_and_cancels_the_losing_wait() {
+    fn await_any_picks_what_arrived_first_and_cancels_the_losing_wait() -> Result<(), ReplayError> {
         let timer = Call::StartTimer { fire_at: 5 };
         // The timer fired before the event arrived: the timer wins, and the
         // event stays for a later wait.
         let events = vec![Event::TimerFired { task: 1 }, raised("approval", "true")];
         let mut r = Replay::new(vec![], events, 0, 0);
-        let (_, event) = r.call(wait("approval")).unwrap();
-        let (_, t) = r.call(timer.clone()).unwrap();
-        assert_eq!(
-            r.first_of(&[event, t]).unwrap(),
-            Some((1, Ok("null".into())))
-        );
-        assert_eq!(
-            r.result(event).unwrap(),
-            None,
-            "the losing wait is cancelled"
-        );
-        let (_, later) = r.call(wait("approval")).unwrap();
-        assert_eq!(r.result(later).unwrap(), Some(Ok("true".into())));
+        let (_, event) = r.call(wait("approval"))?;
+        let (_, t) = r.call(timer.clone())?;
+        assert_eq!(r.first_of(&[event, t])?, Some((1, Ok("null".into()))));
+        assert_eq!(r.result(event)?, None, "the losing wait is cancelled");
+        let (_, later) = r.call(wait("approval"))?;
+        assert_eq!(r.result(later)?, Some(Ok("true".into())));
 
         let events = vec![raised("approval", "true"), Event::TimerFired { task: 1 }];
         let mut r = Replay::new(vec![], events, 0, 0);
-        let (_, event) = r.call(wait("approval")).unwrap();
-        let (_, t) = r.call(timer).unwrap();
-        assert_eq!(
-            r.first_of(&[event, t]).unwrap(),
-            Some((0, Ok("true".into())))
-        );
+        let (_, event) = r.call(wait("approval"))?;
+        let (_, t) = r.call(timer)?;
+        assert_eq!(r.first_of(&[event, t])?, Some((0, Ok("true".into()))));
+        Ok(())
     }
 
     #[test]
-    fn await_all_waits_for_every_task_and_keeps_order() {
+    fn await_all_waits_for_every_task_and_keeps_order() -> Result<(), ReplayError> {
         let events = vec![
             Event::TaskCompleted {
                 task: 1,
@@ -383,22 +378,24 @@ mod tests {
             },
         ];
         let mut r = Replay::new(vec![], events, 0, 0);
-        let (_, a) = r.call(activity("a")).unwrap();
-        let (_, b) = r.call(activity("b")).unwrap();
-        let (_, c) = r.call(activity("c")).unwrap();
+        let (_, a) = r.call(activity("a"))?;
+        let (_, b) = r.call(activity("b"))?;
+        let (_, c) = r.call(activity("c"))?;
         assert_eq!(
-            r.results(&[a, b]).unwrap(),
+            r.results(&[a, b])?,
             Some(vec![Err("boom".into()), Ok("b".into())])
         );
-        assert_eq!(r.results(&[a, c]).unwrap(), None);
+        assert_eq!(r.results(&[a, c])?, None);
         assert_eq!(r.result(7), Err(ReplayError::UnknownTask(7)));
+        Ok(())
     }
 
     #[test]
-    fn untaken_events_are_carried_over() {
+    fn untaken_events_are_carried_over() -> Result<(), ReplayError> {
         let mut r = Replay::new(vec![], vec![raised("a", "1"), raised("b", "2")], 0, 0);
-        let (_, w) = r.call(wait("a")).unwrap();
-        r.result(w).unwrap();
+        let (_, w) = r.call(wait("a"))?;
+        r.result(w)?;
         assert_eq!(r.untaken_events(), vec![raised("b", "2")]);
+        Ok(())
     }
 }

@@ -245,6 +245,13 @@ pub(super) async fn apply_episode(
         }
     }
     if commit.status.is_finished() {
+        // Timers that lost a race and tasks nobody awaits are moot now.
+        for sql in [
+            "DELETE FROM inbox WHERE instance_id = ?",
+            "DELETE FROM tasks WHERE instance_id = ?",
+        ] {
+            sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+        }
         committed.parent =
             notify_parent(tx, id, commit.status, commit.output.as_deref(), now).await?;
     }

@@ -209,16 +209,20 @@ impl Store {
 
     /// Suspend (Running/Pending → Suspended) or resume (Suspended → Running).
     pub async fn set_suspended(&self, id: &str, suspended: bool) -> Result<Change, StoreError> {
+        // A resumed instance that never ran (or just continued as new) has an
+        // empty journal: it goes back to Pending so its first episode runs.
         let (to, from) = if suspended {
-            ("Suspended", ACTIVE)
+            ("'Suspended'", ACTIVE)
         } else {
-            ("Running", "('Suspended')")
+            (
+                "CASE WHEN EXISTS (SELECT 1 FROM journal WHERE instance_id = instances.id) THEN 'Running' ELSE 'Pending' END",
+                "('Suspended')",
+            )
         };
         let mut tx = self.begin_write().await?;
         let updated = sqlx::query(&format!(
-            "UPDATE instances SET status = ?, updated_at = ? WHERE id = ? AND status IN {from}"
+            "UPDATE instances SET status = {to}, updated_at = ? WHERE id = ? AND status IN {from}"
         ))
-        .bind(to)
         .bind(now_ms())
         .bind(id)
         .execute(&mut *tx)
@@ -473,4 +477,42 @@ fn filter_clause(filter: &InstanceFilter) -> (String, Vec<Bind>) {
         binds.push(Bind::Text(prefix.clone()));
     }
     (clauses.join(" AND "), binds)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::{Change, NewInstance, RuntimeStatus, Store, StoreError};
+
+    #[tokio::test]
+    async fn an_instance_suspended_before_its_first_episode_resumes_as_pending(
+    ) -> Result<(), StoreError> {
+        let dir = tempfile::tempdir().map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await?;
+        let new = NewInstance {
+            id: "a",
+            name: "o",
+            input: "null",
+            component_digest: "d",
+            parent: None,
+        };
+        store.create_instance(&new).await?;
+        assert_eq!(store.set_suspended("a", true).await?, Change::Done);
+        assert_eq!(
+            store.set_suspended("a", true).await?,
+            Change::NotApplicable,
+            "already suspended"
+        );
+        assert_eq!(store.set_suspended("a", false).await?, Change::Done);
+        let status = store.instance("a").await?.map(|i| i.status);
+        assert_eq!(
+            status,
+            Some(RuntimeStatus::Pending),
+            "it never ran: its first episode must still run"
+        );
+        assert!(store
+            .instances_with_work(crate::store::now_ms(), 10)
+            .await?
+            .contains(&"a".to_string()));
+        Ok(())
+    }
 }
