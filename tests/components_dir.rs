@@ -49,3 +49,92 @@ async fn broken_files_are_reported_and_the_good_components_served() {
         200
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn api_components_lists_each_component_and_each_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(components.join("garbage.wasm"), b"not wasm").unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["writer", "weather", "spam"])
+        .start();
+    let body: Value = client()
+        .get(host.url("/api/components"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = body["components"].as_array().unwrap();
+    let names: Vec<&str> = listed.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["spam", "weather", "writer"]);
+    let weather = &listed[1];
+    assert!(weather["digest"].as_str().unwrap().starts_with("sha256:"));
+    assert!(weather["file"].as_str().unwrap().ends_with("weather.wasm"));
+    assert_eq!(weather["agents"][0]["name"], "weather");
+    assert_eq!(
+        weather["agents"][0]["tools"],
+        serde_json::json!(["get_weather"])
+    );
+    assert_eq!(weather["activities"][0]["name"], "get_weather");
+    assert_eq!(weather["activities"][0]["approval"], "never-require");
+    assert_eq!(
+        weather["activities"][0]["parameters"]["required"],
+        serde_json::json!(["city"])
+    );
+    assert_eq!(
+        weather["grants"],
+        serde_json::json!({}),
+        "nothing is granted by default"
+    );
+    assert!(weather["load_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(listed[0]["orchestrations"][0]["name"], "spam");
+    let failures = body["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1);
+    assert!(failures[0]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("garbage.wasm"));
+    assert!(
+        failures[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid WebAssembly component"),
+        "{body}"
+    );
+}
+
+#[test]
+fn inspect_prints_a_component_or_the_reason_it_does_not_load() {
+    let ok = std::process::Command::new(env!("CARGO_BIN_EXE_agenthost"))
+        .arg("inspect")
+        .arg(component("weather"))
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let description: Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(description["agents"][0]["name"], "weather");
+    assert_eq!(description["activities"][0]["name"], "get_weather");
+
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.wasm");
+    std::fs::write(&broken, b"\0asm garbage").unwrap();
+    let failed = std::process::Command::new(env!("CARGO_BIN_EXE_agenthost"))
+        .arg("inspect")
+        .arg(&broken)
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        stderr.contains("broken.wasm does not load")
+            && stderr.contains("not a valid WebAssembly component"),
+        "{stderr}"
+    );
+}

@@ -21,6 +21,12 @@ pub struct Cli {
 pub enum Command {
     /// Serve the agents of a components directory over HTTP.
     Serve(ServeArgs),
+    /// Load one component (validate, compile, describe) and print what it
+    /// offers as JSON; exits non-zero with the reason when it does not load.
+    Inspect {
+        /// The `.wasm` component file.
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Args)]

@@ -60,6 +60,8 @@ pub struct LoadFailure {
 
 #[derive(Default)]
 struct Entries {
+    /// Every loaded component, by file.
+    components: BTreeMap<PathBuf, Arc<LoadedComponent>>,
     agents: BTreeMap<String, ServedAgent>,
     orchestrations: BTreeMap<String, ServedOrchestration>,
     failures: Vec<LoadFailure>,
@@ -124,6 +126,9 @@ impl Registry {
     /// component is refused: two owners for one URL would be ambiguous.
     pub fn add(&self, component: Arc<LoadedComponent>) {
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        entries
+            .components
+            .insert(component.path.clone(), component.clone());
         let mut served = Vec::new();
         let mut refused = Vec::new();
         for spec in &component.manifest.agents {
@@ -236,6 +241,17 @@ impl Registry {
             .unwrap_or_else(|p| p.into_inner())
             .agents
             .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Every loaded component, by file name.
+    pub fn components(&self) -> Vec<Arc<LoadedComponent>> {
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .components
+            .values()
             .cloned()
             .collect()
     }

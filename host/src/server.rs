@@ -144,6 +144,26 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `agenthost inspect FILE`: loads one component with default limits (a
+/// throw-away artifact cache) and prints its description.
+pub async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
+    let cache = std::env::temp_dir().join(format!("agenthost-inspect-{}", std::process::id()));
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: cache.clone(),
+        limits: Limits::default(),
+        max_instances: 4,
+    })
+    .context("could not start the wasm runtime")?;
+    let loaded = runtime.load(file).await;
+    let _ = std::fs::remove_dir_all(&cache);
+    let component = loaded.with_context(|| format!("{} does not load", file.display()))?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&component.describe_json())?
+    );
+    Ok(())
+}
+
 /// Installs the SIGTERM and Ctrl-C handlers now (before the host says it is
 /// listening: a signal arriving earlier would otherwise kill the process
 /// without a graceful stop) and returns a future that resolves on either.

@@ -2,6 +2,7 @@
 
 mod agents;
 mod body;
+mod components;
 mod error;
 mod health;
 mod instances;
@@ -45,6 +46,7 @@ pub fn router(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/api/agents/{name}/run", post(agents::run))
         .route("/api/agents/{name}/runs/{correlation_id}", get(runs::get))
+        .route("/api/components", get(components::list))
         .route("/api/orchestrators/{name}", post(orchestrators::start))
         .route(
             "/api/orchestrators/{name}/{instance_id}",

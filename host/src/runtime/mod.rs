@@ -110,6 +110,25 @@ pub struct LoadedComponent {
     pre: AgenthostComponentPre<GuestState>,
 }
 
+impl LoadedComponent {
+    /// What the component is and offers, as `GET /api/components` and
+    /// `agenthost inspect` show it.
+    pub fn describe_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.name,
+            "file": self.path.display().to_string(),
+            "digest": self.digest,
+            "agents": self.manifest.agents,
+            "activities": self.manifest.activities,
+            "orchestrations": self.manifest.orchestrations,
+            // Nothing is granted yet: no network, files or environment.
+            "grants": {},
+            "load_ms": self.load_time.as_secs_f64() * 1000.0,
+            "from_cache": self.from_cache,
+        })
+    }
+}
+
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self, LoadError> {
         let engine = engine::build(&config)?;
