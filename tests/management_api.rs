@@ -11,6 +11,11 @@ use crate::support::durable::{
 use crate::support::fake_model::echo_of;
 use crate::support::{client, FakeModel, HostBuilder, Reply};
 
+/// `GET url` on the list endpoint: the page of instance statuses.
+async fn list(http: &reqwest::Client, url: impl reqwest::IntoUrl) -> Vec<Value> {
+    http.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 fn test_host(dir: &std::path::Path) -> crate::support::host::Host {
     HostBuilder::new(dir)
         .components(&["orchestration-tests"])
@@ -248,52 +253,21 @@ async fn list_filters_pages_and_purges() {
     wait_for_custom_status(&host, &waiting, "", &json!("waiting")).await;
     let base = host.url("/runtime/webhooks/durabletask/instances");
 
-    let all: Vec<Value> = http.get(&base).send().await.unwrap().json().await.unwrap();
+    let all = list(&http, &base).await;
     assert_eq!(all.len(), 4);
-    let completed: Vec<Value> = http
-        .get(format!("{base}?runtimeStatus=Completed"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let completed = list(&http, format!("{base}?runtimeStatus=Completed")).await;
     assert_eq!(completed.len(), 3);
-    let both: Vec<Value> = http
-        .get(format!("{base}?runtimeStatus=Completed,Running"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let both = list(&http, format!("{base}?runtimeStatus=Completed,Running")).await;
     assert_eq!(both.len(), 4);
-    let prefixed: Vec<Value> = http
-        .get(format!("{base}?instanceIdPrefix=batch-"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let prefixed = list(&http, format!("{base}?instanceIdPrefix=batch-")).await;
     assert_eq!(prefixed.len(), 3);
-    let future: Vec<Value> = http
-        .get(format!("{base}?createdTimeFrom=2999-01-01T00:00:00Z"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let future = list(
+        &http,
+        format!("{base}?createdTimeFrom=2999-01-01T00:00:00Z"),
+    )
+    .await;
     assert!(future.is_empty());
-    let past: Vec<Value> = http
-        .get(format!("{base}?createdTimeTo=2000-01-01T00:00:00Z"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let past = list(&http, format!("{base}?createdTimeTo=2000-01-01T00:00:00Z")).await;
     assert!(past.is_empty());
     assert_eq!(
         http.get(format!("{base}?runtimeStatus=Sleeping"))
@@ -371,7 +345,7 @@ async fn list_filters_pages_and_purges() {
         many.json::<Value>().await.unwrap(),
         json!({"instancesDeleted": 2})
     );
-    let left: Vec<Value> = http.get(&base).send().await.unwrap().json().await.unwrap();
+    let left = list(&http, &base).await;
     assert_eq!(left.len(), 1);
 }
 
