@@ -10,7 +10,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{episode, tasks, DurableError};
+use super::tasks::{self, Settled};
+use super::{episode, DurableError};
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::runtime::Runtime;
@@ -141,13 +142,18 @@ impl Orchestrator {
         let this = self.clone();
         self.tracker.spawn(async move {
             let instance = row.instance_id.clone();
-            tasks::run(&this, row).await;
+            let settled = tasks::run(&this, row).await;
             this.tasks_in_flight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&key);
-            this.wake_instance(instance);
-            this.notify();
+            // Wake only who must act: a full scheduler pass per finished
+            // task would re-scan the store for every step of every instance.
+            match settled {
+                Settled::Delivered => this.wake_instance(instance),
+                Settled::Retrying => this.notify(),
+                Settled::Left => {}
+            }
         });
     }
 

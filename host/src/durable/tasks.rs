@@ -16,7 +16,18 @@ enum Outcome {
     Interrupted,
 }
 
-pub async fn run(orchestrator: &Orchestrator, row: TaskRow) {
+/// What became of a task, so the orchestrator wakes only who must act.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Its outcome is in the instance's inbox: the instance has work.
+    Delivered,
+    /// It failed and waits for its next attempt: the scheduler must know when.
+    Retrying,
+    /// Nothing was recorded (host stopping, store error): it runs again later.
+    Left,
+}
+
+pub async fn run(orchestrator: &Orchestrator, row: TaskRow) -> Settled {
     let outcome = match &row.call {
         Call::CallActivity { name, input, .. } => activity(orchestrator, &row, name, input).await,
         Call::CallAgent {
@@ -42,53 +53,47 @@ pub async fn run(orchestrator: &Orchestrator, row: TaskRow) {
         ))),
     };
     let result = match outcome {
-        Outcome::Interrupted => return,
+        Outcome::Interrupted => return Settled::Left,
         Outcome::Done(result) => result,
     };
     let store = &orchestrator.store;
-    let written = match result {
-        Ok(result) => {
-            store
-                .complete_task(
-                    &row.instance_id,
-                    row.task,
-                    &Event::TaskCompleted {
-                        task: row.task,
-                        result,
-                    },
-                )
-                .await
-        }
-        Err(error) => {
-            let retry = match &row.call {
-                Call::CallActivity { retry, .. } | Call::CallAgent { retry, .. } => *retry,
-                _ => None,
-            };
-            match retry.and_then(|policy| policy.delay_after(row.attempt)) {
-                Some(delay) => {
-                    tracing::info!(instance_id = %row.instance_id, task = row.task, attempt = row.attempt + 1, delay_ms = delay, %error, "task failed; retrying");
-                    let due = now_ms() + i64::try_from(delay).unwrap_or(i64::MAX / 2);
-                    store
-                        .retry_task(&row.instance_id, row.task, row.attempt + 1, due)
-                        .await
-                }
-                None => {
-                    store
-                        .complete_task(
-                            &row.instance_id,
-                            row.task,
-                            &Event::TaskFailed {
-                                task: row.task,
-                                error,
-                            },
-                        )
-                        .await
-                }
-            }
-        }
+    let (task, instance) = (row.task, row.instance_id.as_str());
+    let retry = match &row.call {
+        Call::CallActivity { retry, .. } | Call::CallAgent { retry, .. } => *retry,
+        _ => None,
     };
-    if let Err(e) = written {
-        tracing::error!(instance_id = %row.instance_id, task = row.task, error = %e, "could not record the task's outcome; it runs again");
+    let (settled, written) = match result {
+        Ok(result) => {
+            let event = Event::TaskCompleted { task, result };
+            (
+                Settled::Delivered,
+                store.complete_task(instance, task, &event).await,
+            )
+        }
+        Err(error) => match retry.and_then(|policy| policy.delay_after(row.attempt)) {
+            Some(delay) => {
+                tracing::info!(instance_id = %instance, task, attempt = row.attempt + 1, delay_ms = delay, %error, "task failed; retrying");
+                let due = now_ms() + i64::try_from(delay).unwrap_or(i64::MAX / 2);
+                (
+                    Settled::Retrying,
+                    store.retry_task(instance, task, row.attempt + 1, due).await,
+                )
+            }
+            None => {
+                let event = Event::TaskFailed { task, error };
+                (
+                    Settled::Delivered,
+                    store.complete_task(instance, task, &event).await,
+                )
+            }
+        },
+    };
+    match written {
+        Ok(()) => settled,
+        Err(e) => {
+            tracing::error!(instance_id = %instance, task, error = %e, "could not record the task's outcome; it runs again");
+            Settled::Left
+        }
     }
 }
 
