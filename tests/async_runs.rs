@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::support::{
-    client, fake_model::echo_of, wait_run_finished, FakeModel, HostBuilder, Reply,
+    client, fake_model::echo_of, get_json, wait_run_finished, FakeModel, HostBuilder, Reply,
 };
 
 #[tokio::test(flavor = "multi_thread")]
@@ -36,14 +36,7 @@ async fn wait_for_response_false_answers_202_and_the_run_can_be_looked_up() {
     let thread = body["thread_id"].as_str().unwrap();
 
     let url = host.url(&format!("/api/agents/writer/runs/{correlation}"));
-    let early: Value = client()
-        .get(&url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let early: Value = get_json(&url).await;
     assert!(
         ["pending", "running"].contains(&early["status"].as_str().unwrap()),
         "{early}"

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::support::{client, component, HostBuilder};
+use crate::support::{client, component, get_json, HostBuilder};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn broken_files_are_reported_and_the_good_components_served() {
@@ -14,14 +14,7 @@ async fn broken_files_are_reported_and_the_good_components_served() {
     std::fs::write(components.join("truncated.wasm"), &bytes[..bytes.len() / 2]).unwrap();
     let host = HostBuilder::new(dir.path()).start();
 
-    let health: Value = client()
-        .get(host.url("/api/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = get_json(host.url("/api/health")).await;
     let names: Vec<&str> = health["agents"]
         .as_array()
         .unwrap()
@@ -59,14 +52,7 @@ async fn api_components_lists_each_component_and_each_failure() {
     let host = HostBuilder::new(dir.path())
         .components(&["writer", "weather", "spam"])
         .start();
-    let body: Value = client()
-        .get(host.url("/api/components"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body: Value = get_json(host.url("/api/components")).await;
     let listed = body["components"].as_array().unwrap();
     let names: Vec<&str> = listed.iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["spam", "weather", "writer"]);

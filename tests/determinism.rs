@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::support::durable::{raise, start, wait_for};
-use crate::support::{component, HostBuilder};
+use crate::support::{component, get_json, HostBuilder};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn system_time_rand_and_hashmap_order_replay_identically() {
@@ -59,30 +59,29 @@ async fn a_new_version_that_calls_other_steps_fails_as_non_deterministic() {
     let mut host = builder.start();
     let id = start(&host, "versioned", &json!(null)).await;
     // v1 ran step_a and now waits for "go".
+    let history_url = format!(
+        "{}?showHistory=true",
+        crate::support::durable::instance_url(&host, &id)
+    );
+    let mut waiting = false;
     for _ in 0..600 {
-        let (_, body) = crate::support::durable::status(&host, &id).await;
-        let history = crate::support::client()
-            .get(format!(
-                "{}?showHistory=true",
-                crate::support::durable::instance_url(&host, &id)
-            ))
-            .send()
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap();
+        let history = get_json::<Value>(&history_url).await;
         let events = history["historyEvents"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        if body["runtimeStatus"] == "Running"
-            && events.iter().any(|e| e["call"] == "wait_for_event")
-        {
+        waiting = history["runtimeStatus"] == "Running"
+            && events.iter().any(|e| e["call"] == "wait_for_event");
+        if waiting {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    assert!(
+        waiting,
+        "version 1 never reached its event wait:\n{}",
+        host.output()
+    );
     assert_eq!(host.terminate(), Some(0));
 
     std::fs::copy(component("versioned-v2"), components.join("versioned.wasm")).unwrap();

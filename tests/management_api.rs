@@ -9,12 +9,7 @@ use crate::support::durable::{
     instance_url, raise, start, status, wait_for, wait_for_custom_status,
 };
 use crate::support::fake_model::echo_of;
-use crate::support::{client, FakeModel, HostBuilder, Reply};
-
-/// `GET url` on the list endpoint: the page of instance statuses.
-async fn list(http: &reqwest::Client, url: impl reqwest::IntoUrl) -> Vec<Value> {
-    http.get(url).send().await.unwrap().json().await.unwrap()
-}
+use crate::support::{client, get_json, FakeModel, HostBuilder, Reply};
 
 fn test_host(dir: &std::path::Path) -> crate::support::host::Host {
     HostBuilder::new(dir)
@@ -73,17 +68,11 @@ async fn status_raise_event_and_their_status_codes() {
         .as_str()
         .unwrap()
         .starts_with("sha256:"));
-    let no_input: Value = http
-        .get(format!(
-            "{}?showInput=false",
-            instance_url(&host, "order-7")
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let no_input: Value = get_json(format!(
+        "{}?showInput=false",
+        instance_url(&host, "order-7")
+    ))
+    .await;
     assert!(no_input.get("input").is_none());
 
     // raiseEvent: a body that is not JSON is 400; unknown instance 404; then 202.
@@ -109,17 +98,11 @@ async fn status_raise_event_and_their_status_codes() {
         "raising on a finished instance is 410"
     );
 
-    let history: Value = http
-        .get(format!(
-            "{}?showHistory=true",
-            instance_url(&host, "order-7")
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history: Value = get_json(format!(
+        "{}?showHistory=true",
+        instance_url(&host, "order-7")
+    ))
+    .await;
     let events = history["historyEvents"].as_array().unwrap();
     assert!(
         events
@@ -253,21 +236,18 @@ async fn list_filters_pages_and_purges() {
     wait_for_custom_status(&host, &waiting, "", &json!("waiting")).await;
     let base = host.url("/runtime/webhooks/durabletask/instances");
 
-    let all = list(&http, &base).await;
+    let all = get_json::<Vec<Value>>(&base).await;
     assert_eq!(all.len(), 4);
-    let completed = list(&http, format!("{base}?runtimeStatus=Completed")).await;
+    let completed = get_json::<Vec<Value>>(format!("{base}?runtimeStatus=Completed")).await;
     assert_eq!(completed.len(), 3);
-    let both = list(&http, format!("{base}?runtimeStatus=Completed,Running")).await;
+    let both = get_json::<Vec<Value>>(format!("{base}?runtimeStatus=Completed,Running")).await;
     assert_eq!(both.len(), 4);
-    let prefixed = list(&http, format!("{base}?instanceIdPrefix=batch-")).await;
+    let prefixed = get_json::<Vec<Value>>(format!("{base}?instanceIdPrefix=batch-")).await;
     assert_eq!(prefixed.len(), 3);
-    let future = list(
-        &http,
-        format!("{base}?createdTimeFrom=2999-01-01T00:00:00Z"),
-    )
-    .await;
+    let future =
+        get_json::<Vec<Value>>(format!("{base}?createdTimeFrom=2999-01-01T00:00:00Z")).await;
     assert!(future.is_empty());
-    let past = list(&http, format!("{base}?createdTimeTo=2000-01-01T00:00:00Z")).await;
+    let past = get_json::<Vec<Value>>(format!("{base}?createdTimeTo=2000-01-01T00:00:00Z")).await;
     assert!(past.is_empty());
     assert_eq!(
         http.get(format!("{base}?runtimeStatus=Sleeping"))
@@ -345,7 +325,7 @@ async fn list_filters_pages_and_purges() {
         many.json::<Value>().await.unwrap(),
         json!({"instancesDeleted": 2})
     );
-    let left = list(&http, &base).await;
+    let left = get_json::<Vec<Value>>(&base).await;
     assert_eq!(left.len(), 1);
 }
 

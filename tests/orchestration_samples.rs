@@ -4,6 +4,7 @@ use serde_json::{json, Value};
 
 use crate::support::durable::{start, wait_for, wait_for_custom_status};
 use crate::support::fake_model::echo_of;
+use crate::support::fake_model::Recorded;
 use crate::support::{client, FakeModel, HostBuilder, Reply};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -103,30 +104,36 @@ async fn parallel_asks_every_expert_at_once_and_keeps_their_order() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn spam_is_blocked_when_the_detector_is_confident() {
+/// Runs the `spam` orchestration on `email` with the model answering
+/// `replies` in order; returns the finished status and the model's requests.
+async fn run_spam(replies: &[&str], email: Value) -> (Value, Vec<Recorded>) {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
-    model.push(Reply::Text(
-        r#"{"is_spam": true, "confidence": 0.97, "reason": "lottery scam"}"#.into(),
-    ));
+    for reply in replies {
+        model.push(Reply::Text(reply.to_string()));
+    }
     let host = HostBuilder::new(dir.path())
         .components(&["spam"])
         .openai(&model, "sk")
         .start();
-    let id = start(
-        &host,
-        "spam",
-        &json!({"id": "mail-1", "content": "You won a lottery!"}),
+    let id = start(&host, "spam", &email).await;
+    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+    (done, model.requests())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spam_is_blocked_when_the_detector_is_confident() {
+    let verdict = r#"{"is_spam": true, "confidence": 0.97, "reason": "lottery scam"}"#;
+    let (done, requests) = run_spam(
+        &[verdict],
+        json!({"id": "mail-1", "content": "You won a lottery!"}),
     )
     .await;
-    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
     assert_eq!(done["output"]["action"], "blocked", "{done}");
     assert_eq!(
         done["output"]["result"],
         json!({"blocked": "mail-1", "reason": "lottery scam"})
     );
-    let requests = model.requests();
     assert_eq!(requests.len(), 1, "no reply is drafted for spam");
     // The detector was asked for the structured verdict's schema.
     let schema = &requests[0].body["response_format"]["json_schema"]["schema"];
@@ -136,31 +143,17 @@ async fn spam_is_blocked_when_the_detector_is_confident() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn legitimate_mail_gets_a_drafted_reply_that_is_sent() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
     // Spam, but not confidently: a reply is drafted all the same.
-    model.push(Reply::Text(
-        r#"{"is_spam": true, "confidence": 0.5, "reason": "unsure"}"#.into(),
-    ));
-    model.push(Reply::Text("Thanks, see you Monday.".into()));
-    let host = HostBuilder::new(dir.path())
-        .components(&["spam"])
-        .openai(&model, "sk")
-        .start();
-    let id = start(
-        &host,
-        "spam",
-        &json!({"id": "mail-2", "content": "Meeting on Monday?"}),
-    )
-    .await;
-    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+    let verdict = r#"{"is_spam": true, "confidence": 0.5, "reason": "unsure"}"#;
+    let email = json!({"id": "mail-2", "content": "Meeting on Monday?"});
+    let (done, requests) = run_spam(&[verdict, "Thanks, see you Monday."], email).await;
     assert_eq!(done["output"]["action"], "replied", "{done}");
     assert_eq!(done["output"]["reply"], "Thanks, see you Monday.");
     assert_eq!(
         done["output"]["result"],
         json!({"sent": "mail-2", "characters": 23})
     );
-    assert!(model.requests()[1].messages()[0]["content"]
+    assert!(requests[1].messages()[0]["content"]
         .as_str()
         .unwrap()
         .contains("polite"));

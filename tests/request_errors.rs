@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::support::get_json;
 use crate::support::{client, FakeModel, HostBuilder};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -109,14 +110,7 @@ async fn health_lists_every_served_agent_and_can_be_turned_off() {
     let host = HostBuilder::new(dir.path())
         .components(&["writer", "weather", "scientists"])
         .start();
-    let health: Value = client()
-        .get(host.url("/api/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = get_json(host.url("/api/health")).await;
     assert_eq!(
         health,
         serde_json::json!({"status": "healthy", "agents": [

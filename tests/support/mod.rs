@@ -50,3 +50,15 @@ pub async fn wait_run_finished(url: &str) -> serde_json::Value {
     }
     panic!("run at {url} did not finish");
 }
+
+/// `GET url` and its JSON body.
+pub async fn get_json<T: serde::de::DeserializeOwned>(url: impl reqwest::IntoUrl) -> T {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
