@@ -4,7 +4,7 @@
 CARGO       ?= cargo
 WASM_TARGET := wasm32-wasip2
 SAMPLES     := writer weather scientists chaining parallel spam approval
-TEST_GUESTS := orchestration-tests versioned
+TEST_GUESTS := orchestration-tests versioned hostile
 COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
@@ -28,9 +28,10 @@ components: toolchain
 
 # Guests only the tests use; `versioned` is built twice (v1, and v2 with other steps).
 test-components: toolchain
-	$(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned
+	$(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned -p hostile
 	@mkdir -p $(TEST_COMPONENTS)
 	cp target/$(WASM_TARGET)/release/orchestration_tests.wasm $(TEST_COMPONENTS)/orchestration-tests.wasm
+	cp target/$(WASM_TARGET)/release/hostile.wasm $(TEST_COMPONENTS)/hostile.wasm
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v1.wasm
 	$(CARGO) build --target $(WASM_TARGET) --release -p versioned --features v2
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v2.wasm

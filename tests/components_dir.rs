@@ -72,8 +72,9 @@ async fn api_components_lists_each_component_and_each_failure() {
     );
     assert_eq!(
         weather["grants"],
-        serde_json::json!({}),
-        "nothing is granted by default"
+        serde_json::json!({"allowed_hosts": [], "env": [], "memory_mb": 128,
+                           "cpu_time_ms": 10000, "max_instances": null}),
+        "nothing is granted by default; the limits are the host's"
     );
     assert!(weather["load_ms"].as_f64().unwrap() > 0.0);
     assert_eq!(listed[0]["orchestrations"][0]["name"], "spam");

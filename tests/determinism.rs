@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::support::durable::{raise, start, wait_for};
+use crate::support::host::Host;
 use crate::support::{component, get_json, HostBuilder};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -49,43 +50,122 @@ async fn wait_for_echo(host: &crate::support::host::Host, id: &str) -> Value {
     panic!("the determinism instance never reached its wait");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_new_version_that_calls_other_steps_fails_as_non_deterministic() {
-    let dir = tempfile::tempdir().unwrap();
-    let components = dir.path().join("components");
-    std::fs::create_dir_all(&components).unwrap();
-    std::fs::copy(component("versioned-v1"), components.join("versioned.wasm")).unwrap();
-    let builder = HostBuilder::new(dir.path()).components(&[]);
-    let mut host = builder.start();
-    let id = start(&host, "versioned", &json!(null)).await;
-    // v1 ran step_a and now waits for "go".
+/// Waits until the `versioned` instance `id` journaled its event wait.
+async fn wait_until_waiting(host: &Host, id: &str) {
     let history_url = format!(
         "{}?showHistory=true",
-        crate::support::durable::instance_url(&host, &id)
+        crate::support::durable::instance_url(host, id)
     );
-    let mut waiting = false;
     for _ in 0..600 {
         let history = get_json::<Value>(&history_url).await;
         let events = history["historyEvents"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        waiting = history["runtimeStatus"] == "Running"
-            && events.iter().any(|e| e["call"] == "wait_for_event");
-        if waiting {
-            break;
+        if history["runtimeStatus"] == "Running"
+            && events.iter().any(|e| e["call"] == "wait_for_event")
+        {
+            return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert!(
-        waiting,
-        "version 1 never reached its event wait:\n{}",
+    panic!(
+        "instance {id} never reached its event wait:\n{}",
         host.output()
     );
+}
+
+/// The digest `GET /api/components` shows for `versioned`, once it is not `not`.
+async fn wait_served_digest(host: &Host, not: Option<&str>) -> String {
+    for _ in 0..400 {
+        let body: Value = get_json(host.url("/api/components")).await;
+        let digest = body["components"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "versioned"))
+            .and_then(|c| c["digest"].as_str())
+            .map(str::to_string);
+        if let Some(digest) = digest.filter(|d| Some(d.as_str()) != not) {
+            return digest;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("versioned was never (re)loaded:\n{}", host.output());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_finishes_on_the_version_it_started_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    let file = components.join("versioned.wasm");
+    std::fs::copy(component("versioned-v1"), &file).unwrap();
+    let builder = HostBuilder::new(dir.path()).components(&[]);
+    let mut host = builder.start();
+    let v1 = wait_served_digest(&host, None).await;
+    let old = start(&host, "versioned", &json!(null)).await;
+    wait_until_waiting(&host, &old).await;
+
+    // Replaced while it waits, then the host restarts: the instance still
+    // replays on version 1 (from the bytes the store kept).
+    std::fs::copy(component("versioned-v2"), &file).unwrap();
+    let v2 = wait_served_digest(&host, Some(&v1)).await;
+    assert_eq!(host.terminate(), Some(0));
+    let host = builder.start();
+    let new = start(&host, "versioned", &json!(null)).await;
+    wait_until_waiting(&host, &new).await;
+    let (_, status) = crate::support::durable::status(&host, &old).await;
+    assert_eq!(status["componentDigest"], v1.as_str());
+    let (_, status) = crate::support::durable::status(&host, &new).await;
+    assert_eq!(status["componentDigest"], v2.as_str());
+
+    // Deleted: both instances go on, each on its own version.
+    std::fs::remove_file(&file).unwrap();
+    for _ in 0..400 {
+        let body: Value = get_json(host.url("/api/components")).await;
+        if body["components"] == json!([]) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    for (id, version, step) in [(&old, "v1", "step_a"), (&new, "v2", "step_b")] {
+        assert_eq!(raise(&host, id, "go", &json!(null)).await, 202);
+        let done = wait_for(&host, id, &["Completed", "Failed"]).await;
+        assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+        assert_eq!(done["output"], version, "{done}");
+        let history = get_json::<Value>(format!(
+            "{}?showHistory=true",
+            crate::support::durable::instance_url(&host, id)
+        ))
+        .await;
+        assert!(history.to_string().contains(step), "{history}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn code_that_takes_other_steps_on_replay_fails_as_non_deterministic() {
+    // One version whose step comes from a granted variable: changing the
+    // variable across a restart changes the calls the code makes.
+    let dir = tempfile::tempdir().unwrap();
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::copy(component("versioned-v1"), components.join("versioned.wasm")).unwrap();
+    std::fs::write(
+        components.join("versioned.toml"),
+        "env = [\"VERSIONED_STEP\"]\n",
+    )
+    .unwrap();
+    let mut host = HostBuilder::new(dir.path())
+        .components(&[])
+        .env("VERSIONED_STEP", "step_a")
+        .start();
+    let id = start(&host, "versioned", &json!(null)).await;
+    wait_until_waiting(&host, &id).await;
     assert_eq!(host.terminate(), Some(0));
 
-    std::fs::copy(component("versioned-v2"), components.join("versioned.wasm")).unwrap();
-    let host = builder.start();
+    let host = HostBuilder::new(dir.path())
+        .components(&[])
+        .env("VERSIONED_STEP", "step_b")
+        .start();
     assert_eq!(raise(&host, &id, "go", &json!(null)).await, 202);
     let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
     assert_eq!(done["runtimeStatus"], "Failed");

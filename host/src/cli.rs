@@ -35,6 +35,11 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_COMPONENTS", default_value = "components")]
     pub components: PathBuf,
 
+    /// Watch the components directory: load added or replaced files, unload
+    /// deleted ones, without a restart.
+    #[arg(long, env = "AGENTHOST_WATCH", default_value_t = true, action = ArgAction::Set)]
+    pub watch: bool,
+
     /// Where sessions and runs are stored.
     #[arg(long, env = "AGENTHOST_STORE", default_value = "sqlite://agenthost.db")]
     pub store: String,

@@ -47,16 +47,29 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         })
         .context("could not start the wasm runtime")?,
     );
-    let registry = Arc::new(Registry::default());
-    registry
-        .load_dir(&runtime, &args.components)
-        .await
-        .with_context(|| {
+    let registry = Arc::new(Registry::new(
+        runtime.clone(),
+        store.clone(),
+        args.components.clone(),
+    ));
+    let loaded = registry.sync().await.with_context(|| {
+        format!(
+            "could not read the components directory {}",
+            args.components.display()
+        )
+    })?;
+    if loaded.loaded.is_empty() {
+        tracing::warn!(dir = %args.components.display(), "no .wasm components loaded; nothing is served until one is added");
+    }
+    let watching = CancellationToken::new();
+    if args.watch {
+        crate::registry::watch(registry.clone(), watching.clone()).with_context(|| {
             format!(
-                "could not read the components directory {}",
+                "could not watch the components directory {} (start with --watch=false to load it once)",
                 args.components.display()
             )
         })?;
+    }
 
     let runner = AgentRunner::new(runtime.clone(), model, store.clone(), args.max_tool_rounds);
     let runs = Runs::new(store.clone(), registry.clone(), runner, args.session_ttl);
@@ -125,6 +138,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // store and resumes at the next start.
     tracing::info!(grace = ?args.shutdown_grace, "stopping: no new requests; letting in-flight runs finish");
     stop.cancel();
+    watching.cancel();
     let deadline = tokio::time::Instant::now() + args.shutdown_grace;
     tokio::join!(
         runs.shutdown(args.shutdown_grace),

@@ -27,6 +27,8 @@ pub enum Reply {
     /// Wait, then answer with the next reply (or the echo).
     Delay(Duration, Box<Reply>),
     Echo,
+    /// Answers with the content of the last tool result: `tool said: …`.
+    ToolResult,
 }
 
 /// A request the fake received.
@@ -59,6 +61,16 @@ impl Recorded {
                 )
             })
             .collect()
+    }
+
+    /// The content of the last tool result in the conversation.
+    pub fn last_tool_result(&self) -> Option<String> {
+        self.messages()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "tool")
+            .and_then(|m| m["content"].as_str())
+            .map(str::to_string)
     }
 
     pub fn last_user_message(&self) -> String {
@@ -229,6 +241,10 @@ async fn play(mut reply: Reply, request: &Recorded) -> Response {
         Reply::Echo => {
             json!({"role": "assistant", "content": echo_of(&request.last_user_message())})
         }
+        Reply::ToolResult => json!({
+            "role": "assistant",
+            "content": format!("tool said: {}", request.last_tool_result().unwrap_or_default()),
+        }),
         Reply::ToolCall(name, arguments) => json!({
             "role": "assistant",
             "content": null,

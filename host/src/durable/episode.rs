@@ -46,24 +46,17 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
     let replay = Replay::new(calls, events, now, instance.created_at);
     let first_task = replay.first_new_task();
 
-    let (end, replay) = match orchestrator.registry.orchestration(&instance.name) {
-        None => (
-            EpisodeEnd::Broken(format!(
-                "orchestration '{}' is no longer served",
-                instance.name
-            )),
-            None,
-        ),
-        Some(served) => {
+    // The instance replays on the version it started with, whatever is served now.
+    let (end, replay) = match orchestrator
+        .registry
+        .pinned(&instance.component_digest, &instance.name)
+        .await
+    {
+        Err(e) => (EpisodeEnd::Broken(e.to_string()), None),
+        Ok(component) => {
             match orchestrator
                 .runtime
-                .run_orchestration(
-                    &served.component,
-                    &instance.name,
-                    &instance.input,
-                    id,
-                    replay,
-                )
+                .run_orchestration(&component, &instance.name, &instance.input, id, replay)
                 .await
             {
                 Ok((end, replay)) => (end, Some(replay)),
@@ -80,6 +73,9 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
         Call::SetCustomStatus { status } => Some(status.clone()),
         _ => None,
     });
+    let child_digests = orchestrator
+        .child_digests(&instance.component_digest, &new_calls)
+        .await;
     let continue_with = new_calls.iter().find_map(|c| match c {
         Call::ContinueAsNew { input } => Some(input.clone()),
         _ => None,
@@ -131,6 +127,7 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
             custom_status,
             restart_with,
             component_digest: instance.component_digest.clone(),
+            child_digests,
         })
         .await?;
     let mut wake = committed.children;

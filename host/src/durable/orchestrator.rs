@@ -2,7 +2,7 @@
 //! time per instance, running their tasks, firing timers, and the management
 //! operations (raise, suspend, resume, terminate, purge).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::journal::Call;
 use super::tasks::{self, Settled};
 use super::{episode, DurableError};
 use crate::registry::Registry;
@@ -191,6 +192,31 @@ impl Orchestrator {
         tracing::info!(instance_id = %id, orchestration = %name, "instance started");
         self.wake_instance(id.clone());
         Ok(id)
+    }
+
+    /// The version each sub-orchestration in `calls` starts on: the parent's
+    /// own version when it holds the orchestration (a family of orchestrations
+    /// shipped together stays together), else the one served now. A name
+    /// served by nobody gets no entry; the child then fails with that reason.
+    pub(super) async fn child_digests(
+        &self,
+        parent_digest: &str,
+        calls: &[Call],
+    ) -> HashMap<String, String> {
+        let mut digests = HashMap::new();
+        for call in calls {
+            let Call::CallOrchestration { name, .. } = call else {
+                continue;
+            };
+            if digests.contains_key(name) || self.registry.pinned(parent_digest, name).await.is_ok()
+            {
+                continue;
+            }
+            if let Some(served) = self.registry.orchestration(name) {
+                digests.insert(name.clone(), served.component.digest.clone());
+            }
+        }
+        digests
     }
 
     pub(super) fn check_size(&self, what: &'static str, payload: &str) -> Result<(), DurableError> {

@@ -98,17 +98,20 @@ pub async fn run(orchestrator: &Orchestrator, row: TaskRow) -> Settled {
 }
 
 async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input: &str) -> Outcome {
-    let Some(served) = orchestrator.registry.orchestration(&row.orchestration) else {
-        return Outcome::Done(Err(format!(
-            "orchestration '{}' is no longer served",
-            row.orchestration
-        )));
+    // Activities run in the instance's own version of the component.
+    let component = match orchestrator
+        .registry
+        .pinned(&row.component_digest, &row.orchestration)
+        .await
+    {
+        Ok(component) => component,
+        Err(e) => return Outcome::Done(Err(e.to_string())),
     };
     tracing::debug!(instance_id = %row.instance_id, activity = name, "running activity");
     Outcome::Done(
         match orchestrator
             .runtime
-            .invoke_activity(&served.component, name, input)
+            .invoke_activity(&component, name, input)
             .await
         {
             Ok(Ok(output)) => Ok(output),

@@ -6,12 +6,21 @@ use serde_json::{json, Value};
 
 use super::AppState;
 
+/// A component whose newer file failed to load still serves its previous
+/// version; its entry carries the error so operators see both facts at once.
 pub async fn list(State(state): State<AppState>) -> Json<Value> {
+    let failures = state.registry.failures();
     let components: Vec<Value> = state
         .registry
         .components()
         .iter()
-        .map(|c| c.describe_json())
+        .map(|c| {
+            let mut described = c.describe_json();
+            if let Some(failure) = failures.iter().find(|f| f.file == c.path) {
+                described["load_error"] = json!(failure.error);
+            }
+            described
+        })
         .collect();
-    Json(json!({"components": components, "failures": state.registry.failures()}))
+    Json(json!({"components": components, "failures": failures}))
 }

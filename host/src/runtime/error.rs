@@ -30,6 +30,12 @@ pub enum LoadError {
     Describe(GuestError),
     #[error("invalid manifest: {0}")]
     Manifest(String),
+    #[error("component '{component}': grant '{grant}' refused: {reason}")]
+    Grant {
+        component: String,
+        grant: String,
+        reason: String,
+    },
 }
 
 /// A guest failed as a program: the call produced no answer at all.

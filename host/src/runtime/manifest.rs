@@ -59,6 +59,10 @@ impl Manifest {
         self.activities.iter().find(|a| a.name == name)
     }
 
+    pub fn orchestration(&self, name: &str) -> Option<&OrchestrationSpec> {
+        self.orchestrations.iter().find(|o| o.name == name)
+    }
+
     pub(super) fn from_wit(wit: bindings::Manifest) -> Result<Self, LoadError> {
         let invalid = |m: String| LoadError::Manifest(m);
         let mut activities = Vec::with_capacity(wit.activities.len());

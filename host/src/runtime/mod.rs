@@ -11,11 +11,14 @@ mod cache;
 mod durable_imports;
 mod engine;
 mod error;
+mod grants;
 mod manifest;
+mod outbound;
 mod state;
 
 pub use cache::ArtifactCache;
 pub use error::{GuestError, LoadError};
+pub use grants::{Ceilings, Grants};
 pub use manifest::{
     ActivitySpec, AgentSpec, Approval, EventRouteSpec, Manifest, OrchestrationSpec,
 };
@@ -92,7 +95,7 @@ pub struct Runtime {
     slots: tokio::sync::Semaphore,
     linker: Linker<GuestState>,
     cache: ArtifactCache,
-    limits: Limits,
+    ceilings: Ceilings,
     _ticker: engine::EpochTicker,
 }
 
@@ -107,6 +110,9 @@ pub struct LoadedComponent {
     /// True when the compiled artifact came from the on-disk cache.
     pub from_cache: bool,
     pub load_time: Duration,
+    pub grants: Arc<Grants>,
+    /// The `max_instances` grant, when the component has one.
+    instances: Option<Arc<tokio::sync::Semaphore>>,
     pre: AgenthostComponentPre<GuestState>,
 }
 
@@ -121,8 +127,7 @@ impl LoadedComponent {
             "agents": self.manifest.agents,
             "activities": self.manifest.activities,
             "orchestrations": self.manifest.orchestrations,
-            // Nothing is granted yet: no network, files or environment.
-            "grants": {},
+            "grants": *self.grants,
             "load_ms": self.load_time.as_secs_f64() * 1000.0,
             "from_cache": self.from_cache,
         })
@@ -142,27 +147,52 @@ impl Runtime {
             slots,
             linker,
             cache,
-            limits: config.limits,
+            ceilings: Ceilings {
+                limits: config.limits,
+                max_instances: config.max_instances.max(1),
+            },
             _ticker: ticker,
         })
     }
 
-    /// Reads, compiles (or loads from cache), validates and describes one file.
+    /// The host's limits, which grants may only lower.
+    pub fn ceilings(&self) -> &Ceilings {
+        &self.ceilings
+    }
+
+    /// Reads one file and its sidecar grants, then loads it as
+    /// [`Runtime::load_bytes`] does.
+    pub async fn load(&self, path: &Path) -> Result<Arc<LoadedComponent>, LoadError> {
+        let files = ComponentFiles::read(path).await?;
+        let grants = self.grants(&files.name, files.grants_source.as_deref())?;
+        self.load_bytes(&files.name, path, files.bytes, grants)
+            .await
+    }
+
+    /// Checks a component's grants (the sidecar's text, if it has one) against
+    /// the host's limits and environment.
+    pub fn grants(&self, component: &str, source: Option<&str>) -> Result<Grants, LoadError> {
+        match source {
+            Some(source) => Grants::parse(component, source, &self.ceilings, &|v| {
+                std::env::var(v).ok()
+            }),
+            None => Ok(Grants::none(&self.ceilings)),
+        }
+    }
+
+    /// Compiles (or loads from cache), validates and describes one component.
     ///
     /// Compilation runs on a blocking thread: it takes 100 ms or more and must
     /// never stall the request path.
-    pub async fn load(&self, path: &Path) -> Result<Arc<LoadedComponent>, LoadError> {
+    pub async fn load_bytes(
+        &self,
+        name: &str,
+        path: &Path,
+        bytes: Vec<u8>,
+        grants: Grants,
+    ) -> Result<Arc<LoadedComponent>, LoadError> {
         let started = Instant::now();
-        let name = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .ok_or_else(|| LoadError::BadFileName(path.to_path_buf()))?
-            .to_string();
-        let bytes = tokio::fs::read(path).await.map_err(|e| LoadError::Read {
-            path: path.to_path_buf(),
-            source: e,
-        })?;
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        let digest = digest_of(&bytes);
         let engine = self.engine.clone();
         let cache = self.cache.clone();
         let key = digest.clone();
@@ -176,13 +206,18 @@ impl Runtime {
             .map_err(|e| LoadError::Link(error::describe(&e)))?;
         let pre = AgenthostComponentPre::new(instance_pre)
             .map_err(|e| LoadError::Link(error::describe(&e)))?;
+        let instances = grants
+            .max_instances
+            .map(|n| Arc::new(tokio::sync::Semaphore::new(n as usize)));
         let mut loaded = LoadedComponent {
-            name,
+            name: name.to_string(),
             path: path.to_path_buf(),
             digest,
             manifest: Manifest::default(),
             from_cache,
             load_time: Duration::ZERO,
+            grants: Arc::new(grants),
+            instances,
             pre,
         };
         let described = self.describe(&loaded).await.map_err(LoadError::Describe)?;
@@ -243,7 +278,7 @@ impl Runtime {
         let store = state::new_orchestration_store(
             &self.engine,
             &component.name,
-            self.limits,
+            &component.grants,
             instance_id,
             replay,
         );
@@ -272,24 +307,29 @@ impl Runtime {
         Ok((end, replay))
     }
 
-    async fn slot(
-        &self,
-        component: &LoadedComponent,
-    ) -> Result<tokio::sync::SemaphorePermit<'_>, GuestError> {
-        self.slots
-            .acquire()
-            .await
-            .map_err(|_| GuestError::Instantiate {
-                component: component.name.clone(),
-                reason: "the runtime is shutting down".into(),
-            })
+    /// Waits for a slot of the component (its `max_instances` grant), then
+    /// for one of the host's pooling slots.
+    async fn slot(&self, component: &LoadedComponent) -> Result<Slot<'_>, GuestError> {
+        let closed = |_| GuestError::Instantiate {
+            component: component.name.clone(),
+            reason: "the runtime is shutting down".into(),
+        };
+        let own = match &component.instances {
+            Some(instances) => Some(instances.clone().acquire_owned().await.map_err(closed)?),
+            None => None,
+        };
+        let host = self.slots.acquire().await.map_err(closed)?;
+        Ok(Slot {
+            _component: own,
+            _host: host,
+        })
     }
 
     async fn instantiate(
         &self,
         component: &LoadedComponent,
     ) -> Result<(Store<GuestState>, AgenthostComponent), GuestError> {
-        let store = state::new_store(&self.engine, &component.name, self.limits);
+        let store = state::new_store(&self.engine, &component.name, &component.grants);
         self.instantiate_in(component, store).await
     }
 
@@ -307,5 +347,59 @@ impl Runtime {
                 reason: error::describe(&e),
             })?;
         Ok((store, instance))
+    }
+}
+
+/// Held while a guest instance is alive: its component's permit (if the
+/// component has a `max_instances` grant) and a host pooling slot.
+struct Slot<'a> {
+    _component: Option<tokio::sync::OwnedSemaphorePermit>,
+    _host: tokio::sync::SemaphorePermit<'a>,
+}
+
+/// `sha256:` + hex of the bytes: the identity of a component version.
+pub fn digest_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The component's name: its file stem (`weather` for `weather.wasm`).
+pub fn component_name(path: &Path) -> Result<String, LoadError> {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| LoadError::BadFileName(path.to_path_buf()))
+}
+
+/// A component file and its sidecar grants (`NAME.toml`), as read from disk.
+pub struct ComponentFiles {
+    pub name: String,
+    pub bytes: Vec<u8>,
+    pub grants_source: Option<String>,
+}
+
+impl ComponentFiles {
+    pub async fn read(path: &Path) -> Result<Self, LoadError> {
+        let name = component_name(path)?;
+        let bytes = tokio::fs::read(path).await.map_err(|e| LoadError::Read {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        let sidecar = path.with_extension("toml");
+        let grants_source = match tokio::fs::read_to_string(&sidecar).await {
+            Ok(source) => Some(source),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(LoadError::Read {
+                    path: sidecar,
+                    source: e,
+                })
+            }
+        };
+        Ok(Self {
+            name,
+            bytes,
+            grants_source,
+        })
     }
 }

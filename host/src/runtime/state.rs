@@ -10,11 +10,14 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::{agenthost::host::logging, AgenthostComponent};
 use super::durable_imports::{OrchestrationScope, StepClock};
 use super::engine::TICK;
-use super::{error, Limits, LoadError};
+use super::grants::Grants;
+use super::outbound::OutboundHttp;
+use super::{error, LoadError};
 use crate::durable::replay::Replay;
 
 pub struct GuestState {
@@ -22,6 +25,8 @@ pub struct GuestState {
     wasi: WasiCtx,
     table: ResourceTable,
     memory: MemoryLimit,
+    http: WasiHttpCtx,
+    outbound: OutboundHttp,
     /// Set while the store runs an orchestration.
     pub(super) orchestration: Option<OrchestrationScope>,
 }
@@ -37,6 +42,16 @@ impl WasiView for GuestState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for GuestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.outbound,
         }
     }
 }
@@ -61,26 +76,37 @@ impl logging::Host for GuestState {
 pub fn link(linker: &mut Linker<GuestState>) -> Result<(), LoadError> {
     wasmtime_wasi::p2::add_to_linker_async(linker)
         .map_err(|e| LoadError::Engine(error::describe(&e)))?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
+        .map_err(|e| LoadError::Engine(error::describe(&e)))?;
     AgenthostComponent::add_to_linker::<_, HasSelf<GuestState>>(linker, |s| s)
         .map_err(|e| LoadError::Engine(error::describe(&e)))?;
     Ok(())
 }
 
-/// A store for one call: nothing granted (no env, args, preopens or network),
+/// A store for one call: only what `grants` allow (never args or preopens),
 /// memory capped, and CPU bounded by epoch ticks. The guest yields to the async
 /// executor every tick so a busy guest cannot starve the host's other tasks.
-pub fn new_store(engine: &Engine, component: &str, limits: Limits) -> Store<GuestState> {
-    store_with(engine, component, limits, WasiCtx::builder(), None)
+pub fn new_store(engine: &Engine, component: &str, grants: &Arc<Grants>) -> Store<GuestState> {
+    let outbound = OutboundHttp::granted(component, grants.clone());
+    store_with(
+        engine,
+        component,
+        grants,
+        WasiCtx::builder(),
+        outbound,
+        None,
+    )
 }
 
 /// A store for one episode of an orchestration: as [`new_store`], and the
 /// guest's clocks read the journaled step time while its random numbers come
 /// from a generator seeded by the instance id, so ordinary Rust (`SystemTime`,
-/// `HashMap`, `rand`) replays identically.
+/// `HashMap`, `rand`) replays identically. Outbound HTTP is refused whatever
+/// the grants: only activities may reach the network.
 pub fn new_orchestration_store(
     engine: &Engine,
     component: &str,
-    limits: Limits,
+    grants: &Arc<Grants>,
     instance_id: &str,
     replay: Replay,
 ) -> Store<GuestState> {
@@ -101,16 +127,20 @@ pub fn new_orchestration_store(
         replay,
         clock,
     };
-    store_with(engine, component, limits, wasi, Some(scope))
+    let outbound = OutboundHttp::refused(component);
+    store_with(engine, component, grants, wasi, outbound, Some(scope))
 }
 
 fn store_with(
     engine: &Engine,
     component: &str,
-    limits: Limits,
+    grants: &Grants,
     mut wasi: WasiCtxBuilder,
+    outbound: OutboundHttp,
     orchestration: Option<OrchestrationScope>,
 ) -> Store<GuestState> {
+    let limits = grants.limits;
+    wasi.envs(&grants.env);
     let state = GuestState {
         component: component.into(),
         wasi: wasi.build(),
@@ -119,6 +149,8 @@ fn store_with(
             max: limits.memory_bytes,
             hit: Arc::new(AtomicBool::new(false)),
         },
+        http: WasiHttpCtx::new(),
+        outbound,
         orchestration,
     };
     let mut store = Store::new(engine, state);

@@ -24,8 +24,11 @@ pub struct EpisodeCommit {
     pub custom_status: Option<String>,
     /// Set by continue-as-new: the new input; the journal starts over.
     pub restart_with: Option<(String, Vec<Event>)>,
-    /// The component digest the children of this episode run on.
+    /// The component version the instance runs on.
     pub component_digest: String,
+    /// The version each sub-orchestration started by the episode runs on, by
+    /// orchestration name; a name missing here runs on the instance's version.
+    pub child_digests: std::collections::HashMap<String, String>,
 }
 
 /// What a committed episode created that needs running or waking.
@@ -167,6 +170,7 @@ pub(super) async fn apply_episode(
                 committed.tasks.push(TaskRow {
                     instance_id: id.to_string(),
                     orchestration: commit.orchestration.clone(),
+                    component_digest: commit.component_digest.clone(),
                     task,
                     call: call.clone(),
                     attempt: 0,
@@ -178,7 +182,10 @@ pub(super) async fn apply_episode(
                     id: &child,
                     name,
                     input,
-                    component_digest: &commit.component_digest,
+                    component_digest: commit
+                        .child_digests
+                        .get(name.as_str())
+                        .unwrap_or(&commit.component_digest),
                     parent: Some((id, task)),
                 };
                 if !insert_instance(tx, &new).await? {

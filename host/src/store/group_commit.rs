@@ -159,6 +159,7 @@ mod tests {
                 custom_status: None,
                 restart_with: None,
                 component_digest: "d".into(),
+                child_digests: Default::default(),
             };
             tokio::spawn(async move { store.commit_episode(commit).await })
         });
@@ -208,6 +209,7 @@ mod tests {
             custom_status: None,
             restart_with: None,
             component_digest: "d".into(),
+            child_digests: Default::default(),
         };
         assert!(!store.commit_episode(commit).await.unwrap().applied);
         assert_eq!(

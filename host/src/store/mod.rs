@@ -9,12 +9,14 @@ mod instances;
 mod records;
 mod sqlite;
 mod tasks;
+mod versions;
 
 pub use episodes::{Committed, EpisodeCommit};
 pub use instances::{Change, InstanceFilter, InstanceRecord, NewInstance, RuntimeStatus};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use sqlite::Store;
 pub use tasks::TaskRow;
+pub use versions::StoredVersion;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -12,6 +12,8 @@ pub struct TaskRow {
     pub instance_id: String,
     /// The orchestration of the instance, whose component runs its activities.
     pub orchestration: String,
+    /// The component version the instance runs on.
+    pub component_digest: String,
     pub task: u32,
     pub call: Call,
     pub attempt: u32,
@@ -21,7 +23,7 @@ impl Store {
     /// Tasks due now.
     pub async fn due_tasks(&self, now: i64, limit: usize) -> Result<Vec<TaskRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT t.instance_id, i.name, t.task, t.call, t.attempt FROM tasks t JOIN instances i ON i.id = t.instance_id \
+            "SELECT t.instance_id, i.name, i.component_digest, t.task, t.call, t.attempt FROM tasks t JOIN instances i ON i.id = t.instance_id \
              WHERE t.due_at <= ? ORDER BY t.due_at LIMIT ?",
         )
             .bind(now)
@@ -33,6 +35,7 @@ impl Store {
                 Ok(TaskRow {
                     instance_id: r.try_get("instance_id")?,
                     orchestration: r.try_get("name")?,
+                    component_digest: r.try_get("component_digest")?,
                     task: u32::try_from(r.try_get::<i64, _>("task")?)
                         .map_err(|e| StoreError::Corrupt(e.to_string()))?,
                     call: from_json(&r.try_get::<String, _>("call")?, "task call")?,

@@ -1,7 +1,9 @@
 //! Version 1 runs activity `step_a` before waiting; version 2 runs `step_b`.
 //! Replaying a version-1 journal with version-2 code is non-deterministic.
+//! A granted `VERSIONED_STEP` variable overrides the step, so one version can
+//! be made non-deterministic across a restart too.
 
-use agenthost_guest::{Component, Context, Orchestration, Tool};
+use agenthost_guest::{Agent, Component, Context, Orchestration, Tool};
 use serde_json::Value;
 
 const STEP: &str = if cfg!(feature = "v2") {
@@ -12,13 +14,25 @@ const STEP: &str = if cfg!(feature = "v2") {
 const VERSION: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
 
 fn versioned(ctx: &Context, _input: Value) -> Result<String, String> {
-    let _: Value = ctx.call_activity(STEP, &Value::Null).wait()?;
+    let step = std::env::var("VERSIONED_STEP").unwrap_or_else(|_| STEP.to_string());
+    let _: Value = ctx.call_activity(&step, &Value::Null).wait()?;
     let _: Value = ctx.wait_for_event("go").wait()?;
     Ok(VERSION.to_string())
 }
 
 fn component() -> Component {
     Component::new()
+        .agent(
+            Agent::new("versioned")
+                .description("Says which version of the component answers")
+                .instructions("Call the version tool and report what it returns.")
+                .tool("version"),
+        )
+        .tool(Tool::new(
+            "version",
+            "The component's version",
+            |_: Value| Ok::<_, String>(VERSION),
+        ))
         .tool(Tool::new("step_a", "Step of version 1", |_: Value| {
             Ok::<_, String>(Value::Null)
         }))

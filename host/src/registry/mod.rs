@@ -1,7 +1,9 @@
-//! The live set of components and the agents they serve.
+//! The live set of components and the agents they serve, and every component
+//! version an orchestration instance may still replay on.
 //!
 //! One owner for "which agent name is served by which component". Readers take
-//! a cheap snapshot; loading replaces entries under a short write lock.
+//! a cheap snapshot; a sync of the components directory replaces entries under
+//! a short write lock, so requests in flight keep the version they started on.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,8 +11,16 @@ use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
+mod sync;
+mod versions;
+mod watch;
+
+pub use versions::VersionError;
+pub use watch::watch;
+
 use crate::model::ToolSpec;
 use crate::runtime::{AgentSpec, LoadedComponent, OrchestrationSpec, Runtime};
+use crate::store::Store;
 
 /// An agent as served: its declaration and the component that holds its tools.
 #[derive(Clone)]
@@ -51,7 +61,8 @@ pub enum RouteTarget {
     Event { event: String, instance_id: String },
 }
 
-/// A file that could not be loaded, kept so operators can see why.
+/// A file whose latest version could not be loaded, kept so operators can see
+/// why. The version loaded before it, if any, keeps serving.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadFailure {
     pub file: PathBuf,
@@ -62,120 +73,149 @@ pub struct LoadFailure {
 struct Entries {
     /// Every loaded component, by file.
     components: BTreeMap<PathBuf, Arc<LoadedComponent>>,
+    /// The latest failed load of each file.
+    failures: BTreeMap<PathBuf, LoadFailure>,
+    /// Names refused because another component already serves them.
+    conflicts: Vec<LoadFailure>,
     agents: BTreeMap<String, ServedAgent>,
     orchestrations: BTreeMap<String, ServedOrchestration>,
-    failures: Vec<LoadFailure>,
 }
 
-/// Refuses a name another component already serves: two owners for one URL
-/// would be ambiguous.
-fn claimed_elsewhere(
+impl Entries {
+    /// Recomputes who serves which name after components were added, replaced
+    /// or removed. A name stays with the file that served it before, so a newly
+    /// dropped file can never take over an agent already served; other names
+    /// go to files in name order.
+    fn rebuild(&mut self) {
+        let mut agents = BTreeMap::new();
+        let mut orchestrations = BTreeMap::new();
+        let mut conflicts = Vec::new();
+        for previous_owners_first in [true, false] {
+            for component in self.components.values() {
+                for spec in &component.manifest.agents {
+                    let served = ServedAgent {
+                        spec: spec.clone(),
+                        component: component.clone(),
+                    };
+                    if owned_before(&self.agents, &spec.name, component) == previous_owners_first {
+                        claim(&mut agents, &mut conflicts, "agent", &spec.name, served);
+                    }
+                }
+                for spec in &component.manifest.orchestrations {
+                    let served = ServedOrchestration {
+                        spec: spec.clone(),
+                        component: component.clone(),
+                    };
+                    if owned_before(&self.orchestrations, &spec.name, component)
+                        == previous_owners_first
+                    {
+                        claim(
+                            &mut orchestrations,
+                            &mut conflicts,
+                            "orchestration",
+                            &spec.name,
+                            served,
+                        );
+                    }
+                }
+            }
+        }
+        for failure in &conflicts {
+            tracing::error!(file = %failure.file.display(), "{}", failure.error);
+        }
+        self.agents = agents;
+        self.orchestrations = orchestrations;
+        self.conflicts = conflicts;
+    }
+}
+
+/// Something served under a name by one component.
+trait Served {
+    fn component(&self) -> &Arc<LoadedComponent>;
+}
+
+impl Served for ServedAgent {
+    fn component(&self) -> &Arc<LoadedComponent> {
+        &self.component
+    }
+}
+
+impl Served for ServedOrchestration {
+    fn component(&self) -> &Arc<LoadedComponent> {
+        &self.component
+    }
+}
+
+fn owned_before<T: Served>(
+    previous: &BTreeMap<String, T>,
+    name: &str,
+    component: &LoadedComponent,
+) -> bool {
+    previous
+        .get(name)
+        .is_some_and(|p| p.component().path == component.path)
+}
+
+/// Serves `served` under `name` unless another component already does.
+fn claim<T: Served>(
+    map: &mut BTreeMap<String, T>,
+    conflicts: &mut Vec<LoadFailure>,
     kind: &str,
     name: &str,
-    owner: Option<&Arc<LoadedComponent>>,
-    component: &LoadedComponent,
-) -> Option<String> {
-    let existing = owner.filter(|o| o.path != component.path)?;
-    Some(format!(
-        "{kind} '{name}' is already served by {}; not serving it from {}",
-        existing.path.display(),
-        component.path.display()
-    ))
+    served: T,
+) {
+    match map.get(name) {
+        Some(owner) => conflicts.push(conflict(kind, name, owner.component(), served.component())),
+        None => {
+            map.insert(name.to_string(), served);
+        }
+    }
 }
 
-#[derive(Default)]
+/// Two owners for one URL would be ambiguous: the second is refused.
+fn conflict(
+    kind: &str,
+    name: &str,
+    owner: &LoadedComponent,
+    component: &LoadedComponent,
+) -> LoadFailure {
+    LoadFailure {
+        file: component.path.clone(),
+        error: format!(
+            "{kind} '{name}' is already served by {}; not serving it from {}",
+            owner.path.display(),
+            component.path.display()
+        ),
+    }
+}
+
+/// The live set of components, plus every version instances may still need.
 pub struct Registry {
+    runtime: Arc<Runtime>,
+    store: Store,
+    dir: PathBuf,
     entries: RwLock<Entries>,
+    /// Fingerprints of the files as last scanned; held for a whole sync so
+    /// that two syncs never interleave.
+    scanned: tokio::sync::Mutex<BTreeMap<PathBuf, sync::Fingerprint>>,
+    versions: versions::Versions,
 }
 
 impl Registry {
-    /// Loads every `*.wasm` in `dir`, compiling them in parallel. A file that
-    /// fails is logged with its name and reason and skipped; the others are
-    /// served. Files are added in name order, so which of two files claiming
-    /// one agent name wins does not depend on compile speed.
-    pub async fn load_dir(&self, runtime: &Arc<Runtime>, dir: &Path) -> std::io::Result<()> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "wasm"))
-            .collect();
-        files.sort();
-        if files.is_empty() {
-            tracing::warn!(dir = %dir.display(), "no .wasm components found; nothing is served");
+    /// A registry serving the components of `dir` (nothing until [`Registry::sync`]).
+    pub fn new(runtime: Arc<Runtime>, store: Store, dir: PathBuf) -> Self {
+        Self {
+            runtime,
+            store,
+            dir,
+            entries: RwLock::default(),
+            scanned: tokio::sync::Mutex::default(),
+            versions: versions::Versions::default(),
         }
-        let loads: Vec<_> = files
-            .iter()
-            .map(|file| {
-                let (runtime, file) = (runtime.clone(), file.clone());
-                tokio::spawn(async move { runtime.load(&file).await })
-            })
-            .collect();
-        for (file, load) in files.into_iter().zip(loads) {
-            match load.await {
-                Ok(Ok(component)) => self.add(component),
-                Ok(Err(e)) => {
-                    tracing::error!(file = %file.display(), error = %e, "component failed to load");
-                    self.record_failure(file, e.to_string());
-                }
-                Err(e) => self.record_failure(file, format!("the load task failed: {e}")),
-            }
-        }
-        Ok(())
     }
 
-    /// Serves the component's agents. An agent name already served by another
-    /// component is refused: two owners for one URL would be ambiguous.
-    pub fn add(&self, component: Arc<LoadedComponent>) {
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        entries
-            .components
-            .insert(component.path.clone(), component.clone());
-        let mut served = Vec::new();
-        let mut refused = Vec::new();
-        for spec in &component.manifest.agents {
-            let owner = entries.agents.get(&spec.name).map(|a| &a.component);
-            if let Some(error) = claimed_elsewhere("agent", &spec.name, owner, &component) {
-                refused.push(error);
-                continue;
-            }
-            entries.agents.insert(
-                spec.name.clone(),
-                ServedAgent {
-                    spec: spec.clone(),
-                    component: component.clone(),
-                },
-            );
-            served.push(spec.name.as_str());
-        }
-        for spec in &component.manifest.orchestrations {
-            let owner = entries.orchestrations.get(&spec.name).map(|o| &o.component);
-            if let Some(error) = claimed_elsewhere("orchestration", &spec.name, owner, &component) {
-                refused.push(error);
-                continue;
-            }
-            let served_orchestration = ServedOrchestration {
-                spec: spec.clone(),
-                component: component.clone(),
-            };
-            entries
-                .orchestrations
-                .insert(spec.name.clone(), served_orchestration);
-            served.push(spec.name.as_str());
-        }
-        for error in refused {
-            tracing::error!(component = %component.name, "{error}");
-            entries.failures.push(LoadFailure {
-                file: component.path.clone(),
-                error,
-            });
-        }
-        tracing::info!(
-            component = %component.name,
-            digest = %component.digest,
-            from_cache = component.from_cache,
-            load_ms = component.load_time.as_millis() as u64,
-            serves = ?served,
-            "component loaded"
-        );
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     pub fn orchestration(&self, name: &str) -> Option<ServedOrchestration> {
@@ -220,11 +260,6 @@ impl Registry {
         None
     }
 
-    fn record_failure(&self, file: PathBuf, error: String) {
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        entries.failures.push(LoadFailure { file, error });
-    }
-
     pub fn agent(&self, name: &str) -> Option<ServedAgent> {
         self.entries
             .read()
@@ -256,12 +291,15 @@ impl Registry {
             .collect()
     }
 
+    /// Files whose latest version failed to load, and names refused.
     pub fn failures(&self) -> Vec<LoadFailure> {
-        self.entries
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        entries
             .failures
-            .clone()
+            .values()
+            .chain(&entries.conflicts)
+            .cloned()
+            .collect()
     }
 }
 

@@ -1,0 +1,191 @@
+//! Brings the registry in line with the components directory: new files are
+//! loaded, changed ones reloaded, deleted ones removed.
+//!
+//! A file that fails to load (truncated, invalid, bad grants) is reported and
+//! changes nothing else: the version loaded before it keeps serving. Files
+//! are compared by size and modification time (of the `.wasm` and of its
+//! `.toml` grants), so a sync with nothing changed costs one directory read.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::{LoadFailure, Registry};
+use crate::runtime::{ComponentFiles, LoadError, LoadedComponent};
+
+/// What a file looked like when it was last loaded (or failed to).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint {
+    wasm: (u64, Option<SystemTime>),
+    grants: Option<(u64, Option<SystemTime>)>,
+}
+
+/// What one sync changed, for the log.
+#[derive(Debug, Default)]
+pub struct SyncReport {
+    pub loaded: Vec<String>,
+    pub removed: Vec<String>,
+    pub failed: Vec<String>,
+}
+
+impl SyncReport {
+    pub fn is_empty(&self) -> bool {
+        self.loaded.is_empty() && self.removed.is_empty() && self.failed.is_empty()
+    }
+}
+
+impl Registry {
+    /// Loads, reloads and removes components until the registry matches the
+    /// directory. Changed files compile in parallel; they are applied in name
+    /// order so the outcome never depends on compile speed.
+    pub async fn sync(&self) -> std::io::Result<SyncReport> {
+        let mut scanned = self.scanned.lock().await;
+        let on_disk = scan(&self.dir)?;
+        let removed: Vec<PathBuf> = scanned
+            .keys()
+            .filter(|path| !on_disk.contains_key(*path))
+            .cloned()
+            .collect();
+        let changed: Vec<PathBuf> = on_disk
+            .iter()
+            .filter(|(path, print)| scanned.get(*path) != Some(print))
+            .map(|(path, _)| path.clone())
+            .collect();
+        let loads: Vec<_> = changed
+            .iter()
+            .map(|path| {
+                let (runtime, path) = (self.runtime.clone(), path.clone());
+                tokio::spawn(async move {
+                    let files = ComponentFiles::read(&path).await?;
+                    let grants = runtime.grants(&files.name, files.grants_source.as_deref())?;
+                    let component = runtime
+                        .load_bytes(&files.name, &path, files.bytes.clone(), grants)
+                        .await?;
+                    Ok::<_, LoadError>((component, files))
+                })
+            })
+            .collect();
+        let mut report = SyncReport::default();
+        let mut loaded = Vec::new();
+        for (path, load) in changed.into_iter().zip(loads) {
+            let outcome = match load.await {
+                Ok(Ok((component, read))) => self.keep_version(&component, &read).await,
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(format!("the load task failed: {e}")),
+            };
+            match outcome {
+                Ok(component) => loaded.push(component),
+                Err(error) => {
+                    tracing::error!(file = %path.display(), %error, "component failed to load; the previous version, if any, keeps serving");
+                    report.failed.push(path.display().to_string());
+                    self.with_entries(|entries| {
+                        entries.failures.insert(
+                            path.clone(),
+                            LoadFailure {
+                                file: path.clone(),
+                                error,
+                            },
+                        );
+                    });
+                }
+            }
+        }
+        let replaced = self.with_entries(|entries| {
+            let mut replaced = Vec::new();
+            for component in &loaded {
+                entries.failures.remove(&component.path);
+                replaced.extend(
+                    entries
+                        .components
+                        .insert(component.path.clone(), component.clone()),
+                );
+            }
+            for path in &removed {
+                entries.failures.remove(path);
+                replaced.extend(entries.components.remove(path));
+            }
+            entries.rebuild();
+            replaced
+        });
+        // Instances started on a replaced or removed version still replay on it.
+        for old in replaced {
+            self.versions.retire(old).await;
+        }
+        for component in &loaded {
+            tracing::info!(
+                component = %component.name,
+                digest = %component.digest,
+                from_cache = component.from_cache,
+                load_ms = component.load_time.as_millis() as u64,
+                agents = ?component.manifest.agents.iter().map(|a| &a.name).collect::<Vec<_>>(),
+                orchestrations = ?component.manifest.orchestrations.iter().map(|o| &o.name).collect::<Vec<_>>(),
+                "component loaded"
+            );
+            report.loaded.push(component.name.clone());
+        }
+        for path in &removed {
+            tracing::info!(file = %path.display(), "component removed");
+            report.removed.push(path.display().to_string());
+        }
+        *scanned = on_disk;
+        Ok(report)
+    }
+
+    /// Keeps the bytes of a component with orchestrations in the store before
+    /// it serves, so every instance it starts can replay after a restart even
+    /// if its file is gone by then.
+    async fn keep_version(
+        &self,
+        component: &Arc<LoadedComponent>,
+        read: &ComponentFiles,
+    ) -> Result<Arc<LoadedComponent>, String> {
+        if component.manifest.orchestrations.is_empty() {
+            return Ok(component.clone());
+        }
+        self.store
+            .save_component_version(
+                &component.digest,
+                &component.name,
+                &read.bytes,
+                read.grants_source.as_deref(),
+            )
+            .await
+            .map_err(|e| format!("could not keep the component version in the store: {e}"))?;
+        Ok(component.clone())
+    }
+
+    fn with_entries<R>(&self, f: impl FnOnce(&mut super::Entries) -> R) -> R {
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        f(&mut entries)
+    }
+}
+
+/// Every `*.wasm` file of `dir` with its fingerprint.
+fn scan(dir: &Path) -> std::io::Result<BTreeMap<PathBuf, Fingerprint>> {
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(dir)? {
+        let Ok(entry) = entry else { continue };
+        let path = entry.path();
+        if path.extension().is_none_or(|x| x != "wasm") {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue; // deleted while scanning: the next sync sees it gone
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let grants = std::fs::metadata(path.with_extension("toml"))
+            .ok()
+            .map(|m| (m.len(), m.modified().ok()));
+        files.insert(
+            path,
+            Fingerprint {
+                wasm: (meta.len(), meta.modified().ok()),
+                grants,
+            },
+        );
+    }
+    Ok(files)
+}

@@ -1,0 +1,77 @@
+//! Outbound HTTP (`wasi:http/outgoing-handler`) as grants allow it: a request
+//! to a host the component was not granted fails in the guest with
+//! `HTTP-request-denied` and never leaves the machine.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+use super::grants::Grants;
+
+/// The `wasi:http` hooks of one guest instance.
+pub struct OutboundHttp {
+    component: Arc<str>,
+    /// `None`: every request is refused (orchestrations, which must replay).
+    grants: Option<Arc<Grants>>,
+}
+
+type SendResult = Result<
+    (
+        http::Response<WasiBody>,
+        Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ),
+    HttpError,
+>;
+
+impl OutboundHttp {
+    pub fn granted(component: &str, grants: Arc<Grants>) -> Self {
+        Self {
+            component: component.into(),
+            grants: Some(grants),
+        }
+    }
+
+    pub fn refused(component: &str) -> Self {
+        Self {
+            component: component.into(),
+            grants: None,
+        }
+    }
+
+    fn allows(&self, request: &http::Request<WasiBody>) -> bool {
+        let Some(grants) = &self.grants else {
+            return false;
+        };
+        let uri = request.uri();
+        let Some(host) = uri.host() else {
+            return false;
+        };
+        let port = uri.port_u16().or(match uri.scheme_str() {
+            Some("http") => Some(80),
+            Some("https") => Some(443),
+            _ => None,
+        });
+        grants.allows_host(host, port)
+    }
+}
+
+impl WasiHttpHooks for OutboundHttp {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        if !self.allows(&request) {
+            tracing::warn!(
+                component = %self.component,
+                uri = %request.uri(),
+                "outbound HTTP refused: host not granted"
+            );
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        tracing::debug!(component = %self.component, uri = %request.uri(), "outbound HTTP");
+        wasmtime_wasi_http::default_hooks().send_request(request, options, fut)
+    }
+}

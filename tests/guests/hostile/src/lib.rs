@@ -1,0 +1,121 @@
+//! `hostile`: an agent whose tools misbehave on purpose, one way each, so the
+//! tests can show what the sandbox does about it. Never deploy this.
+
+use std::collections::BTreeMap;
+
+use agenthost_guest::{Agent, Component, Tool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use wasip2::http::outgoing_handler;
+use wasip2::http::types::{Fields, Method, OutgoingRequest, Scheme};
+
+#[derive(Deserialize, JsonSchema)]
+struct Nothing {}
+
+#[derive(Deserialize, JsonSchema)]
+struct FilePath {
+    /// Absolute path of the file to read.
+    path: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Url {
+    /// `http://host:port/path` to GET.
+    url: String,
+}
+
+/// Burns CPU until the host interrupts it.
+fn spin(_: Nothing) -> Result<Value, String> {
+    let mut x: u64 = 0;
+    loop {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+}
+
+/// Allocates 1 MiB at a time, touching every page, until memory runs out.
+fn hog(_: Nothing) -> Result<Value, String> {
+    let mut kept: Vec<Vec<u8>> = Vec::new();
+    loop {
+        kept.push(vec![7u8; 1 << 20]);
+        std::hint::black_box(&kept);
+    }
+}
+
+fn trap(_: Nothing) -> Result<Value, String> {
+    panic!("the hostile component trapped on purpose")
+}
+
+/// Everything the guest can see of its environment.
+fn env(_: Nothing) -> Result<BTreeMap<String, String>, String> {
+    Ok(std::env::vars().collect())
+}
+
+fn read_file(args: FilePath) -> Result<String, String> {
+    std::fs::read_to_string(&args.path).map_err(|e| format!("cannot open {}: {e}", args.path))
+}
+
+/// A GET through `wasi:http/outgoing-handler`: status and body, or the error
+/// code the host answered with.
+fn fetch(args: Url) -> Result<Value, String> {
+    let rest = args
+        .url
+        .strip_prefix("http://")
+        .ok_or("only http:// URLs are supported here")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let request = OutgoingRequest::new(Fields::new());
+    request
+        .set_method(&Method::Get)
+        .map_err(|()| "bad method")?;
+    request
+        .set_scheme(Some(&Scheme::Http))
+        .map_err(|()| "bad scheme")?;
+    request
+        .set_authority(Some(authority))
+        .map_err(|()| "bad authority")?;
+    request
+        .set_path_with_query(Some(path))
+        .map_err(|()| "bad path")?;
+    let pending = outgoing_handler::handle(request, None).map_err(|e| format!("refused: {e:?}"))?;
+    pending.subscribe().block();
+    let response = pending
+        .get()
+        .ok_or("no response")?
+        .map_err(|()| "response taken twice")?
+        .map_err(|e| format!("refused: {e:?}"))?;
+    let status = response.status();
+    let body = response.consume().map_err(|()| "no body")?;
+    let stream = body.stream().map_err(|()| "no body stream")?;
+    let mut bytes = Vec::new();
+    // The stream ends with an error (closed); the body is what came before.
+    while let Ok(chunk) = stream.blocking_read(64 * 1024) {
+        bytes.extend(chunk);
+    }
+    Ok(json!({"status": status, "body": String::from_utf8_lossy(&bytes)}))
+}
+
+fn component() -> Component {
+    Component::new()
+        .agent(
+            Agent::new("hostile")
+                .description("Misbehaves on purpose, to test the sandbox")
+                .instructions("Call the tool the user names.")
+                .tool("spin")
+                .tool("hog")
+                .tool("trap")
+                .tool("env")
+                .tool("read_file")
+                .tool("fetch"),
+        )
+        .tool(Tool::new("spin", "Loops forever", spin))
+        .tool(Tool::new("hog", "Allocates memory without bound", hog))
+        .tool(Tool::new("trap", "Traps", trap))
+        .tool(Tool::new("env", "Returns the whole environment", env))
+        .tool(Tool::new("read_file", "Reads a file", read_file))
+        .tool(Tool::new("fetch", "GETs a URL", fetch))
+}
+
+agenthost_guest::export!(component);

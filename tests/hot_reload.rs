@@ -1,0 +1,162 @@
+//! The components directory is watched: files dropped, replaced, truncated or
+//! deleted while the host serves change what it serves, without a restart.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::host::Host;
+use crate::support::{client, component, get_json, FakeModel, HostBuilder, Reply};
+
+/// Polls `GET /api/components` until `done` holds, for up to 10 s.
+async fn wait_components(host: &Host, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let body: Value = get_json(host.url("/api/components")).await;
+        if done(&body) {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} never happened; /api/components says {body:#}\n{}",
+            host.output()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn digest_of(body: &Value, name: &str) -> Option<String> {
+    body["components"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)
+        .and_then(|c| c["digest"].as_str())
+        .map(str::to_string)
+}
+
+/// Asks the `versioned` agent which version answers: the fake model calls
+/// its `version` tool and reports the tool's result.
+async fn ask_version(host: &Host, model: &FakeModel) -> (u16, String) {
+    model.push(Reply::ToolCall("version".into(), serde_json::json!({})));
+    model.push(Reply::ToolResult);
+    let response = client()
+        .post(host.url("/api/agents/versioned/run"))
+        .body("Which version are you?")
+        .send()
+        .await
+        .unwrap();
+    (
+        response.status().as_u16(),
+        response.text().await.unwrap_or_default(),
+    )
+}
+
+/// Half of a real component: what a reader sees while a copy is under way.
+fn write_truncated(from: &Path, to: &Path) {
+    let bytes = std::fs::read(from).unwrap();
+    std::fs::write(to, &bytes[..bytes.len() / 2]).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropped_replaced_truncated_and_deleted_files_change_what_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["weather"])
+        .openai(&model, "sk-test")
+        .start();
+    let components = dir.path().join("components");
+    let file = components.join("versioned.wasm");
+
+    // Added: the endpoint appears (the benchmark measures how fast).
+    let copied = Instant::now();
+    std::fs::copy(component("versioned-v1"), &file).unwrap();
+    let body = wait_components(&host, "loading the new file", |b| {
+        digest_of(b, "versioned").is_some()
+    })
+    .await;
+    let v1 = digest_of(&body, "versioned").unwrap();
+    assert_eq!(
+        ask_version(&host, &model).await,
+        (200, "tool said: \"v1\"".into())
+    );
+    eprintln!("file copied → first answer: {:?}", copied.elapsed());
+    let started = client()
+        .post(host.url("/api/orchestrators/versioned"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202, "its orchestration is served too");
+
+    // Replaced: new requests get the new version's answer.
+    std::fs::copy(component("versioned-v2"), &file).unwrap();
+    wait_components(&host, "loading the replaced file", |b| {
+        digest_of(b, "versioned").is_some_and(|d| d != v1)
+    })
+    .await;
+    assert_eq!(
+        ask_version(&host, &model).await,
+        (200, "tool said: \"v2\"".into())
+    );
+
+    // Truncated, as a new file and over the served one: reported, nothing else changes.
+    write_truncated(&component("writer"), &components.join("broken.wasm"));
+    write_truncated(&component("versioned-v1"), &file);
+    let body = wait_components(&host, "reporting both truncated files", |b| {
+        b["failures"].as_array().is_some_and(|f| f.len() == 2)
+    })
+    .await;
+    for failure in body["failures"].as_array().unwrap() {
+        assert!(
+            failure["error"]
+                .as_str()
+                .unwrap()
+                .contains("not a valid WebAssembly component"),
+            "{failure}"
+        );
+    }
+    let versioned = body["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "versioned")
+        .unwrap();
+    assert!(versioned["load_error"].is_string(), "{versioned}");
+    assert_eq!(
+        ask_version(&host, &model).await,
+        (200, "tool said: \"v2\"".into()),
+        "the previous version keeps serving"
+    );
+    let health: Value = get_json(host.url("/api/health")).await;
+    let names: Vec<&str> = health["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    assert_eq!(names, ["versioned", "weather"]);
+
+    // Deleted: 404 naming the agents that remain; failures of gone files go too.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::remove_file(components.join("broken.wasm")).unwrap();
+    wait_components(&host, "unloading the deleted files", |b| {
+        digest_of(b, "versioned").is_none() && b["failures"] == serde_json::json!([])
+    })
+    .await;
+    let response = client()
+        .post(host.url("/api/agents/versioned/run"))
+        .body("still there?")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["agents"], serde_json::json!(["weather"]), "{error}");
+    let orchestration = client()
+        .post(host.url("/api/orchestrators/versioned"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(orchestration.status(), 404);
+}

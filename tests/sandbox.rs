@@ -1,0 +1,226 @@
+//! A hostile component gets nothing it was not granted, and whatever it does
+//! fails only its own call: the host keeps serving everything else.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::host::Host;
+use crate::support::{client, component, get_json, FakeModel, HostBuilder, Reply};
+
+/// A local HTTP server that counts the requests it gets.
+struct Target {
+    port: u16,
+    hits: Arc<AtomicUsize>,
+}
+
+async fn serve_target() -> Target {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { "hello from the granted server" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Target { port, hits }
+}
+
+/// Runs the `hostile` agent with the model asking for `tool(arguments)`;
+/// when the tool `returns`, the model then reports its result.
+async fn call_tool(
+    host: &Host,
+    model: &FakeModel,
+    tool: &str,
+    arguments: Value,
+    returns: bool,
+) -> (u16, Value) {
+    model.push(Reply::ToolCall(tool.into(), arguments));
+    if returns {
+        model.push(Reply::ToolResult);
+    }
+    let response = client()
+        .post(host.url("/api/agents/hostile/run"))
+        .header("accept", "application/json")
+        .body(format!("call {tool}"))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// The host answers health and another agent normally.
+async fn assert_healthy(host: &Host) {
+    let health = client().get(host.url("/api/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let writer = client()
+        .post(host.url("/api/agents/writer/run"))
+        .body("still there?")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(writer.status(), 200, "another agent answers normally");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_guests_get_only_their_grants_and_fail_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let granted = serve_target().await;
+    let refused = serve_target().await;
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(
+        components.join("hostile.toml"),
+        format!(
+            "allowed_hosts = [\"127.0.0.1:{}\"]\nenv = [\"HOSTILE_GREETING\"]\nmemory_mb = 32\ncpu_time = \"1s\"\n",
+            granted.port
+        ),
+    )
+    .unwrap();
+    // A component whose grants exceed the host's limits is refused at load.
+    std::fs::copy(component("scientists"), components.join("greedy.wasm")).unwrap();
+    std::fs::write(components.join("greedy.toml"), "memory_mb = 100000\n").unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile", "writer"])
+        .openai(&model, "sk-secret-model-key")
+        .env("HOSTILE_GREETING", "hello")
+        .start();
+
+    let listing: Value = get_json(host.url("/api/components")).await;
+    let failure = &listing["failures"][0];
+    assert!(
+        failure["error"]
+            .as_str()
+            .unwrap()
+            .contains("component 'greedy': grant 'memory_mb' refused"),
+        "{listing:#}"
+    );
+    let hostile = listing["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "hostile")
+        .unwrap();
+    assert_eq!(hostile["grants"]["env"], json!(["HOSTILE_GREETING"]));
+    assert_eq!(hostile["grants"]["memory_mb"], 32);
+
+    // An infinite loop is interrupted at its deadline; meanwhile the host serves.
+    let spinning = {
+        let (host_url, model_requests) = (host.url(""), model.requests().len());
+        let spin = tokio::spawn({
+            let client = client();
+            model.push(Reply::ToolCall("spin".into(), json!({})));
+            async move {
+                let response = client
+                    .post(format!("{host_url}/api/agents/hostile/run"))
+                    .body("spin")
+                    .send()
+                    .await
+                    .unwrap();
+                (
+                    response.status().as_u16(),
+                    response.json::<Value>().await.unwrap(),
+                )
+            }
+        });
+        model
+            .wait_for_requests(model_requests + 1, Duration::from_secs(10))
+            .await;
+        assert_healthy(&host).await;
+        spin.await.unwrap()
+    };
+    assert_eq!(spinning.0, 502, "{}", spinning.1);
+    assert_eq!(spinning.1["code"], "component_deadline");
+    let message = spinning.1["error"].as_str().unwrap();
+    assert!(
+        message.contains("'hostile'") && message.contains("CPU time"),
+        "{message}"
+    );
+
+    // Unbounded allocation stops at the memory limit.
+    let (status, body) = call_tool(&host, &model, "hog", json!({}), false).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (502, Some("component_memory")),
+        "{body}"
+    );
+    assert!(
+        body["error"].as_str().unwrap().contains("'hostile'"),
+        "{body}"
+    );
+
+    // A trap fails the call with the reason.
+    let (status, body) = call_tool(&host, &model, "trap", json!({}), false).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (502, Some("component_failed")),
+        "{body}"
+    );
+    assert!(
+        body["error"].as_str().unwrap().contains("trapped"),
+        "{body}"
+    );
+    assert_healthy(&host).await;
+
+    // The environment holds the granted variable and nothing else: no model key.
+    let (status, body) = call_tool(&host, &model, "env", json!({}), true).await;
+    assert_eq!(status, 200, "{body}");
+    let seen: Value = serde_json::from_str(
+        model
+            .requests()
+            .last()
+            .unwrap()
+            .last_tool_result()
+            .unwrap()
+            .as_str(),
+    )
+    .unwrap();
+    assert_eq!(seen, json!({"HOSTILE_GREETING": "hello"}));
+
+    // No files.
+    let (status, _) = call_tool(
+        &host,
+        &model,
+        "read_file",
+        json!({"path": "/etc/passwd"}),
+        true,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let result = model.requests().last().unwrap().last_tool_result().unwrap();
+    assert!(result.contains("cannot open /etc/passwd"), "{result}");
+    assert!(!result.contains("root:"), "{result}");
+
+    // Outbound HTTP only to the granted host.
+    let url = format!("http://127.0.0.1:{}/", refused.port);
+    let (status, _) = call_tool(&host, &model, "fetch", json!({"url": url}), true).await;
+    assert_eq!(status, 200);
+    let result = model.requests().last().unwrap().last_tool_result().unwrap();
+    assert!(result.contains("HttpRequestDenied"), "{result}");
+    assert_eq!(
+        refused.hits.load(Ordering::SeqCst),
+        0,
+        "the request never left"
+    );
+
+    let url = format!("http://127.0.0.1:{}/", granted.port);
+    let (status, _) = call_tool(&host, &model, "fetch", json!({"url": url}), true).await;
+    assert_eq!(status, 200);
+    let result = model.requests().last().unwrap().last_tool_result().unwrap();
+    assert!(result.contains("hello from the granted server"), "{result}");
+    assert_eq!(granted.hits.load(Ordering::SeqCst), 1);
+
+    assert_healthy(&host).await;
+}
