@@ -4,6 +4,7 @@
 use super::journal::{Call, Entry, Event};
 use super::replay::Replay;
 use super::Orchestrator;
+use crate::registry::VersionError;
 use crate::runtime::EpisodeEnd;
 use crate::store::{now_ms, EpisodeCommit, RuntimeStatus, StoreError, TaskRow};
 
@@ -52,6 +53,8 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
         .pinned(&instance.component_digest, &instance.name)
         .await
     {
+        // The store could not be read: try again at the next wake.
+        Err(VersionError::Store(e)) => return Err(e),
         Err(e) => (EpisodeEnd::Broken(e.to_string()), None),
         Ok(component) => {
             match orchestrator

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::journal::{Call, Event};
 use super::Orchestrator;
 use crate::agents::normalize_response_format;
+use crate::registry::VersionError;
 use crate::store::{now_ms, NewRun, RunStatus, SessionKey, TaskRow};
 
 enum Outcome {
@@ -105,6 +106,10 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
         .await
     {
         Ok(component) => component,
+        Err(VersionError::Store(e)) => {
+            tracing::warn!(instance_id = %row.instance_id, error = %e, "could not read the instance's component version; the activity runs later");
+            return Outcome::Interrupted;
+        }
         Err(e) => return Outcome::Done(Err(e.to_string())),
     };
     tracing::debug!(instance_id = %row.instance_id, activity = name, "running activity");

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::Registry;
 use crate::runtime::LoadedComponent;
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VersionError {
@@ -19,6 +20,9 @@ pub enum VersionError {
     Unloadable { digest: String, reason: String },
     #[error("component version {digest} has no orchestration '{name}'")]
     NoOrchestration { digest: String, name: String },
+    /// Transient: the caller should try again later rather than fail.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Versions no longer served from the directory but still needed.
@@ -73,14 +77,13 @@ impl Registry {
             digest: digest.to_string(),
             reason,
         };
-        let stored = self
-            .store
-            .component_version(digest)
-            .await
-            .map_err(|e| unloadable(e.to_string()))?
-            .ok_or_else(|| VersionError::Unknown {
-                digest: digest.to_string(),
-            })?;
+        let stored =
+            self.store
+                .component_version(digest)
+                .await?
+                .ok_or_else(|| VersionError::Unknown {
+                    digest: digest.to_string(),
+                })?;
         let grants = self
             .runtime
             .grants(&stored.name, stored.grants.as_deref())
