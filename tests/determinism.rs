@@ -120,13 +120,20 @@ async fn an_instance_finishes_on_the_version_it_started_with() {
 
     // Deleted: both instances go on, each on its own version.
     std::fs::remove_file(&file).unwrap();
+    let mut unloaded = false;
     for _ in 0..400 {
         let body: Value = get_json(host.url("/api/components")).await;
         if body["components"] == json!([]) {
+            unloaded = true;
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
+    assert!(
+        unloaded,
+        "the deleted file was never unloaded:\n{}",
+        host.output()
+    );
     for (id, version, step) in [(&old, "v1", "step_a"), (&new, "v2", "step_b")] {
         assert_eq!(raise(&host, id, "go", &json!(null)).await, 202);
         let done = wait_for(&host, id, &["Completed", "Failed"]).await;

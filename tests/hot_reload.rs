@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::support::durable::{raise, wait_for};
 use crate::support::host::Host;
 use crate::support::{client, component, get_json, FakeModel, HostBuilder, Reply};
 
@@ -88,6 +89,10 @@ async fn dropped_replaced_truncated_and_deleted_files_change_what_is_served() {
         .await
         .unwrap();
     assert_eq!(started.status(), 202, "its orchestration is served too");
+    let instance = started.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     // Replaced: new requests get the new version's answer.
     std::fs::copy(component("versioned-v2"), &file).unwrap();
@@ -99,6 +104,11 @@ async fn dropped_replaced_truncated_and_deleted_files_change_what_is_served() {
         ask_version(&host, &model).await,
         (200, "tool said: \"v2\"".into())
     );
+    // The instance started before the replacement finishes on version 1.
+    assert_eq!(raise(&host, &instance, "go", &Value::Null).await, 202);
+    let done = wait_for(&host, &instance, &["Completed", "Failed"]).await;
+    assert_eq!(done["output"], "v1", "{done}");
+    assert_eq!(done["componentDigest"], v1.as_str());
 
     // Truncated, as a new file and over the served one: reported, nothing else changes.
     write_truncated(&component("writer"), &components.join("broken.wasm"));

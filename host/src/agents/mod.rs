@@ -45,7 +45,9 @@ impl AgentError {
             Self::Model(ModelError::Unauthorized { .. }) => "model_unauthorized",
             Self::Model(ModelError::RateLimited { .. }) => "model_rate_limited",
             Self::Model(_) => "model_error",
-            Self::Guest(GuestError::Deadline { .. }) => "component_deadline",
+            Self::Guest(GuestError::Deadline { .. } | GuestError::WallClock { .. }) => {
+                "component_deadline"
+            }
             Self::Guest(GuestError::Memory { .. }) => "component_memory",
             Self::Guest(_) => "component_failed",
             Self::TooManyToolRounds(_) => "too_many_tool_rounds",

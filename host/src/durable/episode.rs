@@ -48,22 +48,27 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
     let first_task = replay.first_new_task();
 
     // The instance replays on the version it started with, whatever is served now.
-    let (end, replay) = match orchestrator
+    let (end, replay, component) = match orchestrator
         .registry
         .pinned(&instance.component_digest, &instance.name)
         .await
     {
-        // The store could not be read: try again at the next wake.
+        // Nothing is lost by waiting: the inbox stays, and the scheduler
+        // offers the instance again on its next pass.
         Err(VersionError::Store(e)) => return Err(e),
-        Err(e) => (EpisodeEnd::Broken(e.to_string()), None),
+        Err(e) if e.is_transient() => {
+            tracing::error!(instance_id = %id, error = %e, "cannot run the instance's component version now; retrying");
+            return Ok(FollowUp::default());
+        }
+        Err(e) => (EpisodeEnd::Broken(e.to_string()), None, None),
         Ok(component) => {
             match orchestrator
                 .runtime
                 .run_orchestration(&component, &instance.name, &instance.input, id, replay)
                 .await
             {
-                Ok((end, replay)) => (end, Some(replay)),
-                Err(guest) => (EpisodeEnd::Broken(guest.to_string()), None),
+                Ok((end, replay)) => (end, Some(replay), Some(component)),
+                Err(guest) => (EpisodeEnd::Broken(guest.to_string()), None, None),
             }
         }
     };
@@ -76,9 +81,7 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
         Call::SetCustomStatus { status } => Some(status.clone()),
         _ => None,
     });
-    let child_digests = orchestrator
-        .child_digests(&instance.component_digest, &new_calls)
-        .await;
+    let child_digests = orchestrator.child_digests(component.as_deref(), &new_calls);
     let continue_with = new_calls.iter().find_map(|c| match c {
         Call::ContinueAsNew { input } => Some(input.clone()),
         _ => None,

@@ -15,7 +15,7 @@ use super::tasks::{self, Settled};
 use super::{episode, DurableError};
 use crate::registry::Registry;
 use crate::runs::Runs;
-use crate::runtime::Runtime;
+use crate::runtime::{LoadedComponent, Runtime};
 use crate::store::{now_ms, Change, NewInstance, Store, StoreError, TaskRow};
 use crate::workers::{drain, KeyedWorkers};
 
@@ -198,9 +198,9 @@ impl Orchestrator {
     /// own version when it holds the orchestration (a family of orchestrations
     /// shipped together stays together), else the one served now. A name
     /// served by nobody gets no entry; the child then fails with that reason.
-    pub(super) async fn child_digests(
+    pub(super) fn child_digests(
         &self,
-        parent_digest: &str,
+        parent: Option<&LoadedComponent>,
         calls: &[Call],
     ) -> HashMap<String, String> {
         let mut digests = HashMap::new();
@@ -208,8 +208,7 @@ impl Orchestrator {
             let Call::CallOrchestration { name, .. } = call else {
                 continue;
             };
-            if digests.contains_key(name) || self.registry.pinned(parent_digest, name).await.is_ok()
-            {
+            if parent.is_some_and(|p| p.manifest.orchestration(name).is_some()) {
                 continue;
             }
             if let Some(served) = self.registry.orchestration(name) {

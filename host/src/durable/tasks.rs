@@ -8,7 +8,6 @@ use std::time::Duration;
 use super::journal::{Call, Event};
 use super::Orchestrator;
 use crate::agents::normalize_response_format;
-use crate::registry::VersionError;
 use crate::store::{now_ms, NewRun, RunStatus, SessionKey, TaskRow};
 
 enum Outcome {
@@ -106,8 +105,8 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
         .await
     {
         Ok(component) => component,
-        Err(VersionError::Store(e)) => {
-            tracing::warn!(instance_id = %row.instance_id, error = %e, "could not read the instance's component version; the activity runs later");
+        Err(e) if e.is_transient() => {
+            tracing::warn!(instance_id = %row.instance_id, error = %e, "cannot load the instance's component version now; the activity runs later");
             return Outcome::Interrupted;
         }
         Err(e) => return Outcome::Done(Err(e.to_string())),

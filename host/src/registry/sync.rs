@@ -17,8 +17,42 @@ use crate::runtime::{ComponentFiles, LoadError, LoadedComponent};
 /// What a file looked like when it was last loaded (or failed to).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint {
-    wasm: (u64, Option<SystemTime>),
-    grants: Option<(u64, Option<SystemTime>)>,
+    wasm: FileStamp,
+    grants: Option<FileStamp>,
+}
+
+/// Size, modification time and (on Unix) inode and change time: a file
+/// replaced by `mv`, or copied with its mtime kept (`cp -p`, rsync, tar),
+/// still gets a new inode or change time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+    changed_ns: i64,
+}
+
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        let (inode, changed_ns) = {
+            use std::os::unix::fs::MetadataExt;
+            (
+                meta.ino(),
+                meta.ctime()
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(meta.ctime_nsec()),
+            )
+        };
+        #[cfg(not(unix))]
+        let (inode, changed_ns) = (0, 0);
+        Self {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode,
+            changed_ns,
+        }
+    }
 }
 
 /// What one sync changed, for the log.
@@ -68,15 +102,21 @@ impl Registry {
             .collect();
         let mut report = SyncReport::default();
         let mut loaded = Vec::new();
+        // Files whose failure says nothing about their bytes: tried again at
+        // the next sync even if they do not change.
+        let mut retry = Vec::new();
         for (path, load) in changed.into_iter().zip(loads) {
             let outcome = match load.await {
                 Ok(Ok((component, read))) => self.keep_version(&component, &read).await,
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(e) => Err(format!("the load task failed: {e}")),
+                Ok(Err(e)) => Err((e.to_string(), is_transient(&e))),
+                Err(e) => Err((format!("the load task failed: {e}"), true)),
             };
             match outcome {
                 Ok(component) => loaded.push(component),
-                Err(error) => {
+                Err((error, transient)) => {
+                    if transient {
+                        retry.push(path.clone());
+                    }
                     tracing::error!(file = %path.display(), %error, "component failed to load; the previous version, if any, keeps serving");
                     report.failed.push(path.display().to_string());
                     self.with_entries(|entries| {
@@ -110,7 +150,7 @@ impl Registry {
         });
         // Instances started on a replaced or removed version still replay on it.
         for old in replaced {
-            self.versions.retire(old).await;
+            self.versions.retire(old);
         }
         for component in &loaded {
             tracing::info!(
@@ -129,6 +169,9 @@ impl Registry {
             report.removed.push(path.display().to_string());
         }
         *scanned = on_disk;
+        for path in retry {
+            scanned.remove(&path);
+        }
         Ok(report)
     }
 
@@ -139,7 +182,7 @@ impl Registry {
         &self,
         component: &Arc<LoadedComponent>,
         read: &ComponentFiles,
-    ) -> Result<Arc<LoadedComponent>, String> {
+    ) -> Result<Arc<LoadedComponent>, (String, bool)> {
         if component.manifest.orchestrations.is_empty() {
             return Ok(component.clone());
         }
@@ -151,7 +194,10 @@ impl Registry {
                 read.grants_source.as_deref(),
             )
             .await
-            .map_err(|e| format!("could not keep the component version in the store: {e}"))?;
+            .map_err(|e| {
+                let error = format!("could not keep the component version in the store: {e}");
+                (error, true)
+            })?;
         Ok(component.clone())
     }
 
@@ -178,14 +224,22 @@ fn scan(dir: &Path) -> std::io::Result<BTreeMap<PathBuf, Fingerprint>> {
         }
         let grants = std::fs::metadata(path.with_extension("toml"))
             .ok()
-            .map(|m| (m.len(), m.modified().ok()));
+            .map(|m| FileStamp::of(&m));
         files.insert(
             path,
             Fingerprint {
-                wasm: (meta.len(), meta.modified().ok()),
+                wasm: FileStamp::of(&meta),
                 grants,
             },
         );
     }
     Ok(files)
+}
+
+/// Failures of the machine rather than of the file's bytes.
+fn is_transient(error: &LoadError) -> bool {
+    matches!(
+        error,
+        LoadError::Read { .. } | LoadError::Cache { .. } | LoadError::Engine(_)
+    )
 }

@@ -17,15 +17,27 @@ use super::Registry;
 
 /// Quiet time after the last event before the directory is synced.
 const DEBOUNCE: Duration = Duration::from_millis(200);
+/// A directory that never goes quiet is synced at least this often.
+const MAX_DEBOUNCE: Duration = Duration::from_secs(2);
 /// Rescan even without events this often.
 const RESCAN: Duration = Duration::from_secs(10);
+
+/// Only component files and their grants matter; other files in the
+/// directory (editors' swap files, a log) must not keep postponing a sync.
+fn concerns_components(event: &notify::Event) -> bool {
+    event.paths.is_empty()
+        || event
+            .paths
+            .iter()
+            .any(|p| p.extension().is_some_and(|x| x == "wasm" || x == "toml"))
+}
 
 /// Starts watching the registry's directory until `stop` is cancelled.
 pub fn watch(registry: Arc<Registry>, stop: CancellationToken) -> notify::Result<()> {
     let (events, mut changed) = mpsc::unbounded_channel();
     let mut watcher =
         notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
-            Ok(event) if event.kind.is_access() => {}
+            Ok(event) if event.kind.is_access() || !concerns_components(&event) => {}
             Ok(_) => {
                 let _ = events.send(());
             }
@@ -45,7 +57,13 @@ pub fn watch(registry: Arc<Registry>, stop: CancellationToken) -> notify::Result
                     if event.is_none() {
                         break;
                     }
-                    while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, changed.recv()).await {}
+                    let settled_by = tokio::time::Instant::now() + MAX_DEBOUNCE;
+                    while tokio::time::Instant::now() < settled_by {
+                        match tokio::time::timeout(DEBOUNCE, changed.recv()).await {
+                            Ok(Some(())) => continue,
+                            Ok(None) | Err(_) => break,
+                        }
+                    }
                 }
             }
             match registry.sync().await {

@@ -45,6 +45,11 @@ pub enum GuestError {
     Instantiate { component: String, reason: String },
     #[error("component '{component}' exceeded its CPU time limit and was interrupted")]
     Deadline { component: String },
+    #[error("component '{component}' did not finish within its wall-clock limit of {limit:?} (waiting on the network?) and was stopped")]
+    WallClock {
+        component: String,
+        limit: std::time::Duration,
+    },
     #[error("component '{component}' exceeded its memory limit: {reason}")]
     Memory { component: String, reason: String },
     #[error("component '{component}' trapped: {reason}")]

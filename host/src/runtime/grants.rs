@@ -104,7 +104,8 @@ impl Grants {
         }
         let mut env = Vec::new();
         for name in &file.env {
-            if HOST_SECRETS.contains(&name.as_str()) || name.starts_with("AGENTHOST_") {
+            let upper = name.to_ascii_uppercase();
+            if HOST_SECRETS.contains(&upper.as_str()) || upper.starts_with("AGENTHOST_") {
                 return Err(refuse(
                     "env",
                     format!("'{name}' is a setting of the host and is never passed to guests"),

@@ -55,6 +55,9 @@ impl Default for Limits {
     }
 }
 
+/// A call may take this many times its CPU limit in wall-clock time.
+pub const WALL_CLOCK_FACTOR: u32 = 6;
+
 /// Settings of the runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -251,10 +254,22 @@ impl Runtime {
     ) -> Result<Result<String, ActivityFailure>, GuestError> {
         let _slot = self.slot(component).await?;
         let (mut store, instance) = self.instantiate(component).await?;
-        let result = instance
+        // CPU time is bounded by epochs; time spent waiting in host calls
+        // (outbound HTTP) is bounded here, so no call holds a slot forever.
+        let limit = component
+            .grants
+            .limits
+            .cpu_time
+            .saturating_mul(WALL_CLOCK_FACTOR);
+        let call = instance
             .agenthost_host_component()
-            .call_invoke_activity(&mut store, name, arguments)
+            .call_invoke_activity(&mut store, name, arguments);
+        let result = tokio::time::timeout(limit, call)
             .await
+            .map_err(|_| GuestError::WallClock {
+                component: component.name.clone(),
+                limit,
+            })?
             .map_err(|e| GuestError::from_call(&component.name, &e, &store))?;
         Ok(result.map_err(|e| match e {
             bindings::ActivityError::NotFound(m) => ActivityFailure::NotFound(m),

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -14,6 +15,23 @@ pub struct OutboundHttp {
     component: Arc<str>,
     /// `None`: every request is refused (orchestrations, which must replay).
     grants: Option<Arc<Grants>>,
+}
+
+/// Longest a guest may wait to connect, or for a response byte. Waiting costs
+/// no CPU, so the CPU limit does not bound it; these do (together with the
+/// wall-clock limit of the whole call).
+const MAX_CONNECT: Duration = Duration::from_secs(10);
+const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// The guest's timeouts, never longer than the host's.
+fn capped(options: Option<RequestOptions>) -> RequestOptions {
+    let options = options.unwrap_or_default();
+    let cap = |asked: Option<Duration>, max: Duration| Some(asked.map_or(max, |a| a.min(max)));
+    RequestOptions {
+        connect_timeout: cap(options.connect_timeout, MAX_CONNECT),
+        first_byte_timeout: cap(options.first_byte_timeout, MAX_WAIT),
+        between_bytes_timeout: cap(options.between_bytes_timeout, MAX_WAIT),
+    }
 }
 
 type SendResult = Result<
@@ -72,6 +90,6 @@ impl WasiHttpHooks for OutboundHttp {
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
         tracing::debug!(component = %self.component, uri = %request.uri(), "outbound HTTP");
-        wasmtime_wasi_http::default_hooks().send_request(request, options, fut)
+        wasmtime_wasi_http::default_hooks().send_request(request, Some(capped(options)), fut)
     }
 }

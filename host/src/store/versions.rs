@@ -15,7 +15,9 @@ pub struct StoredVersion {
 }
 
 impl Store {
-    /// Keeps `wasm` under `digest`; a digest already kept is left untouched.
+    /// Keeps `wasm` under `digest`. For a digest already kept only the grants
+    /// are updated: a version runs under the grants it was last loaded with,
+    /// so a grant revoked in the sidecar stays revoked for old instances.
     pub async fn save_component_version(
         &self,
         digest: &str,
@@ -29,6 +31,11 @@ impl Store {
                 .fetch_optional(self.pool())
                 .await?;
         if known.is_some() {
+            sqlx::query("UPDATE component_versions SET grants = ? WHERE digest = ?")
+                .bind(grants)
+                .bind(digest)
+                .execute(self.pool())
+                .await?;
             return Ok(());
         }
         sqlx::query(
@@ -61,5 +68,35 @@ impl Store {
             })
         })
         .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_version_keeps_its_bytes_and_its_latest_grants(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await?;
+        assert!(store.component_version("sha256:x").await?.is_none());
+        store
+            .save_component_version("sha256:x", "c", b"v1", Some("env = [\"A\"]"))
+            .await?;
+        // Loaded again after its sidecar changed: a revoked grant stays revoked.
+        store
+            .save_component_version("sha256:x", "c", b"v1", None)
+            .await?;
+        let kept = store
+            .component_version("sha256:x")
+            .await?
+            .ok_or("not kept")?;
+        assert_eq!(
+            (kept.name.as_str(), kept.wasm.as_slice()),
+            ("c", b"v1".as_slice())
+        );
+        assert_eq!(kept.grants, None);
+        Ok(())
     }
 }
