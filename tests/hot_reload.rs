@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::durable::{raise, wait_for};
+use crate::support::durable::{raise, start, wait_for};
 use crate::support::host::Host;
 use crate::support::{client, component, get_json, FakeModel, HostBuilder, Reply};
 
@@ -169,4 +169,28 @@ async fn dropped_replaced_truncated_and_deleted_files_change_what_is_served() {
         .await
         .unwrap();
     assert_eq!(orchestration.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn continue_as_new_moves_an_instance_to_the_newest_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path()).components(&[]).start();
+    let file = dir.path().join("components/versioned.wasm");
+    std::fs::copy(component("versioned-v1"), &file).unwrap();
+    let body = wait_components(&host, "loading v1", |b| digest_of(b, "versioned").is_some()).await;
+    let v1 = digest_of(&body, "versioned").unwrap();
+    let id = start(&host, "eternal", &serde_json::json!(0)).await;
+
+    std::fs::copy(component("versioned-v2"), &file).unwrap();
+    let body = wait_components(&host, "loading v2", |b| {
+        digest_of(b, "versioned").is_some_and(|d| d != v1)
+    })
+    .await;
+    let v2 = digest_of(&body, "versioned").unwrap();
+    // The first execution (on v1) continues as new; the second runs on v2.
+    assert_eq!(raise(&host, &id, "next", &Value::Null).await, 202);
+    assert_eq!(raise(&host, &id, "next", &Value::Null).await, 202);
+    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+    assert_eq!(done["output"], "v2", "{done}");
+    assert_eq!(done["componentDigest"], v2.as_str());
 }

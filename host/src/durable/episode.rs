@@ -116,6 +116,13 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
         output,
         restart_with,
     } = outcome;
+    // A fresh execution has no journal to replay: it may run the newest code.
+    let continue_on = restart_with.as_ref().and_then(|_| {
+        orchestrator
+            .registry
+            .orchestration(&instance.name)
+            .map(|served| served.component.digest.clone())
+    });
     if status == RuntimeStatus::Failed {
         tracing::warn!(instance_id = %id, orchestration = %instance.name, output = ?output, "instance failed");
     }
@@ -134,6 +141,7 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
             restart_with,
             component_digest: instance.component_digest.clone(),
             child_digests,
+            continue_on,
         })
         .await?;
     let mut wake = committed.children;

@@ -26,6 +26,9 @@ pub struct EpisodeCommit {
     pub restart_with: Option<(String, Vec<Event>)>,
     /// The component version the instance runs on.
     pub component_digest: String,
+    /// On continue-as-new: the version the next execution runs on (the one
+    /// served now), so an eternal orchestration picks up new code.
+    pub continue_on: Option<String>,
     /// The version each sub-orchestration started by the episode runs on, by
     /// orchestration name; a name missing here runs on the instance's version.
     pub child_digests: std::collections::HashMap<String, String>,
@@ -242,11 +245,15 @@ pub(super) async fn apply_episode(
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
-        sqlx::query("UPDATE instances SET input = ?, output = NULL WHERE id = ?")
-            .bind(input)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE instances SET input = ?, output = NULL, \
+             component_digest = COALESCE(?, component_digest) WHERE id = ?",
+        )
+        .bind(input)
+        .bind(&commit.continue_on)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
         for event in carried {
             push_inbox(tx, id, event, now).await?;
         }

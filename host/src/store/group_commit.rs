@@ -160,6 +160,7 @@ mod tests {
                 restart_with: None,
                 component_digest: "d".into(),
                 child_digests: Default::default(),
+                continue_on: None,
             };
             tokio::spawn(async move { store.commit_episode(commit).await })
         });
@@ -210,6 +211,7 @@ mod tests {
             restart_with: None,
             component_digest: "d".into(),
             child_digests: Default::default(),
+            continue_on: None,
         };
         assert!(!store.commit_episode(commit).await.unwrap().applied);
         assert_eq!(

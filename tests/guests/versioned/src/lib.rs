@@ -20,6 +20,17 @@ fn versioned(ctx: &Context, _input: Value) -> Result<String, String> {
     Ok(VERSION.to_string())
 }
 
+/// Waits for `next`; the first round continues as new, the second returns
+/// the version that ran it.
+fn eternal(ctx: &Context, input: Value) -> Result<String, String> {
+    let _: Value = ctx.wait_for_event("next").wait()?;
+    if input.as_u64().unwrap_or(0) == 0 {
+        ctx.continue_as_new(&1);
+        return Ok(String::new());
+    }
+    Ok(VERSION.to_string())
+}
+
 fn component() -> Component {
     Component::new()
         .agent(
@@ -40,6 +51,7 @@ fn component() -> Component {
             Ok::<_, String>(Value::Null)
         }))
         .orchestration(Orchestration::new("versioned", versioned))
+        .orchestration(Orchestration::new("eternal", eternal))
 }
 
 agenthost_guest::export!(component);
