@@ -224,3 +224,104 @@ async fn hostile_guests_get_only_their_grants_and_fail_alone() {
 
     assert_healthy(&host).await;
 }
+
+/// A server whose every request waits until the test opens the gate, and
+/// which counts how many requests it holds at once.
+struct Gate {
+    port: u16,
+    held: Arc<AtomicUsize>,
+    most_held: Arc<AtomicUsize>,
+    open: Arc<tokio::sync::Semaphore>,
+}
+
+async fn serve_gate() -> Gate {
+    let held = Arc::new(AtomicUsize::new(0));
+    let most_held = Arc::new(AtomicUsize::new(0));
+    let open = Arc::new(tokio::sync::Semaphore::new(0));
+    let (h, m, o) = (held.clone(), most_held.clone(), open.clone());
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let (held, most_held, open) = (h.clone(), m.clone(), o.clone());
+            async move {
+                let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                most_held.fetch_max(now, Ordering::SeqCst);
+                if let Ok(permit) = open.acquire().await {
+                    permit.forget();
+                }
+                held.fetch_sub(1, Ordering::SeqCst);
+                "through the gate"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Gate {
+        port,
+        held,
+        most_held,
+        open,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_instances_bounds_the_instances_of_a_component_alive_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = serve_gate().await;
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(
+        components.join("hostile.toml"),
+        format!(
+            "allowed_hosts = [\"127.0.0.1:{}\"]\nmax_instances = 1\n",
+            gate.port
+        ),
+    )
+    .unwrap();
+    let model = FakeModel::start().await;
+    for _ in 0..2 {
+        model.push(Reply::ToolCall(
+            "fetch".into(),
+            json!({"url": format!("http://127.0.0.1:{}/", gate.port)}),
+        ));
+    }
+    model.push(Reply::ToolResult);
+    model.push(Reply::ToolResult);
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile"])
+        .openai(&model, "sk-test")
+        .start();
+    // Two runs on two threads, each calling the tool once.
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let url = host.url("/api/agents/hostile/run");
+            tokio::spawn(async move {
+                let response = client().post(url).body("fetch").send().await.unwrap();
+                (response.status().as_u16(), response.text().await.unwrap())
+            })
+        })
+        .collect();
+    // The first instance is held at the gate; the second must wait for its slot.
+    model.wait_for_requests(2, Duration::from_secs(10)).await;
+    for _ in 0..200 {
+        if gate.held.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(gate.held.load(Ordering::SeqCst), 1, "{}", host.output());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        gate.held.load(Ordering::SeqCst),
+        1,
+        "a second instance reached the network while the first was alive"
+    );
+    gate.open.add_permits(2);
+    for run in runs {
+        let (status, body) = run.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("through the gate"), "{body}");
+    }
+    assert_eq!(gate.most_held.load(Ordering::SeqCst), 1);
+}
