@@ -60,6 +60,26 @@ async fn call_tool(
     )
 }
 
+/// The tool returned: the run answers, and this is what the model was told.
+async fn tool_result(host: &Host, model: &FakeModel, tool: &str, arguments: Value) -> String {
+    let (status, body) = call_tool(host, model, tool, arguments, true).await;
+    assert_eq!(status, 200, "{body}");
+    model
+        .requests()
+        .last()
+        .and_then(|r| r.last_tool_result())
+        .expect("the model saw the tool's result")
+}
+
+/// The component failed as a program: 502 with `code`, naming the component
+/// and saying `why`.
+async fn assert_fails(host: &Host, model: &FakeModel, tool: &str, code: &str, why: &str) {
+    let (status, body) = call_tool(host, model, tool, json!({}), false).await;
+    assert_eq!((status, body["code"].as_str()), (502, Some(code)), "{body}");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.contains("'hostile'") && error.contains(why), "{body}");
+}
+
 /// The host answers health and another agent normally.
 async fn assert_healthy(host: &Host) {
     let health = client().get(host.url("/api/health")).send().await.unwrap();
@@ -149,65 +169,24 @@ async fn hostile_guests_get_only_their_grants_and_fail_alone() {
         "{message}"
     );
 
-    // Unbounded allocation stops at the memory limit.
-    let (status, body) = call_tool(&host, &model, "hog", json!({}), false).await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (502, Some("component_memory")),
-        "{body}"
-    );
-    assert!(
-        body["error"].as_str().unwrap().contains("'hostile'"),
-        "{body}"
-    );
-
-    // A trap fails the call with the reason.
-    let (status, body) = call_tool(&host, &model, "trap", json!({}), false).await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (502, Some("component_failed")),
-        "{body}"
-    );
-    assert!(
-        body["error"].as_str().unwrap().contains("trapped"),
-        "{body}"
-    );
+    // Unbounded allocation stops at the memory limit; a trap fails the call.
+    assert_fails(&host, &model, "hog", "component_memory", "memory limit").await;
+    assert_fails(&host, &model, "trap", "component_failed", "trapped").await;
     assert_healthy(&host).await;
 
     // The environment holds the granted variable and nothing else: no model key.
-    let (status, body) = call_tool(&host, &model, "env", json!({}), true).await;
-    assert_eq!(status, 200, "{body}");
-    let seen: Value = serde_json::from_str(
-        model
-            .requests()
-            .last()
-            .unwrap()
-            .last_tool_result()
-            .unwrap()
-            .as_str(),
-    )
-    .unwrap();
+    let seen: Value =
+        serde_json::from_str(&tool_result(&host, &model, "env", json!({})).await).unwrap();
     assert_eq!(seen, json!({"HOSTILE_GREETING": "hello"}));
 
     // No files.
-    let (status, _) = call_tool(
-        &host,
-        &model,
-        "read_file",
-        json!({"path": "/etc/passwd"}),
-        true,
-    )
-    .await;
-    assert_eq!(status, 200);
-    let result = model.requests().last().unwrap().last_tool_result().unwrap();
+    let result = tool_result(&host, &model, "read_file", json!({"path": "/etc/passwd"})).await;
     assert!(result.contains("cannot open /etc/passwd"), "{result}");
     assert!(!result.contains("root:"), "{result}");
 
     // Outbound HTTP only to the granted host.
     let url = format!("http://127.0.0.1:{}/", refused.port);
-    let (status, _) = call_tool(&host, &model, "fetch", json!({"url": url}), true).await;
-    assert_eq!(status, 200);
-    let result = model.requests().last().unwrap().last_tool_result().unwrap();
+    let result = tool_result(&host, &model, "fetch", json!({"url": url})).await;
     assert!(result.contains("HttpRequestDenied"), "{result}");
     assert_eq!(
         refused.hits.load(Ordering::SeqCst),
@@ -216,9 +195,7 @@ async fn hostile_guests_get_only_their_grants_and_fail_alone() {
     );
 
     let url = format!("http://127.0.0.1:{}/", granted.port);
-    let (status, _) = call_tool(&host, &model, "fetch", json!({"url": url}), true).await;
-    assert_eq!(status, 200);
-    let result = model.requests().last().unwrap().last_tool_result().unwrap();
+    let result = tool_result(&host, &model, "fetch", json!({"url": url})).await;
     assert!(result.contains("hello from the granted server"), "{result}");
     assert_eq!(granted.hits.load(Ordering::SeqCst), 1);
 
