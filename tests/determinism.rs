@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use crate::support::components::{wait_components, wait_served};
 use crate::support::durable::{raise, start, wait_for};
 use crate::support::host::Host;
 use crate::support::{component, get_json, HostBuilder};
@@ -75,23 +76,6 @@ async fn wait_until_waiting(host: &Host, id: &str) {
     );
 }
 
-/// The digest `GET /api/components` shows for `versioned`, once it is not `not`.
-async fn wait_served_digest(host: &Host, not: Option<&str>) -> String {
-    for _ in 0..400 {
-        let body: Value = get_json(host.url("/api/components")).await;
-        let digest = body["components"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["name"] == "versioned"))
-            .and_then(|c| c["digest"].as_str())
-            .map(str::to_string);
-        if let Some(digest) = digest.filter(|d| Some(d.as_str()) != not) {
-            return digest;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    panic!("versioned was never (re)loaded:\n{}", host.output());
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_finishes_on_the_version_it_started_with() {
     let dir = tempfile::tempdir().unwrap();
@@ -101,14 +85,14 @@ async fn an_instance_finishes_on_the_version_it_started_with() {
     std::fs::copy(component("versioned-v1"), &file).unwrap();
     let builder = HostBuilder::new(dir.path()).components(&[]);
     let mut host = builder.start();
-    let v1 = wait_served_digest(&host, None).await;
+    let v1 = wait_served(&host, "versioned", None).await;
     let old = start(&host, "versioned", &json!(null)).await;
     wait_until_waiting(&host, &old).await;
 
     // Replaced while it waits, then the host restarts: the instance still
     // replays on version 1 (from the bytes the store kept).
     std::fs::copy(component("versioned-v2"), &file).unwrap();
-    let v2 = wait_served_digest(&host, Some(&v1)).await;
+    let v2 = wait_served(&host, "versioned", Some(&v1)).await;
     assert_eq!(host.terminate(), Some(0));
     let host = builder.start();
     let new = start(&host, "versioned", &json!(null)).await;
@@ -120,20 +104,10 @@ async fn an_instance_finishes_on_the_version_it_started_with() {
 
     // Deleted: both instances go on, each on its own version.
     std::fs::remove_file(&file).unwrap();
-    let mut unloaded = false;
-    for _ in 0..400 {
-        let body: Value = get_json(host.url("/api/components")).await;
-        if body["components"] == json!([]) {
-            unloaded = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert!(
-        unloaded,
-        "the deleted file was never unloaded:\n{}",
-        host.output()
-    );
+    wait_components(&host, "unloading the deleted file", |b| {
+        b["components"] == json!([])
+    })
+    .await;
     for (id, version, step) in [(&old, "v1", "step_a"), (&new, "v2", "step_b")] {
         assert_eq!(raise(&host, id, "go", &json!(null)).await, 202);
         let done = wait_for(&host, id, &["Completed", "Failed"]).await;

@@ -2,39 +2,14 @@
 //! deleted while the host serves change what it serves, without a restart.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::Value;
 
+use crate::support::components::{digest_of, wait_components, wait_served};
 use crate::support::durable::{raise, start, wait_for};
 use crate::support::host::Host;
 use crate::support::{client, component, get_json, FakeModel, HostBuilder, Reply};
-
-/// Polls `GET /api/components` until `done` holds, for up to 10 s.
-async fn wait_components(host: &Host, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let body: Value = get_json(host.url("/api/components")).await;
-        if done(&body) {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} never happened; /api/components says {body:#}\n{}",
-            host.output()
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-fn digest_of(body: &Value, name: &str) -> Option<String> {
-    body["components"]
-        .as_array()?
-        .iter()
-        .find(|c| c["name"] == name)
-        .and_then(|c| c["digest"].as_str())
-        .map(str::to_string)
-}
 
 /// Asks the `versioned` agent which version answers: the fake model calls
 /// its `version` tool and reports the tool's result.
@@ -73,11 +48,7 @@ async fn dropped_replaced_truncated_and_deleted_files_change_what_is_served() {
     // Added: the endpoint appears (the benchmark measures how fast).
     let copied = Instant::now();
     std::fs::copy(component("versioned-v1"), &file).unwrap();
-    let body = wait_components(&host, "loading the new file", |b| {
-        digest_of(b, "versioned").is_some()
-    })
-    .await;
-    let v1 = digest_of(&body, "versioned").unwrap();
+    let v1 = wait_served(&host, "versioned", None).await;
     assert_eq!(
         ask_version(&host, &model).await,
         (200, "tool said: \"v1\"".into())
@@ -96,10 +67,7 @@ async fn dropped_replaced_truncated_and_deleted_files_change_what_is_served() {
 
     // Replaced: new requests get the new version's answer.
     std::fs::copy(component("versioned-v2"), &file).unwrap();
-    wait_components(&host, "loading the replaced file", |b| {
-        digest_of(b, "versioned").is_some_and(|d| d != v1)
-    })
-    .await;
+    wait_served(&host, "versioned", Some(&v1)).await;
     assert_eq!(
         ask_version(&host, &model).await,
         (200, "tool said: \"v2\"".into())
@@ -177,16 +145,11 @@ async fn continue_as_new_moves_an_instance_to_the_newest_version() {
     let host = HostBuilder::new(dir.path()).components(&[]).start();
     let file = dir.path().join("components/versioned.wasm");
     std::fs::copy(component("versioned-v1"), &file).unwrap();
-    let body = wait_components(&host, "loading v1", |b| digest_of(b, "versioned").is_some()).await;
-    let v1 = digest_of(&body, "versioned").unwrap();
+    let v1 = wait_served(&host, "versioned", None).await;
     let id = start(&host, "eternal", &serde_json::json!(0)).await;
 
     std::fs::copy(component("versioned-v2"), &file).unwrap();
-    let body = wait_components(&host, "loading v2", |b| {
-        digest_of(b, "versioned").is_some_and(|d| d != v1)
-    })
-    .await;
-    let v2 = digest_of(&body, "versioned").unwrap();
+    let v2 = wait_served(&host, "versioned", Some(&v1)).await;
     // The first execution (on v1) continues as new; the second runs on v2.
     assert_eq!(raise(&host, &id, "next", &Value::Null).await, 202);
     assert_eq!(raise(&host, &id, "next", &Value::Null).await, 202);

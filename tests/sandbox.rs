@@ -103,7 +103,7 @@ async fn hostile_guests_get_only_their_grants_and_fail_alone() {
     std::fs::write(
         components.join("hostile.toml"),
         format!(
-            "allowed_hosts = [\"127.0.0.1:{}\"]\nenv = [\"HOSTILE_GREETING\"]\nmemory_mb = 32\ncpu_time = \"1s\"\n",
+            "allowed_hosts = [\"127.0.0.1:{}\"]\nenv = [\"HOSTILE_GREETING\"]\nmemory_mb = 32\ncpu_time = \"2s\"\n",
             granted.port
         ),
     )
@@ -159,6 +159,10 @@ async fn hostile_guests_get_only_their_grants_and_fail_alone() {
             .wait_for_requests(model_requests + 1, Duration::from_secs(10))
             .await;
         assert_healthy(&host).await;
+        assert!(
+            !spin.is_finished(),
+            "the loop ended before the other requests were served; nothing was shown"
+        );
         spin.await.unwrap()
     };
     assert_eq!(spinning.0, 502, "{}", spinning.1);

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod components;
 pub mod durable;
 pub mod fake_model;
 pub mod host;

@@ -291,6 +291,19 @@ impl Registry {
             .collect()
     }
 
+    /// The served component with this digest, if any. Called for every
+    /// episode and activity, so it looks under the lock instead of copying
+    /// the component list.
+    fn served_version(&self, digest: &str) -> Option<Arc<LoadedComponent>> {
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .components
+            .values()
+            .find(|c| c.digest == digest)
+            .cloned()
+    }
+
     /// Files whose latest version failed to load, and names refused.
     pub fn failures(&self) -> Vec<LoadFailure> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());

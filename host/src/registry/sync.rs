@@ -108,7 +108,7 @@ impl Registry {
         for (path, load) in changed.into_iter().zip(loads) {
             let outcome = match load.await {
                 Ok(Ok((component, read))) => self.keep_version(&component, &read).await,
-                Ok(Err(e)) => Err((e.to_string(), is_transient(&e))),
+                Ok(Err(e)) => Err((e.to_string(), e.is_transient())),
                 Err(e) => Err((format!("the load task failed: {e}"), true)),
             };
             match outcome {
@@ -234,12 +234,4 @@ fn scan(dir: &Path) -> std::io::Result<BTreeMap<PathBuf, Fingerprint>> {
         );
     }
     Ok(files)
-}
-
-/// Failures of the machine rather than of the file's bytes.
-fn is_transient(error: &LoadError) -> bool {
-    matches!(
-        error,
-        LoadError::Read { .. } | LoadError::Cache { .. } | LoadError::Engine(_)
-    )
 }

@@ -105,7 +105,7 @@ impl Registry {
 
     /// `None` when the store does not keep the version.
     async fn version(&self, digest: &str) -> Result<Option<Arc<LoadedComponent>>, VersionError> {
-        if let Some(served) = self.components().into_iter().find(|c| c.digest == digest) {
+        if let Some(served) = self.served_version(digest) {
             return Ok(Some(served));
         }
         let cell = self.versions.cell(digest);

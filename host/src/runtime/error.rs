@@ -38,6 +38,18 @@ pub enum LoadError {
     },
 }
 
+impl LoadError {
+    /// A failure of the machine (reading the file, the cache, the engine)
+    /// rather than of the component's bytes or grants: loading the same
+    /// file again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Read { .. } | Self::Cache { .. } | Self::Engine(_)
+        )
+    }
+}
+
 /// A guest failed as a program: the call produced no answer at all.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum GuestError {
