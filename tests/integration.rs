@@ -9,6 +9,7 @@ mod async_runs;
 mod components_dir;
 mod concurrency;
 mod determinism;
+mod durable_engine;
 mod hot_reload;
 mod management_api;
 mod model_endpoints;

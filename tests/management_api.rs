@@ -340,8 +340,16 @@ async fn sub_orchestrations_continue_as_new_and_failures() {
         json!({"child said": {"echo": {"x": 1}}}),
         "{done}"
     );
+    // A child's id is derived from its parent's id, execution and task.
+    let children = get_json::<Vec<Value>>(host.url(&format!(
+        "/runtime/webhooks/durabletask/instances?instanceIdPrefix={parent}:"
+    )))
+    .await;
+    assert_eq!(children.len(), 1, "{children:?}");
+    let child = children[0]["instanceId"].as_str().unwrap_or_default();
+    assert!(child.ends_with(":0"), "{child}");
     assert_eq!(
-        status(&host, &format!("{parent}:0")).await.1["runtimeStatus"],
+        status(&host, child).await.1["runtimeStatus"],
         "Completed",
         "the child is an instance too"
     );

@@ -54,6 +54,7 @@ fn runtime(cache: &Path) -> anyhow::Result<Runtime> {
         cache_dir: cache.to_path_buf(),
         limits: Limits::default(),
         max_instances: 64,
+        describe_timeout: std::time::Duration::from_secs(30),
     })
     .map_err(|e| anyhow::anyhow!("{e}"))
 }

@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the agents of a components directory over HTTP.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Load one component (validate, compile, describe) and print what it
     /// offers as JSON; exits non-zero with the reason when it does not load.
     Inspect {
@@ -68,9 +68,45 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
 
-    /// Largest orchestration input, output or event payload, in bytes.
+    /// Largest payload handed to the durable engine, in bytes: orchestration
+    /// inputs and outputs, events, custom status, activity and agent inputs,
+    /// task results.
     #[arg(long, env = "AGENTHOST_MAX_PAYLOAD_BYTES", default_value_t = 1 << 20)]
     pub max_payload_bytes: usize,
+
+    /// Most journal rows one orchestration execution may hold; past it the
+    /// instance fails (split long work with continue-as-new).
+    #[arg(long, env = "AGENTHOST_MAX_HISTORY_EVENTS", default_value_t = 50_000)]
+    pub max_history_events: u64,
+
+    /// Most journal bytes one orchestration execution may hold.
+    #[arg(long, env = "AGENTHOST_MAX_HISTORY_BYTES", default_value_t = 50 << 20)]
+    pub max_history_bytes: u64,
+
+    /// Most events waiting in one instance's inbox; a raise past it gets 429.
+    #[arg(long, env = "AGENTHOST_MAX_INBOX_EVENTS", default_value_t = 10_000)]
+    pub max_inbox_events: u64,
+
+    /// Most bytes waiting in one instance's inbox; a raise past it gets 429.
+    #[arg(long, env = "AGENTHOST_MAX_INBOX_BYTES", default_value_t = 16 << 20)]
+    pub max_inbox_bytes: u64,
+
+    /// Most attempts of one agent call or activity, whatever its retry policy asks.
+    #[arg(long, env = "AGENTHOST_MAX_TASK_ATTEMPTS", default_value_t = 10)]
+    pub max_task_attempts: u32,
+
+    /// Shortest pause between two attempts of a task.
+    #[arg(long, env = "AGENTHOST_MIN_RETRY_DELAY", default_value = "10ms", value_parser = humantime::parse_duration)]
+    pub min_retry_delay: Duration,
+
+    /// Longest one episode of orchestration code may run (wall clock). Code
+    /// that blocks past it fails its instance with the reason.
+    #[arg(long, env = "AGENTHOST_EPISODE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub episode_timeout: Duration,
+
+    /// Longest a component's `describe()` may run when it is loaded.
+    #[arg(long, env = "AGENTHOST_DESCRIBE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub describe_timeout: Duration,
 
     /// Forget sessions idle for this long (e.g. `30m`, `7d`). Default: never.
     #[arg(long, env = "AGENTHOST_SESSION_TTL", value_parser = humantime::parse_duration)]
@@ -103,4 +139,25 @@ pub struct ServeArgs {
     /// Most guest instances alive at once.
     #[arg(long, env = "AGENTHOST_MAX_INSTANCES", default_value_t = 256)]
     pub max_instances: u32,
+}
+
+impl ServeArgs {
+    /// The durable engine's limits, from the flags.
+    pub fn durable_limits(&self) -> crate::core::limits::Limits {
+        use crate::core::limits::Limits;
+        use crate::core::retry::RetryLimits;
+        let defaults = RetryLimits::default();
+        Limits {
+            max_history_events: self.max_history_events,
+            max_history_bytes: self.max_history_bytes,
+            max_inbox_events: self.max_inbox_events,
+            max_inbox_bytes: self.max_inbox_bytes,
+            max_payload_bytes: self.max_payload_bytes,
+            retry: RetryLimits {
+                max_attempts: self.max_task_attempts.max(1),
+                min_delay_ms: u64::try_from(self.min_retry_delay.as_millis()).unwrap_or(u64::MAX),
+                max_delay_ms: defaults.max_delay_ms,
+            },
+        }
+    }
 }

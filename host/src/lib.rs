@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod cli;
+pub mod core;
 pub mod durable;
 pub mod http;
 pub mod model;

@@ -16,7 +16,7 @@ async fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => agenthost::server::serve(args).await,
+        Command::Serve(args) => agenthost::server::serve(*args).await,
         Command::Inspect { file } => agenthost::server::inspect(&file).await,
     };
     match result {

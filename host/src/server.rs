@@ -44,6 +44,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 cpu_time: args.guest_cpu_time,
             },
             max_instances: args.max_instances,
+            describe_timeout: args.describe_timeout,
         })
         .context("could not start the wasm runtime")?,
     );
@@ -79,7 +80,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         runtime.clone(),
         runs.clone(),
         OrchestratorConfig {
-            max_payload_bytes: args.max_payload_bytes,
+            limits: Arc::new(args.durable_limits()),
+            episode_timeout: args.episode_timeout,
         },
     );
     orchestrator.start();
@@ -147,11 +149,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if tokio::time::timeout_at(deadline, server).await.is_err() {
         tracing::warn!("closing connections still open after the grace period");
     }
-    let (episodes, transactions) = store.commit_stats();
+    let (writes, transactions) = store.commit_stats();
     tracing::info!(
-        episodes,
+        writes,
         transactions,
-        "orchestration episodes committed (group commit)"
+        "durable writes committed (group commit)"
     );
     store.close().await;
     tracing::info!("stopped");
@@ -166,6 +168,7 @@ pub async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
         cache_dir: cache.clone(),
         limits: Limits::default(),
         max_instances: 4,
+        describe_timeout: Duration::from_secs(30),
     })
     .context("could not start the wasm runtime")?;
     let loaded = runtime.load(file).await;

@@ -12,13 +12,22 @@ pub fn instance_url(host: &Host, id: &str) -> String {
 
 /// Starts orchestration `name` with `input`; returns the instance id.
 pub async fn start(host: &Host, name: &str, input: &Value) -> String {
+    start_at(host, &format!("/api/orchestrators/{name}"), input).await
+}
+
+/// Starts orchestration `name` as instance `id` (a finished id starts anew).
+pub async fn start_with_id(host: &Host, name: &str, id: &str, input: &Value) -> String {
+    start_at(host, &format!("/api/orchestrators/{name}/{id}"), input).await
+}
+
+async fn start_at(host: &Host, path: &str, input: &Value) -> String {
     let response = client()
-        .post(host.url(&format!("/api/orchestrators/{name}")))
+        .post(host.url(path))
         .json(input)
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 202, "starting {name}");
+    assert_eq!(response.status(), 202, "POST {path}");
     let body: Value = response.json().await.unwrap();
     body["id"].as_str().unwrap().to_string()
 }
@@ -32,7 +41,12 @@ pub async fn status(host: &Host, id: &str) -> (u16, Value) {
 
 /// Polls until the instance's runtimeStatus is one of `statuses`.
 pub async fn wait_for(host: &Host, id: &str, statuses: &[&str]) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    wait_for_within(host, id, statuses, Duration::from_secs(30)).await
+}
+
+/// [`wait_for`] with a bound of its own, for long workloads.
+pub async fn wait_for_within(host: &Host, id: &str, statuses: &[&str], limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
     loop {
         let (_, body) = status(host, id).await;
         if statuses.iter().any(|s| body["runtimeStatus"] == *s) {

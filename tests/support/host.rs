@@ -170,6 +170,16 @@ impl Host {
         self.output.lock().unwrap().join("\n")
     }
 
+    /// The host process's resident memory, in KiB (Linux).
+    pub fn rss_kib(&self) -> Option<u64> {
+        let pid = self.child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     /// SIGKILL: the host dies without any chance to clean up.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -1,37 +1,47 @@
-//! One episode of an instance: replay its code against the journal and the
-//! new inbox events, then commit what it decided.
+//! One episode of an instance: sort its inbox, replay its code against the
+//! journal and the new events, ask the core what that means, commit it.
 
-use super::journal::{Call, Entry, Event};
-use super::replay::Replay;
 use super::Orchestrator;
+use crate::core::effects::Effect;
+use crate::core::instance::RuntimeStatus;
+use crate::core::journal::Entry;
+use crate::core::lifecycle::arrivals;
+use crate::core::lifecycle::episode_end::{self, Ending, Episode};
+use crate::core::replay::Replay;
 use crate::registry::VersionError;
-use crate::runtime::EpisodeEnd;
-use crate::store::{now_ms, EpisodeCommit, RuntimeStatus, StoreError, TaskRow};
+use crate::runtime::{EpisodeEnd, LoadedComponent};
+use crate::store::{now_ms, Applied, StoreError, Target};
 
-/// What to do after an episode: instances to wake (children it started, the
-/// parent it finished for, itself after continue-as-new) and tasks to run.
-#[derive(Default)]
-pub struct FollowUp {
-    pub wake: Vec<String>,
-    pub tasks: Vec<TaskRow>,
-}
-
-/// Runs an episode if the instance has work.
-pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, StoreError> {
+/// Runs an episode if the instance has work; returns what to dispatch.
+pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Applied, StoreError> {
     let store = &orchestrator.store;
-    let Some(instance) = store.instance(id).await? else {
-        return Ok(FollowUp::default());
+    let Some(instance) = store.load(id).await? else {
+        return Ok(Applied::default());
     };
-    if !matches!(
-        instance.status,
-        RuntimeStatus::Pending | RuntimeStatus::Running | RuntimeStatus::ContinuedAsNew
-    ) {
-        return Ok(FollowUp::default());
+    let state = &instance.state;
+    if !state.status.is_active() {
+        return Ok(Applied::default());
     }
+    let target = Target {
+        id: id.to_string(),
+        execution: state.execution,
+        name: instance.name.clone(),
+        digest: instance.digest.clone(),
+    };
     let now = now_ms();
-    let inbox = store.visible_inbox(id, now).await?;
-    if inbox.is_empty() && instance.status == RuntimeStatus::Running {
-        return Ok(FollowUp::default());
+    let sorted = arrivals::decide(state, store.visible_inbox(id, now).await?);
+    if !sorted.stale.is_empty() {
+        tracing::info!(instance_id = %id, execution = state.execution, dropped = sorted.stale.len(), "dropped results addressed to an older execution");
+    }
+    let mut consumed: Vec<i64> = sorted.taken.iter().map(|(row, _)| *row).collect();
+    consumed.extend(&sorted.stale);
+    if sorted.taken.is_empty() && state.status == RuntimeStatus::Running {
+        if !consumed.is_empty() {
+            store
+                .commit_episode(target, vec![Effect::ConsumeInbox(consumed)])
+                .await?;
+        }
+        return Ok(Applied::default());
     }
     let mut calls = Vec::new();
     let mut events = Vec::new();
@@ -41,16 +51,15 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
             Entry::Event(event) => events.push(event),
         }
     }
-    let new_events: Vec<Event> = inbox.iter().map(|(_, e)| e.clone()).collect();
+    let new_events: Vec<_> = sorted.taken.into_iter().map(|(_, e)| e).collect();
     events.extend(new_events.iter().cloned());
-    let consumed: Vec<i64> = inbox.iter().map(|(row, _)| *row).collect();
     let replay = Replay::new(calls, events, now, instance.created_at);
     let first_task = replay.first_new_task();
 
     // The instance replays on the version it started with, whatever is served now.
-    let (end, replay, component) = match orchestrator
+    let (ending, replay, component) = match orchestrator
         .registry
-        .pinned(&instance.component_digest, &instance.name)
+        .pinned(&instance.digest, &instance.name)
         .await
     {
         // Nothing is lost by waiting: the inbox stays, and the scheduler
@@ -58,126 +67,102 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<FollowUp, Stor
         Err(VersionError::Store(e)) => return Err(e),
         Err(e) if e.is_transient() => {
             tracing::error!(instance_id = %id, error = %e, "cannot run the instance's component version now; retrying");
-            return Ok(FollowUp::default());
+            return Ok(Applied::default());
         }
-        Err(e) => (EpisodeEnd::Broken(e.to_string()), None, None),
+        Err(e) => (Ending::Broken(e.to_string()), None, None),
         Ok(component) => {
-            match orchestrator
-                .runtime
-                .run_orchestration(&component, &instance.name, &instance.input, id, replay)
-                .await
-            {
-                Ok((end, replay)) => (end, Some(replay), Some(component)),
-                Err(guest) => (EpisodeEnd::Broken(guest.to_string()), None, None),
-            }
+            let (ending, replay) = run_code(
+                orchestrator,
+                &component,
+                &instance.name,
+                &instance.input,
+                id,
+                replay,
+            )
+            .await;
+            (ending, replay, Some(component))
         }
     };
-
-    let new_calls: Vec<Call> = replay
-        .as_ref()
-        .map(|r| r.new_calls().to_vec())
-        .unwrap_or_default();
-    let custom_status = new_calls.iter().rev().find_map(|c| match c {
-        Call::SetCustomStatus { status } => Some(status.clone()),
-        _ => None,
-    });
-    let child_digests = orchestrator.child_digests(component.as_deref(), &new_calls);
-    let continue_with = new_calls.iter().find_map(|c| match c {
-        Call::ContinueAsNew { input } => Some(input.clone()),
-        _ => None,
-    });
-    let outcome = match (end, &replay) {
-        (EpisodeEnd::Waiting, _) => Outcome::status(RuntimeStatus::Running),
-        (EpisodeEnd::Returned(Ok(output)), Some(replay)) => match replay.check_complete() {
-            Err(e) => Outcome::failed(e.to_string()),
-            Ok(()) => match continue_with {
-                Some(input) => match orchestrator.check_size("continue-as-new input", &input) {
-                    Ok(()) => Outcome {
-                        restart_with: Some((input, replay.untaken_events())),
-                        ..Outcome::status(RuntimeStatus::ContinuedAsNew)
-                    },
-                    Err(e) => Outcome::failed(e.to_string()),
-                },
-                None => match orchestrator.check_size("output", &output) {
-                    Ok(()) => Outcome {
-                        output: Some(output),
-                        ..Outcome::status(RuntimeStatus::Completed)
-                    },
-                    Err(e) => Outcome::failed(e.to_string()),
-                },
-            },
-        },
-        (EpisodeEnd::Returned(Err(error)), _) => Outcome::failed(error),
-        (EpisodeEnd::Broken(reason), _) => Outcome::failed(reason),
-        (EpisodeEnd::Returned(Ok(_)), None) => Outcome::failed("the replay state was lost".into()),
+    let (calls, untaken) = match replay {
+        Some(replay) => {
+            let untaken = replay.untaken_events();
+            (replay.into_new_calls(), untaken)
+        }
+        None => (Vec::new(), Vec::new()),
     };
-    let Outcome {
-        status,
-        output,
-        restart_with,
-    } = outcome;
+    let child_digests = orchestrator.child_digests(component.as_deref(), &calls);
     // A fresh execution has no journal to replay: it may run the newest code.
-    let continue_on = restart_with.as_ref().and_then(|_| {
-        orchestrator
-            .registry
-            .orchestration(&instance.name)
-            .map(|served| served.component.digest.clone())
-    });
-    if status == RuntimeStatus::Failed {
-        tracing::warn!(instance_id = %id, orchestration = %instance.name, output = ?output, "instance failed");
+    let continue_on = orchestrator
+        .registry
+        .orchestration(&instance.name)
+        .map(|served| served.component.digest.clone());
+    let episode = Episode {
+        consumed,
+        events: new_events,
+        calls,
+        first_task,
+        ending,
+        untaken,
+        digest: instance.digest.clone(),
+        child_digests,
+        continue_on,
+    };
+    let effects = episode_end::decide(state, episode, &orchestrator.config.limits);
+    if let Some(reason) = failure(&effects) {
+        tracing::warn!(instance_id = %id, orchestration = %instance.name, reason, "instance failed");
     }
-    let mut entries: Vec<Entry> = new_events.into_iter().map(Entry::Event).collect();
-    entries.extend(new_calls.into_iter().map(Entry::Call));
-    let committed = store
-        .commit_episode(EpisodeCommit {
-            instance_id: id.to_string(),
-            orchestration: instance.name.clone(),
-            consumed,
-            entries,
-            first_task,
-            status,
+    Ok(store
+        .commit_episode(target, effects)
+        .await?
+        .unwrap_or_default())
+}
+
+/// Runs the guest under the episode's wall-clock limit. The CPU limit stops
+/// a busy loop; this stops code that blocks (a sleep, a long poll), which
+/// would otherwise hold an episode permit forever.
+async fn run_code(
+    orchestrator: &Orchestrator,
+    component: &LoadedComponent,
+    name: &str,
+    input: &str,
+    id: &str,
+    replay: Replay,
+) -> (Ending, Option<Replay>) {
+    let limit = orchestrator.config.episode_timeout;
+    let run = orchestrator
+        .runtime
+        .run_orchestration(component, name, input, id, replay);
+    match tokio::time::timeout(limit, run).await {
+        Err(_) => (
+            Ending::Broken(format!(
+                "the orchestration code ran for more than {limit:?} in one episode: orchestration code must not block \
+                 (std::thread::sleep, waiting on I/O); wait with a durable timer or an activity instead"
+            )),
+            None,
+        ),
+        Ok(Err(guest)) => (Ending::Broken(guest.to_string()), None),
+        Ok(Ok((end, replay))) => {
+            let ending = match end {
+                EpisodeEnd::Waiting => Ending::Waiting,
+                EpisodeEnd::Broken(reason) => Ending::Broken(reason),
+                EpisodeEnd::Returned(returned) => match (&returned, replay.check_complete()) {
+                    (Ok(_), Err(e)) => Ending::Broken(e.to_string()),
+                    _ => Ending::Returned(returned),
+                },
+            };
+            (ending, Some(replay))
+        }
+    }
+}
+
+/// The reason, when the effects fail the instance.
+fn failure(effects: &[Effect]) -> Option<&str> {
+    effects.iter().find_map(|e| match e {
+        Effect::SetStatus {
+            status: RuntimeStatus::Failed,
             output,
-            custom_status,
-            restart_with,
-            component_digest: instance.component_digest.clone(),
-            child_digests,
-            continue_on,
-        })
-        .await?;
-    let mut wake = committed.children;
-    wake.extend(committed.parent);
-    if status == RuntimeStatus::ContinuedAsNew {
-        wake.push(id.to_string());
-    }
-    Ok(FollowUp {
-        wake,
-        tasks: committed.tasks,
+            ..
+        } => output.as_deref(),
+        _ => None,
     })
-}
-
-/// How the instance stands after the episode.
-struct Outcome {
-    status: RuntimeStatus,
-    output: Option<String>,
-    /// Continue-as-new: the next input and the events carried over.
-    restart_with: Option<(String, Vec<Event>)>,
-}
-
-impl Outcome {
-    fn status(status: RuntimeStatus) -> Self {
-        Self {
-            status,
-            output: None,
-            restart_with: None,
-        }
-    }
-
-    /// The output of a failed instance is its error, as a JSON string.
-    fn failed(reason: String) -> Self {
-        let output = serde_json::to_string(&reason).unwrap_or_else(|_| "\"failed\"".into());
-        Self {
-            output: Some(output),
-            ..Self::status(RuntimeStatus::Failed)
-        }
-    }
 }

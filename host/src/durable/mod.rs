@@ -1,21 +1,21 @@
-//! Durable orchestrations: journal, replay, timers, events, tasks.
+//! Durable orchestrations: the services that carry out what the core decides.
 //!
 //! An instance runs in episodes. Each time its inbox has something new (a task
 //! finished, a timer fired, an event was raised), its code runs again from the
-//! start; [`replay`] answers every durable call from the journal until the code
-//! passes its end, and an await on an unfinished task stops the episode. The
-//! episode's decisions are committed in one transaction ([`crate::store`]);
-//! then the [`Orchestrator`] runs the new tasks and wakes whoever is affected.
-//! Waiting instances therefore cost rows, not memory.
+//! start; [`crate::core::replay`] answers every durable call from the journal
+//! until the code passes its end, and an await on an unfinished task stops the
+//! episode. The core turns the episode into effects, the store commits them
+//! (group commit, shared across instances), and only then does the
+//! [`Orchestrator`] run the new tasks and wake whoever is affected. Waiting
+//! instances therefore cost rows, not memory.
 
 mod episode;
-pub mod journal;
 mod orchestrator;
-pub mod replay;
 mod tasks;
 
 pub use orchestrator::{Orchestrator, OrchestratorConfig};
 
+use crate::core::limits::LimitError;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -27,12 +27,8 @@ pub enum DurableError {
     },
     #[error("instance '{0}' already exists and is not finished")]
     AlreadyExists(String),
-    #[error("the {what} is {size} bytes, over the limit of {limit} bytes: store large data elsewhere (a blob store, a database) and pass a reference such as its URL or key")]
-    TooLarge {
-        what: &'static str,
-        size: usize,
-        limit: usize,
-    },
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     #[error("instance id must be 1 to 256 characters without '/'")]
     BadInstanceId,
     #[error(transparent)]

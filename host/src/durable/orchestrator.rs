@@ -10,21 +10,27 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::journal::Call;
-use super::tasks::{self, Settled};
+use super::tasks::{self, Outcome};
 use super::{episode, DurableError};
+use crate::core::ids;
+use crate::core::instance::NewInstance;
+use crate::core::journal::Call;
+use crate::core::lifecycle::task_done::Attempt;
+use crate::core::lifecycle::Change;
+use crate::core::limits::Limits;
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::runtime::{LoadedComponent, Runtime};
-use crate::store::{now_ms, Change, NewInstance, Store, StoreError, TaskRow};
+use crate::store::{now_ms, Applied, Operation, Store, StoreError, TaskOutcome, TaskRow};
 use crate::workers::{drain, KeyedWorkers};
 
 const MAX_CONCURRENT_EPISODES: usize = 32;
 
 #[derive(Debug, Clone)]
 pub struct OrchestratorConfig {
-    /// Largest orchestration input or output, in bytes.
-    pub max_payload_bytes: usize,
+    pub limits: Arc<Limits>,
+    /// Longest one episode of orchestration code may run, in wall-clock time.
+    pub episode_timeout: Duration,
 }
 
 pub struct Orchestrator {
@@ -34,7 +40,8 @@ pub struct Orchestrator {
     pub(super) runs: Arc<Runs>,
     pub(super) config: OrchestratorConfig,
     instances: KeyedWorkers<String>,
-    tasks_in_flight: Mutex<HashSet<(String, u32)>>,
+    /// (instance, execution, task) of every task running in this process.
+    tasks_in_flight: Mutex<HashSet<(String, i64, u32)>>,
     /// Bounds episodes running at once, so a burst of thousands of instances
     /// queues here rather than in the store's connection pool.
     pub(super) episodes: tokio::sync::Semaphore,
@@ -86,7 +93,7 @@ impl Orchestrator {
                 Err(e) => tracing::error!(error = %e, "could not read instances with work"),
             }
             match self.store.due_tasks(now, 1_000).await {
-                Ok(rows) => rows.into_iter().for_each(|row| self.spawn_task(row)),
+                Ok(rows) => rows.into_iter().for_each(|row| self.spawn_task(row, false)),
                 Err(e) => tracing::error!(error = %e, "could not read due tasks"),
             }
             let next = self.store.next_due_after(now).await.ok().flatten();
@@ -115,11 +122,8 @@ impl Orchestrator {
                     Err(_) => return,
                 };
                 match ran {
-                    Ok(follow_up) => {
-                        // Straight to work: no scheduler pass between a step and the next.
-                        follow_up.tasks.into_iter().for_each(|row| this.spawn_task(row));
-                        follow_up.wake.into_iter().for_each(|other| this.wake_instance(other));
-                    }
+                    // Straight to work: no scheduler pass between a step and the next.
+                    Ok(applied) => this.dispatch(applied),
                     Err(e) => tracing::error!(instance_id = %id, error = %e, "episode failed; retrying on the next wake"),
                 }
                 if !this.instances.look_again(&id) {
@@ -129,8 +133,24 @@ impl Orchestrator {
         });
     }
 
-    fn spawn_task(self: &Arc<Self>, row: TaskRow) {
-        let key = (row.instance_id.clone(), row.task);
+    /// Carries out what a commit asked for: run the tasks it scheduled, wake
+    /// the instances it touched.
+    fn dispatch(self: &Arc<Self>, applied: Applied) {
+        applied
+            .tasks
+            .into_iter()
+            .for_each(|row| self.spawn_task(row, true));
+        applied
+            .wake
+            .into_iter()
+            .for_each(|id| self.wake_instance(id));
+    }
+
+    /// Runs a task unless it already runs here. A task read by a scheduler
+    /// pass (`fresh` false) may have finished since that read: it is checked
+    /// against the store first, so it never runs twice.
+    fn spawn_task(self: &Arc<Self>, row: TaskRow, fresh: bool) {
+        let key = (row.instance_id.clone(), row.execution, row.task);
         {
             let mut in_flight = self
                 .tasks_in_flight
@@ -142,20 +162,60 @@ impl Orchestrator {
         }
         let this = self.clone();
         self.tracker.spawn(async move {
-            let instance = row.instance_id.clone();
-            let settled = tasks::run(&this, row).await;
+            let still_due = fresh || this.store.task_still_due(&row).await.unwrap_or(false);
+            if still_due {
+                this.run_task(&row).await;
+            }
             this.tasks_in_flight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&key);
-            // Wake only who must act: a full scheduler pass per finished
-            // task would re-scan the store for every step of every instance.
-            match settled {
-                Settled::Delivered => this.wake_instance(instance),
-                Settled::Retrying => this.notify(),
-                Settled::Left => {}
-            }
         });
+    }
+
+    async fn run_task(self: &Arc<Self>, row: &TaskRow) {
+        let result = match tasks::run(self, row).await {
+            Outcome::Interrupted => return,
+            Outcome::Done(result) => result,
+        };
+        let retry = match &row.call {
+            Call::CallActivity { retry, .. } | Call::CallAgent { retry, .. } => *retry,
+            _ => None,
+        };
+        if let Err(error) = &result {
+            tracing::info!(instance_id = %row.instance_id, task = row.task, attempt = row.attempt, %error, "task failed");
+        }
+        let attempt = Attempt {
+            execution: row.execution,
+            task: row.task,
+            attempt: row.attempt,
+            retry,
+        };
+        match self
+            .store
+            .task_done(
+                &row.instance_id,
+                attempt,
+                result,
+                self.config.limits.clone(),
+            )
+            .await
+        {
+            Ok((outcome, applied)) => {
+                match outcome {
+                    // The scheduler must learn when the next attempt is due.
+                    TaskOutcome::Retrying => self.notify(),
+                    TaskOutcome::Dropped => {
+                        tracing::info!(instance_id = %row.instance_id, execution = row.execution, task = row.task, "dropped the result of a task the instance no longer waits for")
+                    }
+                    TaskOutcome::Delivered => {}
+                }
+                self.dispatch(applied);
+            }
+            Err(e) => {
+                tracing::error!(instance_id = %row.instance_id, task = row.task, error = %e, "could not record the task's outcome; it runs again")
+            }
+        }
     }
 
     /// Starts an instance of orchestration `name`; returns its id.
@@ -171,26 +231,25 @@ impl Orchestrator {
                 registered: self.registry.orchestration_names(),
             }
         })?;
-        self.check_size("input", &input)?;
+        self.config.limits.check_payload("input", &input)?;
         let id = instance_id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-        if id.is_empty() || id.len() > 256 || id.contains('/') {
+        if !ids::valid_instance_id(&id) {
             return Err(DurableError::BadInstanceId);
         }
-        let created = self
+        let new = NewInstance {
+            id: id.clone(),
+            name: name.to_string(),
+            input,
+            digest: served.component.digest.clone(),
+            parent: None,
+        };
+        let applied = self
             .store
-            .create_instance(&NewInstance {
-                id: &id,
-                name,
-                input: &input,
-                component_digest: &served.component.digest,
-                parent: None,
-            })
-            .await?;
-        if !created {
-            return Err(DurableError::AlreadyExists(id));
-        }
+            .start(new)
+            .await?
+            .ok_or_else(|| DurableError::AlreadyExists(id.clone()))?;
         tracing::info!(instance_id = %id, orchestration = %name, "instance started");
-        self.wake_instance(id.clone());
+        self.dispatch(applied);
         Ok(id)
     }
 
@@ -218,41 +277,26 @@ impl Orchestrator {
         digests
     }
 
-    pub(super) fn check_size(&self, what: &'static str, payload: &str) -> Result<(), DurableError> {
-        let limit = self.config.max_payload_bytes;
-        if payload.len() > limit {
-            return Err(DurableError::TooLarge {
-                what,
-                size: payload.len(),
-                limit,
-            });
-        }
-        Ok(())
-    }
-
     pub async fn raise_event(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         event: &str,
         payload: &str,
     ) -> Result<Change, DurableError> {
-        self.check_size("event payload", payload)?;
-        let change = self.store.raise_event(id, event, payload).await?;
-        self.notify();
-        Ok(change)
+        let (change, applied) = self
+            .store
+            .raise(id, event, payload, self.config.limits.clone())
+            .await?;
+        self.dispatch(applied);
+        Ok(change?)
     }
 
-    pub async fn set_suspended(&self, id: &str, suspended: bool) -> Result<Change, StoreError> {
-        let change = self.store.set_suspended(id, suspended).await?;
+    /// Suspend, resume, terminate or purge an instance.
+    pub async fn manage(self: &Arc<Self>, id: &str, op: Operation) -> Result<Change, StoreError> {
+        let (change, applied) = self.store.manage(id, op).await?;
+        self.dispatch(applied);
+        // A resumed instance may have work waiting in its inbox.
         self.notify();
-        Ok(change)
-    }
-
-    pub async fn terminate(self: &Arc<Self>, id: &str, reason: &str) -> Result<Change, StoreError> {
-        let (change, parent) = self.store.terminate(id, reason).await?;
-        if let Some(parent) = parent {
-            self.wake_instance(parent);
-        }
         Ok(change)
     }
 

@@ -1,35 +1,26 @@
 //! Runs an instance's tasks: activities in its component, agent calls through
-//! the same run queue and session store as HTTP runs. Retries follow the
-//! call's policy; the outcome goes to the instance's inbox in the same
-//! transaction that removes the task, so it is delivered exactly once.
+//! the same run queue and session store as HTTP runs. The result goes to the
+//! committer, where the core decides: deliver, retry, or drop as stale.
 
 use std::time::Duration;
 
-use super::journal::{Call, Event};
 use super::Orchestrator;
 use crate::agents::normalize_response_format;
-use crate::store::{now_ms, NewRun, RunStatus, SessionKey, TaskRow};
+use crate::core::ids;
+use crate::core::journal::Call;
+use crate::store::{NewRun, RunStatus, SessionKey, TaskRow};
 
-enum Outcome {
+/// What running a task produced.
+pub enum Outcome {
     Done(Result<String, String>),
-    /// The host is stopping: leave the task for the next start.
+    /// The host is stopping, or the task cannot run now: it stays in the
+    /// store and runs again later.
     Interrupted,
 }
 
-/// What became of a task, so the orchestrator wakes only who must act.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
-    /// Its outcome is in the instance's inbox: the instance has work.
-    Delivered,
-    /// It failed and waits for its next attempt: the scheduler must know when.
-    Retrying,
-    /// Nothing was recorded (host stopping, store error): it runs again later.
-    Left,
-}
-
-pub async fn run(orchestrator: &Orchestrator, row: TaskRow) -> Settled {
-    let outcome = match &row.call {
-        Call::CallActivity { name, input, .. } => activity(orchestrator, &row, name, input).await,
+pub async fn run(orchestrator: &Orchestrator, row: &TaskRow) -> Outcome {
+    match &row.call {
+        Call::CallActivity { name, input, .. } => activity(orchestrator, row, name, input).await,
         Call::CallAgent {
             agent,
             message,
@@ -39,7 +30,7 @@ pub async fn run(orchestrator: &Orchestrator, row: TaskRow) -> Settled {
         } => {
             agent_call(
                 orchestrator,
-                &row,
+                row,
                 agent,
                 message,
                 session.as_deref(),
@@ -51,49 +42,6 @@ pub async fn run(orchestrator: &Orchestrator, row: TaskRow) -> Settled {
             "{} is not a task the worker runs",
             other.describe()
         ))),
-    };
-    let result = match outcome {
-        Outcome::Interrupted => return Settled::Left,
-        Outcome::Done(result) => result,
-    };
-    let store = &orchestrator.store;
-    let (task, instance) = (row.task, row.instance_id.as_str());
-    let retry = match &row.call {
-        Call::CallActivity { retry, .. } | Call::CallAgent { retry, .. } => *retry,
-        _ => None,
-    };
-    let (settled, written) = match result {
-        Ok(result) => {
-            let event = Event::TaskCompleted { task, result };
-            (
-                Settled::Delivered,
-                store.complete_task(instance, task, &event).await,
-            )
-        }
-        Err(error) => match retry.and_then(|policy| policy.delay_after(row.attempt)) {
-            Some(delay) => {
-                tracing::info!(instance_id = %instance, task, attempt = row.attempt + 1, delay_ms = delay, %error, "task failed; retrying");
-                let due = now_ms() + i64::try_from(delay).unwrap_or(i64::MAX / 2);
-                (
-                    Settled::Retrying,
-                    store.retry_task(instance, task, row.attempt + 1, due).await,
-                )
-            }
-            None => {
-                let event = Event::TaskFailed { task, error };
-                (
-                    Settled::Delivered,
-                    store.complete_task(instance, task, &event).await,
-                )
-            }
-        },
-    };
-    match written {
-        Ok(()) => settled,
-        Err(e) => {
-            tracing::error!(instance_id = %instance, task, error = %e, "could not record the task's outcome; it runs again");
-            Settled::Left
-        }
     }
 }
 
@@ -126,8 +74,9 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
 }
 
 /// Agent calls are runs like any other: stored before they execute, resumed
-/// after a crash. The correlation id is derived from the task, so a restart
-/// finds the run it already started (or finished) instead of asking again.
+/// after a crash. The correlation id is derived from the execution, task and
+/// attempt, so a restart finds the run it already started (or finished)
+/// instead of asking again, and a new execution never finds an old one's.
 async fn agent_call(
     orchestrator: &Orchestrator,
     row: &TaskRow,
@@ -136,7 +85,8 @@ async fn agent_call(
     session: Option<&str>,
     response_schema: Option<&str>,
 ) -> Outcome {
-    let correlation_id = format!("{}:{}:{}", row.instance_id, row.task, row.attempt);
+    let correlation_id =
+        ids::agent_call_correlation(&row.instance_id, row.execution, row.task, row.attempt);
     let store = &orchestrator.store;
     match store.run(&correlation_id).await {
         Ok(Some(_)) => {}

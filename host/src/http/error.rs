@@ -7,6 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
+use crate::core::limits::LimitError;
+use crate::durable::DurableError;
 use crate::store::StoreError;
 
 /// An error answered to an HTTP caller.
@@ -51,6 +53,43 @@ impl From<StoreError> for ApiError {
             "store_unavailable",
             format!("the store failed: {e}"),
         )
+    }
+}
+
+impl From<DurableError> for ApiError {
+    fn from(error: DurableError) -> Self {
+        match &error {
+            DurableError::UnknownOrchestration { registered, .. } => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "orchestration_not_found",
+                error.to_string(),
+            )
+            .with("orchestrations", registered.clone()),
+            DurableError::AlreadyExists(_) => {
+                ApiError::new(StatusCode::CONFLICT, "instance_exists", error.to_string())
+            }
+            DurableError::Limit(LimitError::Payload { .. }) => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                error.to_string(),
+            ),
+            DurableError::Limit(LimitError::Inbox { .. }) => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "inbox_full",
+                error.to_string(),
+            ),
+            DurableError::Limit(LimitError::History { .. }) => {
+                ApiError::new(StatusCode::CONFLICT, "history_full", error.to_string())
+            }
+            DurableError::BadInstanceId => {
+                ApiError::bad_request("invalid_instance_id", error.to_string())
+            }
+            DurableError::Store(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                error.to_string(),
+            ),
+        }
     }
 }
 

@@ -12,10 +12,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::body::json_body;
-use super::orchestrators::durable_error;
 use super::{ApiError, AppState};
-use crate::durable::journal::Entry;
-use crate::store::{Change, InstanceFilter, InstanceRecord, RuntimeStatus};
+use crate::core::instance::RuntimeStatus;
+use crate::core::journal::Entry;
+use crate::core::lifecycle::Change;
+use crate::store::{InstanceFilter, InstanceRecord, Operation};
 
 const PREFIX: &str = "/runtime/webhooks/durabletask/instances";
 const CONTINUATION: &str = "x-ms-continuation-token";
@@ -266,8 +267,7 @@ pub async fn raise_event(
     let change = state
         .orchestrator
         .raise_event(&id, &event, &payload)
-        .await
-        .map_err(durable_error)?;
+        .await?;
     change_response(change, &id, || StatusCode::ACCEPTED.into_response())
 }
 
@@ -282,7 +282,10 @@ pub async fn terminate(
     Query(query): Query<ReasonQuery>,
 ) -> Result<Response, ApiError> {
     let reason = query.reason.unwrap_or_else(|| "terminated".into());
-    let change = state.orchestrator.terminate(&id, &reason).await?;
+    let change = state
+        .orchestrator
+        .manage(&id, Operation::Terminate { reason })
+        .await?;
     change_response(change, &id, || StatusCode::ACCEPTED.into_response())
 }
 
@@ -290,7 +293,7 @@ pub async fn suspend(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let change = state.orchestrator.set_suspended(&id, true).await?;
+    let change = state.orchestrator.manage(&id, Operation::Suspend).await?;
     change_response(change, &id, || StatusCode::ACCEPTED.into_response())
 }
 
@@ -298,7 +301,7 @@ pub async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let change = state.orchestrator.set_suspended(&id, false).await?;
+    let change = state.orchestrator.manage(&id, Operation::Resume).await?;
     change_response(change, &id, || StatusCode::ACCEPTED.into_response())
 }
 
@@ -306,7 +309,7 @@ pub async fn purge(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    match state.store.purge(&id).await? {
+    match state.orchestrator.manage(&id, Operation::Purge).await? {
         Change::Done => Ok(Json(json!({"instancesDeleted": 1})).into_response()),
         Change::NotFound => Err(not_found(&id)),
         _ => Err(ApiError::new(

@@ -13,7 +13,6 @@ use serde_json::json;
 use super::body::json_body;
 use super::instances::{base_url, change_response, instance_urls};
 use super::{ApiError, AppState};
-use crate::durable::DurableError;
 use crate::registry::RouteTarget;
 
 pub async fn start(
@@ -50,8 +49,7 @@ pub async fn declared_route(
             let change = state
                 .orchestrator
                 .raise_event(&instance_id, &event, &payload)
-                .await
-                .map_err(durable_error)?;
+                .await?;
             change_response(change, &instance_id, || {
                 (
                     StatusCode::ACCEPTED,
@@ -79,8 +77,7 @@ async fn start_instance(
     let id = state
         .orchestrator
         .start_instance(name, instance_id, input)
-        .await
-        .map_err(durable_error)?;
+        .await?;
     let urls = instance_urls(&base_url(headers), &id);
     let mut response = (StatusCode::ACCEPTED, Json(urls.clone())).into_response();
     if let Some(location) = urls["statusQueryGetUri"]
@@ -90,31 +87,4 @@ async fn start_instance(
         response.headers_mut().insert(LOCATION, location);
     }
     Ok(response)
-}
-
-pub fn durable_error(error: DurableError) -> ApiError {
-    match &error {
-        DurableError::UnknownOrchestration { registered, .. } => ApiError::new(
-            StatusCode::NOT_FOUND,
-            "orchestration_not_found",
-            error.to_string(),
-        )
-        .with("orchestrations", registered.clone()),
-        DurableError::AlreadyExists(_) => {
-            ApiError::new(StatusCode::CONFLICT, "instance_exists", error.to_string())
-        }
-        DurableError::TooLarge { .. } => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            error.to_string(),
-        ),
-        DurableError::BadInstanceId => {
-            ApiError::bad_request("invalid_instance_id", error.to_string())
-        }
-        DurableError::Store(_) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            error.to_string(),
-        ),
-    }
 }

@@ -11,8 +11,8 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock};
 
 use super::bindings::agenthost::host::durable::{self as wit, RetryPolicy as WitRetry};
 use super::state::GuestState;
-use crate::durable::journal::{Call, RetryPolicy};
-use crate::durable::replay::{Replay, ReplayError, TaskResult};
+use crate::core::journal::{Call, RetryPolicy};
+use crate::core::replay::{Replay, ReplayError, TaskResult};
 
 /// Why the host stopped a guest in the middle of an orchestration.
 #[derive(Debug, thiserror::Error)]

@@ -34,7 +34,7 @@ use wasmtime::{Engine, Store};
 use bindings::{AgenthostComponent, AgenthostComponentPre};
 use durable_imports::Stop;
 
-use crate::durable::replay::Replay;
+use crate::core::replay::Replay;
 use state::GuestState;
 
 /// Per-call limits every guest runs under.
@@ -66,6 +66,8 @@ pub struct RuntimeConfig {
     pub limits: Limits,
     /// How many guest instances may be alive at once (pooling allocator slots).
     pub max_instances: u32,
+    /// Longest `describe()` may run (wall clock) when a component loads.
+    pub describe_timeout: Duration,
 }
 
 /// Why an activity call produced no result, as the guest reported it.
@@ -99,6 +101,7 @@ pub struct Runtime {
     linker: Linker<GuestState>,
     cache: ArtifactCache,
     ceilings: Ceilings,
+    describe_timeout: Duration,
     _ticker: engine::EpochTicker,
 }
 
@@ -154,6 +157,7 @@ impl Runtime {
                 limits: config.limits,
                 max_instances: config.max_instances.max(1),
             },
+            describe_timeout: config.describe_timeout,
             _ticker: ticker,
         })
     }
@@ -235,10 +239,18 @@ impl Runtime {
     ) -> Result<bindings::Manifest, GuestError> {
         let _slot = self.slot(component).await?;
         let (mut store, instance) = self.instantiate(component).await?;
-        instance
+        // A describe that blocks (a sleep, a poll) would hold the load, and
+        // with it the whole sync, forever.
+        let limit = self.describe_timeout;
+        let call = instance
             .agenthost_host_component()
-            .call_describe(&mut store)
+            .call_describe(&mut store);
+        tokio::time::timeout(limit, call)
             .await
+            .map_err(|_| GuestError::WallClock {
+                component: component.name.clone(),
+                limit,
+            })?
             .map_err(|e| GuestError::from_call(&component.name, &e, &store))
     }
 

@@ -18,7 +18,7 @@ use super::engine::TICK;
 use super::grants::Grants;
 use super::outbound::OutboundHttp;
 use super::{error, LoadError};
-use crate::durable::replay::Replay;
+use crate::core::replay::Replay;
 
 pub struct GuestState {
     component: Arc<str>,

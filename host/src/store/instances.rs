@@ -1,58 +1,19 @@
-//! Orchestration instances: their rows, journals, inboxes and tasks.
+//! Orchestration instances: their rows, the state a decision reads, and the
+//! writes that carry out management operations (through the committer).
+
+use std::sync::Arc;
 
 use serde::Serialize;
 use sqlx::{Row, Sqlite, SqliteConnection};
 
-use super::{now_ms, Store, StoreError};
-use crate::durable::journal::Event;
+use super::apply::{purge, Applied};
+use super::group_commit::{Operation, TaskOutcome, Write, Written};
+use super::{Store, StoreError};
+use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus, Size};
+use crate::core::lifecycle::task_done::Attempt;
+use crate::core::lifecycle::Change;
+use crate::core::limits::{LimitError, Limits};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum RuntimeStatus {
-    Pending,
-    Running,
-    Suspended,
-    Completed,
-    Failed,
-    Terminated,
-    ContinuedAsNew,
-}
-
-impl RuntimeStatus {
-    pub const ALL: [RuntimeStatus; 7] = [
-        Self::Pending,
-        Self::Running,
-        Self::Suspended,
-        Self::Completed,
-        Self::Failed,
-        Self::Terminated,
-        Self::ContinuedAsNew,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "Pending",
-            Self::Running => "Running",
-            Self::Suspended => "Suspended",
-            Self::Completed => "Completed",
-            Self::Failed => "Failed",
-            Self::Terminated => "Terminated",
-            Self::ContinuedAsNew => "ContinuedAsNew",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|x| x.as_str().eq_ignore_ascii_case(s.trim()))
-    }
-
-    pub fn is_finished(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Terminated)
-    }
-}
-
-/// Statuses in which the code may run.
-pub(super) const ACTIVE: &str = "('Pending', 'Running', 'ContinuedAsNew')";
 const FINISHED: &str = "('Completed', 'Failed', 'Terminated')";
 
 #[derive(Debug, Clone, Serialize)]
@@ -64,17 +25,9 @@ pub struct InstanceRecord {
     pub output: Option<String>,
     pub custom_status: Option<String>,
     pub component_digest: String,
-    pub parent: Option<(String, u32)>,
+    pub execution: i64,
     pub created_at: i64,
     pub updated_at: i64,
-}
-
-pub struct NewInstance<'a> {
-    pub id: &'a str,
-    pub name: &'a str,
-    pub input: &'a str,
-    pub component_digest: &'a str,
-    pub parent: Option<(&'a str, u32)>,
 }
 
 /// Filters of list and purge requests.
@@ -86,21 +39,8 @@ pub struct InstanceFilter {
     pub id_prefix: Option<String>,
 }
 
-/// The outcome of an operation on an instance that may not exist or be over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    Done,
-    NotFound,
-    Finished,
-    /// The instance is not in a state the change applies to (e.g. resume of a
-    /// running instance).
-    NotApplicable,
-}
-
 fn instance_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<InstanceRecord, StoreError> {
     let status: String = row.try_get("status")?;
-    let parent_id: Option<String> = row.try_get("parent_id")?;
-    let parent_task: Option<i64> = row.try_get("parent_task")?;
     Ok(InstanceRecord {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
@@ -110,7 +50,7 @@ fn instance_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<InstanceRecord, St
         output: row.try_get("output")?,
         custom_status: row.try_get("custom_status")?,
         component_digest: row.try_get("component_digest")?,
-        parent: parent_id.zip(parent_task.and_then(|t| u32::try_from(t).ok())),
+        execution: row.try_get("execution")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
@@ -128,16 +68,78 @@ pub(super) fn from_json<T: serde::de::DeserializeOwned>(
 }
 
 const INSTANCE_COLUMNS: &str =
-    "id, name, status, input, output, custom_status, component_digest, parent_id, parent_task, created_at, updated_at";
+    "id, name, status, input, output, custom_status, component_digest, execution, created_at, updated_at";
 
 impl Store {
-    /// Creates an instance. `Ok(false)` when one with that id exists and is not
-    /// finished; a finished one is replaced (its history purged).
-    pub async fn create_instance(&self, new: &NewInstance<'_>) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let created = insert_instance(&mut tx, new).await?;
-        tx.commit().await?;
-        Ok(created)
+    /// Creates an instance (or a new execution of a finished id). `Ok(None)`
+    /// when an unfinished instance holds the id.
+    pub async fn start(&self, new: NewInstance) -> Result<Option<Applied>, StoreError> {
+        match self.committer().commit(Write::Start(new)).await? {
+            Written::Start(applied) => Ok(applied),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Queues an external event for the instance's current execution.
+    pub async fn raise(
+        &self,
+        instance: &str,
+        name: &str,
+        payload: &str,
+        limits: Arc<Limits>,
+    ) -> Result<(Result<Change, LimitError>, Applied), StoreError> {
+        let write = Write::Raise {
+            instance: instance.to_string(),
+            name: name.to_string(),
+            payload: payload.to_string(),
+            limits,
+        };
+        match self.committer().commit(write).await? {
+            Written::Raise(change, applied) => Ok((change, applied)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Suspend, resume, terminate or purge one instance.
+    pub async fn manage(
+        &self,
+        instance: &str,
+        op: Operation,
+    ) -> Result<(Change, Applied), StoreError> {
+        let write = Write::Manage {
+            instance: instance.to_string(),
+            op,
+        };
+        match self.committer().commit(write).await? {
+            Written::Manage(change, applied) => Ok((change, applied)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Records the result of a task's attempt.
+    pub async fn task_done(
+        &self,
+        instance: &str,
+        attempt: Attempt,
+        result: Result<String, String>,
+        limits: Arc<Limits>,
+    ) -> Result<(TaskOutcome, Applied), StoreError> {
+        let write = Write::TaskDone {
+            instance: instance.to_string(),
+            attempt,
+            result,
+            limits,
+        };
+        match self.committer().commit(write).await? {
+            Written::TaskDone(outcome, applied) => Ok((outcome, applied)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The instance as a transition sees it, read outside any write.
+    pub async fn load(&self, id: &str) -> Result<Option<Loaded>, StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        load(&mut conn, id).await
     }
 
     pub async fn instance(&self, id: &str) -> Result<Option<InstanceRecord>, StoreError> {
@@ -177,121 +179,6 @@ impl Store {
         rows.iter().map(instance_from_row).collect()
     }
 
-    /// Queues an external event. `Change::Finished` for an instance that is over.
-    pub async fn raise_event(
-        &self,
-        id: &str,
-        name: &str,
-        payload: &str,
-    ) -> Result<Change, StoreError> {
-        let event = to_json(&Event::EventRaised {
-            name: name.to_string(),
-            payload: payload.to_string(),
-        })?;
-        let mut tx = self.begin_write().await?;
-        let inserted = sqlx::query(&format!(
-            "INSERT INTO inbox (instance_id, event, visible_at) SELECT id, ?, ? FROM instances \
-             WHERE id = ? AND status NOT IN {FINISHED}"
-        ))
-        .bind(event)
-        .bind(now_ms())
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        let change = if inserted.rows_affected() > 0 {
-            Change::Done
-        } else {
-            exists_change(&mut tx, id).await?
-        };
-        tx.commit().await?;
-        Ok(change)
-    }
-
-    /// Suspend (Running/Pending → Suspended) or resume (Suspended → Running).
-    pub async fn set_suspended(&self, id: &str, suspended: bool) -> Result<Change, StoreError> {
-        // A resumed instance that never ran (or just continued as new) has an
-        // empty journal: it goes back to Pending so its first episode runs.
-        let (to, from) = if suspended {
-            ("'Suspended'", ACTIVE)
-        } else {
-            (
-                "CASE WHEN EXISTS (SELECT 1 FROM journal WHERE instance_id = instances.id) THEN 'Running' ELSE 'Pending' END",
-                "('Suspended')",
-            )
-        };
-        let mut tx = self.begin_write().await?;
-        let updated = sqlx::query(&format!(
-            "UPDATE instances SET status = {to}, updated_at = ? WHERE id = ? AND status IN {from}"
-        ))
-        .bind(now_ms())
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        let change = if updated.rows_affected() > 0 {
-            Change::Done
-        } else {
-            exists_change(&mut tx, id).await?
-        };
-        tx.commit().await?;
-        Ok(change)
-    }
-
-    /// Ends an instance that is not over; its pending tasks and timers are dropped.
-    pub async fn terminate(
-        &self,
-        id: &str,
-        reason: &str,
-    ) -> Result<(Change, Option<String>), StoreError> {
-        let now = now_ms();
-        let output = to_json(&reason)?;
-        let mut tx = self.begin_write().await?;
-        let updated = sqlx::query(&format!(
-            "UPDATE instances SET status = 'Terminated', output = ?, updated_at = ? WHERE id = ? AND status NOT IN {FINISHED}"
-        ))
-        .bind(&output)
-        .bind(now)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() == 0 {
-            let change = exists_change(&mut tx, id).await?;
-            tx.commit().await?;
-            return Ok((change, None));
-        }
-        for sql in [
-            "DELETE FROM tasks WHERE instance_id = ?",
-            "DELETE FROM inbox WHERE instance_id = ?",
-        ] {
-            sqlx::query(sql).bind(id).execute(&mut *tx).await?;
-        }
-        let parent =
-            notify_parent(&mut tx, id, RuntimeStatus::Terminated, Some(&output), now).await?;
-        tx.commit().await?;
-        Ok((Change::Done, parent))
-    }
-
-    /// Deletes a finished instance and its history.
-    pub async fn purge(&self, id: &str) -> Result<Change, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let deleted = sqlx::query(&format!(
-            "DELETE FROM instances WHERE id = ? AND status IN {FINISHED}"
-        ))
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        let change = if deleted.rows_affected() > 0 {
-            delete_history(&mut tx, id).await?;
-            Change::Done
-        } else {
-            match exists_change(&mut tx, id).await? {
-                Change::NotFound => Change::NotFound,
-                _ => Change::NotApplicable,
-            }
-        };
-        tx.commit().await?;
-        Ok(change)
-    }
-
     /// Deletes every finished instance matching `filter`; returns how many.
     pub async fn purge_matching(&self, filter: &InstanceFilter) -> Result<u64, StoreError> {
         let (clause, binds) = filter_clause(filter);
@@ -308,128 +195,102 @@ impl Store {
             .collect::<Result<_, _>>()?;
         let mut tx = self.begin_write().await?;
         for id in &ids {
-            sqlx::query("DELETE FROM instances WHERE id = ?")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            delete_history(&mut tx, id).await?;
+            purge(&mut tx, id).await?;
         }
         tx.commit().await?;
         Ok(ids.len() as u64)
     }
 }
 
-pub(super) async fn insert_instance(
+/// An instance as the committer's decisions read it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub state: InstanceState,
+    pub name: String,
+    pub digest: String,
+    pub input: String,
+    pub created_at: i64,
+}
+
+pub(super) async fn load(
     tx: &mut SqliteConnection,
-    new: &NewInstance<'_>,
-) -> Result<bool, StoreError> {
-    let existing: Option<String> = sqlx::query_scalar("SELECT status FROM instances WHERE id = ?")
-        .bind(new.id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    if let Some(status) = existing {
-        if !RuntimeStatus::parse(&status).is_some_and(RuntimeStatus::is_finished) {
-            return Ok(false);
-        }
-        sqlx::query("DELETE FROM instances WHERE id = ?")
-            .bind(new.id)
-            .execute(&mut *tx)
-            .await?;
-        delete_history(tx, new.id).await?;
-    }
-    let now = now_ms();
-    sqlx::query(
-        "INSERT INTO instances (id, name, status, input, component_digest, parent_id, parent_task, created_at, updated_at) \
-         VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?)",
+    id: &str,
+) -> Result<Option<Loaded>, StoreError> {
+    let row = sqlx::query(
+        "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task,          history_events, history_bytes, created_at, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run          FROM instances WHERE id = ?",
     )
-    .bind(new.id)
-    .bind(new.name)
-    .bind(new.input)
-    .bind(new.component_digest)
-    .bind(new.parent.map(|p| p.0))
-    .bind(new.parent.map(|p| p.1))
-    .bind(now)
-    .bind(now)
-    .execute(&mut *tx)
+    .bind(id)
+    .fetch_optional(&mut *tx)
     .await?;
-    Ok(true)
-}
-
-pub(super) async fn push_inbox(
-    tx: &mut SqliteConnection,
-    id: &str,
-    event: &Event,
-    visible_at: i64,
-) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO inbox (instance_id, event, visible_at) VALUES (?, ?, ?)")
-        .bind(id)
-        .bind(to_json(event)?)
-        .bind(visible_at)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
-}
-
-pub(super) async fn delete_history(tx: &mut SqliteConnection, id: &str) -> Result<(), StoreError> {
-    for sql in [
-        "DELETE FROM journal WHERE instance_id = ?",
-        "DELETE FROM inbox WHERE instance_id = ?",
-        "DELETE FROM tasks WHERE instance_id = ?",
-    ] {
-        sqlx::query(sql).bind(id).execute(&mut *tx).await?;
-    }
-    Ok(())
-}
-
-/// A finished child reports to its parent's inbox; returns the parent's id.
-pub(super) async fn notify_parent(
-    tx: &mut SqliteConnection,
-    id: &str,
-    status: RuntimeStatus,
-    output: Option<&str>,
-    now: i64,
-) -> Result<Option<String>, StoreError> {
-    let row = sqlx::query("SELECT parent_id, parent_task FROM instances WHERE id = ?")
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
     let Some(row) = row else { return Ok(None) };
-    let (Some(parent), Some(task)) = (
-        row.try_get::<Option<String>, _>("parent_id")?,
-        row.try_get::<Option<i64>, _>("parent_task")?,
-    ) else {
-        return Ok(None);
+    let status: String = row.try_get("status")?;
+    let parent_id: Option<String> = row.try_get("parent_id")?;
+    let parent = match parent_id {
+        Some(id) => Some(ParentRef {
+            id,
+            execution: row
+                .try_get::<Option<i64>, _>("parent_execution")?
+                .unwrap_or(0),
+            task: u32::try_from(row.try_get::<Option<i64>, _>("parent_task")?.unwrap_or(0))
+                .map_err(|e| StoreError::Corrupt(format!("parent task: {e}")))?,
+        }),
+        None => None,
     };
-    let task = u32::try_from(task).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let output = output.unwrap_or("null").to_string();
-    let event = if status == RuntimeStatus::Completed {
-        Event::TaskCompleted {
-            task,
-            result: output,
-        }
-    } else {
-        Event::TaskFailed {
-            task,
-            error: format!(
-                "sub-orchestration {id} {}: {output}",
-                status.as_str().to_lowercase()
-            ),
-        }
+    let count = |name: &str| -> Result<u64, StoreError> {
+        Ok(u64::try_from(row.try_get::<i64, _>(name)?).unwrap_or(0))
     };
-    push_inbox(tx, &parent, &event, now).await?;
-    Ok(Some(parent))
+    Ok(Some(Loaded {
+        state: InstanceState {
+            id: row.try_get("id")?,
+            status: RuntimeStatus::parse(&status)
+                .ok_or_else(|| StoreError::Corrupt(format!("instance status '{status}'")))?,
+            execution: row.try_get("execution")?,
+            parent,
+            history: Size {
+                events: count("history_events")?,
+                bytes: count("history_bytes")?,
+            },
+            has_run: row.try_get::<i64, _>("has_run")? != 0,
+        },
+        name: row.try_get("name")?,
+        digest: row.try_get("component_digest")?,
+        input: row.try_get("input")?,
+        created_at: row.try_get("created_at")?,
+    }))
 }
 
-async fn exists_change(tx: &mut SqliteConnection, id: &str) -> Result<Change, StoreError> {
-    let status: Option<String> = sqlx::query_scalar("SELECT status FROM instances WHERE id = ?")
+/// Events and bytes waiting in an instance's inbox.
+pub(super) async fn inbox_size(tx: &mut SqliteConnection, id: &str) -> Result<Size, StoreError> {
+    let row = sqlx::query("SELECT COUNT(*) AS n, COALESCE(SUM(LENGTH(event)), 0) AS bytes FROM inbox WHERE instance_id = ?")
         .bind(id)
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
-    Ok(match status.as_deref().and_then(RuntimeStatus::parse) {
-        None => Change::NotFound,
-        Some(s) if s.is_finished() => Change::Finished,
-        Some(_) => Change::NotApplicable,
+    Ok(Size {
+        events: u64::try_from(row.try_get::<i64, _>("n")?).unwrap_or(0),
+        bytes: u64::try_from(row.try_get::<i64, _>("bytes")?).unwrap_or(0),
     })
+}
+
+/// Whether the task of this attempt is still waiting for its result.
+pub(super) async fn task_pending(
+    tx: &mut SqliteConnection,
+    id: &str,
+    attempt: &Attempt,
+) -> Result<bool, StoreError> {
+    let found: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM tasks WHERE instance_id = ? AND execution = ? AND task = ? AND attempt = ?",
+    )
+    .bind(id)
+    .bind(attempt.execution)
+    .bind(attempt.task)
+    .bind(attempt.attempt)
+    .fetch_optional(&mut *tx)
+    .await?;
+    Ok(found.is_some())
+}
+
+fn unexpected(written: Written) -> StoreError {
+    StoreError::Write(format!("the committer answered another write: {written:?}"))
 }
 
 /// A bound parameter of a filter clause.
@@ -481,28 +342,33 @@ fn filter_clause(filter: &InstanceFilter) -> (String, Vec<Bind>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::{Change, NewInstance, RuntimeStatus, Store, StoreError};
+    use crate::core::instance::{NewInstance, RuntimeStatus};
+    use crate::core::lifecycle::Change;
+    use crate::store::{Operation, Store, StoreError};
+
+    fn new(id: &str) -> NewInstance {
+        NewInstance {
+            id: id.into(),
+            name: "o".into(),
+            input: "null".into(),
+            digest: "d".into(),
+            parent: None,
+        }
+    }
 
     #[tokio::test]
     async fn an_instance_suspended_before_its_first_episode_resumes_as_pending(
     ) -> Result<(), StoreError> {
         let dir = tempfile::tempdir().map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await?;
-        let new = NewInstance {
-            id: "a",
-            name: "o",
-            input: "null",
-            component_digest: "d",
-            parent: None,
-        };
-        store.create_instance(&new).await?;
-        assert_eq!(store.set_suspended("a", true).await?, Change::Done);
+        store.start(new("a")).await?;
+        assert_eq!(store.manage("a", Operation::Suspend).await?.0, Change::Done);
         assert_eq!(
-            store.set_suspended("a", true).await?,
+            store.manage("a", Operation::Suspend).await?.0,
             Change::NotApplicable,
             "already suspended"
         );
-        assert_eq!(store.set_suspended("a", false).await?, Change::Done);
+        assert_eq!(store.manage("a", Operation::Resume).await?.0, Change::Done);
         let status = store.instance("a").await?.map(|i| i.status);
         assert_eq!(
             status,
@@ -513,6 +379,29 @@ mod tests {
             .instances_with_work(crate::store::now_ms(), 10)
             .await?
             .contains(&"a".to_string()));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn terminate_then_recreate_gets_a_new_execution_number() -> Result<(), StoreError> {
+        let dir = tempfile::tempdir().map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await?;
+        assert!(store.start(new("a")).await?.is_some());
+        assert!(
+            store.start(new("a")).await?.is_none(),
+            "a running id is refused"
+        );
+        let first = store.instance("a").await?.map(|i| i.execution);
+        store
+            .manage("a", Operation::Terminate { reason: "x".into() })
+            .await?;
+        assert_eq!(store.manage("a", Operation::Purge).await?.0, Change::Done);
+        assert!(store.start(new("a")).await?.is_some());
+        let second = store.instance("a").await?.map(|i| i.execution);
+        assert!(
+            second > first,
+            "{second:?} after {first:?}: never reused, even after a purge"
+        );
         Ok(())
     }
 }

@@ -1,8 +1,11 @@
-//! Durable state: sessions, their message history, and agent runs.
+//! Durable state: sessions and their messages, agent runs, and the durable
+//! engine's instances, journals, inboxes and tasks.
 //!
-//! The store only stores: it never calls up into the runtime or the agent
-//! loop. SQLite (WAL) is the embedded default.
+//! The store only stores: it imports the core and nothing above it. Writes of
+//! the durable engine carry out core decisions ([`crate::core::effects`]);
+//! SQLite (WAL) is the embedded default.
 
+mod apply;
 mod episodes;
 mod group_commit;
 mod instances;
@@ -11,8 +14,9 @@ mod sqlite;
 mod tasks;
 mod versions;
 
-pub use episodes::{Committed, EpisodeCommit};
-pub use instances::{Change, InstanceFilter, InstanceRecord, NewInstance, RuntimeStatus};
+pub use apply::{Applied, Target};
+pub use group_commit::{Operation, TaskOutcome};
+pub use instances::{InstanceFilter, InstanceRecord, Loaded};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use sqlite::Store;
 pub use tasks::TaskRow;

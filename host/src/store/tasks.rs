@@ -1,15 +1,18 @@
-//! Tasks (agent calls and activities) waiting to run, and their outcomes.
+//! Tasks (agent calls and activities) waiting to run.
 
 use sqlx::Row;
 
-use super::instances::{from_json, push_inbox};
-use super::{now_ms, Store, StoreError};
-use crate::durable::journal::{Call, Event};
+use super::instances::from_json;
+use super::{Store, StoreError};
+use crate::core::journal::Call;
 
 /// A task the worker must run.
 #[derive(Debug, Clone)]
 pub struct TaskRow {
     pub instance_id: String,
+    /// The execution that scheduled it; its result is dropped if the
+    /// instance has moved on.
+    pub execution: i64,
     /// The orchestration of the instance, whose component runs its activities.
     pub orchestration: String,
     /// The component version the instance runs on.
@@ -23,17 +26,19 @@ impl Store {
     /// Tasks due now.
     pub async fn due_tasks(&self, now: i64, limit: usize) -> Result<Vec<TaskRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT t.instance_id, i.name, i.component_digest, t.task, t.call, t.attempt FROM tasks t JOIN instances i ON i.id = t.instance_id \
+            "SELECT t.instance_id, t.execution, i.name, i.component_digest, t.task, t.call, t.attempt \
+             FROM tasks t JOIN instances i ON i.id = t.instance_id AND i.execution = t.execution \
              WHERE t.due_at <= ? ORDER BY t.due_at LIMIT ?",
         )
-            .bind(now)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.pool())
-            .await?;
+        .bind(now)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(self.pool())
+        .await?;
         rows.iter()
             .map(|r| {
                 Ok(TaskRow {
                     instance_id: r.try_get("instance_id")?,
+                    execution: r.try_get("execution")?,
                     orchestration: r.try_get("name")?,
                     component_digest: r.try_get("component_digest")?,
                     task: u32::try_from(r.try_get::<i64, _>("task")?)
@@ -43,6 +48,21 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// Whether this attempt of the task is still waiting to run: a task read
+    /// by an earlier scheduler pass may have finished since.
+    pub async fn task_still_due(&self, row: &TaskRow) -> Result<bool, StoreError> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM tasks WHERE instance_id = ? AND execution = ? AND task = ? AND attempt = ?",
+        )
+        .bind(&row.instance_id)
+        .bind(row.execution)
+        .bind(row.task)
+        .bind(row.attempt)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(found.is_some())
     }
 
     /// The earliest time after `now` at which a timer fires or a task is due.
@@ -55,43 +75,5 @@ impl Store {
         .fetch_one(self.pool())
         .await?;
         Ok(next)
-    }
-
-    /// Removes a finished task and delivers its outcome, in one transaction.
-    pub async fn complete_task(
-        &self,
-        instance_id: &str,
-        task: u32,
-        event: &Event,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let deleted = sqlx::query("DELETE FROM tasks WHERE instance_id = ? AND task = ?")
-            .bind(instance_id)
-            .bind(task)
-            .execute(&mut *tx)
-            .await?;
-        if deleted.rows_affected() > 0 {
-            push_inbox(&mut tx, instance_id, event, now_ms()).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Schedules the next attempt of a failed task.
-    pub async fn retry_task(
-        &self,
-        instance_id: &str,
-        task: u32,
-        attempt: u32,
-        due_at: i64,
-    ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE tasks SET attempt = ?, due_at = ? WHERE instance_id = ? AND task = ?")
-            .bind(attempt)
-            .bind(due_at)
-            .bind(instance_id)
-            .bind(task)
-            .execute(self.pool())
-            .await?;
-        Ok(())
     }
 }

@@ -117,6 +117,60 @@ fn big_output(_ctx: &Context, bytes: usize) -> Result<String, String> {
     Ok("x".repeat(bytes))
 }
 
+/// Asks the writer once: a reused instance id must ask again.
+fn ask_writer(ctx: &Context, message: String) -> Result<String, String> {
+    Ok(ctx.call_agent("writer", message).wait()?)
+}
+
+#[derive(Deserialize, Serialize)]
+struct Generations {
+    generation: u32,
+    until: u32,
+    answers: Vec<String>,
+}
+
+/// Calls the writer once per generation of a continue-as-new loop; every
+/// generation must get its own answer, never the previous one's.
+fn agent_loop(ctx: &Context, mut state: Generations) -> Result<Vec<String>, String> {
+    let answer = ctx
+        .call_agent("writer", format!("generation {}", state.generation))
+        .wait()?;
+    state.answers.push(answer);
+    if state.generation < state.until {
+        state.generation += 1;
+        ctx.continue_as_new(&state);
+    }
+    Ok(state.answers)
+}
+
+/// Blocks in its own code: the episode's wall-clock limit must stop it.
+fn sleeper(_ctx: &Context, _input: Value) -> Result<Value, String> {
+    std::thread::sleep(Duration::from_secs(3600));
+    Ok(json!("woke up"))
+}
+
+/// Asks for endless, instant retries: the host must cap them.
+fn greedy_retry(ctx: &Context, _input: Value) -> Result<Value, String> {
+    let policy = RetryPolicy {
+        max_attempts: u32::MAX,
+        first_delay: Duration::ZERO,
+        backoff_coefficient: 1.0,
+        max_delay: Duration::ZERO,
+    };
+    ctx.call_activity("fail", &json!({}))
+        .retry(policy)
+        .wait()
+        .map_err(|e| e.to_string())
+}
+
+/// Two waits for one event name awaited together: each takes its own event.
+fn both_waits(ctx: &Context, _input: Value) -> Result<Vec<Value>, String> {
+    let a = ctx.wait_for_event("step");
+    let b = ctx.wait_for_event("step");
+    ctx.set_custom_status(&"waiting");
+    Ok(ctx.when_all(vec![a, b])?)
+}
+
 #[derive(Deserialize, Serialize, JsonSchema)]
 struct Anything(Value);
 
@@ -147,6 +201,11 @@ fn component() -> Component {
         .orchestration(Orchestration::new("failing_activity", failing_activity))
         .orchestration(Orchestration::new("failing", failing))
         .orchestration(Orchestration::new("big_output", big_output))
+        .orchestration(Orchestration::new("ask_writer", ask_writer))
+        .orchestration(Orchestration::new("agent_loop", agent_loop))
+        .orchestration(Orchestration::new("sleeper", sleeper))
+        .orchestration(Orchestration::new("greedy_retry", greedy_retry))
+        .orchestration(Orchestration::new("both_waits", both_waits))
 }
 
 agenthost_guest::export!(component);

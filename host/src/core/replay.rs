@@ -1,14 +1,19 @@
 //! Replay: matching the calls of orchestration code against its journal and
 //! deciding what each call answers. Pure: no wasm, no database, no clock.
 //!
-//! A task is the index of its call among the instance's calls. Results come
+//! A task is the index of its call among the execution's calls. Results come
 //! from the events in the journal (and those just taken from the inbox), in
 //! arrival order. An event wait takes the oldest raised event of its name that
-//! no earlier wait took, at the moment it is awaited; `await-any` picks the
-//! candidate that arrived first. Both orders are journaled, so every replay
-//! decides the same way.
+//! no earlier wait took, at the moment it is awaited; `await-all` over several
+//! waits of one name takes one event for each, or none while any is missing;
+//! `await-any` picks the candidate that arrived first. Both orders are
+//! journaled, so every replay decides the same way.
+//!
+//! Outcomes are indexed by task and raised events queued by name when the
+//! replay is built, so an await costs the same for the 7,000th task of a
+//! fan-out as for the first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use super::journal::{Call, Event};
 
@@ -40,9 +45,12 @@ pub struct Replay {
     step_time: i64,
     /// Every event, in arrival order.
     events: Vec<Event>,
-    /// Index into `events` of each raised event taken by a wait.
+    /// Arrival index of the first outcome (completion, failure, timer) of each task.
+    outcomes: HashMap<u32, usize>,
+    /// Arrival indexes of raised events no wait has taken, oldest first, by name.
+    untaken: HashMap<String, VecDeque<usize>>,
+    /// Arrival index of the raised event each wait took.
     taken: HashMap<u32, usize>,
-    taken_events: Vec<bool>,
     /// Event waits that lost an `await-any`: they take nothing, ever.
     cancelled: Vec<u32>,
 }
@@ -57,7 +65,20 @@ impl Replay {
         episode_time: i64,
         start_time: i64,
     ) -> Self {
-        let taken_events = vec![false; events.len()];
+        let mut outcomes = HashMap::new();
+        let mut untaken: HashMap<String, VecDeque<usize>> = HashMap::new();
+        for (at, event) in events.iter().enumerate() {
+            match event {
+                Event::TaskCompleted { task, .. }
+                | Event::TaskFailed { task, .. }
+                | Event::TimerFired { task } => {
+                    outcomes.entry(*task).or_insert(at);
+                }
+                Event::EventRaised { name, .. } => {
+                    untaken.entry(name.clone()).or_default().push_back(at)
+                }
+            }
+        }
         Self {
             history,
             calls: Vec::new(),
@@ -65,8 +86,9 @@ impl Replay {
             episode_time,
             step_time: start_time,
             events,
+            outcomes,
+            untaken,
             taken: HashMap::new(),
-            taken_events,
             cancelled: Vec::new(),
         }
     }
@@ -83,6 +105,11 @@ impl Replay {
 
     pub fn new_calls(&self) -> &[Call] {
         &self.new_calls
+    }
+
+    /// Consumes the replay, keeping only the calls to journal.
+    pub fn into_new_calls(self) -> Vec<Call> {
+        self.new_calls
     }
 
     /// Index of the first call of this episode (new calls are numbered from here).
@@ -137,67 +164,91 @@ impl Replay {
             .ok_or(ReplayError::UnknownTask(task))
     }
 
-    /// When (arrival index) and how the task finished, without taking anything.
-    fn peek(&self, task: u32) -> Result<Option<(usize, TaskResult)>, ReplayError> {
-        if let Some(&at) = self.taken.get(&task) {
-            return Ok(Some((at, Ok(raised_payload(&self.events[at])))));
-        }
-        let found = match self.task_call(task)? {
-            Call::WaitForEvent { name } if !self.cancelled.contains(&task) => {
-                self.events.iter().enumerate().find_map(|(i, e)| match e {
-                    Event::EventRaised { name: n, payload }
-                        if n == name && !self.taken_events[i] =>
-                    {
-                        Some((i, Ok(payload.clone())))
-                    }
-                    _ => None,
-                })
-            }
-            Call::WaitForEvent { .. } => None,
-            _ => self.events.iter().enumerate().find_map(|(i, e)| match e {
-                Event::TaskCompleted { task: t, result } if *t == task => {
-                    Some((i, Ok(result.clone())))
-                }
-                Event::TaskFailed { task: t, error } if *t == task => Some((i, Err(error.clone()))),
-                Event::TimerFired { task: t } if *t == task => Some((i, Ok("null".to_string()))),
-                _ => None,
-            }),
-        };
-        Ok(found)
+    /// The name a task waits for, when it is an event wait.
+    fn waits_for(&self, task: u32) -> Result<Option<&str>, ReplayError> {
+        Ok(match self.task_call(task)? {
+            Call::WaitForEvent { name } => Some(name.as_str()),
+            _ => None,
+        })
     }
 
-    /// Marks an event wait's event as taken, so later waits see the next one.
-    fn take(&mut self, task: u32, at: usize) {
-        if matches!(self.events.get(at), Some(Event::EventRaised { .. }))
-            && !self.taken.contains_key(&task)
-        {
+    /// When (arrival index) the task finished, without taking anything.
+    fn peek(&self, task: u32) -> Result<Option<usize>, ReplayError> {
+        if let Some(&at) = self.taken.get(&task) {
+            return Ok(Some(at));
+        }
+        Ok(match self.waits_for(task)? {
+            Some(_) if self.cancelled.contains(&task) => None,
+            Some(name) => self.untaken.get(name).and_then(|q| q.front().copied()),
+            None => self.outcomes.get(&task).copied(),
+        })
+    }
+
+    /// Takes what the task waits for, if it has arrived; an event wait takes
+    /// the oldest untaken event of its name. Returns the arrival index.
+    fn take(&mut self, task: u32) -> Result<Option<usize>, ReplayError> {
+        if let Some(&at) = self.taken.get(&task) {
+            return Ok(Some(at));
+        }
+        let name = match self.waits_for(task)? {
+            None => return Ok(self.outcomes.get(&task).copied()),
+            Some(_) if self.cancelled.contains(&task) => return Ok(None),
+            Some(name) => name.to_string(),
+        };
+        let at = self.untaken.get_mut(&name).and_then(VecDeque::pop_front);
+        if let Some(at) = at {
             self.taken.insert(task, at);
-            self.taken_events[at] = true;
+        }
+        Ok(at)
+    }
+
+    /// Gives back an event taken by `take` (newest first), as if never taken.
+    fn untake(&mut self, task: u32, at: usize) {
+        if let Some(Event::EventRaised { name, .. }) = self.events.get(at) {
+            self.taken.remove(&task);
+            self.untaken.entry(name.clone()).or_default().push_front(at);
+        }
+    }
+
+    fn outcome(&self, at: usize) -> TaskResult {
+        match &self.events[at] {
+            Event::TaskCompleted { result, .. } => Ok(result.clone()),
+            Event::TaskFailed { error, .. } => Err(error.clone()),
+            Event::TimerFired { .. } => Ok("null".to_string()),
+            Event::EventRaised { payload, .. } => Ok(payload.clone()),
         }
     }
 
     /// The task's result, or `None` when the code must wait.
     pub fn result(&mut self, task: u32) -> Result<Option<TaskResult>, ReplayError> {
-        let found = self.peek(task)?;
-        if let Some((at, _)) = &found {
-            self.take(task, *at);
-        }
-        Ok(found.map(|(_, r)| r))
+        Ok(self.take(task)?.map(|at| self.outcome(at)))
     }
 
-    /// Every task's result, or `None` while any is unfinished.
+    /// Every task's result, or `None` (and nothing taken) while any is
+    /// unfinished. Waits for one event name take one event each.
     pub fn results(&mut self, tasks: &[u32]) -> Result<Option<Vec<TaskResult>>, ReplayError> {
-        let mut peeked = Vec::with_capacity(tasks.len());
+        let mut arrived = Vec::with_capacity(tasks.len());
+        let mut newly_taken = Vec::new();
         for &task in tasks {
-            match self.peek(task)? {
-                Some(found) => peeked.push(found),
-                None => return Ok(None),
+            let was_taken = self.taken.contains_key(&task);
+            match self.take(task) {
+                Ok(Some(at)) => {
+                    if !was_taken && self.taken.contains_key(&task) {
+                        newly_taken.push((task, at));
+                    }
+                    arrived.push(at);
+                }
+                found => {
+                    for (task, at) in newly_taken.into_iter().rev() {
+                        self.untake(task, at);
+                    }
+                    return found.map(|_| None);
+                }
             }
         }
-        for (&task, (at, _)) in tasks.iter().zip(&peeked) {
-            self.take(task, *at);
-        }
-        Ok(Some(peeked.into_iter().map(|(_, r)| r).collect()))
+        Ok(Some(
+            arrived.into_iter().map(|at| self.outcome(at)).collect(),
+        ))
     }
 
     /// The task that finished first (its position in `tasks`) and its result;
@@ -206,44 +257,35 @@ impl Replay {
         if tasks.is_empty() {
             return Err(ReplayError::EmptyAwaitAny);
         }
-        let mut best: Option<(usize, usize, TaskResult)> = None;
+        let mut best: Option<(usize, usize)> = None;
         for (position, &task) in tasks.iter().enumerate() {
-            if let Some((at, result)) = self.peek(task)? {
-                if best.as_ref().is_none_or(|(b, _, _)| at < *b) {
-                    best = Some((at, position, result));
+            if let Some(at) = self.peek(task)? {
+                if best.is_none_or(|(b, _)| at < b) {
+                    best = Some((at, position));
                 }
             }
         }
-        let Some((at, position, result)) = best else {
+        let Some((_, position)) = best else {
             return Ok(None);
         };
-        self.take(tasks[position], at);
+        let Some(at) = self.take(tasks[position])? else {
+            return Ok(None);
+        };
         for (i, &task) in tasks.iter().enumerate() {
-            if i != position
-                && matches!(self.task_call(task)?, Call::WaitForEvent { .. })
-                && !self.taken.contains_key(&task)
-            {
+            if i != position && self.waits_for(task)?.is_some() && !self.taken.contains_key(&task) {
                 self.cancelled.push(task);
             }
         }
+        let result = self.outcome(at);
         Ok(Some((u32::try_from(position).unwrap_or(u32::MAX), result)))
     }
 
-    /// Raised events no wait has taken: carried over by continue-as-new.
+    /// Raised events no wait has taken, in arrival order: carried over by
+    /// continue-as-new.
     pub fn untaken_events(&self) -> Vec<Event> {
-        self.events
-            .iter()
-            .enumerate()
-            .filter(|(i, e)| matches!(e, Event::EventRaised { .. }) && !self.taken_events[*i])
-            .map(|(_, e)| e.clone())
-            .collect()
-    }
-}
-
-fn raised_payload(event: &Event) -> String {
-    match event {
-        Event::EventRaised { payload, .. } => payload.clone(),
-        _ => String::new(),
+        let mut left: Vec<usize> = self.untaken.values().flatten().copied().collect();
+        left.sort_unstable();
+        left.into_iter().map(|at| self.events[at].clone()).collect()
     }
 }
 
@@ -396,6 +438,54 @@ mod tests {
         let (_, w) = r.call(wait("a"))?;
         r.result(w)?;
         assert_eq!(r.untaken_events(), vec![raised("b", "2")]);
+        Ok(())
+    }
+
+    #[test]
+    fn two_waits_for_one_event_name_need_two_events() -> Result<(), ReplayError> {
+        let mut r = Replay::new(vec![], vec![raised("go", "1")], 0, 0);
+        let (_, a) = r.call(wait("go"))?;
+        let (_, b) = r.call(wait("go"))?;
+        assert_eq!(
+            r.results(&[a, b])?,
+            None,
+            "one event cannot satisfy two waits"
+        );
+        assert_eq!(
+            r.result(a)?,
+            Some(Ok("1".into())),
+            "the failed await-all took nothing"
+        );
+
+        let mut r = Replay::new(vec![], vec![raised("go", "1"), raised("go", "2")], 0, 0);
+        let (_, a) = r.call(wait("go"))?;
+        let (_, b) = r.call(wait("go"))?;
+        assert_eq!(
+            r.results(&[a, b])?,
+            Some(vec![Ok("1".into()), Ok("2".into())]),
+            "in arrival order"
+        );
+        assert!(r.untaken_events().is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_huge_fan_out_resolves_every_task() -> Result<(), ReplayError> {
+        let n = 7_000u32;
+        let events: Vec<Event> = (0..n)
+            .rev()
+            .map(|task| Event::TaskCompleted {
+                task,
+                result: task.to_string(),
+            })
+            .collect();
+        let mut r = Replay::new(vec![], events, 0, 0);
+        let tasks: Vec<u32> = (0..n)
+            .map(|_| r.call(activity("a")).map(|(_, t)| t))
+            .collect::<Result<_, _>>()?;
+        let results = r.results(&tasks)?.unwrap_or_default();
+        assert_eq!(results.len(), n as usize);
+        assert_eq!(results[6_999], Ok("6999".to_string()));
         Ok(())
     }
 }

@@ -3,34 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How a failed agent call or activity is retried.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RetryPolicy {
-    pub max_attempts: u32,
-    pub first_delay_ms: u64,
-    pub backoff_coefficient: f64,
-    pub max_delay_ms: u64,
-}
-
-impl RetryPolicy {
-    /// The pause before attempt `attempt + 1` (attempts count from 0), or
-    /// `None` when no attempt is left.
-    pub fn delay_after(&self, attempt: u32) -> Option<u64> {
-        if attempt + 1 >= self.max_attempts {
-            return None;
-        }
-        let factor = self
-            .backoff_coefficient
-            .max(1.0)
-            .powi(i32::try_from(attempt).unwrap_or(i32::MAX));
-        let delay = (self.first_delay_ms as f64 * factor).min(self.max_delay_ms as f64);
-        Some(if delay.is_finite() {
-            delay as u64
-        } else {
-            self.max_delay_ms
-        })
-    }
-}
+pub use super::retry::RetryPolicy;
 
 /// One call of orchestration code into the host, as journaled. Scheduling
 /// calls must replay with the same arguments; value calls (`now`, GUIDs,
@@ -139,23 +112,62 @@ pub enum Entry {
     Event(Event),
 }
 
+impl Event {
+    /// Bytes of the payload the event carries: what counts against the
+    /// history and inbox limits.
+    pub fn payload_len(&self) -> usize {
+        match self {
+            Event::TaskCompleted { result, .. } => result.len(),
+            Event::TaskFailed { error, .. } => error.len(),
+            Event::TimerFired { .. } => 0,
+            Event::EventRaised { name, payload } => name.len() + payload.len(),
+        }
+    }
+}
+
+impl Call {
+    /// Bytes of the arguments the call carries.
+    pub fn payload_len(&self) -> usize {
+        match self {
+            Call::CallAgent {
+                agent,
+                message,
+                session,
+                response_schema,
+                ..
+            } => {
+                agent.len()
+                    + message.len()
+                    + session.as_ref().map_or(0, String::len)
+                    + response_schema.as_ref().map_or(0, String::len)
+            }
+            Call::CallActivity { name, input, .. } => name.len() + input.len(),
+            Call::CallOrchestration { name, input } => name.len() + input.len(),
+            Call::WaitForEvent { name } => name.len(),
+            Call::NewGuid { value } | Call::NewSession { value, .. } => value.len(),
+            Call::SetCustomStatus { status } => status.len(),
+            Call::ContinueAsNew { input } => input.len(),
+            Call::StartTimer { .. } | Call::Now { .. } => 0,
+        }
+    }
+}
+
+impl Entry {
+    /// Bytes this entry adds to its instance's history (payload plus a fixed
+    /// overhead for the row itself).
+    pub fn size(&self) -> u64 {
+        const ROW_OVERHEAD: usize = 64;
+        let payload = match self {
+            Entry::Call(c) => c.payload_len(),
+            Entry::Event(e) => e.payload_len(),
+        };
+        (payload + ROW_OVERHEAD) as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_delays_grow_and_stop_at_max_attempts() {
-        let policy = RetryPolicy {
-            max_attempts: 4,
-            first_delay_ms: 100,
-            backoff_coefficient: 2.0,
-            max_delay_ms: 300,
-        };
-        assert_eq!(policy.delay_after(0), Some(100));
-        assert_eq!(policy.delay_after(1), Some(200));
-        assert_eq!(policy.delay_after(2), Some(300));
-        assert_eq!(policy.delay_after(3), None);
-    }
 
     #[test]
     fn value_calls_match_whatever_value_was_recorded() {

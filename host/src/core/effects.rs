@@ -1,0 +1,82 @@
+//! What a decision asks the shell to do, as data. The store writes a
+//! decision's effects in one transaction, in order, and makes no choices of
+//! its own; the dispatcher then runs the tasks and wakes the instances named.
+
+use super::instance::{NewInstance, ParentRef, RuntimeStatus};
+use super::journal::{Call, Entry, Event};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Remove inbox rows: consumed into the journal, or stale.
+    ConsumeInbox(Vec<i64>),
+    /// Append rows to the current execution's journal.
+    Append(Vec<Entry>),
+    /// Queue an agent call or activity of the current execution.
+    ScheduleTask { task: u32, call: Call },
+    /// Create an instance (its first execution). For a sub-orchestration,
+    /// the store first applies [`crate::core::lifecycle::start`] to the id.
+    Create(NewInstance),
+    /// A durable timer: an inbox row that becomes visible at `fire_at`.
+    ArmTimer { task: u32, fire_at: i64 },
+    /// Put an event in an instance's inbox, addressed to one execution.
+    Deliver {
+        instance: String,
+        execution: i64,
+        event: Event,
+    },
+    /// Set the status; `None` fields keep their value.
+    SetStatus {
+        status: RuntimeStatus,
+        output: Option<String>,
+        custom_status: Option<String>,
+    },
+    /// Begin a new execution (continue-as-new): the journal and tasks start
+    /// over; raised events not yet taken are carried into it.
+    NewExecution {
+        input: String,
+        digest: Option<String>,
+        carried: Vec<Event>,
+    },
+    /// Drop the execution's pending tasks and inbox (it is over).
+    DropPending,
+    /// Tell a parent how its child ended.
+    NotifyParent { parent: ParentRef, event: Event },
+    /// Remove a task row (it finished, for good or for a retry).
+    FinishTask { task: u32 },
+    /// Schedule the next attempt of a failed task.
+    RetryTask {
+        task: u32,
+        attempt: u32,
+        due_at: i64,
+    },
+    /// Delete the instance and everything it holds.
+    Purge,
+}
+
+impl Effect {
+    /// The event a parent gets when its child ends with `status`.
+    pub fn child_ended(
+        parent: ParentRef,
+        child: &str,
+        status: RuntimeStatus,
+        output: Option<&str>,
+    ) -> Self {
+        let task = parent.task;
+        let output = output.unwrap_or("null").to_string();
+        let event = if status == RuntimeStatus::Completed {
+            Event::TaskCompleted {
+                task,
+                result: output,
+            }
+        } else {
+            Event::TaskFailed {
+                task,
+                error: format!(
+                    "sub-orchestration {child} {}: {output}",
+                    status.as_str().to_lowercase()
+                ),
+            }
+        };
+        Effect::NotifyParent { parent, event }
+    }
+}

@@ -1,0 +1,390 @@
+//! The end of an episode: what the code did (new calls, how it stopped) turns
+//! into journal rows, tasks, children, timers and a status. Task numbers,
+//! child ids and timer rows are decided here and nowhere else.
+
+use std::collections::HashMap;
+
+use super::continue_as_new;
+use crate::core::effects::Effect;
+use crate::core::ids;
+use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus};
+use crate::core::journal::{Call, Entry, Event};
+use crate::core::limits::Limits;
+
+/// How the guest's code stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// It awaits a task that has not finished.
+    Waiting,
+    /// `run-orchestration` returned: the output or the code's own error.
+    Returned(Result<String, String>),
+    /// It broke the contract (non-determinism, a trap, a deadline): the
+    /// instance fails with this reason.
+    Broken(String),
+}
+
+/// Everything an episode produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Episode {
+    /// Inbox rows taken (their events are in `events`) and stale ones.
+    pub consumed: Vec<i64>,
+    pub events: Vec<Event>,
+    pub calls: Vec<Call>,
+    /// The task number of the first of `calls`.
+    pub first_task: u32,
+    pub ending: Ending,
+    /// Raised events no wait took (carried by continue-as-new).
+    pub untaken: Vec<Event>,
+    /// The instance's component version.
+    pub digest: String,
+    /// The version each sub-orchestration starts on, by name; absent names
+    /// run on the instance's own version.
+    pub child_digests: HashMap<String, String>,
+    /// On continue-as-new, the version the new execution runs on.
+    pub continue_on: Option<String>,
+}
+
+pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<Effect> {
+    let Episode {
+        consumed,
+        events,
+        calls,
+        first_task,
+        ending,
+        untaken,
+        digest,
+        child_digests,
+        continue_on,
+    } = episode;
+    let mut effects = Vec::new();
+    if !consumed.is_empty() {
+        effects.push(Effect::ConsumeInbox(consumed));
+    }
+    if let Err(reason) = check(state, &events, &calls, limits) {
+        return fail(state, effects, reason);
+    }
+    let custom_status = calls.iter().rev().find_map(|c| match c {
+        Call::SetCustomStatus { status } => Some(status.clone()),
+        _ => None,
+    });
+    let continue_with = calls.iter().find_map(|c| match c {
+        Call::ContinueAsNew { input } => Some(input.clone()),
+        _ => None,
+    });
+    let mut entries: Vec<Entry> = events.into_iter().map(Entry::Event).collect();
+    entries.extend(calls.iter().cloned().map(Entry::Call));
+    if !entries.is_empty() {
+        effects.push(Effect::Append(entries));
+    }
+    let mut task = first_task;
+    for call in calls {
+        match call {
+            Call::CallAgent { .. } | Call::CallActivity { .. } => {
+                effects.push(Effect::ScheduleTask { task, call });
+            }
+            Call::CallOrchestration { name, input } => {
+                let digest = child_digests.get(&name).unwrap_or(&digest).clone();
+                effects.push(Effect::Create(NewInstance {
+                    id: ids::child_instance(&state.id, state.execution, task),
+                    name,
+                    input,
+                    digest,
+                    parent: Some(ParentRef {
+                        id: state.id.clone(),
+                        execution: state.execution,
+                        task,
+                    }),
+                }));
+            }
+            Call::StartTimer { fire_at } => effects.push(Effect::ArmTimer {
+                task,
+                fire_at: i64::try_from(fire_at).unwrap_or(i64::MAX),
+            }),
+            _ => {}
+        }
+        // Task numbers count every call, as the replay numbers them.
+        task = task.saturating_add(1);
+    }
+    match ending {
+        Ending::Waiting => {
+            effects.push(Effect::SetStatus {
+                status: RuntimeStatus::Running,
+                output: None,
+                custom_status,
+            });
+            effects
+        }
+        Ending::Returned(Ok(output)) => match continue_with {
+            Some(input) => match limits.check_payload("continue-as-new input", &input) {
+                Ok(()) => {
+                    effects.extend(continue_as_new::decide(input, continue_on, untaken));
+                    effects
+                }
+                Err(e) => fail(state, effects, e.to_string()),
+            },
+            None => match limits.check_payload("output", &output) {
+                Ok(()) => finish(
+                    state,
+                    effects,
+                    RuntimeStatus::Completed,
+                    output,
+                    custom_status,
+                ),
+                Err(e) => fail(state, effects, e.to_string()),
+            },
+        },
+        Ending::Returned(Err(error)) => fail(state, effects, error),
+        Ending::Broken(reason) => fail(state, effects, reason),
+    }
+}
+
+/// The history and payload limits, checked before anything is journaled.
+fn check(
+    state: &InstanceState,
+    events: &[Event],
+    calls: &[Call],
+    limits: &Limits,
+) -> Result<(), String> {
+    let added_bytes: u64 = events
+        .iter()
+        .map(|e| Entry::Event(e.clone()).size())
+        .chain(calls.iter().map(|c| Entry::Call(c.clone()).size()))
+        .sum();
+    let added = (events.len() + calls.len()) as u64;
+    limits
+        .check_history(state.history.plus(added, added_bytes))
+        .map_err(|e| e.to_string())?;
+    for call in calls {
+        let (what, payload) = match call {
+            Call::CallActivity { input, .. } => ("activity input", input),
+            Call::CallAgent { message, .. } => ("agent message", message),
+            Call::CallOrchestration { input, .. } => ("sub-orchestration input", input),
+            Call::SetCustomStatus { status } => ("custom status", status),
+            _ => continue,
+        };
+        limits
+            .check_payload(&format!("{what} of {}", call.describe()), payload)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The instance fails with `reason` (its output is the reason as a JSON string).
+fn fail(state: &InstanceState, effects: Vec<Effect>, reason: String) -> Vec<Effect> {
+    let output = serde_json::Value::String(reason).to_string();
+    finish(state, effects, RuntimeStatus::Failed, output, None)
+}
+
+/// The instance is over: its pending work is moot and its parent is told.
+fn finish(
+    state: &InstanceState,
+    mut effects: Vec<Effect>,
+    status: RuntimeStatus,
+    output: String,
+    custom_status: Option<String>,
+) -> Vec<Effect> {
+    effects.push(Effect::SetStatus {
+        status,
+        output: Some(output.clone()),
+        custom_status,
+    });
+    effects.push(Effect::DropPending);
+    if let Some(parent) = &state.parent {
+        effects.push(Effect::child_ended(
+            parent.clone(),
+            &state.id,
+            status,
+            Some(&output),
+        ));
+    }
+    effects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::instance::Size;
+    use crate::core::lifecycle::fixtures::{child, instance};
+
+    fn episode(calls: Vec<Call>, ending: Ending) -> Episode {
+        Episode {
+            consumed: vec![1],
+            events: vec![Event::TimerFired { task: 0 }],
+            calls,
+            first_task: 1,
+            ending,
+            untaken: Vec::new(),
+            digest: "d1".into(),
+            child_digests: HashMap::new(),
+            continue_on: None,
+        }
+    }
+
+    fn activity(input: &str) -> Call {
+        Call::CallActivity {
+            name: "a".into(),
+            input: input.into(),
+            retry: None,
+        }
+    }
+
+    #[test]
+    fn new_calls_become_tasks_children_and_timers_numbered_after_the_journal() {
+        let calls = vec![
+            activity("1"),
+            Call::Now { value: 5 },
+            Call::CallOrchestration {
+                name: "c".into(),
+                input: "2".into(),
+            },
+            Call::StartTimer { fire_at: 99 },
+        ];
+        let effects = decide(
+            &instance(RuntimeStatus::Running),
+            episode(calls, Ending::Waiting),
+            &Limits::default(),
+        );
+        assert_eq!(effects[0], Effect::ConsumeInbox(vec![1]));
+        assert!(matches!(&effects[1], Effect::Append(rows) if rows.len() == 5));
+        assert!(matches!(&effects[2], Effect::ScheduleTask { task: 1, .. }));
+        let Effect::Create(new) = &effects[3] else {
+            panic!("{:?}", effects[3]);
+        };
+        assert_eq!(new.id, "i:7:3", "child ids carry the execution");
+        assert_eq!(
+            new.parent,
+            Some(ParentRef {
+                id: "i".into(),
+                execution: 7,
+                task: 3
+            })
+        );
+        assert_eq!(
+            effects[4],
+            Effect::ArmTimer {
+                task: 4,
+                fire_at: 99
+            }
+        );
+        assert!(matches!(
+            effects[5],
+            Effect::SetStatus {
+                status: RuntimeStatus::Running,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_returning_child_completes_and_reports_to_its_parent() {
+        let effects = decide(
+            &child(RuntimeStatus::Running),
+            episode(vec![], Ending::Returned(Ok("42".into()))),
+            &Limits::default(),
+        );
+        let n = effects.len();
+        assert!(
+            matches!(&effects[n - 3], Effect::SetStatus { status: RuntimeStatus::Completed, output: Some(o), .. } if o == "42")
+        );
+        assert_eq!(effects[n - 2], Effect::DropPending);
+        assert!(
+            matches!(&effects[n - 1], Effect::NotifyParent { parent, event: Event::TaskCompleted { task: 2, result } } if parent.execution == 3 && result == "42")
+        );
+    }
+
+    #[test]
+    fn continue_as_new_carries_events_and_may_move_to_the_newest_version() {
+        let raised = Event::EventRaised {
+            name: "go".into(),
+            payload: "1".into(),
+        };
+        let mut e = episode(
+            vec![Call::ContinueAsNew {
+                input: "{\"n\":2}".into(),
+            }],
+            Ending::Returned(Ok("null".into())),
+        );
+        e.untaken = vec![raised.clone()];
+        e.continue_on = Some("d2".into());
+        let effects = decide(&instance(RuntimeStatus::Running), e, &Limits::default());
+        assert_eq!(
+            effects.last(),
+            Some(&Effect::NewExecution {
+                input: "{\"n\":2}".into(),
+                digest: Some("d2".into()),
+                carried: vec![raised]
+            })
+        );
+    }
+
+    #[test]
+    fn an_episode_over_the_history_limit_fails_the_instance_and_journals_nothing() {
+        let limits = Limits {
+            max_history_events: 10,
+            ..Limits::default()
+        };
+        let state = InstanceState {
+            history: Size {
+                events: 9,
+                bytes: 0,
+            },
+            ..instance(RuntimeStatus::Running)
+        };
+        let effects = decide(
+            &state,
+            episode(vec![activity("1")], Ending::Waiting),
+            &limits,
+        );
+        assert!(!effects
+            .iter()
+            .any(|e| matches!(e, Effect::Append(_) | Effect::ScheduleTask { .. })));
+        let failed = effects.iter().find_map(|e| match e {
+            Effect::SetStatus {
+                status: RuntimeStatus::Failed,
+                output,
+                ..
+            } => output.clone(),
+            _ => None,
+        });
+        assert!(failed.is_some_and(|o| o.contains("history would hold 11 events")));
+        assert!(
+            effects.contains(&Effect::ConsumeInbox(vec![1])),
+            "what it read is still consumed"
+        );
+    }
+
+    #[test]
+    fn an_oversized_activity_input_fails_the_instance_naming_the_call() {
+        let limits = Limits {
+            max_payload_bytes: 3,
+            ..Limits::default()
+        };
+        let effects = decide(
+            &instance(RuntimeStatus::Running),
+            episode(vec![activity("1234")], Ending::Waiting),
+            &limits,
+        );
+        let failed = effects.iter().find_map(|e| match e {
+            Effect::SetStatus {
+                status: RuntimeStatus::Failed,
+                output,
+                ..
+            } => output.clone(),
+            _ => None,
+        });
+        assert!(failed.is_some_and(|o| o.contains("activity input of call-activity(a) is 4 bytes")));
+    }
+
+    #[test]
+    fn broken_code_fails_with_its_reason() {
+        let effects = decide(
+            &instance(RuntimeStatus::Running),
+            episode(
+                vec![],
+                Ending::Broken("non-deterministic behavior detected: x".into()),
+            ),
+            &Limits::default(),
+        );
+        assert!(effects.iter().any(|e| matches!(e, Effect::SetStatus { status: RuntimeStatus::Failed, output: Some(o), .. } if o.contains("non-deterministic"))));
+    }
+}

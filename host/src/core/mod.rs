@@ -1,0 +1,17 @@
+//! The durable engine's rules, and nothing else: ids, journal entries, replay,
+//! limits, and one `decide` function per lifecycle transition.
+//!
+//! Pure by construction: no tokio, sqlx or wasmtime is imported below this
+//! line, so every rule is unit-tested without wasm or a database. The layers
+//! above carry out what these functions decide: the store writes the
+//! [`effects::Effect`]s of a decision in one transaction (making no choices of
+//! its own), then the episode runner and the dispatcher act on them.
+
+pub mod effects;
+pub mod ids;
+pub mod instance;
+pub mod journal;
+pub mod lifecycle;
+pub mod limits;
+pub mod replay;
+pub mod retry;
