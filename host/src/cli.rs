@@ -104,6 +104,12 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_EPISODE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub episode_timeout: Duration,
 
+    /// Memory for hot orchestration instances (their state and journal kept
+    /// between episodes), in MiB; the least recently used are evicted past it
+    /// and rebuilt from the store when they next run.
+    #[arg(long, env = "AGENTHOST_HOT_INSTANCES_MIB", default_value_t = 256)]
+    pub hot_instances_mib: usize,
+
     /// Longest a component's `describe()` may run when it is loaded.
     #[arg(long, env = "AGENTHOST_DESCRIBE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub describe_timeout: Duration,

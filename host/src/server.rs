@@ -82,6 +82,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         OrchestratorConfig {
             limits: Arc::new(args.durable_limits()),
             episode_timeout: args.episode_timeout,
+            hot_budget_bytes: args.hot_instances_mib.saturating_mul(1 << 20),
         },
     );
     orchestrator.start();

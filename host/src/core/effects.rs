@@ -9,8 +9,10 @@ use super::journal::{Call, Entry, Event};
 pub enum Effect {
     /// Remove inbox rows: consumed into the journal, or stale.
     ConsumeInbox(Vec<i64>),
-    /// Append rows to the current execution's journal.
-    Append(Vec<Entry>),
+    /// Append rows to the current execution's journal, stamped `at`: the
+    /// episode's time, which is what the guest's clock read when it made the
+    /// calls, so a replay reads the very same time.
+    Append { entries: Vec<Entry>, at: i64 },
     /// Queue an agent call or activity of the current execution.
     ScheduleTask { task: u32, call: Call },
     /// Create an instance (its first execution). For a sub-orchestration,

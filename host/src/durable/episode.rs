@@ -1,6 +1,7 @@
 //! One episode of an instance: sort its inbox, replay its code against the
 //! journal and the new events, ask the core what that means, commit it.
 
+use super::hot::HotInstance;
 use super::Orchestrator;
 use crate::core::effects::Effect;
 use crate::core::instance::RuntimeStatus;
@@ -14,72 +15,100 @@ use crate::store::{now_ms, Applied, StoreError, Target};
 
 /// Runs an episode if the instance has work; returns what to dispatch.
 pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Applied, StoreError> {
-    let store = &orchestrator.store;
-    let Some(instance) = store.load(id).await? else {
-        return Ok(Applied::default());
-    };
-    let state = &instance.state;
-    if !state.status.is_active() {
-        return Ok(Applied::default());
+    // A hot image made stale by a management operation is refused by the
+    // commit; the episode then runs once more on the store's state.
+    if let Some(applied) = run_once(orchestrator, id, true).await? {
+        return Ok(applied);
     }
+    Ok(run_once(orchestrator, id, false).await?.unwrap_or_default())
+}
+
+/// `None` when the hot image the episode ran on was stale.
+async fn run_once(
+    orchestrator: &Orchestrator,
+    id: &str,
+    use_hot: bool,
+) -> Result<Option<Applied>, StoreError> {
+    let store = &orchestrator.store;
+    // A hot instance is held by this episode alone (one episode per instance
+    // at a time); it goes back only if what the episode decided is committed.
+    let cached = if use_hot {
+        orchestrator.hot.take(id)
+    } else {
+        None
+    };
+    let was_hot = cached.is_some();
+    let hot = match cached {
+        Some(hot) => hot,
+        None => {
+            let Some(loaded) = store.load(id).await? else {
+                return Ok(Some(Applied::default()));
+            };
+            if !loaded.state.status.is_active() {
+                return Ok(Some(Applied::default()));
+            }
+            let journal = store.journal(id).await?;
+            HotInstance { loaded, journal }
+        }
+    };
+    let state = hot.loaded.state.clone();
     let target = Target {
         id: id.to_string(),
         execution: state.execution,
-        name: instance.name.clone(),
-        digest: instance.digest.clone(),
+        name: hot.loaded.name.clone(),
+        digest: hot.loaded.digest.clone(),
     };
     let now = now_ms();
-    let sorted = arrivals::decide(state, store.visible_inbox(id, now).await?);
+    let sorted = arrivals::decide(&state, store.visible_inbox(id, now).await?);
     if !sorted.stale.is_empty() {
         tracing::info!(instance_id = %id, execution = state.execution, dropped = sorted.stale.len(), "dropped results addressed to an older execution");
     }
     let mut consumed: Vec<i64> = sorted.taken.iter().map(|(row, _)| *row).collect();
     consumed.extend(&sorted.stale);
     if sorted.taken.is_empty() && state.status == RuntimeStatus::Running {
-        if !consumed.is_empty() {
+        let applied = if consumed.is_empty() {
+            Some(Applied::default())
+        } else {
             store
                 .commit_episode(target, vec![Effect::ConsumeInbox(consumed)])
-                .await?;
-        }
-        return Ok(Applied::default());
+                .await?
+        };
+        return Ok(match applied {
+            Some(applied) => {
+                orchestrator.hot.put(id.to_string(), hot);
+                Some(applied)
+            }
+            None if was_hot => None,
+            None => Some(Applied::default()),
+        });
     }
-    let mut calls = Vec::new();
-    let mut events = Vec::new();
-    for (entry, at) in store.journal(id).await? {
+    let mut calls = Vec::with_capacity(hot.journal.len());
+    let mut events = Vec::with_capacity(hot.journal.len());
+    for (entry, at) in &hot.journal {
         match entry {
-            Entry::Call(call) => calls.push((call, at)),
-            Entry::Event(event) => events.push(event),
+            Entry::Call(call) => calls.push((call.clone(), *at)),
+            Entry::Event(event) => events.push(event.clone()),
         }
     }
     let new_events: Vec<_> = sorted.taken.into_iter().map(|(_, e)| e).collect();
     events.extend(new_events.iter().cloned());
-    let replay = Replay::new(calls, events, now, instance.created_at);
+    let replay = Replay::new(calls, events, now, hot.loaded.created_at);
     let first_task = replay.first_new_task();
+    let (name, digest, input) = (&hot.loaded.name, &hot.loaded.digest, &hot.loaded.input);
 
     // The instance replays on the version it started with, whatever is served now.
-    let (ending, replay, component) = match orchestrator
-        .registry
-        .pinned(&instance.digest, &instance.name)
-        .await
-    {
+    let (ending, replay, component) = match orchestrator.registry.pinned(digest, name).await {
         // Nothing is lost by waiting: the inbox stays, and the scheduler
         // offers the instance again on its next pass.
         Err(VersionError::Store(e)) => return Err(e),
         Err(e) if e.is_transient() => {
             tracing::error!(instance_id = %id, error = %e, "cannot run the instance's component version now; retrying");
-            return Ok(Applied::default());
+            return Ok(Some(Applied::default()));
         }
         Err(e) => (Ending::Broken(e.to_string()), None, None),
         Ok(component) => {
-            let (ending, replay) = run_code(
-                orchestrator,
-                &component,
-                &instance.name,
-                &instance.input,
-                id,
-                replay,
-            )
-            .await;
+            let (ending, replay) =
+                run_code(orchestrator, &component, name, input, id, replay).await;
             (ending, replay, Some(component))
         }
     };
@@ -94,7 +123,7 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Applied, Store
     // A fresh execution has no journal to replay: it may run the newest code.
     let continue_on = orchestrator
         .registry
-        .orchestration(&instance.name)
+        .orchestration(name)
         .map(|served| served.component.digest.clone());
     let episode = Episode {
         consumed,
@@ -103,18 +132,26 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Applied, Store
         first_task,
         ending,
         untaken,
-        digest: instance.digest.clone(),
+        digest: digest.clone(),
         child_digests,
         continue_on,
+        at: now,
     };
-    let effects = episode_end::decide(state, episode, &orchestrator.config.limits);
+    let effects = episode_end::decide(&state, episode, &orchestrator.config.limits);
     if let Some(reason) = failure(&effects) {
-        tracing::warn!(instance_id = %id, orchestration = %instance.name, reason, "instance failed");
+        tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }
-    Ok(store
-        .commit_episode(target, effects)
-        .await?
-        .unwrap_or_default())
+    let next = hot.after(&effects);
+    Ok(match store.commit_episode(target, effects).await? {
+        Some(applied) => {
+            if let Some(next) = next {
+                orchestrator.hot.put(id.to_string(), next);
+            }
+            Some(applied)
+        }
+        None if was_hot => None,
+        None => Some(Applied::default()),
+    })
 }
 
 /// Runs the guest under the episode's wall-clock limit. The CPU limit stops

@@ -10,6 +10,7 @@
 //! instances therefore cost rows, not memory.
 
 mod episode;
+mod hot;
 mod orchestrator;
 mod tasks;
 

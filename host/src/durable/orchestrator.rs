@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::hot::HotInstances;
 use super::tasks::{self, Outcome};
 use super::{episode, DurableError};
 use crate::core::ids;
@@ -31,6 +32,8 @@ pub struct OrchestratorConfig {
     pub limits: Arc<Limits>,
     /// Longest one episode of orchestration code may run, in wall-clock time.
     pub episode_timeout: Duration,
+    /// Memory for hot instances' state and journals, in bytes.
+    pub hot_budget_bytes: usize,
 }
 
 pub struct Orchestrator {
@@ -40,6 +43,8 @@ pub struct Orchestrator {
     pub(super) runs: Arc<Runs>,
     pub(super) config: OrchestratorConfig,
     instances: KeyedWorkers<String>,
+    /// State and journals of recently run instances.
+    pub(super) hot: HotInstances,
     /// (instance, execution, task) of every task running in this process.
     tasks_in_flight: Mutex<HashSet<(String, i64, u32)>>,
     /// Bounds episodes running at once, so a burst of thousands of instances
@@ -63,8 +68,9 @@ impl Orchestrator {
             registry,
             runtime,
             runs,
-            config,
             instances: KeyedWorkers::default(),
+            hot: HotInstances::new(config.hot_budget_bytes),
+            config,
             tasks_in_flight: Mutex::new(HashSet::new()),
             episodes: tokio::sync::Semaphore::new(MAX_CONCURRENT_EPISODES),
             wake: Notify::new(),
@@ -293,7 +299,10 @@ impl Orchestrator {
 
     /// Suspend, resume, terminate or purge an instance.
     pub async fn manage(self: &Arc<Self>, id: &str, op: Operation) -> Result<Change, StoreError> {
+        // Its state changes outside its episodes: the next one reads it anew.
+        self.hot.forget(id);
         let (change, applied) = self.store.manage(id, op).await?;
+        self.hot.forget(id);
         self.dispatch(applied);
         // A resumed instance may have work waiting in its inbox.
         self.notify();

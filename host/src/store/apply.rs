@@ -7,7 +7,7 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 use super::instances::{load, to_json};
 use super::{StoreError, TaskRow};
 use crate::core::effects::Effect;
-use crate::core::instance::NewInstance;
+use crate::core::instance::{NewInstance, RuntimeStatus};
 use crate::core::journal::{Call, Entry, Event};
 use crate::core::lifecycle::start;
 
@@ -41,14 +41,58 @@ impl Applied {
     }
 }
 
+/// Changes to the target's own row, written by one statement.
+#[derive(Default)]
+struct RowUpdate {
+    status: Option<RuntimeStatus>,
+    output: Option<String>,
+    custom_status: Option<String>,
+    events: u64,
+    bytes: u64,
+    dirty: bool,
+}
+
+impl RowUpdate {
+    async fn flush(
+        &mut self,
+        tx: &mut SqliteConnection,
+        id: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        if !std::mem::take(&mut self.dirty) {
+            return Ok(());
+        }
+        sqlx::query(
+            "UPDATE instances SET status = COALESCE(?, status), output = COALESCE(?, output), \
+             custom_status = COALESCE(?, custom_status), history_events = history_events + ?, \
+             history_bytes = history_bytes + ?, updated_at = ? WHERE id = ?",
+        )
+        .bind(self.status.take().map(RuntimeStatus::as_str))
+        .bind(self.output.take())
+        .bind(self.custom_status.take())
+        .bind(i64::try_from(std::mem::take(&mut self.events)).unwrap_or(i64::MAX))
+        .bind(i64::try_from(std::mem::take(&mut self.bytes)).unwrap_or(i64::MAX))
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
+    }
+}
+
+/// `journal_len` is how many rows the target's journal holds (its history
+/// count as read in this transaction): new rows are numbered after it.
 pub(super) async fn apply(
     tx: &mut SqliteConnection,
     target: &Target,
+    journal_len: u64,
     effects: Vec<Effect>,
     now: i64,
 ) -> Result<Applied, StoreError> {
     let mut applied = Applied::default();
     let mut scheduled: Vec<(u32, Call)> = Vec::new();
+    let mut row = RowUpdate::default();
+    let mut journal_len = journal_len;
     for effect in effects {
         match effect {
             Effect::ConsumeInbox(rows) => {
@@ -61,7 +105,13 @@ pub(super) async fn apply(
                     delete.push(")").build().execute(&mut *tx).await?;
                 }
             }
-            Effect::Append(entries) => append(tx, &target.id, &entries, now).await?,
+            Effect::Append { entries, at } => {
+                let bytes = append(tx, &target.id, journal_len, &entries, at).await?;
+                journal_len += entries.len() as u64;
+                row.events += entries.len() as u64;
+                row.bytes += bytes;
+                row.dirty = true;
+            }
             Effect::ScheduleTask { task, call } => scheduled.push((task, call)),
             Effect::Create(new) => {
                 let child = new.parent.is_some();
@@ -107,23 +157,18 @@ pub(super) async fn apply(
                 output,
                 custom_status,
             } => {
-                sqlx::query(
-                    "UPDATE instances SET status = ?, output = COALESCE(?, output), \
-                     custom_status = COALESCE(?, custom_status), updated_at = ? WHERE id = ?",
-                )
-                .bind(status.as_str())
-                .bind(output)
-                .bind(custom_status)
-                .bind(now)
-                .bind(&target.id)
-                .execute(&mut *tx)
-                .await?;
+                row.status = Some(status);
+                row.output = output.or(row.output.take());
+                row.custom_status = custom_status.or(row.custom_status.take());
+                row.dirty = true;
             }
             Effect::NewExecution {
                 input,
                 digest,
                 carried,
             } => {
+                row.flush(tx, &target.id, now).await?;
+                journal_len = 0;
                 let next = new_execution(tx, &target.id).await?;
                 for sql in [
                     "DELETE FROM journal WHERE instance_id = ?",
@@ -200,9 +245,13 @@ pub(super) async fn apply(
                 .execute(&mut *tx)
                 .await?;
             }
-            Effect::Purge => purge(tx, &target.id).await?,
+            Effect::Purge => {
+                row = RowUpdate::default();
+                purge(tx, &target.id).await?
+            }
         }
     }
+    row.flush(tx, &target.id, now).await?;
     if !scheduled.is_empty() {
         insert_tasks(tx, target, &scheduled, now).await?;
         applied.tasks = scheduled
@@ -317,22 +366,22 @@ pub(super) async fn push_inbox(
     Ok(())
 }
 
+/// Writes journal rows numbered after `journal_len`; returns their size.
 async fn append(
     tx: &mut SqliteConnection,
     id: &str,
+    journal_len: u64,
     entries: &[Entry],
-    now: i64,
-) -> Result<(), StoreError> {
-    let last_seq: i64 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM journal WHERE instance_id = ?")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
+    at: i64,
+) -> Result<u64, StoreError> {
+    let first = i64::try_from(journal_len)
+        .unwrap_or(i64::MAX)
+        .saturating_add(1);
     let mut rows = Vec::with_capacity(entries.len());
     let mut bytes: u64 = 0;
     for (offset, entry) in entries.iter().enumerate() {
         bytes += entry.size();
-        rows.push((last_seq + 1 + offset as i64, to_json(entry)?));
+        rows.push((first + offset as i64, to_json(entry)?));
     }
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         QueryBuilder::<Sqlite>::new("INSERT INTO journal (instance_id, seq, entry, recorded_at) ")
@@ -340,21 +389,13 @@ async fn append(
                 row.push_bind(id)
                     .push_bind(*seq)
                     .push_bind(entry.as_str())
-                    .push_bind(now);
+                    .push_bind(at);
             })
             .build()
             .execute(&mut *tx)
             .await?;
     }
-    sqlx::query(
-        "UPDATE instances SET history_events = history_events + ?, history_bytes = history_bytes + ? WHERE id = ?",
-    )
-    .bind(i64::try_from(entries.len()).unwrap_or(i64::MAX))
-    .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    Ok(bytes)
 }
 
 async fn insert_tasks(

@@ -184,14 +184,14 @@ async fn write_one(
     match write {
         Write::Episode { target, effects } => {
             let current = load(tx, &target.id).await?;
-            let applies = current.is_some_and(|c| {
-                c.state.execution == target.execution && c.state.status.is_active()
-            });
-            if !applies {
+            let Some(current) = current
+                .filter(|c| c.state.execution == target.execution && c.state.status.is_active())
+            else {
                 return Ok(Written::Episode(None));
-            }
+            };
+            let journal_len = current.state.history.events;
             Ok(Written::Episode(Some(
-                apply(tx, &target, effects, now).await?,
+                apply(tx, &target, journal_len, effects, now).await?,
             )))
         }
         Write::TaskDone {
@@ -222,9 +222,10 @@ async fn write_one(
                 name: current.name,
                 digest: current.digest,
             };
+            let journal_len = current.state.history.events;
             Ok(Written::TaskDone(
                 outcome,
-                apply(tx, &target, effects, now).await?,
+                apply(tx, &target, journal_len, effects, now).await?,
             ))
         }
         Write::Start(new) => {
@@ -291,7 +292,7 @@ async fn decide_and_apply(
                 name: c.name,
                 digest: c.digest,
             };
-            apply(tx, &target, decision.effects, now).await?
+            apply(tx, &target, c.state.history.events, decision.effects, now).await?
         }
         _ => Applied::default(),
     };

@@ -42,6 +42,8 @@ pub struct Episode {
     pub child_digests: HashMap<String, String>,
     /// On continue-as-new, the version the new execution runs on.
     pub continue_on: Option<String>,
+    /// The episode's time: what the guest's clock read for its new calls.
+    pub at: i64,
 }
 
 pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<Effect> {
@@ -55,6 +57,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
         digest,
         child_digests,
         continue_on,
+        at,
     } = episode;
     let mut effects = Vec::new();
     if !consumed.is_empty() {
@@ -74,7 +77,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
     let mut entries: Vec<Entry> = events.into_iter().map(Entry::Event).collect();
     entries.extend(calls.iter().cloned().map(Entry::Call));
     if !entries.is_empty() {
-        effects.push(Effect::Append(entries));
+        effects.push(Effect::Append { entries, at });
     }
     let mut task = first_task;
     for call in calls {
@@ -217,6 +220,7 @@ mod tests {
             digest: "d1".into(),
             child_digests: HashMap::new(),
             continue_on: None,
+            at: 1_000,
         }
     }
 
@@ -245,7 +249,7 @@ mod tests {
             &Limits::default(),
         );
         assert_eq!(effects[0], Effect::ConsumeInbox(vec![1]));
-        assert!(matches!(&effects[1], Effect::Append(rows) if rows.len() == 5));
+        assert!(matches!(&effects[1], Effect::Append { entries, at: 1_000 } if entries.len() == 5));
         assert!(matches!(&effects[2], Effect::ScheduleTask { task: 1, .. }));
         let Effect::Create(new) = &effects[3] else {
             panic!("{:?}", effects[3]);
@@ -337,7 +341,7 @@ mod tests {
         );
         assert!(!effects
             .iter()
-            .any(|e| matches!(e, Effect::Append(_) | Effect::ScheduleTask { .. })));
+            .any(|e| matches!(e, Effect::Append { .. } | Effect::ScheduleTask { .. })));
         let failed = effects.iter().find_map(|e| match e {
             Effect::SetStatus {
                 status: RuntimeStatus::Failed,

@@ -1,0 +1,116 @@
+"""The benchmark peer: the durable engine workloads of `benches/durable.rs`,
+run on DBOS (Python, SQLite system database, WAL) in this process.
+
+Prints one JSON object on stdout; `benches/durable.rs` runs this script in
+the same `make bench` run and reports both side by side. Installed by
+`make bench-peer` into target/bench-venv; nothing here asserts a speed.
+
+Usage: python dbos_peer.py DIR WAITING
+"""
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+
+from dbos import DBOS, DBOSConfig, SetWorkflowID
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+@DBOS.step()
+async def instant(i: int) -> int:
+    return i
+
+
+@DBOS.workflow()
+async def sequence(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await instant(i)
+    return total
+
+
+@DBOS.workflow()
+async def fanout(n: int) -> int:
+    results = await asyncio.gather(*(instant(i) for i in range(n)))
+    return sum(results)
+
+
+@DBOS.workflow()
+async def wait_event() -> object:
+    return await DBOS.recv_async("go", timeout_seconds=3600)
+
+
+async def run_to_completion(workflow, *args) -> float:
+    started = time.perf_counter()
+    handle = await DBOS.start_workflow_async(workflow, *args)
+    await handle.get_result()
+    return time.perf_counter() - started
+
+
+async def main(waiting: int) -> dict:
+    out = {"peer": "DBOS", "version": DBOS_VERSION}
+    # One 10-step sequence alone (median of 5, after a warm-up).
+    await run_to_completion(sequence, 10)
+    alone = [await run_to_completion(sequence, 10) for _ in range(5)]
+    out["sequence_alone_ms"] = statistics.median(alone) * 1e3
+    # 20 sequences of 10 steps at once.
+    started = time.perf_counter()
+    await asyncio.gather(*(run_to_completion(sequence, 10) for _ in range(20)))
+    out["sequence_steps_per_s"] = 200 / (time.perf_counter() - started)
+    # 100-way fan-out (median of 5).
+    fan = [await run_to_completion(fanout, 100) for _ in range(5)]
+    out["fanout_ms"] = statistics.median(fan) * 1e3
+    # `waiting` workflows blocked on a message, then one message each.
+    idle = rss_mib()
+    ids = [f"wait-{uuid.uuid4().hex}" for _ in range(waiting)]
+    started = time.perf_counter()
+    handles = []
+    for wid in ids:
+        with SetWorkflowID(wid):
+            handles.append(await DBOS.start_workflow_async(wait_event))
+    start_s = time.perf_counter() - started
+    await asyncio.sleep(2.0)  # let every workflow reach its recv
+    out["waiting"] = waiting
+    out["starts_per_s"] = waiting / start_s
+    out["waiting_rss_mib"] = rss_mib()
+    out["waiting_kib_each"] = (out["waiting_rss_mib"] - idle) * 1024 / waiting
+    started = time.perf_counter()
+    sem = asyncio.Semaphore(16)
+
+    async def send(wid: str) -> None:
+        async with sem:
+            await DBOS.send_async(wid, {"go": True}, "go")
+
+    await asyncio.gather(*(send(wid) for wid in ids))
+    await asyncio.gather(*(h.get_result() for h in handles))
+    out["raise_to_done_s"] = time.perf_counter() - started
+    out["raise_to_done_per_s"] = waiting / out["raise_to_done_s"]
+    return out
+
+
+if __name__ == "__main__":
+    from importlib.metadata import version
+
+    DBOS_VERSION = version("dbos")
+    directory, waiting = sys.argv[1], int(sys.argv[2])
+    os.makedirs(directory, exist_ok=True)
+    config: DBOSConfig = {
+        "name": "agenthost-bench-peer",
+        "system_database_url": f"sqlite:///{os.path.join(directory, 'dbos.sqlite')}",
+    }
+    DBOS(config=config)
+    DBOS.launch()
+    result = asyncio.run(main(waiting))
+    print(json.dumps(result))
+    DBOS.destroy()
