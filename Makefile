@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test components test-components release bench toolchain lint
+.PHONY: run test components test-components release bench bench-peer toolchain lint
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -40,10 +40,17 @@ test-components: toolchain
 release:
 	$(CARGO) build --release -p agenthost
 
-## Throughput/latency and component load benchmarks; report in target/bench/report.md.
-bench: components test-components
+## Throughput/latency and component load benchmarks, the durable engine beside
+## DBOS (the peer) in the same run; report in target/bench/report.md.
+bench: components test-components bench-peer
 	$(CARGO) bench -p agenthost --bench http_and_load
 	$(CARGO) bench -p agenthost --bench durable
+
+# The benchmark peer, DBOS (PyPI), in a virtualenv under target/.
+PEER_VENV := target/bench-venv
+bench-peer:
+	@test -x $(PEER_VENV)/bin/python || python3 -m venv $(PEER_VENV)
+	@$(PEER_VENV)/bin/python -c "import dbos" 2>/dev/null || $(PEER_VENV)/bin/pip install --quiet dbos==3.4.0
 
 lint: toolchain
 	$(CARGO) fmt --all --check

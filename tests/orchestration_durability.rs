@@ -67,3 +67,111 @@ async fn kill_9_while_awaiting_a_timer_then_restart_fires_it() {
     assert_eq!(done["output"]["status"], "escalated", "{done}");
     assert_eq!(model.requests().len(), 1, "the draft was written once");
 }
+
+/// A varying delay (30–200 ms) from the clock: each run of the test kills at
+/// other moments of the load.
+fn some_moment() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    Duration::from_millis(30 + u64::from(nanos % 170))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_at_random_moments_over_a_mixed_load_loses_nothing_and_repeats_no_completed_call() {
+    use crate::support::durable::{raise, wait_for_within};
+    use std::collections::HashMap;
+
+    const KILLS: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let builder = HostBuilder::new(dir.path())
+        .components(&["writer", "orchestration-tests"])
+        .openai(&model, "sk");
+    // Slow answers keep agent calls in flight when the kills come.
+    for _ in 0..10 + KILLS * 10 {
+        model.push(Reply::Delay(
+            Duration::from_millis(300),
+            Box::new(Reply::Echo),
+        ));
+    }
+    let mut host = builder.start();
+    let mut expected: Vec<(String, serde_json::Value)> = Vec::new();
+    let mut waiters = Vec::new();
+    for i in 0..10 {
+        expected.push((
+            start(&host, "sequence", &json!({"n": 40})).await,
+            json!(780),
+        ));
+        let question = format!("question {i}");
+        let id = start(&host, "ask_writer", &json!(question)).await;
+        expected.push((id, json!(echo_of(&question))));
+        let id = start(&host, "wait_event", &json!(null)).await;
+        expected.push((id.clone(), json!(i)));
+        waiters.push((id, i));
+        if i % 2 == 0 {
+            expected.push((
+                start(&host, "fanout", &json!({"n": 200})).await,
+                json!(19900),
+            ));
+        }
+    }
+    // Model requests made by each process life, between kills.
+    let mut lives = Vec::new();
+    let mut seen = 0;
+    let mut unfinished_at_kills = Vec::new();
+    for _ in 0..KILLS {
+        tokio::time::sleep(some_moment()).await;
+        let mut unfinished = 0;
+        for (id, _) in &expected {
+            let (_, body) = crate::support::durable::status(&host, id).await;
+            unfinished += usize::from(body["runtimeStatus"] != "Completed");
+        }
+        unfinished_at_kills.push(unfinished);
+        host.kill();
+        let requests = model.requests();
+        lives.push(requests[seen..].to_vec());
+        seen = requests.len();
+        host = builder.start();
+    }
+    // The ten waiters are always unfinished; the first kill must also land
+    // in the middle of steps, agent calls and fan-outs.
+    assert!(
+        unfinished_at_kills[0] > 10 && unfinished_at_kills.iter().all(|n| *n >= 10),
+        "the kills must land in the middle of work: {unfinished_at_kills:?}"
+    );
+    for (id, i) in &waiters {
+        // An instance may still be Pending after a kill: the raise is queued.
+        assert_eq!(raise(&host, id, "go", &json!(i)).await, 202);
+    }
+    for (id, output) in &expected {
+        let done = wait_for_within(
+            &host,
+            id,
+            &["Completed", "Failed", "Terminated"],
+            Duration::from_secs(120),
+        )
+        .await;
+        assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+        assert_eq!(&done["output"], output, "{done}");
+    }
+    lives.push(model.requests()[seen..].to_vec());
+    let mut asked: HashMap<String, usize> = HashMap::new();
+    for life in &lives {
+        let mut in_this_life: HashMap<String, usize> = HashMap::new();
+        for request in life {
+            *in_this_life.entry(request.last_user_message()).or_default() += 1;
+        }
+        for (message, n) in in_this_life {
+            assert_eq!(n, 1, "'{message}' was asked {n} times by one process");
+            *asked.entry(message).or_default() += 1;
+        }
+    }
+    assert_eq!(asked.len(), 10, "every question was asked: {asked:?}");
+    for (message, n) in &asked {
+        assert!(
+            *n <= 1 + KILLS,
+            "'{message}' asked {n} times over {KILLS} kills"
+        );
+    }
+}

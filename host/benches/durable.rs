@@ -1,21 +1,25 @@
-//! `make bench` (second part): the durable engine through the real binary.
-//! - 10,000 instances waiting on an external event: the host's resident
-//!   memory while they wait, and the time to raise all 10,000 events and see
-//!   every instance complete;
-//! - a 10-step sequential orchestration with an instant activity (steps/s);
-//! - a 100-way fan-out (time to complete).
+//! `make bench` (second part): the durable engine through the real binary,
+//! and the same workloads on a peer, DBOS (Python, SQLite), in the same run:
+//! - 20 ten-step sequences at once (steps/s) and one alone (latency);
+//! - a 100-way fan-out (time to complete);
+//! - 10,000 and 100,000 instances waiting on an external event: start rate,
+//!   the host's resident memory while they wait, and raise-all to completion.
 //!
-//! Appends to `target/bench/report.md`. Nothing here asserts a speed.
+//! Appends to `target/bench/report.md`. Nothing here asserts a speed. The
+//! peer runs from `target/bench-venv` (`make bench-peer` installs it); set
+//! `AGENTHOST_BENCH_PEER_WAITING` to size its waiting workload (default 2,000:
+//! DBOS starts about a hundred waiting workflows a second here).
 
 mod common;
 
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{fmt, percentile, BenchHost};
+use common::{fmt, percentile, root, BenchHost};
 use serde_json::{json, Value};
 
-const WAITING: usize = 10_000;
+const WAITING: [usize; 2] = [10_000, 100_000];
 const CLIENTS: usize = 16;
 const SEQUENCES: usize = 20;
 const FANOUTS: usize = 5;
@@ -24,101 +28,236 @@ fn main() -> anyhow::Result<()> {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let section = tokio.block_on(run())?;
+    let ours = tokio.block_on(run())?;
+    let peer = run_peer();
+    let section = report(&ours, &peer);
     common::report(&section, false)
 }
 
-async fn run() -> anyhow::Result<String> {
-    let dir = tempfile::tempdir()?;
-    let host = BenchHost::start(dir.path(), &["orchestration-tests"])?;
+/// What one run of our workloads measured.
+#[derive(Default)]
+struct Measured {
+    steps_per_s: f64,
+    alone: Duration,
+    fanout: Duration,
+    fanout_range: (Duration, Duration),
+    waiting: Vec<Waiting>,
+}
+
+struct Waiting {
+    count: usize,
+    idle_rss: f64,
+    starts_per_s: f64,
+    until_waiting: Duration,
+    rss: f64,
+    raise_time: Duration,
+    raise_to_done: Duration,
+}
+
+impl Waiting {
+    fn kib_each(&self) -> f64 {
+        (self.rss - self.idle_rss) * 1024.0 / self.count as f64
+    }
+
+    fn done_per_s(&self) -> f64 {
+        self.count as f64 / self.raise_to_done.as_secs_f64()
+    }
+}
+
+async fn run() -> anyhow::Result<Measured> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()?;
-    let base = Arc::new(host.base.clone());
-    let mut out = String::from("\n## Durable orchestrations (SQLite store)\n\n");
+    let mut measured = Measured::default();
+    {
+        let dir = tempfile::tempdir()?;
+        let host = BenchHost::start(dir.path(), &["orchestration-tests"])?;
+        let base = host.base.clone();
+        let mut single = Vec::new();
+        for _ in 0..6 {
+            single.push(run_to_completion(&http, &base, "sequence", json!({"n": 10})).await?);
+        }
+        single.remove(0); // warm-up: the first run compiles nothing but warms caches
+        measured.alone = percentile(&mut single, 50.0);
+        let started = Instant::now();
+        let runs: Vec<_> = (0..SEQUENCES)
+            .map(|_| {
+                let (http, base) = (http.clone(), base.clone());
+                tokio::spawn(async move {
+                    run_to_completion(&http, &base, "sequence", json!({"n": 10})).await
+                })
+            })
+            .collect();
+        for run in runs {
+            run.await??;
+        }
+        measured.steps_per_s = (SEQUENCES * 10) as f64 / started.elapsed().as_secs_f64();
+        let mut fanouts = Vec::new();
+        for _ in 0..FANOUTS {
+            fanouts.push(run_to_completion(&http, &base, "fanout", json!({"n": 100})).await?);
+        }
+        measured.fanout = percentile(&mut fanouts, 50.0);
+        measured.fanout_range = (
+            percentile(&mut fanouts, 0.0),
+            percentile(&mut fanouts, 100.0),
+        );
+    }
+    for count in WAITING {
+        measured.waiting.push(waiting(&http, count).await?);
+    }
+    Ok(measured)
+}
 
-    // 10,000 instances waiting on an event.
+/// `count` instances of `wait_event` in a fresh host: started, waiting, then
+/// one event raised at each.
+async fn waiting(http: &reqwest::Client, count: usize) -> anyhow::Result<Waiting> {
+    let dir = tempfile::tempdir()?;
+    let host = BenchHost::start(dir.path(), &["orchestration-tests"])?;
+    let base = Arc::new(host.base.clone());
     let idle_rss = host.rss_mib()?;
     let started = Instant::now();
-    for_each_concurrently(
-        &http,
-        &base,
-        WAITING,
-        |base, i| format!("{base}/api/orchestrators/wait_event/wait-{i}"),
-        None,
-    )
-    .await?;
+    let starts = |base: &str, i: usize| format!("{base}/api/orchestrators/wait_event/wait-{i}");
+    for_each_concurrently(http, &base, count, starts, None).await?;
     let start_time = started.elapsed();
-    wait_until_none(&http, &base, "Pending").await?;
-    let all_waiting = started.elapsed();
-    let waiting_rss = host.rss_mib()?;
+    wait_until_none(http, &base, "Pending").await?;
+    let until_waiting = started.elapsed();
+    let rss = host.rss_mib()?;
     let raised = Instant::now();
     let instances = |base: &str, i: usize| {
         format!("{base}/runtime/webhooks/durabletask/instances/wait-{i}/raiseEvent/go")
     };
-    for_each_concurrently(&http, &base, WAITING, instances, Some(json!({"go": true}))).await?;
+    for_each_concurrently(http, &base, count, instances, Some(json!({"go": true}))).await?;
     let raise_time = raised.elapsed();
-    wait_until_none(&http, &base, "Running,Pending").await?;
-    let raise_to_done = raised.elapsed();
-    let done_rss = host.rss_mib()?;
-    out += &format!(
-        "{WAITING} instances of `wait_event` (each waits for one external event), {CLIENTS} HTTP clients:\n\n\
-         | measure | value |\n|---|---|\n\
-         | host RSS before any instance | {idle_rss:.0} MiB |\n\
-         | start all {WAITING} (HTTP 202s) | {:.1} s ({:.0} starts/s) |\n\
-         | until all {WAITING} are waiting | {:.1} s |\n\
-         | **host RSS with {WAITING} instances waiting** | **{waiting_rss:.0} MiB** ({:.1} KiB per instance over idle) |\n\
-         | raise all {WAITING} events (HTTP 202s) | {:.1} s |\n\
-         | **from the first raise until all {WAITING} completed** | **{:.1} s** ({:.0} instances/s) |\n\
-         | host RSS after | {done_rss:.0} MiB |\n\n",
-        start_time.as_secs_f64(),
-        WAITING as f64 / start_time.as_secs_f64(),
-        all_waiting.as_secs_f64(),
-        (waiting_rss - idle_rss) * 1024.0 / WAITING as f64,
-        raise_time.as_secs_f64(),
-        raise_to_done.as_secs_f64(),
-        WAITING as f64 / raise_to_done.as_secs_f64(),
-    );
+    wait_until_none(http, &base, "Running,Pending").await?;
+    Ok(Waiting {
+        count,
+        idle_rss,
+        starts_per_s: count as f64 / start_time.as_secs_f64(),
+        until_waiting,
+        rss,
+        raise_time,
+        raise_to_done: raised.elapsed(),
+    })
+}
 
-    // 10-step sequences with an instant activity.
-    let mut single = Vec::new();
-    for _ in 0..5 {
-        single.push(run_to_completion(&http, &base, "sequence", json!({"n": 10})).await?);
+/// Runs the DBOS peer; `Err` says why it did not run.
+fn run_peer() -> Result<Value, String> {
+    let python = root().join("target/bench-venv/bin/python");
+    if !python.exists() {
+        return Err("target/bench-venv is missing: run `make bench-peer` (make bench does)".into());
     }
-    let started = Instant::now();
-    let runs: Vec<_> = (0..SEQUENCES)
-        .map(|_| {
-            let (http, base) = (http.clone(), base.clone());
-            tokio::spawn(async move {
-                run_to_completion(&http, &base, "sequence", json!({"n": 10})).await
-            })
+    let waiting = std::env::var("AGENTHOST_BENCH_PEER_WAITING").unwrap_or_else(|_| "2000".into());
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let output = Command::new(python)
+        .arg(root().join("host/benches/peer/dbos_peer.py"))
+        .arg(dir.path())
+        .arg(&waiting)
+        .output()
+        .map_err(|e| format!("could not start the peer: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<Value>(l).ok())
+        .ok_or_else(|| {
+            format!(
+                "the peer printed no result (exit {:?}): {}",
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr)
+                    .lines()
+                    .rev()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            )
         })
-        .collect();
-    for run in runs {
-        run.await??;
-    }
-    let elapsed = started.elapsed();
-    out += &format!(
-        "10-step sequential orchestration (instant activity): one instance alone completes in {} (median of 5, \
-         {:.0} steps/s); {SEQUENCES} at once complete in {:.2} s: **{:.0} steps/s**.\n\n",
-        fmt(percentile(&mut single, 50.0)),
-        10.0 / percentile(&mut single, 50.0).as_secs_f64(),
-        elapsed.as_secs_f64(),
-        (SEQUENCES * 10) as f64 / elapsed.as_secs_f64(),
-    );
+}
 
-    let mut fanouts = Vec::new();
-    for _ in 0..FANOUTS {
-        fanouts.push(run_to_completion(&http, &base, "fanout", json!({"n": 100})).await?);
+fn report(ours: &Measured, peer: &Result<Value, String>) -> String {
+    let p = |key: &str| peer.as_ref().ok().and_then(|v| v[key].as_f64());
+    let cell =
+        |v: Option<f64>, unit: &str| v.map_or("–".to_string(), |v| format!("{v:.1} {unit}"));
+    let ratio = |ours: f64, theirs: Option<f64>, higher_is_better: bool| {
+        theirs.map_or("–".to_string(), |t| {
+            let r = if higher_is_better { ours / t } else { t / ours };
+            format!("**{r:.1}×**")
+        })
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let ten_k = &ours.waiting[0];
+    let mut out =
+        String::from("\n## Durable orchestrations (SQLite store), beside DBOS in the same run\n\n");
+    match peer {
+        Ok(v) => out += &format!(
+            "Peer: DBOS {} (Python, SQLite system database), both of its styles measured (async workflows; sync workflows on threads with a queue for the fan-out), the better one quoted. Its waiting workload ran with {} instances.\n\n",
+            v["version"].as_str().unwrap_or("?"),
+            v["waiting"]
+        ),
+        Err(why) => out += &format!("Peer not run: {why}\n\n"),
     }
+    out += "| workload | agenthost | DBOS | agenthost ahead by | issue target |\n|---|---|---|---|---|\n";
     out += &format!(
-        "100-way fan-out (100 instant activities awaited together): **{}** median to completion over {FANOUTS} runs \
-         (min {}, max {}).\n",
-        fmt(percentile(&mut fanouts, 50.0)),
-        fmt(percentile(&mut fanouts, 0.0)),
-        fmt(percentile(&mut fanouts, 100.0)),
+        "| 20 × 10-step sequences at once | {:.0} steps/s | {} | {} | ≥ 5,000 steps/s |\n",
+        ours.steps_per_s,
+        cell(p("sequence_steps_per_s"), "steps/s"),
+        ratio(ours.steps_per_s, p("sequence_steps_per_s"), true)
     );
-    Ok(out)
+    out += &format!(
+        "| one 10-step sequence alone (median of 5) | {} | {} | {} | ≤ 5 ms |\n",
+        fmt(ours.alone),
+        cell(p("sequence_alone_ms"), "ms"),
+        ratio(ms(ours.alone), p("sequence_alone_ms"), false)
+    );
+    out += &format!(
+        "| 100-way fan-out (median of {FANOUTS}; min {}, max {}) | {} | {} | {} | ≤ 30 ms |\n",
+        fmt(ours.fanout_range.0),
+        fmt(ours.fanout_range.1),
+        fmt(ours.fanout),
+        cell(p("fanout_ms"), "ms"),
+        ratio(ms(ours.fanout), p("fanout_ms"), false)
+    );
+    out += &format!(
+        "| starts of waiting instances ({} here) | {:.0} starts/s | {} | {} | ≥ 5,000 starts/s |\n",
+        ten_k.count,
+        ten_k.starts_per_s,
+        cell(p("starts_per_s"), "starts/s"),
+        ratio(ten_k.starts_per_s, p("starts_per_s"), true)
+    );
+    out += &format!(
+        "| raise-all to completion ({} here) | {:.0} /s | {} | {} | ≥ 5,000 /s |\n",
+        ten_k.count,
+        ten_k.done_per_s(),
+        cell(p("raise_to_done_per_s"), "/s"),
+        ratio(ten_k.done_per_s(), p("raise_to_done_per_s"), true)
+    );
+    out += &format!(
+        "| memory per waiting instance | {:.1} KiB | {} | {} | 100,000 in ≤ 200 MiB |\n\n",
+        ten_k.kib_each(),
+        cell(p("waiting_kib_each"), "KiB"),
+        ratio(ten_k.kib_each(), p("waiting_kib_each"), false)
+    );
+    out += "agenthost's waiting instances, each in a fresh host, 16 HTTP clients:\n\n\
+            | instances | RSS idle | start (202s) | until all wait | **RSS waiting** | raise all (202s) | **raise → all done** |\n\
+            |---|---|---|---|---|---|---|\n";
+    for w in &ours.waiting {
+        out += &format!(
+            "| {} | {:.0} MiB | {:.1} s ({:.0}/s) | {:.1} s | **{:.0} MiB** ({:.1} KiB each) | {:.1} s | **{:.1} s** ({:.0}/s) |\n",
+            w.count,
+            w.idle_rss,
+            w.count as f64 / w.starts_per_s,
+            w.starts_per_s,
+            w.until_waiting.as_secs_f64(),
+            w.rss,
+            w.kib_each(),
+            w.raise_time.as_secs_f64(),
+            w.raise_to_done.as_secs_f64(),
+            w.done_per_s(),
+        );
+    }
+    if let Ok(v) = peer {
+        out += &format!("\nPeer raw figures: `{v}`\n");
+    }
+    out
 }
 
 /// POSTs to `url(base, i)` for i in 0..count from `CLIENTS` concurrent clients.
@@ -199,7 +338,7 @@ async fn run_to_completion(
             Some("Failed") | Some("Terminated") => {
                 anyhow::bail!("{name} did not complete: {status}")
             }
-            _ => tokio::time::sleep(Duration::from_millis(2)).await,
+            _ => tokio::time::sleep(Duration::from_micros(500)).await,
         }
     }
 }
