@@ -3,6 +3,7 @@
 //! one instance from hurting the host (history, inbox, blocking code, retry
 //! policies), each answered with a clear reason while the host stays healthy.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -14,16 +15,20 @@ use crate::support::durable::{
 use crate::support::fake_model::echo_of;
 use crate::support::{client, FakeModel, HostBuilder};
 
-const COMPONENTS: [&str; 2] = ["writer", "orchestration-tests"];
+/// A host serving the writer agent and the engine's test orchestrations,
+/// with `flags` (name, value) on its command line.
+fn engine(dir: &Path, flags: &[(&str, &str)]) -> HostBuilder {
+    flags.iter().fold(
+        HostBuilder::new(dir).components(&["writer", "orchestration-tests"]),
+        |builder, (name, value)| builder.arg(name).arg(value),
+    )
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reused_finished_id_runs_a_new_execution_with_its_own_agent_call() {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&COMPONENTS)
-        .openai(&model, "sk")
-        .start();
+    let host = engine(dir.path(), &[]).openai(&model, "sk").start();
     start_with_id(&host, "ask_writer", "reused", &json!("first question")).await;
     let first = wait_for(&host, "reused", &["Completed", "Failed"]).await;
     assert_eq!(first["output"], echo_of("first question"), "{first}");
@@ -42,10 +47,7 @@ async fn a_reused_finished_id_runs_a_new_execution_with_its_own_agent_call() {
 async fn a_continue_as_new_loop_that_calls_an_agent_gets_a_fresh_answer_each_generation() {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&COMPONENTS)
-        .openai(&model, "sk")
-        .start();
+    let host = engine(dir.path(), &[]).openai(&model, "sk").start();
     let input = json!({"generation": 1, "until": 3, "answers": []});
     let id = start(&host, "agent_loop", &input).await;
     let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
@@ -64,7 +66,7 @@ async fn a_continue_as_new_loop_that_calls_an_agent_gets_a_fresh_answer_each_gen
 #[tokio::test(flavor = "multi_thread")]
 async fn terminate_then_recreate_runs_only_the_new_incarnation() {
     let dir = tempfile::tempdir().unwrap();
-    let host = HostBuilder::new(dir.path()).components(&COMPONENTS).start();
+    let host = engine(dir.path(), &[]).start();
     start_with_id(&host, "wait_event", "again", &json!(null)).await;
     wait_for_custom_status(&host, "again", "", &json!("waiting")).await;
     let terminated = client()
@@ -88,7 +90,7 @@ async fn terminate_then_recreate_runs_only_the_new_incarnation() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_7000_way_fan_out_completes_with_the_right_sum() {
     let dir = tempfile::tempdir().unwrap();
-    let host = HostBuilder::new(dir.path()).components(&COMPONENTS).start();
+    let host = engine(dir.path(), &[]).start();
     let id = start(&host, "fanout", &json!({"n": 7000})).await;
     let done = wait_for_within(
         &host,
@@ -104,7 +106,7 @@ async fn a_7000_way_fan_out_completes_with_the_right_sum() {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_waits_for_one_event_name_take_two_events() {
     let dir = tempfile::tempdir().unwrap();
-    let host = HostBuilder::new(dir.path()).components(&COMPONENTS).start();
+    let host = engine(dir.path(), &[]).start();
     let id = start(&host, "both_waits", &json!(null)).await;
     wait_for_custom_status(&host, &id, "", &json!("waiting")).await;
     assert_eq!(raise(&host, &id, "step", &json!(1)).await, 202);
@@ -124,11 +126,7 @@ async fn two_waits_for_one_event_name_take_two_events() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_over_its_history_limit_fails_with_a_clear_reason_and_the_host_stays_healthy() {
     let dir = tempfile::tempdir().unwrap();
-    let host = HostBuilder::new(dir.path())
-        .components(&COMPONENTS)
-        .arg("--max-history-events")
-        .arg("40")
-        .start();
+    let host = engine(dir.path(), &[("--max-history-events", "40")]).start();
     let id = start(&host, "sequence", &json!({"n": 50})).await;
     let failed = wait_for(&host, &id, &["Completed", "Failed"]).await;
     assert_eq!(failed["runtimeStatus"], "Failed", "{failed}");
@@ -147,13 +145,14 @@ async fn an_instance_over_its_history_limit_fails_with_a_clear_reason_and_the_ho
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flood_of_1_mib_raises_gets_429_before_memory_grows_past_the_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let host = HostBuilder::new(dir.path())
-        .components(&COMPONENTS)
-        .arg("--max-body-bytes")
-        .arg("2097152")
-        .arg("--max-inbox-bytes")
-        .arg("8388608")
-        .start();
+    let host = engine(
+        dir.path(),
+        &[
+            ("--max-body-bytes", "2097152"),
+            ("--max-inbox-bytes", "8388608"),
+        ],
+    )
+    .start();
     let id = start(&host, "wait_event", &json!(null)).await;
     wait_for_custom_status(&host, &id, "", &json!("waiting")).await;
     // Suspended, it consumes nothing: every raise stays in its inbox.
@@ -215,11 +214,7 @@ async fn a_flood_of_1_mib_raises_gets_429_before_memory_grows_past_the_limit() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_orchestration_that_sleeps_in_its_code_is_interrupted_and_the_others_keep_running() {
     let dir = tempfile::tempdir().unwrap();
-    let host = HostBuilder::new(dir.path())
-        .components(&COMPONENTS)
-        .arg("--episode-timeout")
-        .arg("2s")
-        .start();
+    let host = engine(dir.path(), &[("--episode-timeout", "2s")]).start();
     // More sleepers than there are episode permits (32).
     let mut sleepers = Vec::new();
     for _ in 0..40 {
@@ -239,13 +234,11 @@ async fn an_orchestration_that_sleeps_in_its_code_is_interrupted_and_the_others_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guest_retry_policy_of_endless_instant_retries_is_capped() {
     let dir = tempfile::tempdir().unwrap();
-    let host = HostBuilder::new(dir.path())
-        .components(&COMPONENTS)
-        .arg("--max-task-attempts")
-        .arg("4")
-        .arg("--min-retry-delay")
-        .arg("20ms")
-        .start();
+    let host = engine(
+        dir.path(),
+        &[("--max-task-attempts", "4"), ("--min-retry-delay", "20ms")],
+    )
+    .start();
     let id = start(&host, "greedy_retry", &json!(null)).await;
     let failed = wait_for(&host, &id, &["Completed", "Failed"]).await;
     assert_eq!(failed["runtimeStatus"], "Failed", "{failed}");

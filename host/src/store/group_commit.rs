@@ -348,20 +348,11 @@ mod tests {
     use std::sync::Arc;
 
     use crate::core::effects::Effect;
-    use crate::core::instance::{NewInstance, RuntimeStatus};
+    use crate::core::instance::RuntimeStatus;
     use crate::core::lifecycle::task_done::Attempt;
     use crate::core::limits::Limits;
+    use crate::store::test_fixtures::new;
     use crate::store::{Operation, Store, StoreError, TaskOutcome};
-
-    fn new(id: &str) -> NewInstance {
-        NewInstance {
-            id: id.into(),
-            name: "o".into(),
-            input: "null".into(),
-            digest: "d".into(),
-            parent: None,
-        }
-    }
 
     async fn store() -> Result<(tempfile::TempDir, Store), StoreError> {
         let dir = tempfile::tempdir().map_err(|e| StoreError::Corrupt(e.to_string()))?;

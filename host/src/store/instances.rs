@@ -342,19 +342,10 @@ fn filter_clause(filter: &InstanceFilter) -> (String, Vec<Bind>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::core::instance::{NewInstance, RuntimeStatus};
+    use crate::core::instance::RuntimeStatus;
     use crate::core::lifecycle::Change;
+    use crate::store::test_fixtures::new;
     use crate::store::{Operation, Store, StoreError};
-
-    fn new(id: &str) -> NewInstance {
-        NewInstance {
-            id: id.into(),
-            name: "o".into(),
-            input: "null".into(),
-            digest: "d".into(),
-            parent: None,
-        }
-    }
 
     #[tokio::test]
     async fn an_instance_suspended_before_its_first_episode_resumes_as_pending(

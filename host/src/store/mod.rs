@@ -38,6 +38,22 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+#[cfg(test)]
+pub(crate) mod test_fixtures {
+    use crate::core::instance::NewInstance;
+
+    /// A top-level instance of orchestration `o` on version `d`.
+    pub fn new(id: &str) -> NewInstance {
+        NewInstance {
+            id: id.into(),
+            name: "o".into(),
+            input: "null".into(),
+            digest: "d".into(),
+            parent: None,
+        }
+    }
+}
+
 /// Milliseconds since the Unix epoch, the store's clock.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
