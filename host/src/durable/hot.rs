@@ -161,7 +161,7 @@ mod tests {
     }
 
     #[test]
-    fn committed_effects_update_the_image_and_an_ending_drops_it() {
+    fn committed_effects_update_the_image_and_an_ending_drops_it() -> Result<(), String> {
         let entries = vec![
             Entry::Event(Event::TimerFired { task: 0 }),
             Entry::Call(Call::Now { value: 1 }),
@@ -174,7 +174,7 @@ mod tests {
                 custom_status: None,
             },
         ]);
-        let next = next.expect("still running");
+        let next = next.ok_or("a running instance stays hot")?;
         assert_eq!(next.journal.len(), 2);
         assert_eq!(next.journal[1].1, 7);
         assert_eq!(next.loaded.state.history.events, 2);
@@ -184,5 +184,6 @@ mod tests {
             custom_status: None,
         }]);
         assert!(ended.is_none());
+        Ok(())
     }
 }
