@@ -306,3 +306,33 @@ async fn max_instances_bounds_the_instances_of_a_component_alive_at_once() {
     }
     assert_eq!(gate.most_held.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_component_that_blocks_in_describe_is_refused_and_the_others_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(
+        components.join("hostile.toml"),
+        "env = [\"HOSTILE_BLOCK_DESCRIBE\"]\n",
+    )
+    .unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile", "writer"])
+        .env("HOSTILE_BLOCK_DESCRIBE", "1")
+        .arg("--describe-timeout")
+        .arg("1s")
+        .start();
+    let listing: Value = get_json(host.url("/api/components")).await;
+    let error = listing["failures"][0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("'hostile'") && error.contains("wall-clock limit of 1s"),
+        "{listing:#}"
+    );
+    let health: Value = get_json(host.url("/api/health")).await;
+    assert_eq!(
+        health["agents"],
+        json!([{"name": "writer", "status": "ready"}]),
+        "{health}"
+    );
+}

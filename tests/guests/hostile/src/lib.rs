@@ -98,6 +98,11 @@ fn fetch(args: Url) -> Result<Value, String> {
 }
 
 fn component() -> Component {
+    // Granted this variable, it blocks while being described: the host's
+    // describe() limit must stop it and keep loading the others.
+    if std::env::var("HOSTILE_BLOCK_DESCRIBE").is_ok() {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
     Component::new()
         .agent(
             Agent::new("hostile")
