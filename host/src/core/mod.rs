@@ -7,6 +7,7 @@
 //! [`effects::Effect`]s of a decision in one transaction (making no choices of
 //! its own), then the episode runner and the dispatcher act on them.
 
+pub mod chat;
 pub mod effects;
 pub mod ids;
 pub mod instance;

@@ -5,12 +5,11 @@
 //! OpenAI-compatible or Azure OpenAI endpoint, and a deterministic offline model
 //! used when nothing is configured, so that every endpoint still works.
 
-mod chat;
 mod offline;
 mod openai;
 mod settings;
 
-pub use chat::{ChatMessage, FunctionCall, Role, ToolCall, ToolSpec, Usage};
+pub use crate::core::chat::{ChatMessage, FunctionCall, Role, ToolCall, ToolSpec, Usage};
 pub use settings::{ModelSettings, SettingsError};
 
 use std::time::Duration;

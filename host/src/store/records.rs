@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::model::{ChatMessage, Usage};
+use crate::core::chat::{ChatMessage, Usage};
 
 /// A conversation is identified by its agent and its thread id: the same
 /// thread id sent to two agents is two conversations.

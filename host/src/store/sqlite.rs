@@ -9,7 +9,7 @@ use sqlx::{Row, SqlitePool};
 
 use super::group_commit::Committer;
 use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, StoreError, StoredMessage};
-use crate::model::{ChatMessage, Usage};
+use crate::core::chat::{ChatMessage, Usage};
 
 #[derive(Clone)]
 pub struct Store {
