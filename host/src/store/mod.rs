@@ -38,6 +38,11 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// Milliseconds since the Unix epoch, the store's clock.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
 #[cfg(test)]
 pub(crate) mod test_fixtures {
     use crate::core::instance::NewInstance;
@@ -52,9 +57,4 @@ pub(crate) mod test_fixtures {
             parent: None,
         }
     }
-}
-
-/// Milliseconds since the Unix epoch, the store's clock.
-pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
