@@ -56,6 +56,18 @@ pub enum Effect {
 }
 
 impl Effect {
+    /// The reason, when `effects` fail their instance (its output).
+    pub fn failure(effects: &[Effect]) -> Option<&str> {
+        effects.iter().find_map(|e| match e {
+            Effect::SetStatus {
+                status: RuntimeStatus::Failed,
+                output,
+                ..
+            } => output.as_deref(),
+            _ => None,
+        })
+    }
+
     /// The event a parent gets when its child ends with `status`.
     pub fn child_ended(
         parent: ParentRef,

@@ -138,7 +138,7 @@ async fn run_once(
         at: now,
     };
     let effects = episode_end::decide(&state, episode, &orchestrator.config.limits);
-    if let Some(reason) = failure(&effects) {
+    if let Some(reason) = Effect::failure(&effects) {
         tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }
     let next = hot.after(&effects);
@@ -190,16 +190,4 @@ async fn run_code(
             (ending, Some(replay))
         }
     }
-}
-
-/// The reason, when the effects fail the instance.
-fn failure(effects: &[Effect]) -> Option<&str> {
-    effects.iter().find_map(|e| match e {
-        Effect::SetStatus {
-            status: RuntimeStatus::Failed,
-            output,
-            ..
-        } => output.as_deref(),
-        _ => None,
-    })
 }

@@ -342,14 +342,7 @@ mod tests {
         assert!(!effects
             .iter()
             .any(|e| matches!(e, Effect::Append { .. } | Effect::ScheduleTask { .. })));
-        let failed = effects.iter().find_map(|e| match e {
-            Effect::SetStatus {
-                status: RuntimeStatus::Failed,
-                output,
-                ..
-            } => output.clone(),
-            _ => None,
-        });
+        let failed = Effect::failure(&effects);
         assert!(failed.is_some_and(|o| o.contains("history would hold 11 events")));
         assert!(
             effects.contains(&Effect::ConsumeInbox(vec![1])),
@@ -368,14 +361,7 @@ mod tests {
             episode(vec![activity("1234")], Ending::Waiting),
             &limits,
         );
-        let failed = effects.iter().find_map(|e| match e {
-            Effect::SetStatus {
-                status: RuntimeStatus::Failed,
-                output,
-                ..
-            } => output.clone(),
-            _ => None,
-        });
+        let failed = Effect::failure(&effects);
         assert!(failed.is_some_and(|o| o.contains("activity input of call-activity(a) is 4 bytes")));
     }
 
