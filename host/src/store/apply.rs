@@ -2,7 +2,8 @@
 //! The order is the decision's; nothing here chooses anything: where a rule
 //! is needed (a sub-orchestration's id already taken), the core decides.
 
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, Connection};
 
 use super::instances::{load, to_json};
 use super::{StoreError, TaskRow};
@@ -53,37 +54,32 @@ struct RowUpdate {
 }
 
 impl RowUpdate {
-    async fn flush(
-        &mut self,
-        tx: &mut SqliteConnection,
-        id: &str,
-        now: i64,
-    ) -> Result<(), StoreError> {
+    fn flush(&mut self, tx: &Connection, id: &str, now: i64) -> Result<(), StoreError> {
         if !std::mem::take(&mut self.dirty) {
             return Ok(());
         }
-        sqlx::query(
+        tx.prepare_cached(
             "UPDATE instances SET status = COALESCE(?, status), output = COALESCE(?, output), \
              custom_status = COALESCE(?, custom_status), history_events = history_events + ?, \
              history_bytes = history_bytes + ?, updated_at = ? WHERE id = ?",
-        )
-        .bind(self.status.take().map(RuntimeStatus::as_str))
-        .bind(self.output.take())
-        .bind(self.custom_status.take())
-        .bind(i64::try_from(std::mem::take(&mut self.events)).unwrap_or(i64::MAX))
-        .bind(i64::try_from(std::mem::take(&mut self.bytes)).unwrap_or(i64::MAX))
-        .bind(now)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+        )?
+        .execute(params![
+            self.status.take().map(RuntimeStatus::as_str),
+            self.output.take(),
+            self.custom_status.take(),
+            i64::try_from(std::mem::take(&mut self.events)).unwrap_or(i64::MAX),
+            i64::try_from(std::mem::take(&mut self.bytes)).unwrap_or(i64::MAX),
+            now,
+            id,
+        ])?;
         Ok(())
     }
 }
 
 /// `journal_len` is how many rows the target's journal holds (its history
 /// count as read in this transaction): new rows are numbered after it.
-pub(super) async fn apply(
-    tx: &mut SqliteConnection,
+pub(super) fn apply(
+    tx: &Connection,
     target: &Target,
     journal_len: u64,
     effects: Vec<Effect>,
@@ -97,16 +93,12 @@ pub(super) async fn apply(
         match effect {
             Effect::ConsumeInbox(rows) => {
                 for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-                    let mut delete = QueryBuilder::<Sqlite>::new("DELETE FROM inbox WHERE id IN (");
-                    let mut ids = delete.separated(", ");
-                    for row in chunk {
-                        ids.push_bind(*row);
-                    }
-                    delete.push(")").build().execute(&mut *tx).await?;
+                    let sql = format!("DELETE FROM inbox WHERE id IN ({})", marks(chunk.len(), 1));
+                    tx.prepare_cached(&sql)?.execute(params_from_iter(chunk))?;
                 }
             }
             Effect::Append { entries, at } => {
-                let bytes = append(tx, &target.id, journal_len, &entries, at).await?;
+                let bytes = append(tx, &target.id, journal_len, &entries, at)?;
                 journal_len += entries.len() as u64;
                 row.events += entries.len() as u64;
                 row.bytes += bytes;
@@ -115,7 +107,7 @@ pub(super) async fn apply(
             Effect::ScheduleTask { task, call } => scheduled.push((task, call)),
             Effect::Create(new) => {
                 let child = new.parent.is_some();
-                match create(tx, new.clone(), now).await? {
+                match create(tx, new.clone(), now)? {
                     Ok(()) => applied.wake.push(new.id),
                     Err(()) if child => {
                         // Only a caller that made the same id by hand can
@@ -125,7 +117,7 @@ pub(super) async fn apply(
                                 task: parent.task,
                                 error: format!("instance {} already exists", new.id),
                             };
-                            push_inbox(tx, &parent.id, parent.execution, &event, now).await?;
+                            push_inbox(tx, &parent.id, parent.execution, &event, now)?;
                             applied.wake.push(parent.id.clone());
                         }
                     }
@@ -141,15 +133,14 @@ pub(super) async fn apply(
                     target.execution,
                     &Event::TimerFired { task },
                     fire_at,
-                )
-                .await?;
+                )?;
             }
             Effect::Deliver {
                 instance,
                 execution,
                 event,
             } => {
-                push_inbox(tx, &instance, execution, &event, now).await?;
+                push_inbox(tx, &instance, execution, &event, now)?;
                 applied.wake.push(instance);
             }
             Effect::SetStatus {
@@ -167,43 +158,31 @@ pub(super) async fn apply(
                 digest,
                 carried,
             } => {
-                row.flush(tx, &target.id, now).await?;
+                row.flush(tx, &target.id, now)?;
                 journal_len = 0;
-                let next = new_execution(tx, &target.id).await?;
+                let next = new_execution(tx, &target.id)?;
                 for sql in [
                     "DELETE FROM journal WHERE instance_id = ?",
                     "DELETE FROM tasks WHERE instance_id = ?",
                 ] {
-                    sqlx::query(sql).bind(&target.id).execute(&mut *tx).await?;
+                    tx.prepare_cached(sql)?.execute([&target.id])?;
                 }
                 // Events raised after the episode read the inbox move along;
                 // timers and results of the old execution do not.
-                sqlx::query(
+                tx.prepare_cached(
                     "UPDATE inbox SET execution = ? WHERE instance_id = ? AND execution = ? \
                      AND json_extract(event, '$.event') = 'event_raised'",
-                )
-                .bind(next)
-                .bind(&target.id)
-                .bind(target.execution)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query("DELETE FROM inbox WHERE instance_id = ? AND execution <> ?")
-                    .bind(&target.id)
-                    .bind(next)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(
+                )?
+                .execute(params![next, target.id, target.execution])?;
+                tx.prepare_cached("DELETE FROM inbox WHERE instance_id = ? AND execution <> ?")?
+                    .execute(params![target.id, next])?;
+                tx.prepare_cached(
                     "UPDATE instances SET input = ?, output = NULL, execution = ?, history_events = 0, \
                      history_bytes = 0, component_digest = COALESCE(?, component_digest) WHERE id = ?",
-                )
-                .bind(input)
-                .bind(next)
-                .bind(digest)
-                .bind(&target.id)
-                .execute(&mut *tx)
-                .await?;
+                )?
+                .execute(params![input, next, digest, target.id])?;
                 for event in &carried {
-                    push_inbox(tx, &target.id, next, event, now).await?;
+                    push_inbox(tx, &target.id, next, event, now)?;
                 }
                 applied.wake.push(target.id.clone());
             }
@@ -212,48 +191,38 @@ pub(super) async fn apply(
                     "DELETE FROM inbox WHERE instance_id = ?",
                     "DELETE FROM tasks WHERE instance_id = ?",
                 ] {
-                    sqlx::query(sql).bind(&target.id).execute(&mut *tx).await?;
+                    tx.prepare_cached(sql)?.execute([&target.id])?;
                 }
             }
             Effect::NotifyParent { parent, event } => {
-                push_inbox(tx, &parent.id, parent.execution, &event, now).await?;
+                push_inbox(tx, &parent.id, parent.execution, &event, now)?;
                 applied.wake.push(parent.id);
             }
             Effect::FinishTask { task } => {
-                sqlx::query(
+                tx.prepare_cached(
                     "DELETE FROM tasks WHERE instance_id = ? AND execution = ? AND task = ?",
-                )
-                .bind(&target.id)
-                .bind(target.execution)
-                .bind(task)
-                .execute(&mut *tx)
-                .await?;
+                )?
+                .execute(params![target.id, target.execution, task])?;
             }
             Effect::RetryTask {
                 task,
                 attempt,
                 due_at,
             } => {
-                sqlx::query(
+                tx.prepare_cached(
                     "UPDATE tasks SET attempt = ?, due_at = ? WHERE instance_id = ? AND execution = ? AND task = ?",
-                )
-                .bind(attempt)
-                .bind(due_at)
-                .bind(&target.id)
-                .bind(target.execution)
-                .bind(task)
-                .execute(&mut *tx)
-                .await?;
+                )?
+                .execute(params![attempt, due_at, target.id, target.execution, task])?;
             }
             Effect::Purge => {
                 row = RowUpdate::default();
-                purge(tx, &target.id).await?
+                purge(tx, &target.id)?
             }
         }
     }
-    row.flush(tx, &target.id, now).await?;
+    row.flush(tx, &target.id, now)?;
     if !scheduled.is_empty() {
-        insert_tasks(tx, target, &scheduled, now).await?;
+        insert_tasks(tx, target, &scheduled, now)?;
         applied.tasks = scheduled
             .into_iter()
             .map(|(task, call)| TaskRow {
@@ -272,12 +241,12 @@ pub(super) async fn apply(
 
 /// Creates `new` unless an unfinished instance holds its id (`Err(())`); a
 /// finished one is purged first: its id begins a new execution.
-pub(super) async fn create(
-    tx: &mut SqliteConnection,
+pub(super) fn create(
+    tx: &Connection,
     new: NewInstance,
     now: i64,
 ) -> Result<Result<(), ()>, StoreError> {
-    let existing = load(tx, &new.id).await?.map(|l| l.state);
+    let existing = load(tx, &new.id)?.map(|l| l.state);
     let Ok(effects) = start::decide(existing.as_ref(), new) else {
         return Ok(Err(()));
     };
@@ -285,10 +254,10 @@ pub(super) async fn create(
         match effect {
             Effect::Purge => {
                 if let Some(old) = &existing {
-                    purge(tx, &old.id).await?;
+                    purge(tx, &old.id)?;
                 }
             }
-            Effect::Create(new) => insert_instance(tx, &new, now).await?,
+            Effect::Create(new) => insert_instance(tx, &new, now)?,
             other => {
                 return Err(StoreError::Write(format!(
                     "a start decided an unexpected effect: {other:?}"
@@ -299,42 +268,35 @@ pub(super) async fn create(
     Ok(Ok(()))
 }
 
-async fn insert_instance(
-    tx: &mut SqliteConnection,
-    new: &NewInstance,
-    now: i64,
-) -> Result<(), StoreError> {
-    let execution = new_execution(tx, &new.id).await?;
-    sqlx::query(
+fn insert_instance(tx: &Connection, new: &NewInstance, now: i64) -> Result<(), StoreError> {
+    let execution = new_execution(tx, &new.id)?;
+    tx.prepare_cached(
         "INSERT INTO instances (id, name, status, input, component_digest, parent_id, parent_execution, \
          parent_task, execution, created_at, updated_at) VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&new.id)
-    .bind(&new.name)
-    .bind(&new.input)
-    .bind(&new.digest)
-    .bind(new.parent.as_ref().map(|p| p.id.as_str()))
-    .bind(new.parent.as_ref().map(|p| p.execution))
-    .bind(new.parent.as_ref().map(|p| p.task))
-    .bind(execution)
-    .bind(now)
-    .bind(now)
-    .execute(&mut *tx)
-    .await?;
+    )?
+    .execute(params![
+        new.id,
+        new.name,
+        new.input,
+        new.digest,
+        new.parent.as_ref().map(|p| p.id.as_str()),
+        new.parent.as_ref().map(|p| p.execution),
+        new.parent.as_ref().map(|p| p.task),
+        execution,
+        now,
+        now,
+    ])?;
     Ok(())
 }
 
 /// A fresh execution number, never handed out before.
-async fn new_execution(tx: &mut SqliteConnection, id: &str) -> Result<i64, StoreError> {
-    Ok(
-        sqlx::query_scalar("INSERT INTO executions (instance_id) VALUES (?) RETURNING id")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?,
-    )
+fn new_execution(tx: &Connection, id: &str) -> Result<i64, StoreError> {
+    Ok(tx
+        .prepare_cached("INSERT INTO executions (instance_id) VALUES (?) RETURNING id")?
+        .query_row([id], |row| row.get(0))?)
 }
 
-pub(super) async fn purge(tx: &mut SqliteConnection, id: &str) -> Result<(), StoreError> {
+pub(super) fn purge(tx: &Connection, id: &str) -> Result<(), StoreError> {
     for sql in [
         "DELETE FROM instances WHERE id = ?",
         "DELETE FROM journal WHERE instance_id = ?",
@@ -342,33 +304,39 @@ pub(super) async fn purge(tx: &mut SqliteConnection, id: &str) -> Result<(), Sto
         "DELETE FROM tasks WHERE instance_id = ?",
         "DELETE FROM executions WHERE instance_id = ?",
     ] {
-        sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+        tx.prepare_cached(sql)?.execute([id])?;
     }
     Ok(())
 }
 
-pub(super) async fn push_inbox(
-    tx: &mut SqliteConnection,
+pub(super) fn push_inbox(
+    tx: &Connection,
     id: &str,
     execution: i64,
     event: &Event,
     visible_at: i64,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    tx.prepare_cached(
         "INSERT INTO inbox (instance_id, execution, event, visible_at) VALUES (?, ?, ?, ?)",
-    )
-    .bind(id)
-    .bind(execution)
-    .bind(to_json(event)?)
-    .bind(visible_at)
-    .execute(&mut *tx)
-    .await?;
+    )?
+    .execute(params![id, execution, to_json(event)?, visible_at])?;
     Ok(())
 }
 
+/// `rows` groups of `per_row` placeholders: `(?, ?), (?, ?)`, or `?, ?` for one per row.
+fn marks(rows: usize, per_row: usize) -> String {
+    let row = vec!["?"; per_row].join(", ");
+    let row = if per_row == 1 {
+        row
+    } else {
+        format!("({row})")
+    };
+    vec![row; rows].join(", ")
+}
+
 /// Writes journal rows numbered after `journal_len`; returns their size.
-async fn append(
-    tx: &mut SqliteConnection,
+fn append(
+    tx: &Connection,
     id: &str,
     journal_len: u64,
     entries: &[Entry],
@@ -384,22 +352,25 @@ async fn append(
         rows.push((first + offset as i64, to_json(entry)?));
     }
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        QueryBuilder::<Sqlite>::new("INSERT INTO journal (instance_id, seq, entry, recorded_at) ")
-            .push_values(chunk, |mut row, (seq, entry)| {
-                row.push_bind(id)
-                    .push_bind(*seq)
-                    .push_bind(entry.as_str())
-                    .push_bind(at);
-            })
-            .build()
-            .execute(&mut *tx)
-            .await?;
+        let sql = format!(
+            "INSERT INTO journal (instance_id, seq, entry, recorded_at) VALUES {}",
+            marks(chunk.len(), 4)
+        );
+        let values = chunk.iter().flat_map(|(seq, entry)| {
+            [
+                Value::Text(id.to_string()),
+                Value::Integer(*seq),
+                Value::Text(entry.clone()),
+                Value::Integer(at),
+            ]
+        });
+        tx.prepare_cached(&sql)?.execute(params_from_iter(values))?;
     }
     Ok(bytes)
 }
 
-async fn insert_tasks(
-    tx: &mut SqliteConnection,
+fn insert_tasks(
+    tx: &Connection,
     target: &Target,
     tasks: &[(u32, Call)],
     now: i64,
@@ -409,20 +380,32 @@ async fn insert_tasks(
         rows.push((*task, to_json(call)?));
     }
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        QueryBuilder::<Sqlite>::new(
-            "INSERT INTO tasks (instance_id, execution, task, call, attempt, due_at) ",
-        )
-        .push_values(chunk, |mut row, (task, call)| {
-            row.push_bind(&target.id)
-                .push_bind(target.execution)
-                .push_bind(*task)
-                .push_bind(call.as_str())
-                .push_bind(0)
-                .push_bind(now);
-        })
-        .build()
-        .execute(&mut *tx)
-        .await?;
+        let sql = format!(
+            "INSERT INTO tasks (instance_id, execution, task, call, attempt, due_at) VALUES {}",
+            marks(chunk.len(), 6)
+        );
+        let values = chunk.iter().flat_map(|(task, call)| {
+            [
+                Value::Text(target.id.clone()),
+                Value::Integer(target.execution),
+                Value::Integer(i64::from(*task)),
+                Value::Text(call.clone()),
+                Value::Integer(0),
+                Value::Integer(now),
+            ]
+        });
+        tx.prepare_cached(&sql)?.execute(params_from_iter(values))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::marks;
+
+    #[test]
+    fn placeholders_group_by_row() {
+        assert_eq!(marks(3, 1), "?, ?, ?");
+        assert_eq!(marks(2, 2), "(?, ?), (?, ?)");
+    }
 }

@@ -1,23 +1,24 @@
-//! Group commit: one writer task takes every write waiting at the moment
+//! Group commit: one writer thread takes every write waiting at the moment
 //! (episode ends, task results, starts, raises, management operations) and
-//! commits them in a single transaction, each in its own savepoint.
+//! commits them in a single transaction.
 //!
-//! SQLite has one writer at a time, and each statement costs a round trip to
-//! the connection's thread; a transaction per write makes concurrent
-//! instances queue for the write lock one BEGIN/COMMIT at a time. Batching
-//! shares those between all writes ready together, and a failing write rolls
-//! back to its savepoint without taking the others down. Each write reads the
-//! instance inside the transaction and asks the core what to do, so a
-//! decision never rests on a stale read.
+//! SQLite has one writer at a time. The writer owns its own connection on a
+//! thread of its own, so a statement costs microseconds (through sqlx each
+//! one is a hand-off to the connection's thread and back, which dominated a
+//! step). Batching shares a BEGIN/COMMIT between all writes ready together.
+//! Each write reads the instance inside the transaction and asks the core
+//! what to do, so a decision never rests on a stale read.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use sqlx::{SqliteConnection, SqlitePool};
+use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{apply, create, Applied, Target};
-use super::instances::{inbox_size, load, task_pending};
+use super::instances::{inbox_size, load, task_pending, Loaded};
 use super::{now_ms, StoreError};
 use crate::core::effects::Effect;
 use crate::core::instance::NewInstance;
@@ -63,6 +64,9 @@ pub enum Write {
         instance: String,
         op: Operation,
     },
+    /// Not a write: the instance read in the writer's order, so it reflects
+    /// every write committed before.
+    Load(String),
 }
 
 /// What a write did.
@@ -76,6 +80,7 @@ pub enum Written {
     Start(Option<Applied>),
     Raise(Result<Change, LimitError>, Applied),
     Manage(Change, Applied),
+    Loaded(Option<Loaded>),
 }
 
 /// What became of a task's result.
@@ -86,7 +91,17 @@ pub enum TaskOutcome {
     Dropped,
 }
 
-type Job = (Write, oneshot::Sender<Result<Written, StoreError>>);
+type Reply = oneshot::Sender<Result<Written, StoreError>>;
+
+enum Job {
+    Write(Write, Reply),
+    /// Commit what came before, close the connection, then answer.
+    Close(oneshot::Sender<()>),
+}
+
+/// Statements kept prepared on the writer's connection (chunked inserts of
+/// different sizes are distinct statements).
+const PREPARED_STATEMENTS: usize = 64;
 
 #[derive(Clone)]
 pub struct Committer {
@@ -101,22 +116,64 @@ struct Stats {
 }
 
 impl Committer {
-    /// Starts the writer task on the current tokio runtime.
-    pub fn start(pool: SqlitePool) -> Self {
+    /// Opens the writer's connection to the database file at `path` (its
+    /// schema already migrated) and starts the writer thread.
+    pub fn start(path: &Path) -> Result<Self, StoreError> {
+        let connection = Connection::open(path)?;
+        connection.busy_timeout(Duration::from_secs(10))?;
+        connection.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+        )?;
+        connection.set_prepared_statement_cache_capacity(PREPARED_STATEMENTS);
         let (jobs, queue) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
-        tokio::spawn(write_loop(pool, queue, stats.clone()));
-        Self { jobs, stats }
+        {
+            let stats = stats.clone();
+            std::thread::Builder::new()
+                .name("agenthost-committer".into())
+                .spawn(move || write_loop(connection, queue, &stats))
+                .map_err(|e| StoreError::Write(format!("cannot start the store's writer: {e}")))?;
+        }
+        Ok(Self { jobs, stats })
     }
 
     pub async fn commit(&self, write: Write) -> Result<Written, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .send((write, reply))
+            .send(Job::Write(write, reply))
             .map_err(|_| StoreError::Write("the store is closed".into()))?;
         answer
             .await
             .map_err(|_| StoreError::Write("the store's writer stopped".into()))?
+    }
+
+    /// Queues every write at once (so they share transactions), then waits
+    /// for each answer, in order.
+    pub async fn commit_all(&self, writes: Vec<Write>) -> Vec<Result<Written, StoreError>> {
+        let mut answers = Vec::with_capacity(writes.len());
+        for write in writes {
+            let (reply, answer) = oneshot::channel();
+            let sent = self.jobs.send(Job::Write(write, reply)).is_ok();
+            answers.push((sent, answer));
+        }
+        let mut results = Vec::with_capacity(answers.len());
+        for (sent, answer) in answers {
+            results.push(match (sent, answer.await) {
+                (true, Ok(result)) => result,
+                (false, _) => Err(StoreError::Write("the store is closed".into())),
+                (true, Err(_)) => Err(StoreError::Write("the store's writer stopped".into())),
+            });
+        }
+        results
+    }
+
+    /// Commits what is queued, then closes the writer's connection; later
+    /// writes (from any clone) fail with "the store is closed".
+    pub async fn close(&self) {
+        let (reply, answer) = oneshot::channel();
+        if self.jobs.send(Job::Close(reply)).is_ok() {
+            let _ = answer.await;
+        }
     }
 
     /// (writes committed, transactions used).
@@ -128,34 +185,58 @@ impl Committer {
     }
 }
 
-async fn write_loop(pool: SqlitePool, mut queue: mpsc::UnboundedReceiver<Job>, stats: Arc<Stats>) {
-    while let Some(first) = queue.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+fn write_loop(mut connection: Connection, mut queue: mpsc::UnboundedReceiver<Job>, stats: &Stats) {
+    while let Some(job) = queue.blocking_recv() {
+        let mut batch = Vec::new();
+        let mut close = None;
+        match job {
+            Job::Write(write, reply) => batch.push((write, reply)),
+            Job::Close(reply) => close = Some(reply),
+        }
+        while close.is_none() && batch.len() < MAX_BATCH {
             match queue.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(Job::Write(write, reply)) => batch.push((write, reply)),
+                Ok(Job::Close(reply)) => close = Some(reply),
                 Err(_) => break,
             }
         }
-        let (writes, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-        let count = writes.len() as u64;
-        let results = write_batch(&pool, writes).await;
-        stats.writes.fetch_add(count, Ordering::Relaxed);
-        stats.transactions.fetch_add(1, Ordering::Relaxed);
-        for (reply, result) in replies.into_iter().zip(results) {
-            let _ = reply.send(result);
+        // Reads are answered after the batch commits, so they see it whole.
+        let (loads, batch): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|(write, _)| matches!(write, Write::Load(_)));
+        if !batch.is_empty() {
+            let (writes, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            let count = writes.len() as u64;
+            let results = write_batch(&mut connection, writes);
+            stats.writes.fetch_add(count, Ordering::Relaxed);
+            stats.transactions.fetch_add(1, Ordering::Relaxed);
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result);
+            }
+        }
+        for (read, reply) in loads {
+            let _ = reply.send(write_one(&connection, read, 0));
+        }
+        if let Some(reply) = close {
+            queue.close();
+            drop(connection);
+            let _ = reply.send(());
+            return;
         }
     }
 }
 
 /// Writes a batch in one transaction. Most batches have no failing write, so
-/// they run without savepoints (two statements fewer per write); if one
-/// fails, the batch is rolled back and written again with a savepoint per
-/// write, so that the failure spoils nothing else. Decisions are made inside
-/// the transaction, so writing again decides again, on the same state.
-async fn write_batch(pool: &SqlitePool, writes: Vec<Write>) -> Vec<Result<Written, StoreError>> {
+/// they run without savepoints; if one fails, the batch is rolled back and
+/// written again with a savepoint per write, so that the failure spoils
+/// nothing else. Decisions are made inside the transaction, so writing again
+/// decides again, on the same state.
+fn write_batch(
+    connection: &mut Connection,
+    writes: Vec<Write>,
+) -> Vec<Result<Written, StoreError>> {
     let count = writes.len();
-    let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
+    let tx = match connection.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => return all_failed(count, &e),
     };
@@ -163,7 +244,7 @@ async fn write_batch(pool: &SqlitePool, writes: Vec<Write>) -> Vec<Result<Writte
     let mut results = Vec::with_capacity(count);
     let mut failed = false;
     for write in &writes {
-        match write_one(&mut tx, write.clone(), now).await {
+        match write_one(&tx, write.clone(), now) {
             Ok(written) => results.push(Ok(written)),
             Err(_) => {
                 failed = true;
@@ -172,64 +253,68 @@ async fn write_batch(pool: &SqlitePool, writes: Vec<Write>) -> Vec<Result<Writte
         }
     }
     if !failed {
-        return match tx.commit().await {
+        return match tx.commit() {
             Ok(()) => results,
             Err(e) => all_failed(count, &e),
         };
     }
-    if let Err(e) = tx.rollback().await {
+    if let Err(e) = tx.rollback() {
         return all_failed(count, &e);
     }
-    write_isolated(pool, writes).await
+    write_isolated(connection, writes)
 }
 
 /// The slow path: each write in its own savepoint.
-async fn write_isolated(pool: &SqlitePool, writes: Vec<Write>) -> Vec<Result<Written, StoreError>> {
+fn write_isolated(
+    connection: &mut Connection,
+    writes: Vec<Write>,
+) -> Vec<Result<Written, StoreError>> {
     let count = writes.len();
-    let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
+    let mut tx = match connection.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => return all_failed(count, &e),
     };
     let now = now_ms();
     let mut results = Vec::with_capacity(count);
     for write in writes {
-        if let Err(e) = sqlx::query("SAVEPOINT write").execute(&mut *tx).await {
-            return all_failed(count, &e);
-        }
-        let result = write_one(&mut tx, write, now).await;
-        if result.is_err() {
-            if let Err(e) = sqlx::query("ROLLBACK TO write").execute(&mut *tx).await {
-                return all_failed(count, &e);
-            }
-        }
-        if let Err(e) = sqlx::query("RELEASE write").execute(&mut *tx).await {
+        let savepoint = match tx.savepoint() {
+            Ok(savepoint) => savepoint,
+            Err(e) => return all_failed(count, &e),
+        };
+        let result = write_one(&savepoint, write, now);
+        // A savepoint dropped without commit rolls back to where it began.
+        let ended = match &result {
+            Ok(_) => savepoint.commit(),
+            Err(_) => savepoint.finish(),
+        };
+        if let Err(e) = ended {
             return all_failed(count, &e);
         }
         results.push(result);
     }
-    match tx.commit().await {
+    match tx.commit() {
         Ok(()) => results,
         Err(e) => all_failed(count, &e),
     }
 }
 
-async fn write_one(
-    tx: &mut SqliteConnection,
-    write: Write,
-    now: i64,
-) -> Result<Written, StoreError> {
+fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Written, StoreError> {
     match write {
         Write::Episode { target, effects } => {
-            let current = load(tx, &target.id).await?;
+            let current = load(tx, &target.id)?;
             let Some(current) = current
                 .filter(|c| c.state.execution == target.execution && c.state.status.is_active())
             else {
                 return Ok(Written::Episode(None));
             };
             let journal_len = current.state.history.events;
-            Ok(Written::Episode(Some(
-                apply(tx, &target, journal_len, effects, now).await?,
-            )))
+            Ok(Written::Episode(Some(apply(
+                tx,
+                &target,
+                journal_len,
+                effects,
+                now,
+            )?)))
         }
         Write::TaskDone {
             instance,
@@ -237,10 +322,10 @@ async fn write_one(
             result,
             limits,
         } => {
-            let Some(current) = load(tx, &instance).await? else {
+            let Some(current) = load(tx, &instance)? else {
                 return Ok(Written::TaskDone(TaskOutcome::Dropped, Applied::default()));
             };
-            let pending = task_pending(tx, &instance, &attempt).await?;
+            let pending = task_pending(tx, &instance, &attempt)?;
             let (outcome, effects) = match task_done::decide(
                 Some(&current.state),
                 pending,
@@ -262,12 +347,12 @@ async fn write_one(
             let journal_len = current.state.history.events;
             Ok(Written::TaskDone(
                 outcome,
-                apply(tx, &target, journal_len, effects, now).await?,
+                apply(tx, &target, journal_len, effects, now)?,
             ))
         }
         Write::Start(new) => {
             let id = new.id.clone();
-            Ok(Written::Start(match create(tx, new, now).await? {
+            Ok(Written::Start(match create(tx, new, now)? {
                 Ok(()) => Some(Applied {
                     tasks: Vec::new(),
                     wake: vec![id],
@@ -281,9 +366,9 @@ async fn write_one(
             payload,
             limits,
         } => {
-            let current = load(tx, &instance).await?;
+            let current = load(tx, &instance)?;
             let waiting = match &current {
-                Some(_) => inbox_size(tx, &instance).await?,
+                Some(_) => inbox_size(tx, &instance)?,
                 None => Default::default(),
             };
             match raise::decide(
@@ -294,14 +379,15 @@ async fn write_one(
                 &limits,
             ) {
                 Ok(decision) => {
-                    let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
+                    let (change, applied) = decide_and_apply(tx, current, decision, now)?;
                     Ok(Written::Raise(Ok(change), applied))
                 }
                 Err(refused) => Ok(Written::Raise(Err(refused), Applied::default())),
             }
         }
+        Write::Load(id) => Ok(Written::Loaded(load(tx, &id)?)),
         Write::Manage { instance, op } => {
-            let current = load(tx, &instance).await?;
+            let current = load(tx, &instance)?;
             let state = current.as_ref().map(|c| &c.state);
             let decision = match &op {
                 Operation::Suspend => suspend::decide(state),
@@ -309,15 +395,15 @@ async fn write_one(
                 Operation::Terminate { reason } => terminate::decide(state, reason),
                 Operation::Purge => purge::decide(state),
             };
-            let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
+            let (change, applied) = decide_and_apply(tx, current, decision, now)?;
             Ok(Written::Manage(change, applied))
         }
     }
 }
 
-async fn decide_and_apply(
-    tx: &mut SqliteConnection,
-    current: Option<super::instances::Loaded>,
+fn decide_and_apply(
+    tx: &Connection,
+    current: Option<Loaded>,
     decision: Decision,
     now: i64,
 ) -> Result<(Change, Applied), StoreError> {
@@ -329,7 +415,7 @@ async fn decide_and_apply(
                 name: c.name,
                 digest: c.digest,
             };
-            apply(tx, &target, c.state.history.events, decision.effects, now).await?
+            apply(tx, &target, c.state.history.events, decision.effects, now)?
         }
         _ => Applied::default(),
     };
@@ -337,7 +423,7 @@ async fn decide_and_apply(
 }
 
 /// Every write of a batch failed with the same store error.
-fn all_failed(count: usize, error: &sqlx::Error) -> Vec<Result<Written, StoreError>> {
+fn all_failed(count: usize, error: &rusqlite::Error) -> Vec<Result<Written, StoreError>> {
     (0..count)
         .map(|_| Err(StoreError::Write(error.to_string())))
         .collect()

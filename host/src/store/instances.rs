@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use rusqlite::{params, Connection};
 use serde::Serialize;
-use sqlx::{Row, Sqlite, SqliteConnection};
+use sqlx::{Row, Sqlite};
 
-use super::apply::{purge, Applied};
+use super::apply::Applied;
 use super::group_commit::{Operation, TaskOutcome, Write, Written};
 use super::{Store, StoreError};
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus, Size};
@@ -136,10 +137,13 @@ impl Store {
         }
     }
 
-    /// The instance as a transition sees it, read outside any write.
+    /// The instance as a transition sees it, read in the committer's order:
+    /// every write committed before it is seen.
     pub async fn load(&self, id: &str) -> Result<Option<Loaded>, StoreError> {
-        let mut conn = self.pool().acquire().await?;
-        load(&mut conn, id).await
+        match self.committer().commit(Write::Load(id.to_string())).await? {
+            Written::Loaded(loaded) => Ok(loaded),
+            other => Err(unexpected(other)),
+        }
     }
 
     pub async fn instance(&self, id: &str) -> Result<Option<InstanceRecord>, StoreError> {
@@ -193,12 +197,19 @@ impl Store {
             .iter()
             .map(|r| r.try_get("id"))
             .collect::<Result<_, _>>()?;
-        let mut tx = self.begin_write().await?;
-        for id in &ids {
-            purge(&mut tx, id).await?;
+        // Each id is purged through the committer, which checks again that
+        // its instance is finished: one restarted since the read stays.
+        let writes = ids.iter().map(|id| Write::Manage {
+            instance: id.clone(),
+            op: Operation::Purge,
+        });
+        let mut purged = 0;
+        for written in self.committer().commit_all(writes.collect()).await {
+            if let Written::Manage(Change::Done, _) = written? {
+                purged += 1;
+            }
         }
-        tx.commit().await?;
-        Ok(ids.len() as u64)
+        Ok(purged)
     }
 }
 
@@ -212,81 +223,74 @@ pub struct Loaded {
     pub created_at: i64,
 }
 
-pub(super) async fn load(
-    tx: &mut SqliteConnection,
-    id: &str,
-) -> Result<Option<Loaded>, StoreError> {
-    let row = sqlx::query(
-        "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task,          history_events, history_bytes, created_at, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run          FROM instances WHERE id = ?",
-    )
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    let status: String = row.try_get("status")?;
-    let parent_id: Option<String> = row.try_get("parent_id")?;
+pub(super) fn load(tx: &Connection, id: &str) -> Result<Option<Loaded>, StoreError> {
+    let mut statement = tx.prepare_cached(
+        "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
+         history_events, history_bytes, created_at, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
+         FROM instances WHERE id = ?",
+    )?;
+    let mut rows = statement.query([id])?;
+    let Some(row) = rows.next()? else {
+        return Ok(None);
+    };
+    let status: String = row.get("status")?;
+    let parent_id: Option<String> = row.get("parent_id")?;
     let parent = match parent_id {
         Some(id) => Some(ParentRef {
             id,
-            execution: row
-                .try_get::<Option<i64>, _>("parent_execution")?
-                .unwrap_or(0),
-            task: u32::try_from(row.try_get::<Option<i64>, _>("parent_task")?.unwrap_or(0))
+            execution: row.get::<_, Option<i64>>("parent_execution")?.unwrap_or(0),
+            task: u32::try_from(row.get::<_, Option<i64>>("parent_task")?.unwrap_or(0))
                 .map_err(|e| StoreError::Corrupt(format!("parent task: {e}")))?,
         }),
         None => None,
     };
     let count = |name: &str| -> Result<u64, StoreError> {
-        Ok(u64::try_from(row.try_get::<i64, _>(name)?).unwrap_or(0))
+        Ok(u64::try_from(row.get::<_, i64>(name)?).unwrap_or(0))
     };
     Ok(Some(Loaded {
         state: InstanceState {
-            id: row.try_get("id")?,
+            id: row.get("id")?,
             status: RuntimeStatus::parse(&status)
                 .ok_or_else(|| StoreError::Corrupt(format!("instance status '{status}'")))?,
-            execution: row.try_get("execution")?,
+            execution: row.get("execution")?,
             parent,
             history: Size {
                 events: count("history_events")?,
                 bytes: count("history_bytes")?,
             },
-            has_run: row.try_get::<i64, _>("has_run")? != 0,
+            has_run: row.get::<_, i64>("has_run")? != 0,
         },
-        name: row.try_get("name")?,
-        digest: row.try_get("component_digest")?,
-        input: row.try_get("input")?,
-        created_at: row.try_get("created_at")?,
+        name: row.get("name")?,
+        digest: row.get("component_digest")?,
+        input: row.get("input")?,
+        created_at: row.get("created_at")?,
     }))
 }
 
 /// Events and bytes waiting in an instance's inbox.
-pub(super) async fn inbox_size(tx: &mut SqliteConnection, id: &str) -> Result<Size, StoreError> {
-    let row = sqlx::query("SELECT COUNT(*) AS n, COALESCE(SUM(LENGTH(event)), 0) AS bytes FROM inbox WHERE instance_id = ?")
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
+pub(super) fn inbox_size(tx: &Connection, id: &str) -> Result<Size, StoreError> {
+    let (events, bytes): (i64, i64) = tx
+        .prepare_cached(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(event)), 0) FROM inbox WHERE instance_id = ?",
+        )?
+        .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))?;
     Ok(Size {
-        events: u64::try_from(row.try_get::<i64, _>("n")?).unwrap_or(0),
-        bytes: u64::try_from(row.try_get::<i64, _>("bytes")?).unwrap_or(0),
+        events: u64::try_from(events).unwrap_or(0),
+        bytes: u64::try_from(bytes).unwrap_or(0),
     })
 }
 
 /// Whether the task of this attempt is still waiting for its result.
-pub(super) async fn task_pending(
-    tx: &mut SqliteConnection,
+pub(super) fn task_pending(
+    tx: &Connection,
     id: &str,
     attempt: &Attempt,
 ) -> Result<bool, StoreError> {
-    let found: Option<i64> = sqlx::query_scalar(
-        "SELECT 1 FROM tasks WHERE instance_id = ? AND execution = ? AND task = ? AND attempt = ?",
-    )
-    .bind(id)
-    .bind(attempt.execution)
-    .bind(attempt.task)
-    .bind(attempt.attempt)
-    .fetch_optional(&mut *tx)
-    .await?;
-    Ok(found.is_some())
+    Ok(tx
+        .prepare_cached(
+            "SELECT 1 FROM tasks WHERE instance_id = ? AND execution = ? AND task = ? AND attempt = ?",
+        )?
+        .exists(params![id, attempt.execution, attempt.task, attempt.attempt])?)
 }
 
 fn unexpected(written: Written) -> StoreError {

@@ -33,6 +33,8 @@ pub enum StoreError {
     #[error("store query failed: {0}")]
     Query(#[from] sqlx::Error),
     #[error("store write failed: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("store write failed: {0}")]
     Write(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),

@@ -1,6 +1,7 @@
 //! The SQLite store (WAL, one file). Runtime-checked queries: the schema lives
 //! in `host/migrations/` and is applied at open.
 
+use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -40,14 +41,14 @@ impl Store {
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| StoreError::Open {
                 url: url.to_string(),
                 source: e,
             })?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        let committer = Committer::start(pool.clone());
+        let committer = Committer::start(Path::new(options.get_filename()))?;
         Ok(Self { pool, committer })
     }
 
@@ -327,8 +328,9 @@ impl Store {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 
-    /// Closes the pool, flushing the WAL.
+    /// Commits the writes queued, then closes the connections, flushing the WAL.
     pub async fn close(&self) {
+        self.committer.close().await;
         self.pool.close().await;
     }
 }
