@@ -1,7 +1,10 @@
 //! Orchestrations survive kill -9: an instance awaiting an agent call and one
 //! awaiting a timer both complete after a restart on the same store, and no
-//! agent call that had completed is made again.
+//! agent call that had completed is made again. Under kill -9 at random
+//! moments over a mixed load, every instance completes, and neither a
+//! completed agent call nor a completed activity runs again.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -68,6 +71,75 @@ async fn kill_9_while_awaiting_a_timer_then_restart_fires_it() {
     assert_eq!(model.requests().len(), 1, "the draft was written once");
 }
 
+/// A local server that logs, in arrival order, every `GET /{tag}/{step}` the
+/// `counted` orchestration's activities make: one entry per activity run.
+struct RunLog {
+    port: u16,
+    runs: Arc<Mutex<Vec<(String, u32)>>>,
+}
+
+impl RunLog {
+    async fn serve() -> Self {
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let log = runs.clone();
+        let app = axum::Router::new().route(
+            "/{tag}/{step}",
+            axum::routing::get(
+                move |axum::extract::Path((tag, step)): axum::extract::Path<(String, u32)>| {
+                    log.lock().unwrap().push((tag, step));
+                    async { "ran" }
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { port, runs }
+    }
+
+    fn runs(&self) -> Vec<(String, u32)> {
+        self.runs.lock().unwrap().clone()
+    }
+}
+
+/// Checks the activity runs of `counted` sequences across process lives
+/// (`ends[i]` is how many runs the log held when life `i` was killed).
+/// Step `k + 1` is scheduled only after step `k`'s result is committed, so a
+/// run of step `k` after any run of step `k + 1` would be a completed
+/// activity run again. Within one life nothing runs twice; across a kill
+/// only the step in flight may.
+fn assert_no_completed_activity_ran_again(runs: &[(String, u32)], ends: &[usize], steps: u32) {
+    use std::collections::{HashMap, HashSet};
+    let mut life_start = 0;
+    for end in ends.iter().copied().chain([runs.len()]) {
+        let mut seen = HashSet::new();
+        for run in &runs[life_start..end] {
+            assert!(seen.insert(run), "{run:?} ran twice in one process life");
+        }
+        life_start = end;
+    }
+    let mut highest: HashMap<&str, u32> = HashMap::new();
+    for (tag, step) in runs {
+        let top = highest.entry(tag).or_insert(*step);
+        assert!(
+            *step >= *top,
+            "{tag} step {step} ran again after step {top} had started: its result was committed"
+        );
+        *top = (*top).max(*step);
+    }
+    let tags: HashSet<&str> = runs.iter().map(|(t, _)| t.as_str()).collect();
+    for tag in tags {
+        let ran: HashSet<u32> = runs.iter().filter(|(t, _)| t == tag).map(|r| r.1).collect();
+        assert_eq!(ran.len() as u32, steps, "every step of {tag} ran");
+        let repeats = runs.iter().filter(|(t, _)| t == tag).count() - ran.len();
+        assert!(
+            repeats <= ends.len(),
+            "{tag}: {repeats} repeats over {} kills",
+            ends.len()
+        );
+    }
+}
+
 /// A varying delay (30–200 ms) from the clock: each run of the test kills at
 /// other moments of the load.
 fn some_moment() -> Duration {
@@ -91,21 +163,38 @@ async fn kill_9_at_random_moments_over_a_mixed_load_loses_nothing_and_repeats_no
     // Slow answers keep agent calls in flight when the kills come.
     for _ in 0..10 + KILLS * 10 {
         model.push(Reply::Delay(
-            Duration::from_millis(300),
+            Duration::from_millis(800),
             Box::new(Reply::Echo),
         ));
     }
+    // The `counted` sequences report each activity run to a local server.
+    let run_log = RunLog::serve().await;
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(
+        components.join("orchestration-tests.toml"),
+        format!("allowed_hosts = [\"127.0.0.1:{}\"]\n", run_log.port),
+    )
+    .unwrap();
+    const STEPS: u32 = 60;
     let mut host = builder.start();
     let mut expected: Vec<(String, serde_json::Value)> = Vec::new();
     let mut waiters = Vec::new();
+    let mut asker: HashMap<String, String> = HashMap::new();
+    for i in 0..4 {
+        let url = format!("http://127.0.0.1:{}/c{i}", run_log.port);
+        let input = json!({"n": STEPS, "url": url});
+        expected.push((start(&host, "counted", &input).await, json!(STEPS)));
+    }
     for i in 0..10 {
         expected.push((
-            start(&host, "sequence", &json!({"n": 40})).await,
-            json!(780),
+            start(&host, "sequence", &json!({"n": 120})).await,
+            json!(7140),
         ));
         let question = format!("question {i}");
         let id = start(&host, "ask_writer", &json!(question)).await;
-        expected.push((id, json!(echo_of(&question))));
+        expected.push((id.clone(), json!(echo_of(&question))));
+        asker.insert(question, id);
         let id = start(&host, "wait_event", &json!(null)).await;
         expected.push((id.clone(), json!(i)));
         waiters.push((id, i));
@@ -120,15 +209,23 @@ async fn kill_9_at_random_moments_over_a_mixed_load_loses_nothing_and_repeats_no
     let mut lives = Vec::new();
     let mut seen = 0;
     let mut unfinished_at_kills = Vec::new();
+    let mut completed_at_kills = Vec::new();
+    let mut runs_at_kills = Vec::new();
     for _ in 0..KILLS {
         tokio::time::sleep(some_moment()).await;
-        let mut unfinished = 0;
+        let mut completed = std::collections::HashSet::new();
         for (id, _) in &expected {
             let (_, body) = crate::support::durable::status(&host, id).await;
-            unfinished += usize::from(body["runtimeStatus"] != "Completed");
+            if body["runtimeStatus"] == "Completed" {
+                completed.insert(id.clone());
+            }
         }
-        unfinished_at_kills.push(unfinished);
+        unfinished_at_kills.push(expected.len() - completed.len());
+        completed_at_kills.push(completed);
         host.kill();
+        // A request the dead process sent may still be in the server's queue.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        runs_at_kills.push(run_log.runs().len());
         let requests = model.requests();
         lives.push(requests[seen..].to_vec());
         seen = requests.len();
@@ -137,7 +234,7 @@ async fn kill_9_at_random_moments_over_a_mixed_load_loses_nothing_and_repeats_no
     // The ten waiters are always unfinished; the first kill must also land
     // in the middle of steps, agent calls and fan-outs.
     assert!(
-        unfinished_at_kills[0] > 10 && unfinished_at_kills.iter().all(|n| *n >= 10),
+        unfinished_at_kills[0] > 14 && unfinished_at_kills.iter().all(|n| *n >= 10),
         "the kills must land in the middle of work: {unfinished_at_kills:?}"
     );
     for (id, i) in &waiters {
@@ -156,10 +253,20 @@ async fn kill_9_at_random_moments_over_a_mixed_load_loses_nothing_and_repeats_no
         assert_eq!(&done["output"], output, "{done}");
     }
     lives.push(model.requests()[seen..].to_vec());
+    assert_no_completed_activity_ran_again(&run_log.runs(), &runs_at_kills, STEPS);
     let mut asked: HashMap<String, usize> = HashMap::new();
-    for life in &lives {
+    for (life_index, life) in lives.iter().enumerate() {
         let mut in_this_life: HashMap<String, usize> = HashMap::new();
         for request in life {
+            // An instance seen Completed before a kill had its answer committed.
+            if let Some(before) = life_index.checked_sub(1).map(|k| &completed_at_kills[k]) {
+                let id = &asker[&request.last_user_message()];
+                assert!(
+                    !before.contains(id),
+                    "'{}' was asked again after its instance {id} had completed",
+                    request.last_user_message()
+                );
+            }
             *in_this_life.entry(request.last_user_message()).or_default() += 1;
         }
         for (message, n) in in_this_life {

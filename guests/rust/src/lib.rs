@@ -45,6 +45,7 @@
 //! `cdylib`) and copy the `.wasm` into the host's components directory.
 
 mod component;
+pub mod http;
 mod orchestration;
 mod tool;
 

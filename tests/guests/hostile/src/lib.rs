@@ -7,8 +7,6 @@ use agenthost_guest::{Agent, Component, Tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use wasip2::http::outgoing_handler;
-use wasip2::http::types::{Fields, Method, OutgoingRequest, Scheme};
 
 #[derive(Deserialize, JsonSchema)]
 struct Nothing {}
@@ -55,46 +53,11 @@ fn read_file(args: FilePath) -> Result<String, String> {
     std::fs::read_to_string(&args.path).map_err(|e| format!("cannot open {}: {e}", args.path))
 }
 
-/// A GET through `wasi:http/outgoing-handler`: status and body, or the error
-/// code the host answered with.
+/// A GET through the SDK's `wasi:http` client: status and body, or the
+/// error code the host answered with.
 fn fetch(args: Url) -> Result<Value, String> {
-    let rest = args
-        .url
-        .strip_prefix("http://")
-        .ok_or("only http:// URLs are supported here")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let request = OutgoingRequest::new(Fields::new());
-    request
-        .set_method(&Method::Get)
-        .map_err(|()| "bad method")?;
-    request
-        .set_scheme(Some(&Scheme::Http))
-        .map_err(|()| "bad scheme")?;
-    request
-        .set_authority(Some(authority))
-        .map_err(|()| "bad authority")?;
-    request
-        .set_path_with_query(Some(path))
-        .map_err(|()| "bad path")?;
-    let pending = outgoing_handler::handle(request, None).map_err(|e| format!("refused: {e:?}"))?;
-    pending.subscribe().block();
-    let response = pending
-        .get()
-        .ok_or("no response")?
-        .map_err(|()| "response taken twice")?
-        .map_err(|e| format!("refused: {e:?}"))?;
-    let status = response.status();
-    let body = response.consume().map_err(|()| "no body")?;
-    let stream = body.stream().map_err(|()| "no body stream")?;
-    let mut bytes = Vec::new();
-    // The stream ends with an error (closed); the body is what came before.
-    while let Ok(chunk) = stream.blocking_read(64 * 1024) {
-        bytes.extend(chunk);
-    }
-    Ok(json!({"status": status, "body": String::from_utf8_lossy(&bytes)}))
+    let response = agenthost_guest::http::get(&args.url)?;
+    Ok(json!({"status": response.status, "body": response.body}))
 }
 
 fn component() -> Component {

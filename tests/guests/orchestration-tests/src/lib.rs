@@ -60,6 +60,24 @@ fn sequence(ctx: &Context, input: Option<Count>) -> Result<u32, String> {
     Ok(total)
 }
 
+#[derive(Deserialize)]
+struct Counted {
+    n: u32,
+    /// Each step GETs `{url}/{step}`: a test server counts the runs.
+    url: String,
+}
+
+/// `n` activities one after the other, each reporting that it ran: step
+/// `k + 1` starts only once step `k`'s result is committed, so a test can
+/// tell a repeat of finished work from a repeat of work in flight.
+fn counted(ctx: &Context, input: Counted) -> Result<u32, String> {
+    for step in 0..input.n {
+        let url = format!("{}/{step}", input.url);
+        ctx.call_activity("hit", &url).wait::<u16>()?;
+    }
+    Ok(input.n)
+}
+
 /// `n` activities at once.
 fn fanout(ctx: &Context, input: Option<Count>) -> Result<u32, String> {
     let n = input.and_then(|c| c.n).unwrap_or(100);
@@ -184,6 +202,11 @@ fn component() -> Component {
             "Returns its input number",
             |n: u32| Ok::<_, String>(n),
         ))
+        .tool(Tool::new(
+            "hit",
+            "GETs a URL, returns the status",
+            |url: String| agenthost_guest::http::get(&url).map(|r| r.status),
+        ))
         .tool(Tool::new("fail", "Always fails", |_: Anything| {
             Err::<Value, _>("this activity always fails")
         }))
@@ -194,6 +217,7 @@ fn component() -> Component {
         .orchestration(Orchestration::new("two_events", two_events))
         .orchestration(Orchestration::new("sequence", sequence))
         .orchestration(Orchestration::new("fanout", fanout))
+        .orchestration(Orchestration::new("counted", counted))
         .orchestration(Orchestration::new("parent", parent))
         .orchestration(Orchestration::new("child", child))
         .orchestration(Orchestration::new("counter", counter))
