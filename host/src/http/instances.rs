@@ -7,18 +7,16 @@ use axum::http::header::HOST;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::body::json_body;
+use super::instance_body::{HistoryEvent, InstanceStatus, Purged};
 use super::{ApiError, AppState};
 use crate::core::instance::RuntimeStatus;
-use crate::core::journal::Entry;
 use crate::core::lifecycle::Change;
-use crate::store::{InstanceFilter, InstanceRecord, Operation};
+use crate::store::{InstanceFilter, Operation};
 
-const PREFIX: &str = "/runtime/webhooks/durabletask/instances";
 const CONTINUATION: &str = "x-ms-continuation-token";
 
 /// `http://host` of the request, for the absolute URLs of responses.
@@ -32,30 +30,6 @@ pub fn base_url(headers: &HeaderMap) -> String {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("http");
     format!("{scheme}://{host}")
-}
-
-pub fn instance_urls(base: &str, id: &str) -> Value {
-    let instance = format!("{base}{PREFIX}/{}", urlencode(id));
-    json!({
-        "id": id,
-        "statusQueryGetUri": instance,
-        "sendEventPostUri": format!("{instance}/raiseEvent/{{eventName}}"),
-        "terminatePostUri": format!("{instance}/terminate?reason={{text}}"),
-        "suspendPostUri": format!("{instance}/suspend?reason={{text}}"),
-        "resumePostUri": format!("{instance}/resume?reason={{text}}"),
-        "purgeHistoryDeleteUri": instance,
-    })
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// 202 for a change made; 404 unknown; 410 for an instance that is over; 409
@@ -89,35 +63,6 @@ fn not_found(id: &str) -> ApiError {
     )
 }
 
-fn time(ms: i64) -> Value {
-    DateTime::<Utc>::from_timestamp_millis(ms).map_or(Value::Null, |t| {
-        json!(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-    })
-}
-
-fn parse_json(text: Option<&str>) -> Value {
-    text.map_or(Value::Null, |t| {
-        serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_string()))
-    })
-}
-
-fn status_json(instance: &InstanceRecord, show_input: bool) -> Value {
-    let mut body = json!({
-        "name": instance.name,
-        "instanceId": instance.id,
-        "runtimeStatus": instance.status.as_str(),
-        "customStatus": parse_json(instance.custom_status.as_deref()),
-        "output": parse_json(instance.output.as_deref()),
-        "createdTime": time(instance.created_at),
-        "lastUpdatedTime": time(instance.updated_at),
-        "componentDigest": instance.component_digest,
-    });
-    if show_input {
-        body["input"] = parse_json(Some(&instance.input));
-    }
-    body
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusQuery {
@@ -135,23 +80,15 @@ pub async fn get(
         .instance(&id)
         .await?
         .ok_or_else(|| not_found(&id))?;
-    let mut body = status_json(&instance, query.show_input.unwrap_or(true));
+    let mut body = InstanceStatus::new(&instance, query.show_input.unwrap_or(true));
     if query.show_history.unwrap_or(false) {
-        let history: Vec<Value> = state
-            .store
-            .journal(&id)
-            .await?
-            .into_iter()
-            .map(|(entry, at)| {
-                let mut event = match entry {
-                    Entry::Call(call) => serde_json::to_value(call).unwrap_or(Value::Null),
-                    Entry::Event(event) => serde_json::to_value(event).unwrap_or(Value::Null),
-                };
-                event["timestamp"] = time(at);
-                event
-            })
-            .collect();
-        body["historyEvents"] = Value::Array(history);
+        let journal = state.store.journal(&id).await?;
+        body.history_events = Some(
+            journal
+                .into_iter()
+                .map(|(entry, at)| HistoryEvent::new(entry, at))
+                .collect(),
+        );
     }
     let status = if instance.status.is_finished() {
         StatusCode::OK
@@ -242,9 +179,9 @@ pub async fn list(
     let mut page = state.store.list_instances(&filter, top + 1, after).await?;
     let more = page.len() > top;
     page.truncate(top);
-    let body: Vec<Value> = page
+    let body: Vec<InstanceStatus> = page
         .iter()
-        .map(|i| status_json(i, query.show_input.unwrap_or(true)))
+        .map(|i| InstanceStatus::new(i, query.show_input.unwrap_or(true)))
         .collect();
     let mut response = Json(body).into_response();
     if more {
@@ -310,7 +247,10 @@ pub async fn purge(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     match state.orchestrator.manage(&id, Operation::Purge).await? {
-        Change::Done => Ok(Json(json!({"instancesDeleted": 1})).into_response()),
+        Change::Done => Ok(Json(Purged {
+            instances_deleted: 1,
+        })
+        .into_response()),
         Change::NotFound => Err(not_found(&id)),
         _ => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -326,5 +266,8 @@ pub async fn purge_matching(
 ) -> Result<Response, ApiError> {
     let filter = filter_of(&query)?;
     let deleted = state.store.purge_matching(&filter).await?;
-    Ok(Json(json!({"instancesDeleted": deleted})).into_response())
+    Ok(Json(Purged {
+        instances_deleted: deleted,
+    })
+    .into_response())
 }

@@ -5,6 +5,7 @@ mod body;
 mod components;
 mod error;
 mod health;
+mod instance_body;
 mod instances;
 mod orchestrators;
 mod runs;

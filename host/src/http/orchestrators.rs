@@ -11,7 +11,8 @@ use axum::Json;
 use serde_json::json;
 
 use super::body::json_body;
-use super::instances::{base_url, change_response, instance_urls};
+use super::instance_body::InstanceUrls;
+use super::instances::{base_url, change_response};
 use super::{ApiError, AppState};
 use crate::registry::RouteTarget;
 
@@ -78,12 +79,10 @@ async fn start_instance(
         .orchestrator
         .start_instance(name, instance_id, input)
         .await?;
-    let urls = instance_urls(&base_url(headers), &id);
-    let mut response = (StatusCode::ACCEPTED, Json(urls.clone())).into_response();
-    if let Some(location) = urls["statusQueryGetUri"]
-        .as_str()
-        .and_then(|u| HeaderValue::from_str(u).ok())
-    {
+    let urls = InstanceUrls::new(&base_url(headers), &id);
+    let location = HeaderValue::from_str(&urls.status_query_get_uri).ok();
+    let mut response = (StatusCode::ACCEPTED, Json(urls)).into_response();
+    if let Some(location) = location {
         response.headers_mut().insert(LOCATION, location);
     }
     Ok(response)

@@ -1,0 +1,172 @@
+//! The bodies of the management API's answers, as types: one place says what
+//! a caller gets, in the Durable Functions shapes, with one time format
+//! (RFC 3339, UTC, milliseconds).
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use crate::core::journal::{Call, Entry, Event};
+use crate::store::InstanceRecord;
+
+pub(super) const PREFIX: &str = "/runtime/webhooks/durabletask/instances";
+
+/// Milliseconds since the epoch, written as `2026-01-01T00:00:00.000Z`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timestamp(pub i64);
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match DateTime::<Utc>::from_timestamp_millis(self.0) {
+            Some(t) => serializer.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true)),
+            None => serializer.serialize_none(),
+        }
+    }
+}
+
+/// The management URLs of one instance (the answer to a start).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct InstanceUrls {
+    pub id: String,
+    pub status_query_get_uri: String,
+    pub send_event_post_uri: String,
+    pub terminate_post_uri: String,
+    pub suspend_post_uri: String,
+    pub resume_post_uri: String,
+    pub purge_history_delete_uri: String,
+}
+
+impl InstanceUrls {
+    /// `base` is `scheme://host` of the request.
+    pub fn new(base: &str, id: &str) -> Self {
+        let instance = format!("{base}{PREFIX}/{}", urlencode(id));
+        Self {
+            id: id.to_string(),
+            send_event_post_uri: format!("{instance}/raiseEvent/{{eventName}}"),
+            terminate_post_uri: format!("{instance}/terminate?reason={{text}}"),
+            suspend_post_uri: format!("{instance}/suspend?reason={{text}}"),
+            resume_post_uri: format!("{instance}/resume?reason={{text}}"),
+            purge_history_delete_uri: instance.clone(),
+            status_query_get_uri: instance,
+        }
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// An instance's status.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct InstanceStatus {
+    pub name: String,
+    pub instance_id: String,
+    pub runtime_status: &'static str,
+    pub custom_status: Value,
+    pub output: Value,
+    pub created_time: Timestamp,
+    pub last_updated_time: Timestamp,
+    pub component_digest: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_events: Option<Vec<HistoryEvent>>,
+}
+
+impl InstanceStatus {
+    pub fn new(instance: &InstanceRecord, show_input: bool) -> Self {
+        Self {
+            name: instance.name.clone(),
+            instance_id: instance.id.clone(),
+            runtime_status: instance.status.as_str(),
+            custom_status: parse_json(instance.custom_status.as_deref()),
+            output: parse_json(instance.output.as_deref()),
+            created_time: Timestamp(instance.created_at),
+            last_updated_time: Timestamp(instance.updated_at),
+            component_digest: instance.component_digest.clone(),
+            input: show_input.then(|| parse_json(Some(&instance.input))),
+            history_events: None,
+        }
+    }
+}
+
+/// A journal entry as history: the call's or event's own fields (tagged
+/// `call` or `event`) and when it was recorded.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct HistoryEvent {
+    #[serde(flatten)]
+    pub entry: HistoryEntry,
+    pub timestamp: Timestamp,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub(super) enum HistoryEntry {
+    Call(Call),
+    Event(Event),
+}
+
+impl HistoryEvent {
+    pub fn new(entry: Entry, at: i64) -> Self {
+        let entry = match entry {
+            Entry::Call(call) => HistoryEntry::Call(call),
+            Entry::Event(event) => HistoryEntry::Event(event),
+        };
+        Self {
+            entry,
+            timestamp: Timestamp(at),
+        }
+    }
+}
+
+/// The answer to a purge.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Purged {
+    pub instances_deleted: u64,
+}
+
+/// Stored payloads are JSON text; one that is not (never written by this
+/// host, but possible in an old store) is shown as a string, not lost.
+fn parse_json(text: Option<&str>) -> Value {
+    text.map_or(Value::Null, |t| {
+        serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_string()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_time_format_and_escaped_ids() -> Result<(), serde_json::Error> {
+        assert_eq!(
+            serde_json::to_value(Timestamp(1_700_000_000_123))?,
+            "2023-11-14T22:13:20.123Z"
+        );
+        let urls = serde_json::to_value(InstanceUrls::new("http://h", "a b:c"))?;
+        assert_eq!(
+            urls["statusQueryGetUri"],
+            "http://h/runtime/webhooks/durabletask/instances/a%20b:c"
+        );
+        assert_eq!(
+            urls["sendEventPostUri"],
+            "http://h/runtime/webhooks/durabletask/instances/a%20b:c/raiseEvent/{eventName}"
+        );
+        let event = HistoryEvent::new(Entry::Event(Event::TimerFired { task: 3 }), 0);
+        let event = serde_json::to_value(event)?;
+        assert_eq!(event["event"], "timer_fired");
+        assert_eq!(event["task"], 3);
+        assert_eq!(event["timestamp"], "1970-01-01T00:00:00.000Z");
+        Ok(())
+    }
+}
