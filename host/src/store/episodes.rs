@@ -1,10 +1,11 @@
 //! An instance's journal and inbox as an episode reads them, and committing
 //! an episode's effects.
 
+use rusqlite::{params, Connection};
 use sqlx::Row;
 
 use super::apply::{Applied, Target};
-use super::group_commit::{Write, Written};
+use super::group_commit::{Read, ReadOut, Write, Written};
 use super::instances::from_json;
 use super::{Store, StoreError};
 use crate::core::effects::Effect;
@@ -14,37 +15,22 @@ use crate::core::lifecycle::arrivals::Arrival;
 impl Store {
     /// The current execution's journal, in order, with each row's time.
     pub async fn journal(&self, id: &str) -> Result<Vec<(Entry, i64)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT entry, recorded_at FROM journal WHERE instance_id = ? ORDER BY seq",
-        )
-        .bind(id)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    from_json(&r.try_get::<String, _>("entry")?, "journal entry")?,
-                    r.try_get("recorded_at")?,
-                ))
-            })
-            .collect()
+        match self.committer().read(Read::Journal(id.to_string())).await? {
+            ReadOut::Journal(journal) => Ok(journal),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Inbox rows visible now, oldest first, with the execution each is for.
     pub async fn visible_inbox(&self, id: &str, now: i64) -> Result<Vec<Arrival>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, execution, event FROM inbox WHERE instance_id = ? AND visible_at <= ? ORDER BY id",
-        )
-        .bind(id)
-        .bind(now)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let event: Event = from_json(&r.try_get::<String, _>("event")?, "inbox event")?;
-                Ok((r.try_get("id")?, r.try_get("execution")?, event))
-            })
-            .collect()
+        let read = Read::Inbox {
+            instance: id.to_string(),
+            now,
+        };
+        match self.committer().read(read).await? {
+            ReadOut::Inbox(arrivals) => Ok(arrivals),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Commits an episode's effects if the instance is still in the execution
@@ -85,4 +71,39 @@ impl Store {
         .await?;
         rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
     }
+}
+
+fn unexpected(out: ReadOut) -> StoreError {
+    StoreError::Write(format!("the committer answered another read: {out:?}"))
+}
+
+pub(super) fn journal(connection: &Connection, id: &str) -> Result<Vec<(Entry, i64)>, StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT entry, recorded_at FROM journal WHERE instance_id = ? ORDER BY seq",
+    )?;
+    let mut rows = statement.query([id])?;
+    let mut journal = Vec::new();
+    while let Some(row) = rows.next()? {
+        let entry: String = row.get(0)?;
+        journal.push((from_json(&entry, "journal entry")?, row.get(1)?));
+    }
+    Ok(journal)
+}
+
+pub(super) fn visible_inbox(
+    connection: &Connection,
+    id: &str,
+    now: i64,
+) -> Result<Vec<Arrival>, StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT id, execution, event FROM inbox WHERE instance_id = ? AND visible_at <= ? ORDER BY id",
+    )?;
+    let mut rows = statement.query(params![id, now])?;
+    let mut arrivals = Vec::new();
+    while let Some(row) = rows.next()? {
+        let event: String = row.get(2)?;
+        let event: Event = from_json(&event, "inbox event")?;
+        arrivals.push((row.get(0)?, row.get(1)?, event));
+    }
+    Ok(arrivals)
 }

@@ -18,10 +18,13 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{apply, create, Applied, Target};
+use super::episodes::{journal, visible_inbox};
 use super::instances::{inbox_size, load, task_pending, Loaded};
 use super::{now_ms, StoreError};
 use crate::core::effects::Effect;
 use crate::core::instance::NewInstance;
+use crate::core::journal::Entry;
+use crate::core::lifecycle::arrivals::Arrival;
 use crate::core::lifecycle::task_done::{self, Attempt, Settled};
 use crate::core::lifecycle::{purge, raise, resume, suspend, terminate, Change, Decision};
 use crate::core::limits::{LimitError, Limits};
@@ -64,9 +67,28 @@ pub enum Write {
         instance: String,
         op: Operation,
     },
-    /// Not a write: the instance read in the writer's order, so it reflects
-    /// every write committed before.
-    Load(String),
+}
+
+/// A read on the writer's connection, answered once the writes queued
+/// before it are committed: it sees every write acknowledged before it, and
+/// an episode's reads cost no hand-off to another connection.
+#[derive(Debug)]
+pub enum Read {
+    Instance(String),
+    /// The current execution's journal, in order.
+    Journal(String),
+    /// Inbox rows visible at `now`, oldest first.
+    Inbox {
+        instance: String,
+        now: i64,
+    },
+}
+
+#[derive(Debug)]
+pub enum ReadOut {
+    Instance(Option<Loaded>),
+    Journal(Vec<(Entry, i64)>),
+    Inbox(Vec<Arrival>),
 }
 
 /// What a write did.
@@ -80,7 +102,6 @@ pub enum Written {
     Start(Option<Applied>),
     Raise(Result<Change, LimitError>, Applied),
     Manage(Change, Applied),
-    Loaded(Option<Loaded>),
 }
 
 /// What became of a task's result.
@@ -95,6 +116,7 @@ type Reply = oneshot::Sender<Result<Written, StoreError>>;
 
 enum Job {
     Write(Write, Reply),
+    Read(Read, oneshot::Sender<Result<ReadOut, StoreError>>),
     /// Commit what came before, close the connection, then answer.
     Close(oneshot::Sender<()>),
 }
@@ -147,6 +169,16 @@ impl Committer {
             .map_err(|_| StoreError::Write("the store's writer stopped".into()))?
     }
 
+    pub async fn read(&self, read: Read) -> Result<ReadOut, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job::Read(read, reply))
+            .map_err(|_| StoreError::Write("the store is closed".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Write("the store's writer stopped".into()))?
+    }
+
     /// Queues every write at once (so they share transactions), then waits
     /// for each answer, in order.
     pub async fn commit_all(&self, writes: Vec<Write>) -> Vec<Result<Written, StoreError>> {
@@ -185,27 +217,41 @@ impl Committer {
     }
 }
 
+/// What the writer took off its queue at once.
+#[derive(Default)]
+struct Taken {
+    writes: Vec<(Write, Reply)>,
+    reads: Vec<(Read, oneshot::Sender<Result<ReadOut, StoreError>>)>,
+    close: Option<oneshot::Sender<()>>,
+}
+
+impl Taken {
+    fn add(&mut self, job: Job) {
+        match job {
+            Job::Write(write, reply) => self.writes.push((write, reply)),
+            Job::Read(read, reply) => self.reads.push((read, reply)),
+            Job::Close(reply) => self.close = Some(reply),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.close.is_some() || self.writes.len() + self.reads.len() >= MAX_BATCH
+    }
+}
+
 fn write_loop(mut connection: Connection, mut queue: mpsc::UnboundedReceiver<Job>, stats: &Stats) {
     while let Some(job) = queue.blocking_recv() {
-        let mut batch = Vec::new();
-        let mut close = None;
-        match job {
-            Job::Write(write, reply) => batch.push((write, reply)),
-            Job::Close(reply) => close = Some(reply),
-        }
-        while close.is_none() && batch.len() < MAX_BATCH {
+        let mut taken = Taken::default();
+        taken.add(job);
+        while !taken.is_full() {
             match queue.try_recv() {
-                Ok(Job::Write(write, reply)) => batch.push((write, reply)),
-                Ok(Job::Close(reply)) => close = Some(reply),
+                Ok(job) => taken.add(job),
                 Err(_) => break,
             }
         }
         // Reads are answered after the batch commits, so they see it whole.
-        let (loads, batch): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .partition(|(write, _)| matches!(write, Write::Load(_)));
-        if !batch.is_empty() {
-            let (writes, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        if !taken.writes.is_empty() {
+            let (writes, replies): (Vec<_>, Vec<_>) = taken.writes.into_iter().unzip();
             let count = writes.len() as u64;
             let results = write_batch(&mut connection, writes);
             stats.writes.fetch_add(count, Ordering::Relaxed);
@@ -214,10 +260,10 @@ fn write_loop(mut connection: Connection, mut queue: mpsc::UnboundedReceiver<Job
                 let _ = reply.send(result);
             }
         }
-        for (read, reply) in loads {
-            let _ = reply.send(write_one(&connection, read, 0));
+        for (read, reply) in taken.reads {
+            let _ = reply.send(read_one(&connection, read));
         }
-        if let Some(reply) = close {
+        if let Some(reply) = taken.close {
             queue.close();
             drop(connection);
             let _ = reply.send(());
@@ -385,7 +431,6 @@ fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Written, StoreEr
                 Err(refused) => Ok(Written::Raise(Err(refused), Applied::default())),
             }
         }
-        Write::Load(id) => Ok(Written::Loaded(load(tx, &id)?)),
         Write::Manage { instance, op } => {
             let current = load(tx, &instance)?;
             let state = current.as_ref().map(|c| &c.state);
@@ -399,6 +444,14 @@ fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Written, StoreEr
             Ok(Written::Manage(change, applied))
         }
     }
+}
+
+fn read_one(connection: &Connection, read: Read) -> Result<ReadOut, StoreError> {
+    Ok(match read {
+        Read::Instance(id) => ReadOut::Instance(load(connection, &id)?),
+        Read::Journal(id) => ReadOut::Journal(journal(connection, &id)?),
+        Read::Inbox { instance, now } => ReadOut::Inbox(visible_inbox(connection, &instance, now)?),
+    })
 }
 
 fn decide_and_apply(
