@@ -123,8 +123,11 @@ impl Orchestrator {
                     this.instances.release(&id);
                     return;
                 }
+                // Boxed: an instance queued for a permit then costs a small
+                // task, not the whole episode's state (a burst of 100,000
+                // starts queues 100,000 of them).
                 let ran = match this.episodes.acquire().await {
-                    Ok(_permit) => episode::run(&this, &id).await,
+                    Ok(_permit) => Box::pin(episode::run(&this, &id)).await,
                     Err(_) => return,
                 };
                 match ran {
