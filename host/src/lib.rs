@@ -3,15 +3,15 @@
 //! Data flows one way: HTTP → registry lookup → runs/agents → store. The store
 //! never calls up; guests reach the host only through their imports.
 
-pub mod agents;
+pub(crate) mod agents;
 pub mod cli;
-pub mod core;
-pub mod durable;
-pub mod http;
-pub mod model;
-pub mod registry;
-pub mod runs;
+pub(crate) mod core;
+pub(crate) mod durable;
+pub(crate) mod http;
+pub(crate) mod model;
+pub(crate) mod registry;
+pub(crate) mod runs;
 pub mod runtime;
 pub mod server;
-pub mod store;
-pub mod workers;
+pub(crate) mod store;
+pub(crate) mod workers;

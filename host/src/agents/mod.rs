@@ -88,10 +88,6 @@ impl AgentRunner {
         }
     }
 
-    pub fn model(&self) -> &ModelClient {
-        &self.model
-    }
-
     /// Runs (or resumes) one stored run to its answer.
     pub async fn run(
         &self,

@@ -10,6 +10,9 @@ pub use super::retry::RetryPolicy;
 /// sessions) replay the value recorded the first time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "call", rename_all = "snake_case")]
+// The names are the journal's stored tags (`call_agent`, …): renaming them
+// would orphan every journal already written.
+#[allow(clippy::enum_variant_names)]
 pub enum Call {
     CallAgent {
         agent: String,
@@ -97,6 +100,8 @@ impl Call {
 /// Something that happened to an instance, delivered through its inbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+// `event_raised` is a stored tag, like `Call`'s.
+#[allow(clippy::enum_variant_names)]
 pub enum Event {
     TaskCompleted { task: u32, result: String },
     TaskFailed { task: u32, error: String },

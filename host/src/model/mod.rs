@@ -9,8 +9,8 @@ mod offline;
 mod openai;
 mod settings;
 
-pub use crate::core::chat::{ChatMessage, FunctionCall, Role, ToolCall, ToolSpec, Usage};
-pub use settings::{ModelSettings, SettingsError};
+pub use crate::core::chat::{ChatMessage, Role, ToolCall, ToolSpec, Usage};
+pub use settings::ModelSettings;
 
 use std::time::Duration;
 

@@ -50,10 +50,6 @@ impl Runs {
         })
     }
 
-    pub fn runner(&self) -> &AgentRunner {
-        &self.runner
-    }
-
     /// Stores the run, then schedules it. Once this returns, the run survives a crash.
     pub async fn submit(self: &Arc<Self>, run: NewRun) -> Result<RunRecord, StoreError> {
         let record = self.store.enqueue_run(&run, self.session_ttl).await?;

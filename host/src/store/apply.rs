@@ -35,13 +35,6 @@ pub struct Applied {
     pub wake: Vec<String>,
 }
 
-impl Applied {
-    pub fn merge(&mut self, other: Applied) {
-        self.tasks.extend(other.tasks);
-        self.wake.extend(other.wake);
-    }
-}
-
 /// Changes to the target's own row, written by one statement.
 #[derive(Default)]
 struct RowUpdate {

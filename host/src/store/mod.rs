@@ -20,7 +20,6 @@ pub use instances::{InstanceFilter, InstanceRecord, Loaded};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use sqlite::Store;
 pub use tasks::TaskRow;
-pub use versions::StoredVersion;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
