@@ -1,12 +1,39 @@
 use std::io::IsTerminal;
+use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use agenthost::cli::{Cli, Command};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
+    quiet_error_backtraces();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run())
+}
+
+/// An orchestration that awaits unfinished work is stopped through a host
+/// error (wasmtime's `anyhow::Error`), once per episode. With
+/// `RUST_BACKTRACE=1` in the environment each of those would capture a host
+/// backtrace, a tenth of a step's time. Panics still print theirs; set
+/// `RUST_LIB_BACKTRACE=1` to have errors capture them too.
+fn quiet_error_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // Sound: no other thread exists yet.
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
+}
+
+async fn run() -> ExitCode {
     let filter = EnvFilter::try_from_env("AGENTHOST_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,wasmtime=warn,cranelift_codegen=warn"));
     tracing_subscriber::fmt()
@@ -20,11 +47,11 @@ async fn main() -> std::process::ExitCode {
         Command::Inspect { file } => agenthost::server::inspect(&file).await,
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
