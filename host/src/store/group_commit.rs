@@ -160,19 +160,20 @@ impl Committer {
     }
 
     pub async fn commit(&self, write: Write) -> Result<Written, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job::Write(write, reply))
-            .map_err(|_| StoreError::Write("the store is closed".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Write("the store's writer stopped".into()))?
+        self.ask(|reply| Job::Write(write, reply)).await
     }
 
     pub async fn read(&self, read: Read) -> Result<ReadOut, StoreError> {
+        self.ask(|reply| Job::Read(read, reply)).await
+    }
+
+    async fn ask<T>(
+        &self,
+        job: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Job,
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .send(Job::Read(read, reply))
+            .send(job(reply))
             .map_err(|_| StoreError::Write("the store is closed".into()))?;
         answer
             .await
