@@ -123,6 +123,46 @@ async fn two_waits_for_one_event_name_take_two_events() {
     assert_eq!(done["output"], json!([1, 2]), "{done}");
 }
 
+/// Events reach a hot instance in memory, also while its episode runs: none
+/// may be lost or taken twice, and each raiser's events keep their order.
+#[tokio::test(flavor = "multi_thread")]
+async fn events_raised_at_a_busy_hot_instance_are_each_taken_once_in_order() {
+    const RAISERS: u32 = 8;
+    const EACH: u32 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let host = std::sync::Arc::new(engine(dir.path(), &[]).start());
+    let id = start(&host, "collect", &json!({"n": RAISERS * EACH})).await;
+    let raisers: Vec<_> = (0..RAISERS)
+        .map(|r| {
+            let (host, id) = (host.clone(), id.clone());
+            tokio::spawn(async move {
+                for i in 0..EACH {
+                    assert_eq!(raise(&host, &id, "item", &json!(r * EACH + i)).await, 202);
+                }
+            })
+        })
+        .collect();
+    for raiser in raisers {
+        raiser.await.unwrap();
+    }
+    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+    let items: Vec<u32> = serde_json::from_value(done["output"].clone()).expect("a list");
+    let mut sorted = items.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (0..RAISERS * EACH).collect::<Vec<_>>(),
+        "each event once"
+    );
+    for r in 0..RAISERS {
+        let mine: Vec<u32> = items.iter().copied().filter(|i| i / EACH == r).collect();
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "raiser {r} out of order: {mine:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_over_its_history_limit_fails_with_a_clear_reason_and_the_host_stays_healthy() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,8 @@
 //! One episode of an instance: sort its inbox, replay its code against the
 //! journal and the new events, ask the core what that means, commit it.
 
+use std::collections::HashSet;
+
 use super::hot::HotInstance;
 use super::Orchestrator;
 use crate::core::effects::Effect;
@@ -11,19 +13,21 @@ use crate::core::lifecycle::episode_end::{self, Ending, Episode};
 use crate::core::replay::Replay;
 use crate::registry::VersionError;
 use crate::runtime::{EpisodeEnd, LoadedComponent};
-use crate::store::{now_ms, Applied, StoreError, Target};
+use crate::store::{now_ms, Applied, Image, InboxRow, StoreError, Target};
 
 /// Runs an episode if the instance has work; returns what to dispatch.
 pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Applied, StoreError> {
     // A hot image made stale by a management operation is refused by the
-    // commit; the episode then runs once more on the store's state.
+    // commit, and one with nothing to do is not trusted: the episode then
+    // runs once more on the store's state.
     if let Some(applied) = run_once(orchestrator, id, true).await? {
         return Ok(applied);
     }
     Ok(run_once(orchestrator, id, false).await?.unwrap_or_default())
 }
 
-/// `None` when the hot image the episode ran on was stale.
+/// `None` when the hot image the episode ran on was stale, or had nothing
+/// to do.
 async fn run_once(
     orchestrator: &Orchestrator,
     id: &str,
@@ -32,25 +36,32 @@ async fn run_once(
     let store = &orchestrator.store;
     // A hot instance is held by this episode alone (one episode per instance
     // at a time); it goes back only if what the episode decided is committed.
-    let cached = if use_hot {
-        orchestrator.hot.take(id)
-    } else {
-        None
-    };
+    // Claimed before any read, so rows committed after the read are kept.
+    let mut claim = orchestrator.hot.claim(id);
+    let cached = claim.image.take().filter(|_| use_hot);
     let was_hot = cached.is_some();
     let hot = match cached {
         Some(hot) => hot,
         None => {
-            let Some(loaded) = store.load(id).await? else {
+            let Some(Image {
+                loaded,
+                journal,
+                inbox,
+            }) = store.image(id).await?
+            else {
                 return Ok(Some(Applied::default()));
             };
             if !loaded.state.status.is_active() {
                 return Ok(Some(Applied::default()));
             }
-            let journal = store.journal(id).await?;
-            HotInstance { loaded, journal }
+            HotInstance {
+                loaded,
+                journal,
+                inbox,
+            }
         }
     };
+    let read: HashSet<i64> = hot.inbox.iter().map(|row| row.id).collect();
     let state = hot.loaded.state.clone();
     let target = Target {
         id: id.to_string(),
@@ -59,23 +70,32 @@ async fn run_once(
         digest: hot.loaded.digest.clone(),
     };
     let now = now_ms();
-    let sorted = arrivals::decide(&state, store.visible_inbox(id, now).await?);
+    let visible = hot.inbox.iter().filter(|row| row.visible_at <= now);
+    let sorted = arrivals::decide(&state, visible.map(InboxRow::arrival).collect());
     if !sorted.stale.is_empty() {
         tracing::info!(instance_id = %id, execution = state.execution, dropped = sorted.stale.len(), "dropped results addressed to an older execution");
     }
     let mut consumed: Vec<i64> = sorted.taken.iter().map(|(row, _)| *row).collect();
     consumed.extend(&sorted.stale);
     if sorted.taken.is_empty() && state.status == RuntimeStatus::Running {
+        // Woken with nothing to take (the wake came after an earlier episode
+        // took the rows): the store is asked once rather than the image
+        // trusted, so an image can never leave an instance waiting for a
+        // row it missed.
+        if was_hot && consumed.is_empty() {
+            return Ok(None);
+        }
         let applied = if consumed.is_empty() {
             Some(Applied::default())
         } else {
-            store
-                .commit_episode(target, vec![Effect::ConsumeInbox(consumed)])
-                .await?
+            let consume = vec![Effect::ConsumeInbox(consumed.clone())];
+            store.commit_episode(target, consume).await?
         };
         return Ok(match applied {
             Some(applied) => {
-                orchestrator.hot.put(id.to_string(), hot);
+                if let Some(next) = hot.after(&[Effect::ConsumeInbox(consumed)]) {
+                    claim.put(next, &read);
+                }
                 Some(applied)
             }
             None if was_hot => None,
@@ -145,7 +165,7 @@ async fn run_once(
     Ok(match store.commit_episode(target, effects).await? {
         Some(applied) => {
             if let Some(next) = next {
-                orchestrator.hot.put(id.to_string(), next);
+                claim.put(next, &read);
             }
             Some(applied)
         }

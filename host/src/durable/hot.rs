@@ -1,10 +1,17 @@
-//! Hot instances: the state and journal of instances that ran recently, kept
-//! in memory under a byte budget so that their next episode reads nothing but
-//! their inbox. The store stays the write-ahead log: an entry is only ever
-//! the image of rows already committed, and dropping one (eviction, a
-//! management operation, a commit that did not apply) costs a read, never
+//! Hot instances: the state, journal and inbox of instances that ran
+//! recently, kept in memory under a byte budget so that their next episode
+//! reads nothing from the store. The store stays the write-ahead log: an
+//! image only ever holds rows already committed, and dropping one (eviction,
+//! a management operation, a commit that did not apply) costs a read, never
 //! correctness.
+//!
+//! Inbox rows reach an image from the store's writer thread, right after the
+//! batch that wrote them commits and before anything later is read or written
+//! (see [`crate::store::InboxSink`]). An instance whose episode is under way
+//! (it is *claimed*) collects them aside; they join its image when the
+//! episode puts it back, unless the episode had read them already.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use lru::LruCache;
@@ -12,13 +19,22 @@ use lru::LruCache;
 use crate::core::effects::Effect;
 use crate::core::instance::RuntimeStatus;
 use crate::core::journal::Entry;
-use crate::store::Loaded;
+use crate::store::{InboxRow, Loaded};
 
-/// One instance's committed state and journal.
+/// One instance's committed state, journal and unconsumed inbox rows.
 #[derive(Debug, Clone)]
 pub(super) struct HotInstance {
     pub loaded: Loaded,
     pub journal: Vec<(Entry, i64)>,
+    /// Oldest first, timers not yet due included.
+    pub inbox: Vec<InboxRow>,
+}
+
+/// What one inbox row costs in memory beyond its payload.
+const ROW_OVERHEAD: usize = 96;
+
+fn row_size(row: &InboxRow) -> usize {
+    row.event.payload_len() + ROW_OVERHEAD
 }
 
 impl HotInstance {
@@ -26,6 +42,7 @@ impl HotInstance {
         const OVERHEAD: usize = 512;
         usize::try_from(self.loaded.state.history.bytes).unwrap_or(usize::MAX)
             + self.loaded.input.len()
+            + self.inbox.iter().map(row_size).sum::<usize>()
             + OVERHEAD
     }
 
@@ -34,6 +51,10 @@ impl HotInstance {
     pub fn after(mut self, effects: &[Effect]) -> Option<Self> {
         for effect in effects {
             match effect {
+                Effect::ConsumeInbox(rows) => {
+                    let rows: HashSet<i64> = rows.iter().copied().collect();
+                    self.inbox.retain(|row| !rows.contains(&row.id));
+                }
                 Effect::Append { entries, at } => {
                     let bytes: u64 = entries.iter().map(Entry::size).sum();
                     let state = &mut self.loaded.state;
@@ -48,7 +69,7 @@ impl HotInstance {
                     }
                     self.loaded.state.status = *status;
                 }
-                Effect::NewExecution { .. } | Effect::Purge => return None,
+                Effect::NewExecution { .. } | Effect::Purge | Effect::DropPending => return None,
                 _ => {}
             }
         }
@@ -64,6 +85,19 @@ pub(super) struct HotInstances {
 struct Inner {
     entries: LruCache<String, HotInstance>,
     bytes: usize,
+    /// Rows that arrived for claimed instances while their episode ran.
+    claimed: HashMap<String, Vec<InboxRow>>,
+}
+
+impl Inner {
+    fn evict_past(&mut self, budget: usize) {
+        while self.bytes > budget {
+            match self.entries.pop_lru() {
+                Some((_, evicted)) => self.bytes = self.bytes.saturating_sub(evicted.size()),
+                None => break,
+            }
+        }
+    }
 }
 
 impl HotInstances {
@@ -74,6 +108,7 @@ impl HotInstances {
             inner: Mutex::new(Inner {
                 entries: LruCache::unbounded(),
                 bytes: 0,
+                claimed: HashMap::new(),
             }),
         }
     }
@@ -82,36 +117,48 @@ impl HotInstances {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes an instance out for an episode: only its worker holds it then.
-    pub fn take(&self, id: &str) -> Option<HotInstance> {
+    /// Claims an instance for an episode (only its worker runs one at a
+    /// time): takes its image if it is hot, and from now on collects the rows
+    /// that arrive for it. Claim before reading the instance from the store,
+    /// so that no row committed after that read is missed.
+    pub fn claim(&self, id: &str) -> Claim<'_> {
         let mut inner = self.inner();
-        let hot = inner.entries.pop(id)?;
-        inner.bytes = inner.bytes.saturating_sub(hot.size());
-        Some(hot)
+        let image = inner.entries.pop(id);
+        if let Some(image) = &image {
+            inner.bytes = inner.bytes.saturating_sub(image.size());
+        }
+        inner.claimed.insert(id.to_string(), Vec::new());
+        Claim {
+            hot: self,
+            id: id.to_string(),
+            image,
+            open: true,
+        }
     }
 
-    /// Keeps an instance hot, evicting the least recently used past the budget.
-    pub fn put(&self, id: String, hot: HotInstance) {
-        let size = hot.size();
-        if size > self.budget {
-            return;
-        }
+    /// Rows just committed to inboxes: they join hot images, or the rows
+    /// collected for claimed instances; rows of cold instances are left to
+    /// the store.
+    pub fn deliver(&self, rows: Vec<(String, InboxRow)>) {
         let mut inner = self.inner();
-        if let Some(old) = inner.entries.put(id, hot) {
-            inner.bytes = inner.bytes.saturating_sub(old.size());
-        }
-        inner.bytes += size;
-        while inner.bytes > self.budget {
-            match inner.entries.pop_lru() {
-                Some((_, evicted)) => inner.bytes = inner.bytes.saturating_sub(evicted.size()),
-                None => break,
+        for (id, row) in rows {
+            if let Some(collected) = inner.claimed.get_mut(&id) {
+                collected.push(row);
+            } else if let Some(image) = inner.entries.peek_mut(&id) {
+                let size = row_size(&row);
+                image.inbox.push(row);
+                inner.bytes += size;
             }
         }
+        inner.evict_past(self.budget);
     }
 
     /// Forgets an instance whose state changed outside its episodes.
     pub fn forget(&self, id: &str) {
-        drop(self.take(id));
+        let mut inner = self.inner();
+        if let Some(image) = inner.entries.pop(id) {
+            inner.bytes = inner.bytes.saturating_sub(image.size());
+        }
     }
 
     /// (instances, bytes) held now.
@@ -119,6 +166,52 @@ impl HotInstances {
     fn held(&self) -> (usize, usize) {
         let inner = self.inner();
         (inner.entries.len(), inner.bytes)
+    }
+}
+
+/// An instance claimed for one episode. Dropped without [`Claim::put`],
+/// it releases the instance and the rows collected for it (the store has
+/// them: the next episode reads them there).
+pub(super) struct Claim<'a> {
+    hot: &'a HotInstances,
+    id: String,
+    /// The hot image, if there was one (the episode takes it).
+    pub image: Option<HotInstance>,
+    open: bool,
+}
+
+impl Claim<'_> {
+    /// Keeps the instance hot after a committed episode that started from
+    /// the inbox rows `read`: rows collected meanwhile join the image unless
+    /// the episode had read them already.
+    pub fn put(mut self, mut image: HotInstance, read: &HashSet<i64>) {
+        self.open = false;
+        let mut inner = self.hot.inner();
+        let collected = inner.claimed.remove(&self.id).unwrap_or_default();
+        let present: HashSet<i64> = image.inbox.iter().map(|row| row.id).collect();
+        image.inbox.extend(
+            collected
+                .into_iter()
+                .filter(|row| !read.contains(&row.id) && !present.contains(&row.id)),
+        );
+        image.inbox.sort_by_key(|row| row.id);
+        let size = image.size();
+        if size > self.hot.budget {
+            return;
+        }
+        if let Some(old) = inner.entries.put(self.id.clone(), image) {
+            inner.bytes = inner.bytes.saturating_sub(old.size());
+        }
+        inner.bytes += size;
+        inner.evict_past(self.hot.budget);
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.hot.inner().claimed.remove(&self.id);
+        }
     }
 }
 
@@ -145,19 +238,67 @@ mod tests {
                 created_at: 0,
             },
             journal: Vec::new(),
+            inbox: Vec::new(),
         }
+    }
+
+    fn row(id: i64) -> InboxRow {
+        InboxRow {
+            id,
+            execution: 1,
+            event: Event::TimerFired { task: 0 },
+            visible_at: 0,
+        }
+    }
+
+    fn put(hot_instances: &HotInstances, id: &str, image: HotInstance) {
+        hot_instances.claim(id).put(image, &HashSet::new());
+    }
+
+    fn inbox_of(hot_instances: &HotInstances, id: &str) -> Option<Vec<i64>> {
+        let image = hot_instances.claim(id).image.take()?;
+        Some(image.inbox.iter().map(|r| r.id).collect())
     }
 
     #[test]
     fn the_least_recently_used_are_evicted_past_the_budget() {
         let hot_instances = HotInstances::new(3 * 1_512);
         for id in ["a", "b", "c", "d"] {
-            hot_instances.put(id.into(), hot(id, 1_000));
+            put(&hot_instances, id, hot(id, 1_000));
         }
         assert_eq!(hot_instances.held(), (3, 3 * 1_512));
-        assert!(hot_instances.take("a").is_none(), "the oldest went first");
-        assert!(hot_instances.take("d").is_some());
+        assert!(
+            inbox_of(&hot_instances, "a").is_none(),
+            "the oldest went first"
+        );
+        assert!(inbox_of(&hot_instances, "d").is_some());
         assert_eq!(hot_instances.held(), (2, 2 * 1_512));
+    }
+
+    #[test]
+    fn committed_rows_reach_hot_and_claimed_instances_once() {
+        let hot_instances = HotInstances::new(1 << 20);
+        put(&hot_instances, "hot", hot("hot", 0));
+        hot_instances.deliver(vec![("hot".into(), row(1)), ("cold".into(), row(2))]);
+        assert_eq!(inbox_of(&hot_instances, "hot"), Some(vec![1]));
+        assert_eq!(inbox_of(&hot_instances, "cold"), None, "left to the store");
+
+        // An episode read rows 3 and 4 (say from the store, cold); 4 and 5
+        // were committed after it claimed the instance.
+        let claim = hot_instances.claim("a");
+        hot_instances.deliver(vec![("a".into(), row(4)), ("a".into(), row(5))]);
+        let mut image = hot("a", 0);
+        image.inbox = vec![row(4)]; // 3 consumed, 4 not yet visible
+        claim.put(image, &HashSet::from([3, 4]));
+        assert_eq!(inbox_of(&hot_instances, "a"), Some(vec![4, 5]));
+
+        // A claim given up forgets what it collected: the store has it.
+        let claim = hot_instances.claim("b");
+        hot_instances.deliver(vec![("b".into(), row(6))]);
+        drop(claim);
+        hot_instances.deliver(vec![("b".into(), row(7))]);
+        assert_eq!(inbox_of(&hot_instances, "b"), None);
+        assert!(hot_instances.inner().claimed.is_empty());
     }
 
     #[test]

@@ -43,8 +43,8 @@ pub struct Orchestrator {
     pub(super) runs: Arc<Runs>,
     pub(super) config: OrchestratorConfig,
     instances: KeyedWorkers<String>,
-    /// State and journals of recently run instances.
-    pub(super) hot: HotInstances,
+    /// State, journals and inboxes of recently run instances.
+    pub(super) hot: Arc<HotInstances>,
     /// (instance, execution, task) of every task running in this process.
     tasks_in_flight: Mutex<HashSet<(String, i64, u32)>>,
     /// Bounds episodes running at once, so a burst of thousands of instances
@@ -63,13 +63,16 @@ impl Orchestrator {
         runs: Arc<Runs>,
         config: OrchestratorConfig,
     ) -> Arc<Self> {
+        let hot = Arc::new(HotInstances::new(config.hot_budget_bytes));
+        let sink = hot.clone();
+        store.on_inbox_rows(Arc::new(move |rows| sink.deliver(rows)));
         Arc::new(Self {
             store,
             registry,
             runtime,
             runs,
             instances: KeyedWorkers::default(),
-            hot: HotInstances::new(config.hot_budget_bytes),
+            hot,
             config,
             tasks_in_flight: Mutex::new(HashSet::new()),
             episodes: tokio::sync::Semaphore::new(MAX_CONCURRENT_EPISODES),

@@ -5,6 +5,7 @@
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, Connection};
 
+use super::episodes::InboxRow;
 use super::instances::{load, to_json};
 use super::{StoreError, TaskRow};
 use crate::core::effects::Effect;
@@ -33,6 +34,9 @@ pub struct Applied {
     pub tasks: Vec<TaskRow>,
     /// Instances with something new in their inbox, or just created.
     pub wake: Vec<String>,
+    /// Inbox rows written, by instance: the committer hands them to the
+    /// hot instances once committed, then empties this.
+    pub posted: Vec<(String, InboxRow)>,
 }
 
 /// Changes to the target's own row, written by one statement.
@@ -110,7 +114,7 @@ pub(super) fn apply(
                                 task: parent.task,
                                 error: format!("instance {} already exists", new.id),
                             };
-                            push_inbox(tx, &parent.id, parent.execution, &event, now)?;
+                            push_inbox(tx, &mut applied, &parent.id, parent.execution, event, now)?;
                             applied.wake.push(parent.id.clone());
                         }
                     }
@@ -122,9 +126,10 @@ pub(super) fn apply(
             Effect::ArmTimer { task, fire_at } => {
                 push_inbox(
                     tx,
+                    &mut applied,
                     &target.id,
                     target.execution,
-                    &Event::TimerFired { task },
+                    Event::TimerFired { task },
                     fire_at,
                 )?;
             }
@@ -133,7 +138,7 @@ pub(super) fn apply(
                 execution,
                 event,
             } => {
-                push_inbox(tx, &instance, execution, &event, now)?;
+                push_inbox(tx, &mut applied, &instance, execution, event, now)?;
                 applied.wake.push(instance);
             }
             Effect::SetStatus {
@@ -174,8 +179,8 @@ pub(super) fn apply(
                      history_bytes = 0, component_digest = COALESCE(?, component_digest) WHERE id = ?",
                 )?
                 .execute(params![input, next, digest, target.id])?;
-                for event in &carried {
-                    push_inbox(tx, &target.id, next, event, now)?;
+                for event in carried {
+                    push_inbox(tx, &mut applied, &target.id, next, event, now)?;
                 }
                 applied.wake.push(target.id.clone());
             }
@@ -188,7 +193,7 @@ pub(super) fn apply(
                 }
             }
             Effect::NotifyParent { parent, event } => {
-                push_inbox(tx, &parent.id, parent.execution, &event, now)?;
+                push_inbox(tx, &mut applied, &parent.id, parent.execution, event, now)?;
                 applied.wake.push(parent.id);
             }
             Effect::FinishTask { task } => {
@@ -302,17 +307,25 @@ pub(super) fn purge(tx: &Connection, id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-pub(super) fn push_inbox(
+fn push_inbox(
     tx: &Connection,
+    applied: &mut Applied,
     id: &str,
     execution: i64,
-    event: &Event,
+    event: Event,
     visible_at: i64,
 ) -> Result<(), StoreError> {
     tx.prepare_cached(
         "INSERT INTO inbox (instance_id, execution, event, visible_at) VALUES (?, ?, ?, ?)",
     )?
-    .execute(params![id, execution, to_json(event)?, visible_at])?;
+    .execute(params![id, execution, to_json(&event)?, visible_at])?;
+    let row = InboxRow {
+        id: tx.last_insert_rowid(),
+        execution,
+        event,
+        visible_at,
+    };
+    applied.posted.push((id.to_string(), row));
     Ok(())
 }
 

@@ -7,10 +7,36 @@ use sqlx::Row;
 use super::apply::{Applied, Target};
 use super::group_commit::{Read, ReadOut, Write, Written};
 use super::instances::from_json;
+use super::instances::{load, Loaded};
 use super::{Store, StoreError};
 use crate::core::effects::Effect;
 use crate::core::journal::{Entry, Event};
 use crate::core::lifecycle::arrivals::Arrival;
+
+/// One row of an instance's inbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxRow {
+    pub id: i64,
+    /// The execution it is addressed to.
+    pub execution: i64,
+    pub event: Event,
+    /// When it becomes visible to the code (a durable timer's firing time).
+    pub visible_at: i64,
+}
+
+impl InboxRow {
+    pub fn arrival(&self) -> Arrival {
+        (self.id, self.execution, self.event.clone())
+    }
+}
+
+/// An instance as a cold episode starts from.
+#[derive(Debug)]
+pub struct Image {
+    pub loaded: Loaded,
+    pub journal: Vec<(Entry, i64)>,
+    pub inbox: Vec<InboxRow>,
+}
 
 impl Store {
     /// The current execution's journal, in order, with each row's time.
@@ -21,14 +47,11 @@ impl Store {
         }
     }
 
-    /// Inbox rows visible now, oldest first, with the execution each is for.
-    pub async fn visible_inbox(&self, id: &str, now: i64) -> Result<Vec<Arrival>, StoreError> {
-        let read = Read::Inbox {
-            instance: id.to_string(),
-            now,
-        };
-        match self.committer().read(read).await? {
-            ReadOut::Inbox(arrivals) => Ok(arrivals),
+    /// Everything an episode needs of a cold instance, read at one moment:
+    /// its state, its journal and its whole inbox (timers not yet due too).
+    pub async fn image(&self, id: &str) -> Result<Option<Image>, StoreError> {
+        match self.committer().read(Read::Image(id.to_string())).await? {
+            ReadOut::Image(image) => Ok(image),
             other => Err(unexpected(other)),
         }
     }
@@ -90,20 +113,27 @@ pub(super) fn journal(connection: &Connection, id: &str) -> Result<Vec<(Entry, i
     Ok(journal)
 }
 
-pub(super) fn visible_inbox(
-    connection: &Connection,
-    id: &str,
-    now: i64,
-) -> Result<Vec<Arrival>, StoreError> {
+pub(super) fn image(connection: &Connection, id: &str) -> Result<Option<Image>, StoreError> {
+    let Some(loaded) = load(connection, id)? else {
+        return Ok(None);
+    };
     let mut statement = connection.prepare_cached(
-        "SELECT id, execution, event FROM inbox WHERE instance_id = ? AND visible_at <= ? ORDER BY id",
+        "SELECT id, execution, event, visible_at FROM inbox WHERE instance_id = ? ORDER BY id",
     )?;
-    let mut rows = statement.query(params![id, now])?;
-    let mut arrivals = Vec::new();
+    let mut rows = statement.query(params![id])?;
+    let mut inbox = Vec::new();
     while let Some(row) = rows.next()? {
         let event: String = row.get(2)?;
-        let event: Event = from_json(&event, "inbox event")?;
-        arrivals.push((row.get(0)?, row.get(1)?, event));
+        inbox.push(InboxRow {
+            id: row.get(0)?,
+            execution: row.get(1)?,
+            event: from_json(&event, "inbox event")?,
+            visible_at: row.get(3)?,
+        });
     }
-    Ok(arrivals)
+    Ok(Some(Image {
+        loaded,
+        journal: journal(connection, id)?,
+        inbox,
+    }))
 }

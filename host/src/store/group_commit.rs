@@ -11,20 +11,19 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{apply, create, Applied, Target};
-use super::episodes::{journal, visible_inbox};
+use super::episodes::{image, journal, Image, InboxRow};
 use super::instances::{inbox_size, load, task_pending, Loaded};
 use super::{now_ms, StoreError};
 use crate::core::effects::Effect;
 use crate::core::instance::NewInstance;
 use crate::core::journal::Entry;
-use crate::core::lifecycle::arrivals::Arrival;
 use crate::core::lifecycle::task_done::{self, Attempt, Settled};
 use crate::core::lifecycle::{purge, raise, resume, suspend, terminate, Change, Decision};
 use crate::core::limits::{LimitError, Limits};
@@ -74,22 +73,22 @@ pub enum Write {
 /// an episode's reads cost no hand-off to another connection.
 #[derive(Debug)]
 pub enum Read {
-    Instance(String),
     /// The current execution's journal, in order.
     Journal(String),
-    /// Inbox rows visible at `now`, oldest first.
-    Inbox {
-        instance: String,
-        now: i64,
-    },
+    /// State, journal and inbox at one moment.
+    Image(String),
 }
 
 #[derive(Debug)]
 pub enum ReadOut {
-    Instance(Option<Loaded>),
     Journal(Vec<(Entry, i64)>),
-    Inbox(Vec<Arrival>),
+    Image(Option<Image>),
 }
+
+/// Told, on the writer's thread, of the inbox rows of each batch once it is
+/// committed and before any later read or write runs: whoever keeps inboxes
+/// in memory sees every row exactly when the store does.
+pub type InboxSink = Arc<dyn Fn(Vec<(String, InboxRow)>) + Send + Sync>;
 
 /// What a write did.
 #[derive(Debug)]
@@ -102,6 +101,17 @@ pub enum Written {
     Start(Option<Applied>),
     Raise(Result<Change, LimitError>, Applied),
     Manage(Change, Applied),
+}
+
+impl Written {
+    fn applied_mut(&mut self) -> Option<&mut Applied> {
+        match self {
+            Written::Episode(applied) | Written::Start(applied) => applied.as_mut(),
+            Written::TaskDone(_, applied)
+            | Written::Raise(_, applied)
+            | Written::Manage(_, applied) => Some(applied),
+        }
+    }
 }
 
 /// What became of a task's result.
@@ -129,6 +139,7 @@ const PREPARED_STATEMENTS: usize = 64;
 pub struct Committer {
     jobs: mpsc::UnboundedSender<Job>,
     stats: Arc<Stats>,
+    sink: Arc<OnceLock<InboxSink>>,
 }
 
 #[derive(Default)]
@@ -149,14 +160,21 @@ impl Committer {
         connection.set_prepared_statement_cache_capacity(PREPARED_STATEMENTS);
         let (jobs, queue) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
+        let sink = Arc::new(OnceLock::new());
         {
-            let stats = stats.clone();
+            let (stats, sink) = (stats.clone(), sink.clone());
             std::thread::Builder::new()
                 .name("agenthost-committer".into())
-                .spawn(move || write_loop(connection, queue, &stats))
+                .spawn(move || write_loop(connection, queue, &stats, &sink))
                 .map_err(|e| StoreError::Write(format!("cannot start the store's writer: {e}")))?;
         }
-        Ok(Self { jobs, stats })
+        Ok(Self { jobs, stats, sink })
+    }
+
+    /// Where committed inbox rows go from now on (set once; later calls are
+    /// ignored).
+    pub fn on_inbox_rows(&self, sink: InboxSink) {
+        let _ = self.sink.set(sink);
     }
 
     pub async fn commit(&self, write: Write) -> Result<Written, StoreError> {
@@ -240,7 +258,12 @@ impl Taken {
     }
 }
 
-fn write_loop(mut connection: Connection, mut queue: mpsc::UnboundedReceiver<Job>, stats: &Stats) {
+fn write_loop(
+    mut connection: Connection,
+    mut queue: mpsc::UnboundedReceiver<Job>,
+    stats: &Stats,
+    sink: &OnceLock<InboxSink>,
+) {
     while let Some(job) = queue.blocking_recv() {
         let mut taken = Taken::default();
         taken.add(job);
@@ -254,7 +277,15 @@ fn write_loop(mut connection: Connection, mut queue: mpsc::UnboundedReceiver<Job
         if !taken.writes.is_empty() {
             let (writes, replies): (Vec<_>, Vec<_>) = taken.writes.into_iter().unzip();
             let count = writes.len() as u64;
-            let results = write_batch(&mut connection, writes);
+            let mut results = write_batch(&mut connection, writes);
+            let posted: Vec<_> = results
+                .iter_mut()
+                .filter_map(|r| r.as_mut().ok().and_then(Written::applied_mut))
+                .flat_map(|applied| std::mem::take(&mut applied.posted))
+                .collect();
+            if let (Some(sink), false) = (sink.get(), posted.is_empty()) {
+                sink(posted);
+            }
             stats.writes.fetch_add(count, Ordering::Relaxed);
             stats.transactions.fetch_add(1, Ordering::Relaxed);
             for (reply, result) in replies.into_iter().zip(results) {
@@ -401,8 +432,8 @@ fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Written, StoreEr
             let id = new.id.clone();
             Ok(Written::Start(match create(tx, new, now)? {
                 Ok(()) => Some(Applied {
-                    tasks: Vec::new(),
                     wake: vec![id],
+                    ..Applied::default()
                 }),
                 Err(()) => None,
             }))
@@ -449,9 +480,8 @@ fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Written, StoreEr
 
 fn read_one(connection: &Connection, read: Read) -> Result<ReadOut, StoreError> {
     Ok(match read {
-        Read::Instance(id) => ReadOut::Instance(load(connection, &id)?),
         Read::Journal(id) => ReadOut::Journal(journal(connection, &id)?),
-        Read::Inbox { instance, now } => ReadOut::Inbox(visible_inbox(connection, &instance, now)?),
+        Read::Image(id) => ReadOut::Image(image(connection, &id)?),
     })
 }
 

@@ -15,7 +15,8 @@ mod tasks;
 mod versions;
 
 pub use apply::{Applied, Target};
-pub use group_commit::{Operation, TaskOutcome};
+pub use episodes::{Image, InboxRow};
+pub use group_commit::{InboxSink, Operation, TaskOutcome};
 pub use instances::{InstanceFilter, InstanceRecord, Loaded};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use sqlite::Store;

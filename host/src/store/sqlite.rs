@@ -314,6 +314,11 @@ impl Store {
         &self.committer
     }
 
+    /// Where committed inbox rows go, on the writer's thread (see [`InboxSink`]).
+    pub fn on_inbox_rows(&self, sink: super::InboxSink) {
+        self.committer.on_inbox_rows(sink);
+    }
+
     /// Episodes committed and the transactions they took (group commit).
     pub fn commit_stats(&self) -> (u64, u64) {
         self.committer.stats()

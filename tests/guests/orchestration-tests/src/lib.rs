@@ -50,6 +50,22 @@ struct Count {
     n: Option<u32>,
 }
 
+#[derive(Deserialize)]
+struct Collect {
+    n: u32,
+}
+
+/// `n` events named `item`, each followed by an activity: events arrive
+/// while the episodes that take them run.
+fn collect(ctx: &Context, input: Collect) -> Result<Vec<u32>, String> {
+    let mut items = Vec::new();
+    for _ in 0..input.n {
+        let item: u32 = ctx.wait_for_event("item").wait()?;
+        items.push(ctx.call_activity("instant", &item).wait::<u32>()?);
+    }
+    Ok(items)
+}
+
 /// `n` activities one after the other.
 fn sequence(ctx: &Context, input: Option<Count>) -> Result<u32, String> {
     let n = input.and_then(|c| c.n).unwrap_or(10);
@@ -218,6 +234,7 @@ fn component() -> Component {
         .orchestration(Orchestration::new("sequence", sequence))
         .orchestration(Orchestration::new("fanout", fanout))
         .orchestration(Orchestration::new("counted", counted))
+        .orchestration(Orchestration::new("collect", collect))
         .orchestration(Orchestration::new("parent", parent))
         .orchestration(Orchestration::new("child", child))
         .orchestration(Orchestration::new("counter", counter))
