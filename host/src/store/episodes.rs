@@ -5,9 +5,9 @@ use rusqlite::{params, Connection};
 use sqlx::Row;
 
 use super::apply::{Applied, Target};
-use super::group_commit::{Read, ReadOut, Write, Written};
 use super::instances::from_json;
 use super::instances::{load, Loaded};
+use super::writes::{Read, ReadOut, Write, Written};
 use super::{Store, StoreError};
 use crate::core::effects::Effect;
 use crate::core::journal::{Entry, Event};

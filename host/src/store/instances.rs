@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::{Row, Sqlite};
 
 use super::apply::Applied;
-use super::group_commit::{Operation, TaskOutcome, Write, Written};
+use super::writes::{Operation, TaskOutcome, Write, Written};
 use super::{Store, StoreError};
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus, Size};
 use crate::core::lifecycle::task_done::Attempt;

@@ -13,14 +13,16 @@ mod records;
 mod sqlite;
 mod tasks;
 mod versions;
+mod writes;
 
 pub use apply::{Applied, Target};
 pub use episodes::{Image, InboxRow};
-pub use group_commit::{InboxSink, Operation, TaskOutcome};
+pub use group_commit::InboxSink;
 pub use instances::{InstanceFilter, InstanceRecord, Loaded};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use sqlite::Store;
 pub use tasks::TaskRow;
+pub use writes::{Operation, TaskOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

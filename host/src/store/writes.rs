@@ -1,0 +1,235 @@
+//! What each write to the durable store means: the core is asked inside
+//! the transaction, on the state read there, and its effects are applied.
+//! The committer ([`super::group_commit`]) decides only when and with what
+//! else a write is committed.
+
+use std::sync::Arc;
+
+use rusqlite::Connection;
+
+use super::apply::{apply, create, Applied, Target};
+use super::episodes::{image, journal, Image};
+use super::instances::{inbox_size, load, task_pending, Loaded};
+use super::StoreError;
+use crate::core::effects::Effect;
+use crate::core::instance::NewInstance;
+use crate::core::journal::Entry;
+use crate::core::lifecycle::task_done::{self, Attempt, Settled};
+use crate::core::lifecycle::{purge, raise, resume, suspend, terminate, Change, Decision};
+use crate::core::limits::{LimitError, Limits};
+
+/// A management operation on one instance.
+#[derive(Debug, Clone)]
+pub enum Operation {
+    Suspend,
+    Resume,
+    Terminate { reason: String },
+    Purge,
+}
+
+/// One write, decided inside the transaction that commits it.
+#[derive(Clone)]
+pub enum Write {
+    /// An episode's effects, applied only if the instance is still in the
+    /// execution and an active status the episode ran on.
+    Episode {
+        target: Target,
+        effects: Vec<Effect>,
+    },
+    TaskDone {
+        instance: String,
+        attempt: Attempt,
+        result: Result<String, String>,
+        limits: Arc<Limits>,
+    },
+    Start(NewInstance),
+    Raise {
+        instance: String,
+        name: String,
+        payload: String,
+        limits: Arc<Limits>,
+    },
+    Manage {
+        instance: String,
+        op: Operation,
+    },
+}
+
+/// A read on the writer's connection, answered once the writes queued
+/// before it are committed: it sees every write acknowledged before it, and
+/// an episode's reads cost no hand-off to another connection.
+#[derive(Debug)]
+pub enum Read {
+    /// The current execution's journal, in order.
+    Journal(String),
+    /// State, journal and inbox at one moment.
+    Image(String),
+}
+
+#[derive(Debug)]
+pub enum ReadOut {
+    Journal(Vec<(Entry, i64)>),
+    Image(Option<Image>),
+}
+
+/// What a write did.
+#[derive(Debug)]
+pub enum Written {
+    /// `None` when the episode no longer applied (terminated, suspended or
+    /// restarted meanwhile): nothing was written.
+    Episode(Option<Applied>),
+    TaskDone(TaskOutcome, Applied),
+    /// `None` when the id is held by an unfinished instance.
+    Start(Option<Applied>),
+    Raise(Result<Change, LimitError>, Applied),
+    Manage(Change, Applied),
+}
+
+impl Written {
+    pub(super) fn applied_mut(&mut self) -> Option<&mut Applied> {
+        match self {
+            Written::Episode(applied) | Written::Start(applied) => applied.as_mut(),
+            Written::TaskDone(_, applied)
+            | Written::Raise(_, applied)
+            | Written::Manage(_, applied) => Some(applied),
+        }
+    }
+}
+
+/// What became of a task's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskOutcome {
+    Delivered,
+    Retrying,
+    Dropped,
+}
+
+pub(super) fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Written, StoreError> {
+    match write {
+        Write::Episode { target, effects } => {
+            let current = load(tx, &target.id)?;
+            let Some(current) = current
+                .filter(|c| c.state.execution == target.execution && c.state.status.is_active())
+            else {
+                return Ok(Written::Episode(None));
+            };
+            let journal_len = current.state.history.events;
+            Ok(Written::Episode(Some(apply(
+                tx,
+                &target,
+                journal_len,
+                effects,
+                now,
+            )?)))
+        }
+        Write::TaskDone {
+            instance,
+            attempt,
+            result,
+            limits,
+        } => {
+            let Some(current) = load(tx, &instance)? else {
+                return Ok(Written::TaskDone(TaskOutcome::Dropped, Applied::default()));
+            };
+            let pending = task_pending(tx, &instance, &attempt)?;
+            let (outcome, effects) = match task_done::decide(
+                Some(&current.state),
+                pending,
+                &attempt,
+                result,
+                now,
+                &limits,
+            ) {
+                Settled::Delivered(effects) => (TaskOutcome::Delivered, effects),
+                Settled::Retrying(effects) => (TaskOutcome::Retrying, effects),
+                Settled::Dropped => (TaskOutcome::Dropped, Vec::new()),
+            };
+            let target = Target {
+                id: instance,
+                execution: attempt.execution,
+                name: current.name,
+                digest: current.digest,
+            };
+            let journal_len = current.state.history.events;
+            Ok(Written::TaskDone(
+                outcome,
+                apply(tx, &target, journal_len, effects, now)?,
+            ))
+        }
+        Write::Start(new) => {
+            let id = new.id.clone();
+            Ok(Written::Start(match create(tx, new, now)? {
+                Ok(()) => Some(Applied {
+                    wake: vec![id],
+                    ..Applied::default()
+                }),
+                Err(()) => None,
+            }))
+        }
+        Write::Raise {
+            instance,
+            name,
+            payload,
+            limits,
+        } => {
+            let current = load(tx, &instance)?;
+            let waiting = match &current {
+                Some(_) => inbox_size(tx, &instance)?,
+                None => Default::default(),
+            };
+            match raise::decide(
+                current.as_ref().map(|c| &c.state),
+                &name,
+                &payload,
+                waiting,
+                &limits,
+            ) {
+                Ok(decision) => {
+                    let (change, applied) = decide_and_apply(tx, current, decision, now)?;
+                    Ok(Written::Raise(Ok(change), applied))
+                }
+                Err(refused) => Ok(Written::Raise(Err(refused), Applied::default())),
+            }
+        }
+        Write::Manage { instance, op } => {
+            let current = load(tx, &instance)?;
+            let state = current.as_ref().map(|c| &c.state);
+            let decision = match &op {
+                Operation::Suspend => suspend::decide(state),
+                Operation::Resume => resume::decide(state),
+                Operation::Terminate { reason } => terminate::decide(state, reason),
+                Operation::Purge => purge::decide(state),
+            };
+            let (change, applied) = decide_and_apply(tx, current, decision, now)?;
+            Ok(Written::Manage(change, applied))
+        }
+    }
+}
+
+pub(super) fn read_one(connection: &Connection, read: Read) -> Result<ReadOut, StoreError> {
+    Ok(match read {
+        Read::Journal(id) => ReadOut::Journal(journal(connection, &id)?),
+        Read::Image(id) => ReadOut::Image(image(connection, &id)?),
+    })
+}
+
+fn decide_and_apply(
+    tx: &Connection,
+    current: Option<Loaded>,
+    decision: Decision,
+    now: i64,
+) -> Result<(Change, Applied), StoreError> {
+    let applied = match current {
+        Some(c) if !decision.effects.is_empty() => {
+            let target = Target {
+                id: c.state.id.clone(),
+                execution: c.state.execution,
+                name: c.name,
+                digest: c.digest,
+            };
+            apply(tx, &target, c.state.history.events, decision.effects, now)?
+        }
+        _ => Applied::default(),
+    };
+    Ok((decision.change, applied))
+}
