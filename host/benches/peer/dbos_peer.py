@@ -61,6 +61,8 @@ def sequence_sync(n: int) -> int:
     return total
 
 
+# Runs of one sequence alone; the median is quoted (as in durable.rs).
+ALONE = 21
 FANOUT_QUEUE = None  # registered after launch: it is persisted
 
 
@@ -87,7 +89,7 @@ def sync_workloads() -> dict:
     # Polled every 10 ms (DBOS's default is 1 s), so the queue is no handicap.
     FANOUT_QUEUE = DBOS.register_queue("fanout", polling_interval_sec=0.01)
     run_sync(sequence_sync, 10)
-    alone = [run_sync(sequence_sync, 10) for _ in range(5)]
+    alone = [run_sync(sequence_sync, 10) for _ in range(ALONE)]
     started = time.perf_counter()
     with ThreadPoolExecutor(20) as pool:
         list(pool.map(lambda _: run_sync(sequence_sync, 10), range(20)))
@@ -116,9 +118,9 @@ async def main(waiting: int) -> dict:
     out = {"peer": "DBOS", "version": DBOS_VERSION}
     # Both of DBOS's styles are measured; the report takes the better of each.
     sync = await asyncio.to_thread(sync_workloads)
-    # One 10-step sequence alone (median of 5, after a warm-up).
+    # One 10-step sequence alone (median of ALONE, after a warm-up).
     await run_to_completion(sequence, 10)
-    alone = [await run_to_completion(sequence, 10) for _ in range(5)]
+    alone = [await run_to_completion(sequence, 10) for _ in range(ALONE)]
     out["sequence_alone_ms"] = statistics.median(alone) * 1e3
     # 20 sequences of 10 steps at once.
     started = time.perf_counter()
