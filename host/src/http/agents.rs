@@ -7,10 +7,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::body::read_limited;
+use super::run_body::{error_code, RunAccepted, RunCompleted};
 use super::{ApiError, AppState};
 use crate::agents::normalize_response_format;
 use crate::store::{NewRun, RunRecord, RunStatus, SessionKey};
@@ -176,14 +177,7 @@ fn with_thread_header(mut response: Response, thread_id: &str) -> Response {
 fn completed(run: &RunRecord, json: bool) -> Response {
     let text = run.response.clone().unwrap_or_default();
     let response = if json {
-        Json(json!({
-            "response": response_value(run),
-            "thread_id": run.thread_id,
-            "correlation_id": run.correlation_id,
-            "status": "success",
-            "usage": run.usage.unwrap_or_default(),
-        }))
-        .into_response()
+        Json(RunCompleted::new(run)).into_response()
     } else {
         ([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
     };
@@ -192,14 +186,7 @@ fn completed(run: &RunRecord, json: bool) -> Response {
 
 fn accepted(run: &RunRecord, note: &str) -> Response {
     let location = format!("/api/agents/{}/runs/{}", run.agent, run.correlation_id);
-    let body = json!({
-        "status": "accepted",
-        "response": note,
-        "message": run.message,
-        "thread_id": run.thread_id,
-        "correlation_id": run.correlation_id,
-    });
-    let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
+    let mut response = (StatusCode::ACCEPTED, Json(RunAccepted::new(run, note))).into_response();
     if let Ok(value) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(LOCATION, value);
     }
@@ -210,43 +197,9 @@ fn run_failed(run: &RunRecord) -> ApiError {
     let reason = run.error.clone().unwrap_or_else(|| "the run failed".into());
     ApiError::new(
         StatusCode::BAD_GATEWAY,
-        error_code(run),
+        error_code(run).to_string(),
         format!("agent '{}' failed: {reason}", run.agent),
     )
     .with("thread_id", run.thread_id.clone())
     .with("correlation_id", run.correlation_id.clone())
-}
-
-fn error_code(run: &RunRecord) -> String {
-    run.error_code
-        .clone()
-        .unwrap_or_else(|| "run_failed".into())
-}
-
-/// A structured answer is returned as JSON, a text answer as a string.
-fn response_value(run: &RunRecord) -> Value {
-    let text = run.response.clone().unwrap_or_default();
-    if run.response_format.is_some() {
-        if let Ok(value) = serde_json::from_str(&text) {
-            return value;
-        }
-    }
-    Value::String(text)
-}
-
-/// The JSON shape of a run, as `GET …/runs/{id}` returns it.
-pub fn run_json(run: &RunRecord) -> Value {
-    json!({
-        "correlation_id": run.correlation_id,
-        "agent": run.agent,
-        "thread_id": run.thread_id,
-        "status": run.status,
-        "message": run.message,
-        "response": run.response.as_ref().map(|_| response_value(run)),
-        "error": run.error,
-        "code": run.error.as_ref().map(|_| error_code(run)),
-        "usage": run.usage,
-        "created_at": chrono::DateTime::from_timestamp_millis(run.created_at).map(|t| t.to_rfc3339()),
-        "updated_at": chrono::DateTime::from_timestamp_millis(run.updated_at).map(|t| t.to_rfc3339()),
-    })
 }

@@ -2,16 +2,22 @@
 
 use axum::extract::State;
 use axum::Json;
-use serde_json::{json, Value};
 
+use super::run_body::{AgentHealth, Health};
 use super::AppState;
 
-pub async fn get(State(state): State<AppState>) -> Json<Value> {
-    let agents: Vec<Value> = state
+pub async fn get(State(state): State<AppState>) -> Json<Health> {
+    let agents = state
         .registry
         .agent_names()
         .into_iter()
-        .map(|name| json!({"name": name, "status": "ready"}))
+        .map(|name| AgentHealth {
+            name,
+            status: "ready",
+        })
         .collect();
-    Json(json!({"status": "healthy", "agents": agents}))
+    Json(Health {
+        status: "healthy",
+        agents,
+    })
 }

@@ -24,6 +24,14 @@ impl Serialize for Timestamp {
     }
 }
 
+/// An event accepted for an instance through a declared route.
+#[derive(Debug, Serialize)]
+pub(super) struct EventAccepted<'a> {
+    pub id: &'a str,
+    pub event: &'a str,
+    pub status: &'static str,
+}
+
 /// The management URLs of one instance (the answer to a start).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]

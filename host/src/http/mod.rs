@@ -8,6 +8,7 @@ mod health;
 mod instance_body;
 mod instances;
 mod orchestrators;
+mod run_body;
 mod runs;
 
 pub use error::ApiError;

@@ -8,10 +8,9 @@ use axum::http::header::LOCATION;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
 use super::body::json_body;
-use super::instance_body::InstanceUrls;
+use super::instance_body::{EventAccepted, InstanceUrls};
 use super::instances::{base_url, change_response};
 use super::{ApiError, AppState};
 use crate::registry::RouteTarget;
@@ -54,7 +53,11 @@ pub async fn declared_route(
             change_response(change, &instance_id, || {
                 (
                     StatusCode::ACCEPTED,
-                    Json(json!({"id": instance_id, "event": event, "status": "accepted"})),
+                    Json(EventAccepted {
+                        id: &instance_id,
+                        event: &event,
+                        status: "accepted",
+                    }),
                 )
                     .into_response()
             })

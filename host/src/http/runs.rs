@@ -2,17 +2,18 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::Value;
 
-use super::{agents::run_json, ApiError, AppState};
+use super::run_body::RunView;
+use super::{ApiError, AppState};
 
 pub async fn get(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     match state.store.run(&correlation_id).await? {
-        Some(run) if run.agent == name => Ok(Json(run_json(&run))),
+        Some(run) if run.agent == name => Ok(Json(RunView::new(&run)).into_response()),
         _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "run_not_found",

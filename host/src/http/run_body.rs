@@ -1,0 +1,117 @@
+//! The bodies of agent-run answers, as types, with the management API's
+//! time format.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::instance_body::Timestamp;
+use crate::core::chat::Usage;
+use crate::store::{RunRecord, RunStatus};
+
+/// A finished run, answered to a caller that asked for JSON.
+#[derive(Debug, Serialize)]
+pub(super) struct RunCompleted<'a> {
+    response: Value,
+    thread_id: &'a str,
+    correlation_id: &'a str,
+    status: &'static str,
+    usage: Usage,
+}
+
+impl<'a> RunCompleted<'a> {
+    pub fn new(run: &'a RunRecord) -> Self {
+        Self {
+            response: response_value(run),
+            thread_id: &run.thread_id,
+            correlation_id: &run.correlation_id,
+            status: "success",
+            usage: run.usage.unwrap_or_default(),
+        }
+    }
+}
+
+/// A run accepted to finish later (`202`).
+#[derive(Debug, Serialize)]
+pub(super) struct RunAccepted<'a> {
+    status: &'static str,
+    /// What the caller should do next, in words.
+    response: &'a str,
+    message: &'a str,
+    thread_id: &'a str,
+    correlation_id: &'a str,
+}
+
+impl<'a> RunAccepted<'a> {
+    pub fn new(run: &'a RunRecord, note: &'a str) -> Self {
+        Self {
+            status: "accepted",
+            response: note,
+            message: &run.message,
+            thread_id: &run.thread_id,
+            correlation_id: &run.correlation_id,
+        }
+    }
+}
+
+/// A run as `GET /api/agents/{name}/runs/{id}` shows it.
+#[derive(Debug, Serialize)]
+pub(super) struct RunView<'a> {
+    correlation_id: &'a str,
+    agent: &'a str,
+    thread_id: &'a str,
+    status: RunStatus,
+    message: &'a str,
+    response: Option<Value>,
+    error: Option<&'a str>,
+    code: Option<&'a str>,
+    usage: Option<Usage>,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+}
+
+impl<'a> RunView<'a> {
+    pub fn new(run: &'a RunRecord) -> Self {
+        Self {
+            correlation_id: &run.correlation_id,
+            agent: &run.agent,
+            thread_id: &run.thread_id,
+            status: run.status,
+            message: &run.message,
+            response: run.response.as_ref().map(|_| response_value(run)),
+            error: run.error.as_deref(),
+            code: run.error.as_ref().map(|_| error_code(run)),
+            usage: run.usage,
+            created_at: Timestamp(run.created_at),
+            updated_at: Timestamp(run.updated_at),
+        }
+    }
+}
+
+/// The code of a failed run: what the agent loop recorded, else `run_failed`.
+pub(super) fn error_code(run: &RunRecord) -> &str {
+    run.error_code.as_deref().unwrap_or("run_failed")
+}
+
+/// A structured answer is returned as JSON, a text answer as a string.
+fn response_value(run: &RunRecord) -> Value {
+    let text = run.response.clone().unwrap_or_default();
+    if run.response_format.is_some() {
+        if let Ok(value) = serde_json::from_str(&text) {
+            return value;
+        }
+    }
+    Value::String(text)
+}
+
+/// `GET /api/health`.
+#[derive(Debug, Serialize)]
+pub(super) struct Health {
+    pub status: &'static str,
+    pub agents: Vec<AgentHealth>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct AgentHealth {
+    pub name: String,
+    pub status: &'static str,
+}
