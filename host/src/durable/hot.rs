@@ -153,12 +153,14 @@ impl HotInstances {
         inner.evict_past(self.budget);
     }
 
-    /// Forgets an instance whose state changed outside its episodes.
+    /// Forgets an instance whose state changed outside its episodes. An
+    /// episode under way then cannot put its image back either.
     pub fn forget(&self, id: &str) {
         let mut inner = self.inner();
         if let Some(image) = inner.entries.pop(id) {
             inner.bytes = inner.bytes.saturating_sub(image.size());
         }
+        inner.claimed.remove(id);
     }
 
     /// (instances, bytes) held now.
@@ -187,7 +189,10 @@ impl Claim<'_> {
     pub fn put(mut self, mut image: HotInstance, read: &HashSet<i64>) {
         self.open = false;
         let mut inner = self.hot.inner();
-        let collected = inner.claimed.remove(&self.id).unwrap_or_default();
+        // Forgotten meanwhile (a management operation): the store decides.
+        let Some(collected) = inner.claimed.remove(&self.id) else {
+            return;
+        };
         let present: HashSet<i64> = image.inbox.iter().map(|row| row.id).collect();
         image.inbox.extend(
             collected
@@ -299,6 +304,12 @@ mod tests {
         hot_instances.deliver(vec![("b".into(), row(7))]);
         assert_eq!(inbox_of(&hot_instances, "b"), None);
         assert!(hot_instances.inner().claimed.is_empty());
+
+        // Forgotten while claimed: the episode's image is not kept.
+        let claim = hot_instances.claim("c");
+        hot_instances.forget("c");
+        claim.put(hot("c", 0), &HashSet::new());
+        assert_eq!(inbox_of(&hot_instances, "c"), None);
     }
 
     #[test]

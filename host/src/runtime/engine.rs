@@ -34,8 +34,8 @@ pub fn build(config: &RuntimeConfig) -> Result<Engine, LoadError> {
         // thousands of times a second. Resetting a slot's memory with
         // `madvise` flushed TLBs on every core and page-faulted it back in on
         // reuse (a tenth of a sequence step's CPU); the pages a guest touched
-        // are instead found with PAGEMAP_SCAN (Linux 6.7+, else ignored) and
-        // zeroed in place, up to this much per slot.
+        // are instead found with PAGEMAP_SCAN and zeroed in place, up to this
+        // much per slot (before Linux 6.7 the whole of it is zeroed).
         .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
         .table_keep_resident(KEEP_RESIDENT_BYTES)
         .pagemap_scan(Enabled::Auto);

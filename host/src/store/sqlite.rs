@@ -29,6 +29,12 @@ impl Store {
             .or_else(|| url.strip_prefix("sqlite:"))
             .filter(|p| !p.is_empty())
             .ok_or_else(|| StoreError::UnsupportedUrl(url.to_string()))?;
+        // A durable store is a file: the pool and the committer's own
+        // connection must open the same one.
+        if path.starts_with(":memory:") || path.starts_with("memory:") || path.starts_with("file:")
+        {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        }
         let options = SqliteConnectOptions::from_str(&format!("sqlite:{path}"))
             .map_err(|e| StoreError::Open {
                 url: url.to_string(),

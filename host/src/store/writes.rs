@@ -8,12 +8,11 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use super::apply::{apply, create, Applied, Target};
-use super::episodes::{image, journal, Image};
+use super::episodes::{image, Image};
 use super::instances::{inbox_size, load, task_pending, Loaded};
 use super::StoreError;
 use crate::core::effects::Effect;
 use crate::core::instance::NewInstance;
-use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::{self, Attempt, Settled};
 use crate::core::lifecycle::{purge, raise, resume, suspend, terminate, Change, Decision};
 use crate::core::limits::{LimitError, Limits};
@@ -60,15 +59,12 @@ pub enum Write {
 /// an episode's reads cost no hand-off to another connection.
 #[derive(Debug)]
 pub enum Read {
-    /// The current execution's journal, in order.
-    Journal(String),
     /// State, journal and inbox at one moment.
     Image(String),
 }
 
 #[derive(Debug)]
 pub enum ReadOut {
-    Journal(Vec<(Entry, i64)>),
     Image(Option<Image>),
 }
 
@@ -208,7 +204,6 @@ pub(super) fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Writt
 
 pub(super) fn read_one(connection: &Connection, read: Read) -> Result<ReadOut, StoreError> {
     Ok(match read {
-        Read::Journal(id) => ReadOut::Journal(journal(connection, &id)?),
         Read::Image(id) => ReadOut::Image(image(connection, &id)?),
     })
 }
