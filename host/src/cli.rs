@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+use crate::taskhub::ConnectionString;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "agenthost",
@@ -40,9 +42,22 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_WATCH", default_value_t = true, action = ArgAction::Set)]
     pub watch: bool,
 
-    /// Where sessions and runs are stored.
-    #[arg(long, env = "AGENTHOST_STORE", default_value = "sqlite://agenthost.db")]
-    pub store: String,
+    /// The durable store: `sqlite://PATH` (embedded, one host) or
+    /// `postgres://USER@HOST:PORT/DATABASE` (shared by several hosts).
+    /// Default: `sqlite://agenthost.db`, or the connection string's Endpoint.
+    #[arg(long, env = "AGENTHOST_STORE")]
+    pub store: Option<String>,
+
+    /// The task hub: an isolated namespace of instances, sessions, runs and
+    /// component versions inside the store. Hosts that share work use the
+    /// same hub. Default: `default`, or the connection string's TaskHub.
+    #[arg(long, env = "TASKHUB_NAME")]
+    pub taskhub: Option<String>,
+
+    /// `Endpoint=<store URL>;TaskHub=<name>;Authentication=None`, as set for
+    /// Durable Task Scheduler; `--store` and `--taskhub` win over it.
+    #[arg(long, env = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING")]
+    pub connection_string: Option<ConnectionString>,
 
     /// Address to listen on.
     #[arg(long, env = "AGENTHOST_HOST", default_value = "127.0.0.1")]
@@ -148,6 +163,15 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// `(store URL, task hub name)` after flags, connection string and defaults.
+    pub fn store_location(&self) -> (String, String) {
+        crate::taskhub::resolve(
+            self.store.as_deref(),
+            self.taskhub.as_deref(),
+            self.connection_string.as_ref(),
+        )
+    }
+
     /// The durable engine's limits, from the flags.
     pub fn durable_limits(&self) -> crate::core::limits::Limits {
         use crate::core::limits::Limits;

@@ -14,4 +14,5 @@ pub(crate) mod runs;
 pub mod runtime;
 pub mod server;
 pub(crate) mod store;
+pub mod taskhub;
 pub(crate) mod workers;

@@ -17,7 +17,7 @@ use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::runtime::{Limits, Runtime, RuntimeConfig};
-use crate::store::{now_ms, Store};
+use crate::store::{now_ms, Store, TaskHub};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = ModelSettings::from_env().context("invalid model configuration")?;
@@ -29,12 +29,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(model = %model.describe(), "model configured");
     }
 
-    let store = Store::open(&args.store).await.with_context(|| {
-        format!(
-            "could not open the store {} (check the path is writable)",
-            args.store
-        )
-    })?;
+    let store = open_store(&args).await?;
 
     let runtime = Arc::new(
         Runtime::new(RuntimeConfig {
@@ -159,6 +154,23 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     store.close().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Opens the task hub the flags name, with the remedy in the error.
+async fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
+    let (url, hub) = args.store_location();
+    let hub = TaskHub::new(&hub)?;
+    match Store::open(&url, &hub).await {
+        Ok(store) => {
+            tracing::info!(taskhub = %hub, kind = ?store.kind(), "store open");
+            Ok(store)
+        }
+        Err(e) if e.is_unreachable() => Err(anyhow::anyhow!(
+            "{e}. Start the database, or point --store (AGENTHOST_STORE) or the connection \
+             string's Endpoint at a reachable one; a SQLite path must be in a writable directory"
+        )),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("could not open task hub '{hub}'"))),
+    }
 }
 
 /// `agenthost inspect FILE`: loads one component with default limits (a

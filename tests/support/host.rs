@@ -97,11 +97,7 @@ impl HostBuilder {
             .arg("serve")
             .arg("--components")
             .arg(&components)
-            .arg("--store")
-            .arg(format!(
-                "sqlite://{}",
-                self.dir.join("agenthost.db").display()
-            ))
+            .args(store_args(&self.dir))
             .arg("--port")
             .arg("0")
             .arg("--cache-dir")
@@ -158,6 +154,35 @@ impl HostBuilder {
         }
         host
     }
+}
+
+/// The store a test host uses: SQLite in its directory, or, when
+/// `AGENTHOST_TEST_STORE` names a PostgreSQL database, a task hub of its own
+/// in it (named after the directory, so a host restarted on the same
+/// directory finds its data again).
+pub fn store_args(dir: &Path) -> Vec<String> {
+    match test_store() {
+        Some(url) => vec!["--store".into(), url, "--taskhub".into(), hub_for(dir)],
+        None => vec![
+            "--store".into(),
+            format!("sqlite://{}", dir.join("agenthost.db").display()),
+        ],
+    }
+}
+
+/// The PostgreSQL URL the suite runs against, if any.
+pub fn test_store() -> Option<String> {
+    std::env::var("AGENTHOST_TEST_STORE")
+        .ok()
+        .filter(|url| !url.is_empty())
+}
+
+/// A task hub name unique to a test directory.
+pub fn hub_for(dir: &Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut hasher);
+    format!("t{:016x}", hasher.finish())
 }
 
 impl Host {

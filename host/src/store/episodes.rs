@@ -1,12 +1,11 @@
 //! An instance's journal and inbox as an episode reads them, and committing
 //! an episode's effects.
 
-use rusqlite::{params, Connection};
 use sqlx::Row;
 
 use super::apply::{Applied, Target};
-use super::instances::from_json;
-use super::instances::{load, Loaded};
+use super::instances::{from_json, Loaded};
+use super::tx::Tx;
 use super::writes::{Read, ReadOut, Write, Written};
 use super::{Store, StoreError};
 use crate::core::effects::Effect;
@@ -44,7 +43,7 @@ impl Store {
     /// a large journal never holds up the writer.
     pub async fn journal(&self, id: &str) -> Result<Vec<(Entry, i64)>, StoreError> {
         let rows = sqlx::query(
-            "SELECT entry, recorded_at FROM journal WHERE instance_id = ? ORDER BY seq",
+            "SELECT entry, recorded_at FROM journal WHERE instance_id = $1 ORDER BY seq",
         )
         .bind(id)
         .fetch_all(self.pool())
@@ -96,7 +95,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
              UNION SELECT DISTINCT i.instance_id FROM inbox i JOIN instances s ON s.id = i.instance_id \
-             WHERE i.visible_at <= ? AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT ?",
+             WHERE i.visible_at <= $1 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $2",
         )
         .bind(now)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -106,40 +105,16 @@ impl Store {
     }
 }
 
-pub(super) fn journal(connection: &Connection, id: &str) -> Result<Vec<(Entry, i64)>, StoreError> {
-    let mut statement = connection.prepare_cached(
-        "SELECT entry, recorded_at FROM journal WHERE instance_id = ? ORDER BY seq",
-    )?;
-    let mut rows = statement.query([id])?;
-    let mut journal = Vec::new();
-    while let Some(row) = rows.next()? {
-        let entry: String = row.get(0)?;
-        journal.push((from_json(&entry, "journal entry")?, row.get(1)?));
-    }
-    Ok(journal)
-}
-
-pub(super) fn image(connection: &Connection, id: &str) -> Result<Option<Image>, StoreError> {
-    let Some(loaded) = load(connection, id)? else {
+/// State, journal and inbox of an instance, read in one transaction.
+pub(super) async fn image(tx: &mut impl Tx, id: &str) -> Result<Option<Image>, StoreError> {
+    let Some(loaded) = tx.load(id).await? else {
         return Ok(None);
     };
-    let mut statement = connection.prepare_cached(
-        "SELECT id, execution, event, visible_at FROM inbox WHERE instance_id = ? ORDER BY id",
-    )?;
-    let mut rows = statement.query(params![id])?;
-    let mut inbox = Vec::new();
-    while let Some(row) = rows.next()? {
-        let event: String = row.get(2)?;
-        inbox.push(InboxRow {
-            id: row.get(0)?,
-            execution: row.get(1)?,
-            event: from_json(&event, "inbox event")?,
-            visible_at: row.get(3)?,
-        });
-    }
+    let inbox = tx.inbox(id).await?;
+    let journal = tx.journal(id).await?;
     Ok(Some(Image {
         loaded,
-        journal: journal(connection, id)?,
+        journal,
         inbox,
     }))
 }

@@ -2,24 +2,22 @@
 //! (episode ends, task results, starts, raises, management operations) and
 //! commits them in a single transaction.
 //!
-//! SQLite has one writer at a time. The writer owns its own connection on a
-//! thread of its own, so a statement costs microseconds (through sqlx each
-//! one is a hand-off to the connection's thread and back, which dominated a
-//! step). Batching shares a BEGIN/COMMIT between all writes ready together.
-//! Each write reads the instance inside the transaction and asks the core
-//! what to do, so a decision never rests on a stale read.
+//! Batching shares a BEGIN/COMMIT between all writes ready together. Each
+//! write reads the instance inside the transaction and asks the core what to
+//! do, so a decision never rests on a stale read. The loop that takes the
+//! queue is the database's own: a thread with its own connection for SQLite
+//! ([`super::sqlite_commit`]), a task with its own connection for PostgreSQL
+//! ([`super::postgres_commit`]).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::episodes::InboxRow;
-use super::writes::{read_one, write_one, Read, ReadOut, Write, Written};
-use super::{now_ms, StoreError};
+use super::writes::{Read, ReadOut, Write, Written};
+use super::StoreError;
 
 /// Writes committed in one transaction at most.
 const MAX_BATCH: usize = 256;
@@ -29,18 +27,15 @@ const MAX_BATCH: usize = 256;
 /// in memory sees every row exactly when the store does.
 pub type InboxSink = Arc<dyn Fn(Vec<(String, InboxRow)>) + Send + Sync>;
 
-type Reply = oneshot::Sender<Result<Written, StoreError>>;
+pub(super) type Reply = oneshot::Sender<Result<Written, StoreError>>;
+pub(super) type ReadReply = oneshot::Sender<Result<ReadOut, StoreError>>;
 
-enum Job {
+pub(super) enum Job {
     Write(Write, Reply),
-    Read(Read, oneshot::Sender<Result<ReadOut, StoreError>>),
+    Read(Read, ReadReply),
     /// Commit what came before, close the connection, then answer.
     Close(oneshot::Sender<()>),
 }
-
-/// Statements kept prepared on the writer's connection (chunked inserts of
-/// different sizes are distinct statements).
-const PREPARED_STATEMENTS: usize = 64;
 
 #[derive(Clone)]
 pub struct Committer {
@@ -50,32 +45,42 @@ pub struct Committer {
 }
 
 #[derive(Default)]
-struct Stats {
+pub(super) struct Stats {
     writes: AtomicU64,
     transactions: AtomicU64,
 }
 
 impl Committer {
-    /// Opens the writer's connection to the database file at `path` (its
-    /// schema already migrated) and starts the writer thread.
-    pub fn start(path: &Path) -> Result<Self, StoreError> {
-        let connection = Connection::open(path)?;
-        connection.busy_timeout(Duration::from_secs(10))?;
-        connection.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
-        )?;
-        connection.set_prepared_statement_cache_capacity(PREPARED_STATEMENTS);
+    /// The SQLite writer: a thread with its own connection to the database
+    /// file at `path` (its schema already migrated).
+    pub fn sqlite(path: &Path) -> Result<Self, StoreError> {
+        let (committer, queue) = Self::new();
+        super::sqlite_commit::start(path, queue, committer.shared())?;
+        Ok(committer)
+    }
+
+    /// The PostgreSQL writer: a task with its own connection to the hub.
+    pub async fn postgres(options: sqlx::postgres::PgConnectOptions) -> Result<Self, StoreError> {
+        let (committer, queue) = Self::new();
+        super::postgres_commit::start(options, queue, committer.shared()).await?;
+        Ok(committer)
+    }
+
+    fn new() -> (Self, mpsc::UnboundedReceiver<Job>) {
         let (jobs, queue) = mpsc::unbounded_channel();
-        let stats = Arc::new(Stats::default());
-        let sink = Arc::new(OnceLock::new());
-        {
-            let (stats, sink) = (stats.clone(), sink.clone());
-            std::thread::Builder::new()
-                .name("agenthost-committer".into())
-                .spawn(move || write_loop(connection, queue, &stats, &sink))
-                .map_err(|e| StoreError::Write(format!("cannot start the store's writer: {e}")))?;
+        let committer = Self {
+            jobs,
+            stats: Arc::new(Stats::default()),
+            sink: Arc::new(OnceLock::new()),
+        };
+        (committer, queue)
+    }
+
+    fn shared(&self) -> Shared {
+        Shared {
+            stats: self.stats.clone(),
+            sink: self.sink.clone(),
         }
-        Ok(Self { jobs, stats, sink })
     }
 
     /// Where committed inbox rows go from now on (set once; later calls are
@@ -143,15 +148,60 @@ impl Committer {
     }
 }
 
+/// What a writer loop reports to: the counters and the inbox sink.
+pub(super) struct Shared {
+    stats: Arc<Stats>,
+    sink: Arc<OnceLock<InboxSink>>,
+}
+
+impl Shared {
+    /// A batch is committed (or failed whole): hands its inbox rows to the
+    /// sink, then answers each writer.
+    pub(super) fn answer(
+        &self,
+        replies: Vec<Reply>,
+        mut results: Vec<Result<Written, StoreError>>,
+    ) {
+        let posted: Vec<_> = results
+            .iter_mut()
+            .filter_map(|r| r.as_mut().ok().and_then(Written::applied_mut))
+            .flat_map(|applied| std::mem::take(&mut applied.posted))
+            .collect();
+        if let (Some(sink), false) = (self.sink.get(), posted.is_empty()) {
+            sink(posted);
+        }
+        self.stats
+            .writes
+            .fetch_add(replies.len() as u64, Ordering::Relaxed);
+        self.stats.transactions.fetch_add(1, Ordering::Relaxed);
+        for (reply, result) in replies.into_iter().zip(results) {
+            let _ = reply.send(result);
+        }
+    }
+}
+
 /// What the writer took off its queue at once.
 #[derive(Default)]
-struct Taken {
-    writes: Vec<(Write, Reply)>,
-    reads: Vec<(Read, oneshot::Sender<Result<ReadOut, StoreError>>)>,
-    close: Option<oneshot::Sender<()>>,
+pub(super) struct Taken {
+    pub writes: Vec<(Write, Reply)>,
+    pub reads: Vec<(Read, ReadReply)>,
+    pub close: Option<oneshot::Sender<()>>,
 }
 
 impl Taken {
+    /// The first job and whatever else is queued, up to a batch.
+    pub(super) fn from(first: Job, queue: &mut mpsc::UnboundedReceiver<Job>) -> Self {
+        let mut taken = Self::default();
+        taken.add(first);
+        while !taken.is_full() {
+            match queue.try_recv() {
+                Ok(job) => taken.add(job),
+                Err(_) => break,
+            }
+        }
+        taken
+    }
+
     fn add(&mut self, job: Job) {
         match job {
             Job::Write(write, reply) => self.writes.push((write, reply)),
@@ -165,126 +215,11 @@ impl Taken {
     }
 }
 
-fn write_loop(
-    mut connection: Connection,
-    mut queue: mpsc::UnboundedReceiver<Job>,
-    stats: &Stats,
-    sink: &OnceLock<InboxSink>,
-) {
-    while let Some(job) = queue.blocking_recv() {
-        let mut taken = Taken::default();
-        taken.add(job);
-        while !taken.is_full() {
-            match queue.try_recv() {
-                Ok(job) => taken.add(job),
-                Err(_) => break,
-            }
-        }
-        // Reads are answered after the batch commits, so they see it whole.
-        if !taken.writes.is_empty() {
-            let (writes, replies): (Vec<_>, Vec<_>) = taken.writes.into_iter().unzip();
-            let count = writes.len() as u64;
-            let mut results = write_batch(&mut connection, writes);
-            let posted: Vec<_> = results
-                .iter_mut()
-                .filter_map(|r| r.as_mut().ok().and_then(Written::applied_mut))
-                .flat_map(|applied| std::mem::take(&mut applied.posted))
-                .collect();
-            if let (Some(sink), false) = (sink.get(), posted.is_empty()) {
-                sink(posted);
-            }
-            stats.writes.fetch_add(count, Ordering::Relaxed);
-            stats.transactions.fetch_add(1, Ordering::Relaxed);
-            for (reply, result) in replies.into_iter().zip(results) {
-                let _ = reply.send(result);
-            }
-        }
-        for (read, reply) in taken.reads {
-            let _ = reply.send(read_one(&connection, read));
-        }
-        if let Some(reply) = taken.close {
-            queue.close();
-            drop(connection);
-            let _ = reply.send(());
-            return;
-        }
-    }
-}
-
-/// Writes a batch in one transaction. Most batches have no failing write, so
-/// they run without savepoints; if one fails, the batch is rolled back and
-/// written again with a savepoint per write, so that the failure spoils
-/// nothing else. Decisions are made inside the transaction, so writing again
-/// decides again, on the same state.
-fn write_batch(
-    connection: &mut Connection,
-    writes: Vec<Write>,
-) -> Vec<Result<Written, StoreError>> {
-    let count = writes.len();
-    let tx = match connection.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
-        Err(e) => return all_failed(count, &e),
-    };
-    let now = now_ms();
-    let mut results = Vec::with_capacity(count);
-    let mut failed = false;
-    for write in &writes {
-        match write_one(&tx, write.clone(), now) {
-            Ok(written) => results.push(Ok(written)),
-            Err(_) => {
-                failed = true;
-                break;
-            }
-        }
-    }
-    if !failed {
-        return match tx.commit() {
-            Ok(()) => results,
-            Err(e) => all_failed(count, &e),
-        };
-    }
-    if let Err(e) = tx.rollback() {
-        return all_failed(count, &e);
-    }
-    write_isolated(connection, writes)
-}
-
-/// The slow path: each write in its own savepoint.
-fn write_isolated(
-    connection: &mut Connection,
-    writes: Vec<Write>,
-) -> Vec<Result<Written, StoreError>> {
-    let count = writes.len();
-    let mut tx = match connection.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
-        Err(e) => return all_failed(count, &e),
-    };
-    let now = now_ms();
-    let mut results = Vec::with_capacity(count);
-    for write in writes {
-        let savepoint = match tx.savepoint() {
-            Ok(savepoint) => savepoint,
-            Err(e) => return all_failed(count, &e),
-        };
-        let result = write_one(&savepoint, write, now);
-        // A savepoint dropped without commit rolls back to where it began.
-        let ended = match &result {
-            Ok(_) => savepoint.commit(),
-            Err(_) => savepoint.finish(),
-        };
-        if let Err(e) = ended {
-            return all_failed(count, &e);
-        }
-        results.push(result);
-    }
-    match tx.commit() {
-        Ok(()) => results,
-        Err(e) => all_failed(count, &e),
-    }
-}
-
 /// Every write of a batch failed with the same store error.
-fn all_failed(count: usize, error: &rusqlite::Error) -> Vec<Result<Written, StoreError>> {
+pub(super) fn all_failed(
+    count: usize,
+    error: &dyn std::fmt::Display,
+) -> Vec<Result<Written, StoreError>> {
     (0..count)
         .map(|_| Err(StoreError::Write(error.to_string())))
         .collect()
@@ -302,9 +237,7 @@ mod tests {
     use crate::store::{Operation, Store, StoreError, TaskOutcome};
 
     async fn store() -> Result<(tempfile::TempDir, Store), StoreError> {
-        let dir = tempfile::tempdir().map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await?;
-        Ok((dir, store))
+        crate::store::test_fixtures::sqlite().await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use rusqlite::{params, Connection};
 use serde::Serialize;
-use sqlx::{Row, Sqlite};
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::{Any, Row};
 
 use super::apply::Applied;
 use super::writes::{Operation, TaskOutcome, Write, Written};
 use super::{Store, StoreError};
-use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus, Size};
+use crate::core::instance::{InstanceState, NewInstance, RuntimeStatus};
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
 use crate::core::limits::{LimitError, Limits};
@@ -40,7 +40,7 @@ pub struct InstanceFilter {
     pub id_prefix: Option<String>,
 }
 
-fn instance_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<InstanceRecord, StoreError> {
+fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord, StoreError> {
     let status: String = row.try_get("status")?;
     Ok(InstanceRecord {
         id: row.try_get("id")?,
@@ -144,7 +144,7 @@ impl Store {
     }
 
     pub async fn instance(&self, id: &str) -> Result<Option<InstanceRecord>, StoreError> {
-        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = ?");
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = $1");
         let row = sqlx::query(&sql)
             .bind(id)
             .fetch_optional(self.pool())
@@ -161,11 +161,19 @@ impl Store {
         after: Option<(i64, String)>,
     ) -> Result<Vec<InstanceRecord>, StoreError> {
         let (clause, binds) = filter_clause(filter);
+        let mut next = binds.len();
+        let mut mark = || {
+            next += 1;
+            format!("${next}")
+        };
         let mut sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE {clause}");
         if after.is_some() {
-            sql.push_str(" AND (created_at > ? OR (created_at = ? AND id > ?))");
+            let (a, b, c) = (mark(), mark(), mark());
+            sql.push_str(&format!(
+                " AND (created_at > {a} OR (created_at = {b} AND id > {c}))"
+            ));
         }
-        sql.push_str(" ORDER BY created_at, id LIMIT ?");
+        sql.push_str(&format!(" ORDER BY created_at, id LIMIT {}", mark()));
         let mut query = sqlx::query(&sql);
         for bind in &binds {
             query = bind.apply(query);
@@ -220,76 +228,6 @@ pub struct Loaded {
     pub created_at: i64,
 }
 
-pub(super) fn load(tx: &Connection, id: &str) -> Result<Option<Loaded>, StoreError> {
-    let mut statement = tx.prepare_cached(
-        "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-         history_events, history_bytes, created_at, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
-         FROM instances WHERE id = ?",
-    )?;
-    let mut rows = statement.query([id])?;
-    let Some(row) = rows.next()? else {
-        return Ok(None);
-    };
-    let status: String = row.get("status")?;
-    let parent_id: Option<String> = row.get("parent_id")?;
-    let parent = match parent_id {
-        Some(id) => Some(ParentRef {
-            id,
-            execution: row.get::<_, Option<i64>>("parent_execution")?.unwrap_or(0),
-            task: u32::try_from(row.get::<_, Option<i64>>("parent_task")?.unwrap_or(0))
-                .map_err(|e| StoreError::Corrupt(format!("parent task: {e}")))?,
-        }),
-        None => None,
-    };
-    let count = |name: &str| -> Result<u64, StoreError> {
-        Ok(u64::try_from(row.get::<_, i64>(name)?).unwrap_or(0))
-    };
-    Ok(Some(Loaded {
-        state: InstanceState {
-            id: row.get("id")?,
-            status: RuntimeStatus::parse(&status)
-                .ok_or_else(|| StoreError::Corrupt(format!("instance status '{status}'")))?,
-            execution: row.get("execution")?,
-            parent,
-            history: Size {
-                events: count("history_events")?,
-                bytes: count("history_bytes")?,
-            },
-            has_run: row.get::<_, i64>("has_run")? != 0,
-        },
-        name: row.get("name")?,
-        digest: row.get("component_digest")?,
-        input: row.get("input")?,
-        created_at: row.get("created_at")?,
-    }))
-}
-
-/// Events and bytes waiting in an instance's inbox.
-pub(super) fn inbox_size(tx: &Connection, id: &str) -> Result<Size, StoreError> {
-    let (events, bytes): (i64, i64) = tx
-        .prepare_cached(
-            "SELECT COUNT(*), COALESCE(SUM(LENGTH(event)), 0) FROM inbox WHERE instance_id = ?",
-        )?
-        .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    Ok(Size {
-        events: u64::try_from(events).unwrap_or(0),
-        bytes: u64::try_from(bytes).unwrap_or(0),
-    })
-}
-
-/// Whether the task of this attempt is still waiting for its result.
-pub(super) fn task_pending(
-    tx: &Connection,
-    id: &str,
-    attempt: &Attempt,
-) -> Result<bool, StoreError> {
-    Ok(tx
-        .prepare_cached(
-            "SELECT 1 FROM tasks WHERE instance_id = ? AND execution = ? AND task = ? AND attempt = ?",
-        )?
-        .exists(params![id, attempt.execution, attempt.task, attempt.attempt])?)
-}
-
 fn unexpected(written: Written) -> StoreError {
     StoreError::Write(format!("the committer answered another write: {written:?}"))
 }
@@ -303,8 +241,8 @@ enum Bind {
 impl Bind {
     fn apply<'q>(
         &self,
-        query: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
-    ) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+        query: sqlx::query::Query<'q, Any, AnyArguments<'q>>,
+    ) -> sqlx::query::Query<'q, Any, AnyArguments<'q>> {
         match self {
             Bind::Text(s) => query.bind(s.clone()),
             Bind::Int(i) => query.bind(*i),
@@ -312,31 +250,39 @@ impl Bind {
     }
 }
 
+/// A `WHERE` clause of `filter` (placeholders `$1`…) and its parameters.
 fn filter_clause(filter: &InstanceFilter) -> (String, Vec<Bind>) {
     let mut clauses = vec!["1 = 1".to_string()];
     let mut binds = Vec::new();
+    let mark = |binds: &mut Vec<Bind>, bind: Bind| {
+        binds.push(bind);
+        format!("${}", binds.len())
+    };
     if !filter.statuses.is_empty() {
-        let marks = vec!["?"; filter.statuses.len()].join(", ");
-        clauses.push(format!("status IN ({marks})"));
-        binds.extend(
-            filter
-                .statuses
-                .iter()
-                .map(|s| Bind::Text(s.as_str().to_string())),
-        );
+        let marks: Vec<String> = filter
+            .statuses
+            .iter()
+            .map(|s| mark(&mut binds, Bind::Text(s.as_str().to_string())))
+            .collect();
+        clauses.push(format!("status IN ({})", marks.join(", ")));
     }
     if let Some(from) = filter.created_from {
-        clauses.push("created_at >= ?".into());
-        binds.push(Bind::Int(from));
+        clauses.push(format!(
+            "created_at >= {}",
+            mark(&mut binds, Bind::Int(from))
+        ));
     }
     if let Some(to) = filter.created_to {
-        clauses.push("created_at <= ?".into());
-        binds.push(Bind::Int(to));
+        clauses.push(format!("created_at <= {}", mark(&mut binds, Bind::Int(to))));
     }
     if let Some(prefix) = &filter.id_prefix {
-        clauses.push("substr(id, 1, ?) = ?".into());
-        binds.push(Bind::Int(i64::try_from(prefix.len()).unwrap_or(i64::MAX)));
-        binds.push(Bind::Text(prefix.clone()));
+        let length = mark(
+            &mut binds,
+            Bind::Int(i64::try_from(prefix.len()).unwrap_or(i64::MAX)),
+        );
+        let text = mark(&mut binds, Bind::Text(prefix.clone()));
+        // The cast: PostgreSQL has no substr(text, int, bigint).
+        clauses.push(format!("substr(id, 1, CAST({length} AS INTEGER)) = {text}"));
     }
     (clauses.join(" AND "), binds)
 }
@@ -346,13 +292,12 @@ mod tests {
     use crate::core::instance::RuntimeStatus;
     use crate::core::lifecycle::Change;
     use crate::store::test_fixtures::new;
-    use crate::store::{Operation, Store, StoreError};
+    use crate::store::{Operation, StoreError};
 
     #[tokio::test]
     async fn an_instance_suspended_before_its_first_episode_resumes_as_pending(
     ) -> Result<(), StoreError> {
-        let dir = tempfile::tempdir().map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await?;
+        let (_dir, store) = crate::store::test_fixtures::sqlite().await?;
         store.start(new("a")).await?;
         assert_eq!(store.manage("a", Operation::Suspend).await?.0, Change::Done);
         assert_eq!(
@@ -376,8 +321,7 @@ mod tests {
 
     #[tokio::test]
     async fn terminate_then_recreate_gets_a_new_execution_number() -> Result<(), StoreError> {
-        let dir = tempfile::tempdir().map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await?;
+        let (_dir, store) = crate::store::test_fixtures::sqlite().await?;
         assert!(store.start(new("a")).await?.is_some());
         assert!(
             store.start(new("a")).await?.is_none(),

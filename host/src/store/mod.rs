@@ -2,34 +2,46 @@
 //! engine's instances, journals, inboxes and tasks.
 //!
 //! The store only stores: it imports the core and nothing above it. Writes of
-//! the durable engine carry out core decisions ([`crate::core::effects`]);
-//! SQLite (WAL) is the embedded default.
+//! the durable engine carry out core decisions ([`crate::core::effects`]).
+//! SQLite (WAL) is the embedded default; PostgreSQL lets several hosts share
+//! one task hub. The two differ only in [`tx::Tx`] and in their writer loop.
 
 mod apply;
 mod episodes;
 mod group_commit;
+mod hub;
 mod instances;
+mod open;
+mod postgres_commit;
+mod postgres_tx;
 mod records;
-mod sqlite;
+mod sessions;
+mod sqlite_commit;
+mod sqlite_tx;
 mod tasks;
+mod tx;
 mod versions;
 mod writes;
 
 pub use apply::{Applied, Target};
 pub use episodes::{Image, InboxRow};
 pub use group_commit::InboxSink;
+pub use hub::{TaskHub, DEFAULT_HUB};
 pub use instances::{InstanceFilter, InstanceRecord, Loaded};
+pub use open::Store;
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
-pub use sqlite::Store;
 pub use tasks::TaskRow;
 pub use writes::{Operation, TaskOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("unsupported store URL '{0}': use sqlite://PATH (e.g. sqlite://agenthost.db)")]
+    #[error("unsupported store URL '{0}': use sqlite://PATH (e.g. sqlite://agenthost.db) or postgres://USER@HOST:PORT/DATABASE")]
     UnsupportedUrl(String),
-    #[error("could not open the store at {url}: {source}")]
-    Open { url: String, source: sqlx::Error },
+    #[error("cannot connect to the task hub store at {address}: {source}")]
+    Connect {
+        address: String,
+        source: sqlx::Error,
+    },
     #[error("could not migrate the store schema: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("store query failed: {0}")]
@@ -42,6 +54,14 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// The database could not be reached at all (as opposed to refusing a
+    /// statement).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, StoreError::Connect { .. })
+    }
+}
+
 /// Milliseconds since the Unix epoch, the store's clock.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
@@ -50,6 +70,14 @@ pub fn now_ms() -> i64 {
 #[cfg(test)]
 pub(crate) mod test_fixtures {
     use crate::core::instance::NewInstance;
+
+    /// A store in a fresh temporary directory.
+    pub async fn sqlite() -> Result<(tempfile::TempDir, super::Store), super::StoreError> {
+        let dir = tempfile::tempdir().map_err(|e| super::StoreError::Corrupt(e.to_string()))?;
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let store = super::Store::open(&url, &super::TaskHub::default()).await?;
+        Ok((dir, store))
+    }
 
     /// A top-level instance of orchestration `o` on version `d`.
     pub fn new(id: &str) -> NewInstance {

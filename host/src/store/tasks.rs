@@ -28,7 +28,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT t.instance_id, t.execution, i.name, i.component_digest, t.task, t.call, t.attempt \
              FROM tasks t JOIN instances i ON i.id = t.instance_id AND i.execution = t.execution \
-             WHERE t.due_at <= ? ORDER BY t.due_at LIMIT ?",
+             WHERE t.due_at <= $1 ORDER BY t.due_at LIMIT $2",
         )
         .bind(now)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -54,12 +54,12 @@ impl Store {
     /// by an earlier scheduler pass may have finished since.
     pub async fn task_still_due(&self, row: &TaskRow) -> Result<bool, StoreError> {
         let found: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM tasks WHERE instance_id = ? AND execution = ? AND task = ? AND attempt = ?",
+            "SELECT 1 FROM tasks WHERE instance_id = $1 AND execution = $2 AND task = $3 AND attempt = $4",
         )
         .bind(&row.instance_id)
         .bind(row.execution)
-        .bind(row.task)
-        .bind(row.attempt)
+        .bind(i64::from(row.task))
+        .bind(i64::from(row.attempt))
         .fetch_optional(self.pool())
         .await?;
         Ok(found.is_some())
@@ -68,8 +68,8 @@ impl Store {
     /// The earliest time after `now` at which a timer fires or a task is due.
     pub async fn next_due_after(&self, now: i64) -> Result<Option<i64>, StoreError> {
         let next: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > ?1 \
-             UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > ?1)",
+            "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > $1 \
+             UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > $1) AS due",
         )
         .bind(now)
         .fetch_one(self.pool())

@@ -26,12 +26,12 @@ impl Store {
         grants: Option<&str>,
     ) -> Result<(), StoreError> {
         let known: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM component_versions WHERE digest = ?")
+            sqlx::query_scalar("SELECT 1 FROM component_versions WHERE digest = $1")
                 .bind(digest)
                 .fetch_optional(self.pool())
                 .await?;
         if known.is_some() {
-            sqlx::query("UPDATE component_versions SET grants = ? WHERE digest = ?")
+            sqlx::query("UPDATE component_versions SET grants = $1 WHERE digest = $2")
                 .bind(grants)
                 .bind(digest)
                 .execute(self.pool())
@@ -40,7 +40,7 @@ impl Store {
         }
         sqlx::query(
             "INSERT INTO component_versions (digest, name, wasm, grants, stored_at) \
-             VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING",
         )
         .bind(digest)
         .bind(name)
@@ -56,10 +56,11 @@ impl Store {
         &self,
         digest: &str,
     ) -> Result<Option<StoredVersion>, StoreError> {
-        let row = sqlx::query("SELECT name, wasm, grants FROM component_versions WHERE digest = ?")
-            .bind(digest)
-            .fetch_optional(self.pool())
-            .await?;
+        let row =
+            sqlx::query("SELECT name, wasm, grants FROM component_versions WHERE digest = $1")
+                .bind(digest)
+                .fetch_optional(self.pool())
+                .await?;
         row.map(|r| {
             Ok(StoredVersion {
                 name: r.try_get("name")?,
@@ -73,13 +74,11 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
     #[tokio::test]
     async fn a_version_keeps_its_bytes_and_its_latest_grants(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await?;
+        let (_dir, store) = crate::store::test_fixtures::sqlite().await?;
         assert!(store.component_version("sha256:x").await?.is_none());
         store
             .save_component_version("sha256:x", "c", b"v1", Some("env = [\"A\"]"))

@@ -5,11 +5,10 @@
 
 use std::sync::Arc;
 
-use rusqlite::Connection;
-
 use super::apply::{apply, create, Applied, Target};
 use super::episodes::{image, Image};
-use super::instances::{inbox_size, load, task_pending, Loaded};
+use super::instances::Loaded;
+use super::tx::Tx;
 use super::StoreError;
 use crate::core::effects::Effect;
 use crate::core::instance::NewInstance;
@@ -100,23 +99,23 @@ pub enum TaskOutcome {
     Dropped,
 }
 
-pub(super) fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Written, StoreError> {
+pub(super) async fn write_one(
+    tx: &mut impl Tx,
+    write: Write,
+    now: i64,
+) -> Result<Written, StoreError> {
     match write {
         Write::Episode { target, effects } => {
-            let current = load(tx, &target.id)?;
+            let current = tx.load(&target.id).await?;
             let Some(current) = current
                 .filter(|c| c.state.execution == target.execution && c.state.status.is_active())
             else {
                 return Ok(Written::Episode(None));
             };
             let journal_len = current.state.history.events;
-            Ok(Written::Episode(Some(apply(
-                tx,
-                &target,
-                journal_len,
-                effects,
-                now,
-            )?)))
+            Ok(Written::Episode(Some(
+                apply(tx, &target, journal_len, effects, now).await?,
+            )))
         }
         Write::TaskDone {
             instance,
@@ -124,10 +123,10 @@ pub(super) fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Writt
             result,
             limits,
         } => {
-            let Some(current) = load(tx, &instance)? else {
+            let Some(current) = tx.load(&instance).await? else {
                 return Ok(Written::TaskDone(TaskOutcome::Dropped, Applied::default()));
             };
-            let pending = task_pending(tx, &instance, &attempt)?;
+            let pending = tx.task_pending(&instance, &attempt).await?;
             let (outcome, effects) = match task_done::decide(
                 Some(&current.state),
                 pending,
@@ -149,12 +148,12 @@ pub(super) fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Writt
             let journal_len = current.state.history.events;
             Ok(Written::TaskDone(
                 outcome,
-                apply(tx, &target, journal_len, effects, now)?,
+                apply(tx, &target, journal_len, effects, now).await?,
             ))
         }
         Write::Start(new) => {
             let id = new.id.clone();
-            Ok(Written::Start(match create(tx, new, now)? {
+            Ok(Written::Start(match create(tx, new, now).await? {
                 Ok(()) => Some(Applied {
                     wake: vec![id],
                     ..Applied::default()
@@ -168,9 +167,9 @@ pub(super) fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Writt
             payload,
             limits,
         } => {
-            let current = load(tx, &instance)?;
+            let current = tx.load(&instance).await?;
             let waiting = match &current {
-                Some(_) => inbox_size(tx, &instance)?,
+                Some(_) => tx.inbox_size(&instance).await?,
                 None => Default::default(),
             };
             match raise::decide(
@@ -181,14 +180,14 @@ pub(super) fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Writt
                 &limits,
             ) {
                 Ok(decision) => {
-                    let (change, applied) = decide_and_apply(tx, current, decision, now)?;
+                    let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
                     Ok(Written::Raise(Ok(change), applied))
                 }
                 Err(refused) => Ok(Written::Raise(Err(refused), Applied::default())),
             }
         }
         Write::Manage { instance, op } => {
-            let current = load(tx, &instance)?;
+            let current = tx.load(&instance).await?;
             let state = current.as_ref().map(|c| &c.state);
             let decision = match &op {
                 Operation::Suspend => suspend::decide(state),
@@ -196,20 +195,20 @@ pub(super) fn write_one(tx: &Connection, write: Write, now: i64) -> Result<Writt
                 Operation::Terminate { reason } => terminate::decide(state, reason),
                 Operation::Purge => purge::decide(state),
             };
-            let (change, applied) = decide_and_apply(tx, current, decision, now)?;
+            let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
             Ok(Written::Manage(change, applied))
         }
     }
 }
 
-pub(super) fn read_one(connection: &Connection, read: Read) -> Result<ReadOut, StoreError> {
+pub(super) async fn read_one(tx: &mut impl Tx, read: Read) -> Result<ReadOut, StoreError> {
     Ok(match read {
-        Read::Image(id) => ReadOut::Image(image(connection, &id)?),
+        Read::Image(id) => ReadOut::Image(image(tx, &id).await?),
     })
 }
 
-fn decide_and_apply(
-    tx: &Connection,
+async fn decide_and_apply(
+    tx: &mut impl Tx,
     current: Option<Loaded>,
     decision: Decision,
     now: i64,
@@ -222,7 +221,7 @@ fn decide_and_apply(
                 name: c.name,
                 digest: c.digest,
             };
-            apply(tx, &target, c.state.history.events, decision.effects, now)?
+            apply(tx, &target, c.state.history.events, decision.effects, now).await?
         }
         _ => Applied::default(),
     };

@@ -1,63 +1,19 @@
-//! The SQLite store (WAL, one file). Runtime-checked queries: the schema lives
-//! in `host/migrations/` and is applied at open.
+//! Agent runs, sessions and their messages. Plain SQL that both databases
+//! run as written (through sqlx's `Any` driver, placeholders `$1`…).
 
-use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::any::AnyRow;
+use sqlx::AnyConnection;
+use sqlx::Row;
 
-use super::group_commit::Committer;
-use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, StoreError, StoredMessage};
+use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, Store, StoreError, StoredMessage};
 use crate::core::chat::{ChatMessage, Usage};
-
-#[derive(Clone)]
-pub struct Store {
-    pool: SqlitePool,
-    committer: Committer,
-}
 
 const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
                            response, error, error_code, usage, created_at, updated_at";
 
 impl Store {
-    /// Opens (creating if needed) the store at `url` and applies migrations.
-    pub async fn open(url: &str) -> Result<Self, StoreError> {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .filter(|p| !p.is_empty())
-            .ok_or_else(|| StoreError::UnsupportedUrl(url.to_string()))?;
-        // A durable store is a file: the pool and the committer's own
-        // connection must open the same one.
-        if path.starts_with(":memory:") || path.starts_with("memory:") || path.starts_with("file:")
-        {
-            return Err(StoreError::UnsupportedUrl(url.to_string()));
-        }
-        let options = SqliteConnectOptions::from_str(&format!("sqlite:{path}"))
-            .map_err(|e| StoreError::Open {
-                url: url.to_string(),
-                source: e,
-            })?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| StoreError::Open {
-                url: url.to_string(),
-                source: e,
-            })?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        let committer = Committer::start(Path::new(options.get_filename()))?;
-        Ok(Self { pool, committer })
-    }
-
     /// Stores a new run (pending) and touches its session. When the session has
     /// been idle longer than `ttl`, its history is dropped first, in the same
     /// transaction, so an expired thread never leaks into a new answer.
@@ -67,23 +23,26 @@ impl Store {
         ttl: Option<Duration>,
     ) -> Result<RunRecord, StoreError> {
         let now = now_ms();
-        let mut tx = self.begin_write().await?;
+        // Every transaction here begins with a write, so that SQLite takes
+        // its write lock first: a read first could be invalidated by another
+        // writer (SQLITE_BUSY_SNAPSHOT, which no busy timeout retries).
+        let mut tx = self.pool().begin().await?;
         if let Some(ttl) = ttl {
             let cutoff = now - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-            let expired: Option<i64> = sqlx::query_scalar(
-                "SELECT 1 FROM sessions WHERE agent = ? AND id = ? AND last_active_at < ?",
+            let expired = sqlx::query(
+                "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND last_active_at < $3",
             )
             .bind(&run.session.agent)
             .bind(&run.session.session_id)
             .bind(cutoff)
-            .fetch_optional(&mut *tx)
+            .execute(&mut *tx)
             .await?;
-            if expired.is_some() {
-                delete_session(&mut tx, &run.session).await?;
+            if expired.rows_affected() > 0 {
+                delete_messages(&mut tx, &run.session).await?;
             }
         }
         sqlx::query(
-            "INSERT INTO sessions (agent, id, created_at, last_active_at) VALUES (?, ?, ?, ?) \
+            "INSERT INTO sessions (agent, id, created_at, last_active_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (agent, id) DO UPDATE SET last_active_at = excluded.last_active_at",
         )
         .bind(&run.session.agent)
@@ -95,7 +54,7 @@ impl Store {
         let format = run.response_format.as_ref().map(|f| f.to_string());
         sqlx::query(
             "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, status, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)",
         )
         .bind(&run.correlation_id)
         .bind(&run.session.agent)
@@ -124,10 +83,10 @@ impl Store {
     }
 
     pub async fn run(&self, correlation_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE correlation_id = ?");
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE correlation_id = $1");
         let row = sqlx::query(&sql)
             .bind(correlation_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.pool())
             .await?;
         row.map(|r| run_from_row(&r)).transpose()
     }
@@ -138,13 +97,13 @@ impl Store {
         session: &SessionKey,
     ) -> Result<Option<RunRecord>, StoreError> {
         let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE agent = ? AND session_id = ? \
+            "SELECT {RUN_COLUMNS} FROM runs WHERE agent = $1 AND session_id = $2 \
              AND status IN ('pending', 'running') ORDER BY seq LIMIT 1"
         );
         let row = sqlx::query(&sql)
             .bind(&session.agent)
             .bind(&session.session_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.pool())
             .await?;
         row.map(|r| run_from_row(&r)).transpose()
     }
@@ -155,7 +114,7 @@ impl Store {
             "SELECT agent, session_id, MIN(seq) AS first FROM runs WHERE status IN ('pending', 'running') \
              GROUP BY agent, session_id ORDER BY first",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         rows.iter()
             .map(|r| {
@@ -168,11 +127,13 @@ impl Store {
     }
 
     pub async fn mark_running(&self, correlation_id: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE runs SET status = 'running', updated_at = ? WHERE correlation_id = ?")
-            .bind(now_ms())
-            .bind(correlation_id)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "UPDATE runs SET status = 'running', updated_at = $1 WHERE correlation_id = $2",
+        )
+        .bind(now_ms())
+        .bind(correlation_id)
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 
@@ -220,8 +181,8 @@ impl Store {
         let usage =
             serde_json::to_string(&usage).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
-            "UPDATE runs SET status = ?, response = ?, error = ?, error_code = ?, usage = ?, updated_at = ? \
-             WHERE correlation_id = ?",
+            "UPDATE runs SET status = $1, response = $2, error = $3, error_code = $4, usage = $5, updated_at = $6 \
+             WHERE correlation_id = $7",
         )
         .bind(status.as_str())
         .bind(response)
@@ -230,7 +191,7 @@ impl Store {
         .bind(usage)
         .bind(now_ms())
         .bind(correlation_id)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(())
     }
@@ -238,11 +199,11 @@ impl Store {
     /// The session's messages in order.
     pub async fn history(&self, session: &SessionKey) -> Result<Vec<StoredMessage>, StoreError> {
         let rows = sqlx::query(
-            "SELECT correlation_id, body FROM messages WHERE agent = ? AND session_id = ? ORDER BY seq",
+            "SELECT correlation_id, body FROM messages WHERE agent = $1 AND session_id = $2 ORDER BY seq",
         )
         .bind(&session.agent)
         .bind(&session.session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         rows.iter()
             .map(|r| {
@@ -268,10 +229,10 @@ impl Store {
         let body =
             serde_json::to_string(message).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let now = now_ms();
-        let mut tx = self.begin_write().await?;
+        let mut tx = self.pool().begin().await?;
         sqlx::query(
             "INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) \
-             SELECT ?1, ?2, COALESCE(MAX(seq), 0) + 1, ?3, ?4, ?5 FROM messages WHERE agent = ?1 AND session_id = ?2",
+             SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, $5 FROM messages WHERE agent = $1 AND session_id = $2",
         )
         .bind(&session.agent)
         .bind(&session.session_id)
@@ -280,7 +241,7 @@ impl Store {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("UPDATE sessions SET last_active_at = ? WHERE agent = ? AND id = ?")
+        sqlx::query("UPDATE sessions SET last_active_at = $1 WHERE agent = $2 AND id = $3")
             .bind(now)
             .bind(&session.agent)
             .bind(&session.session_id)
@@ -294,68 +255,43 @@ impl Store {
     /// run; returns how many.
     pub async fn expire_sessions(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
         let rows = sqlx::query(
-            "SELECT agent, id FROM sessions s WHERE last_active_at < ? AND NOT EXISTS \
+            "SELECT agent, id FROM sessions s WHERE last_active_at < $1 AND NOT EXISTS \
              (SELECT 1 FROM runs r WHERE r.agent = s.agent AND r.session_id = s.id AND r.status IN ('pending', 'running'))",
         )
         .bind(cutoff_ms)
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
-        let mut tx = self.begin_write().await?;
+        // Each is deleted only if still idle and without work: a run may
+        // have arrived since the read.
+        let mut tx = self.pool().begin().await?;
+        let mut expired = 0;
         for row in &rows {
             let key = SessionKey {
                 agent: row.try_get("agent")?,
                 session_id: row.try_get("id")?,
             };
-            delete_session(&mut tx, &key).await?;
+            let deleted = sqlx::query(
+                "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND last_active_at < $3 AND NOT EXISTS \
+                 (SELECT 1 FROM runs r WHERE r.agent = $1 AND r.session_id = $2 AND r.status IN ('pending', 'running'))",
+            )
+            .bind(&key.agent)
+            .bind(&key.session_id)
+            .bind(cutoff_ms)
+            .execute(&mut *tx)
+            .await?;
+            if deleted.rows_affected() > 0 {
+                delete_messages(&mut tx, &key).await?;
+                expired += 1;
+            }
         }
         tx.commit().await?;
-        Ok(rows.len() as u64)
-    }
-
-    pub(super) fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
-
-    pub(super) fn committer(&self) -> &Committer {
-        &self.committer
-    }
-
-    /// Where committed inbox rows go, on the writer's thread (see [`InboxSink`]).
-    pub fn on_inbox_rows(&self, sink: super::InboxSink) {
-        self.committer.on_inbox_rows(sink);
-    }
-
-    /// Episodes committed and the transactions they took (group commit).
-    pub fn commit_stats(&self) -> (u64, u64) {
-        self.committer.stats()
-    }
-
-    /// A write transaction that takes the write lock at once, so a read
-    /// inside it can never be invalidated by another writer (SQLite's
-    /// `SQLITE_BUSY_SNAPSHOT`, which a busy timeout does not retry).
-    pub(super) async fn begin_write(
-        &self,
-    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
-    }
-
-    /// Commits the writes queued, then closes the connections, flushing the WAL.
-    pub async fn close(&self) {
-        self.committer.close().await;
-        self.pool.close().await;
+        Ok(expired)
     }
 }
 
-async fn delete_session(
-    tx: &mut sqlx::SqliteConnection,
-    key: &SessionKey,
-) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM messages WHERE agent = ? AND session_id = ?")
-        .bind(&key.agent)
-        .bind(&key.session_id)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("DELETE FROM sessions WHERE agent = ? AND id = ?")
+/// A session's messages (its row is deleted by the caller).
+async fn delete_messages(tx: &mut AnyConnection, key: &SessionKey) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM messages WHERE agent = $1 AND session_id = $2")
         .bind(&key.agent)
         .bind(&key.session_id)
         .execute(&mut *tx)
@@ -363,7 +299,7 @@ async fn delete_session(
     Ok(())
 }
 
-fn run_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<RunRecord, StoreError> {
+fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
     let status: String = row.try_get("status")?;
     let format: Option<String> = row.try_get("response_format")?;
     let usage: Option<String> = row.try_get("usage")?;

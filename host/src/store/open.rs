@@ -1,0 +1,204 @@
+//! Opening a store: SQLite (one file, embedded default) or PostgreSQL (several
+//! hosts share one task hub), each with its own migrations.
+//!
+//! A store has two halves. Plain queries (runs, sessions, lists, versions)
+//! go through one sqlx `Any` pool, in SQL both databases run as written. The
+//! durable engine's writes go through the [`Committer`], on a connection of
+//! its own, in the database's own dialect ([`super::tx::Tx`]).
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{AnyPool, Connection, Executor};
+
+use super::group_commit::Committer;
+use super::hub::TaskHub;
+use super::StoreError;
+
+/// The durable store: sessions, runs, component versions, and the durable
+/// engine's instances, journals, inboxes and tasks, of one task hub.
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    committer: Committer,
+    kind: Kind,
+}
+
+/// Which database a store is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// Plain-query connections per process.
+const POOL_CONNECTIONS: u32 = 8;
+
+impl Store {
+    /// Opens (creating if needed) the task hub `hub` of the store at `url`
+    /// (`sqlite://PATH` or `postgres://…`) and applies migrations.
+    pub async fn open(url: &str, hub: &TaskHub) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            open_postgres(url, hub).await
+        } else {
+            open_sqlite(url, hub).await
+        }
+    }
+
+    pub(super) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub(super) fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Where committed inbox rows go, on the writer's thread (see [`super::InboxSink`]).
+    pub fn on_inbox_rows(&self, sink: super::InboxSink) {
+        self.committer.on_inbox_rows(sink);
+    }
+
+    /// Episodes committed and the transactions they took (group commit).
+    pub fn commit_stats(&self) -> (u64, u64) {
+        self.committer.stats()
+    }
+
+    /// Commits the writes queued, then closes the connections.
+    pub async fn close(&self) {
+        self.committer.close().await;
+        self.pool.close().await;
+    }
+}
+
+async fn open_sqlite(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| StoreError::UnsupportedUrl(url.to_string()))?;
+    // A durable store is a file: the pool and the committer's own connection
+    // must open the same one.
+    if path.starts_with(":memory:") || path.starts_with("memory:") || path.starts_with("file:") {
+        return Err(StoreError::UnsupportedUrl(url.to_string()));
+    }
+    let path = hub.sqlite_file(Path::new(path));
+    let open_error = |source| StoreError::Connect {
+        address: path.display().to_string(),
+        source,
+    };
+    let options = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(10))
+        .foreign_keys(true);
+    {
+        let migrations = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .map_err(open_error)?;
+        sqlx::migrate!("./migrations").run(&migrations).await?;
+        migrations.close().await;
+    }
+    let pool = AnyPoolOptions::new()
+        .max_connections(POOL_CONNECTIONS)
+        .after_connect(|connection, _| {
+            Box::pin(async move {
+                connection
+                    .execute(
+                        "PRAGMA busy_timeout = 10000; PRAGMA synchronous = NORMAL; \
+                         PRAGMA foreign_keys = ON;",
+                    )
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .connect(&format!("sqlite://{}", path.display()))
+        .await
+        .map_err(open_error)?;
+    let committer = Committer::sqlite(&path)?;
+    Ok(Store {
+        pool,
+        committer,
+        kind: Kind::Sqlite,
+    })
+}
+
+async fn open_postgres(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
+    let options =
+        PgConnectOptions::from_str(url).map_err(|_| StoreError::UnsupportedUrl(url.to_string()))?;
+    let address = format!(
+        "postgres://{}:{}/{}",
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("")
+    );
+    let connect_error = |source| StoreError::Connect {
+        address: address.clone(),
+        source,
+    };
+    let schema = hub.postgres_schema();
+    {
+        let mut admin = sqlx::PgConnection::connect_with(&options)
+            .await
+            .map_err(connect_error)?;
+        create_schema(&mut admin, &schema).await?;
+        admin.close().await.map_err(connect_error)?;
+    }
+    let in_hub = options.clone().options([("search_path", schema.as_str())]);
+    {
+        let migrations = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(in_hub.clone())
+            .await
+            .map_err(connect_error)?;
+        sqlx::migrate!("./migrations-postgres")
+            .run(&migrations)
+            .await?;
+        migrations.close().await;
+    }
+    let set_path = format!("SET search_path TO {schema}");
+    let pool = AnyPoolOptions::new()
+        .max_connections(POOL_CONNECTIONS)
+        .after_connect(move |connection, _| {
+            let set_path = set_path.clone();
+            Box::pin(async move { connection.execute(set_path.as_str()).await.map(|_| ()) })
+        })
+        .connect(url)
+        .await
+        .map_err(connect_error)?;
+    let committer = Committer::postgres(in_hub).await?;
+    Ok(Store {
+        pool,
+        committer,
+        kind: Kind::Postgres,
+    })
+}
+
+/// Creates the hub's schema. Two hosts starting at once may both try: the
+/// loser's duplicate error is the winner's success.
+async fn create_schema(admin: &mut sqlx::PgConnection, schema: &str) -> Result<(), StoreError> {
+    match admin
+        .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(sqlx::Error::Database(e))
+            if matches!(e.code().as_deref(), Some("23505") | Some("42P06")) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(StoreError::Query(e)),
+    }
+}

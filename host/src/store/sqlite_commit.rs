@@ -1,0 +1,135 @@
+//! The SQLite writer. SQLite has one writer at a time; this one owns its own
+//! connection on a thread of its own, so a statement costs microseconds
+//! (through sqlx each one is a hand-off to the connection's thread and back,
+//! which dominated a step).
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::mpsc;
+
+use super::group_commit::{all_failed, Job, Shared, Taken};
+use super::sqlite_tx::SqliteTx;
+use super::tx::run_now;
+use super::writes::{read_one, write_one, Write, Written};
+use super::{now_ms, StoreError};
+
+/// Statements kept prepared on the writer's connection (chunked inserts of
+/// different sizes are distinct statements).
+const PREPARED_STATEMENTS: usize = 64;
+
+pub(super) fn start(
+    path: &Path,
+    queue: mpsc::UnboundedReceiver<Job>,
+    shared: Shared,
+) -> Result<(), StoreError> {
+    let connection = Connection::open(path)?;
+    connection.busy_timeout(Duration::from_secs(10))?;
+    connection.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+    )?;
+    connection.set_prepared_statement_cache_capacity(PREPARED_STATEMENTS);
+    std::thread::Builder::new()
+        .name("agenthost-committer".into())
+        .spawn(move || write_loop(connection, queue, &shared))
+        .map_err(|e| StoreError::Write(format!("cannot start the store's writer: {e}")))?;
+    Ok(())
+}
+
+fn write_loop(
+    mut connection: Connection,
+    mut queue: mpsc::UnboundedReceiver<Job>,
+    shared: &Shared,
+) {
+    while let Some(job) = queue.blocking_recv() {
+        let taken = Taken::from(job, &mut queue);
+        // Reads are answered after the batch commits, so they see it whole.
+        if !taken.writes.is_empty() {
+            let (writes, replies): (Vec<_>, Vec<_>) = taken.writes.into_iter().unzip();
+            let results = write_batch(&mut connection, writes);
+            shared.answer(replies, results);
+        }
+        for (read, reply) in taken.reads {
+            let _ = reply.send(run_now(read_one(&mut SqliteTx(&connection), read)));
+        }
+        if let Some(reply) = taken.close {
+            queue.close();
+            drop(connection);
+            let _ = reply.send(());
+            return;
+        }
+    }
+}
+
+/// Writes a batch in one transaction. Most batches have no failing write, so
+/// they run without savepoints; if one fails, the batch is rolled back and
+/// written again with a savepoint per write, so that the failure spoils
+/// nothing else. Decisions are made inside the transaction, so writing again
+/// decides again, on the same state.
+fn write_batch(
+    connection: &mut Connection,
+    writes: Vec<Write>,
+) -> Vec<Result<Written, StoreError>> {
+    let count = writes.len();
+    let tx = match connection.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => return all_failed(count, &e),
+    };
+    let now = now_ms();
+    let mut results = Vec::with_capacity(count);
+    let mut failed = false;
+    for write in &writes {
+        match run_now(write_one(&mut SqliteTx(&tx), write.clone(), now)) {
+            Ok(written) => results.push(Ok(written)),
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    if !failed {
+        return match tx.commit() {
+            Ok(()) => results,
+            Err(e) => all_failed(count, &e),
+        };
+    }
+    if let Err(e) = tx.rollback() {
+        return all_failed(count, &e);
+    }
+    write_isolated(connection, writes)
+}
+
+/// The slow path: each write in its own savepoint.
+fn write_isolated(
+    connection: &mut Connection,
+    writes: Vec<Write>,
+) -> Vec<Result<Written, StoreError>> {
+    let count = writes.len();
+    let mut tx = match connection.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => return all_failed(count, &e),
+    };
+    let now = now_ms();
+    let mut results = Vec::with_capacity(count);
+    for write in writes {
+        let savepoint = match tx.savepoint() {
+            Ok(savepoint) => savepoint,
+            Err(e) => return all_failed(count, &e),
+        };
+        let result = run_now(write_one(&mut SqliteTx(&savepoint), write, now));
+        // A savepoint dropped without commit rolls back to where it began.
+        let ended = match &result {
+            Ok(_) => savepoint.commit(),
+            Err(_) => savepoint.finish(),
+        };
+        if let Err(e) = ended {
+            return all_failed(count, &e);
+        }
+        results.push(result);
+    }
+    match tx.commit() {
+        Ok(()) => results,
+        Err(e) => all_failed(count, &e),
+    }
+}

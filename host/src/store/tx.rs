@@ -1,0 +1,131 @@
+//! The statements the durable engine's writes are carried out with, inside
+//! one transaction. This is where the two databases differ, and the only
+//! place: what each write means ([`super::writes`]) and which rows its
+//! effects touch ([`super::apply`]) are written once, against this trait.
+//!
+//! SQLite implements it on the writer thread's own connection (every
+//! statement completes at once, see [`run_now`]); PostgreSQL on the writer's
+//! sqlx connection, with the instance row locked for the transaction.
+
+use std::future::Future;
+
+use super::apply::Target;
+use super::episodes::InboxRow;
+use super::instances::Loaded;
+use super::StoreError;
+use crate::core::instance::{NewInstance, RuntimeStatus, Size};
+use crate::core::journal::Entry;
+use crate::core::lifecycle::task_done::Attempt;
+
+/// Changes to an instance's own row, written by one statement.
+#[derive(Debug, Default)]
+pub(super) struct RowUpdate {
+    pub status: Option<RuntimeStatus>,
+    pub output: Option<String>,
+    pub custom_status: Option<String>,
+    pub events: i64,
+    pub bytes: i64,
+}
+
+/// What a new execution of an instance begins with.
+pub(super) struct NextExecution<'a> {
+    pub id: &'a str,
+    pub old: i64,
+    pub next: i64,
+    pub input: &'a str,
+    /// The component version it moves to, if it moves.
+    pub digest: Option<&'a str>,
+}
+
+pub(super) trait Tx {
+    /// The instance as a decision reads it; PostgreSQL also locks its row
+    /// until the transaction ends, so two hosts never decide on one state.
+    fn load(&mut self, id: &str) -> impl Future<Output = Result<Option<Loaded>, StoreError>>;
+    /// Events and bytes waiting in an instance's inbox.
+    fn inbox_size(&mut self, id: &str) -> impl Future<Output = Result<Size, StoreError>>;
+    /// Whether the task of this attempt is still waiting for its result.
+    fn task_pending(
+        &mut self,
+        id: &str,
+        attempt: &Attempt,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+    /// The current execution's journal, in order, with each row's time.
+    fn journal(&mut self, id: &str) -> impl Future<Output = Result<Vec<(Entry, i64)>, StoreError>>;
+    /// The whole inbox, timers not yet due too, in arrival order.
+    fn inbox(&mut self, id: &str) -> impl Future<Output = Result<Vec<InboxRow>, StoreError>>;
+
+    fn delete_inbox_rows(&mut self, rows: &[i64]) -> impl Future<Output = Result<(), StoreError>>;
+    /// Journal rows `(seq, entry as JSON)`.
+    fn append_journal(
+        &mut self,
+        id: &str,
+        rows: &[(i64, String)],
+        at: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    fn update_instance(
+        &mut self,
+        id: &str,
+        update: RowUpdate,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    /// A fresh execution number, never handed out before.
+    fn new_execution(&mut self, id: &str) -> impl Future<Output = Result<i64, StoreError>>;
+    fn insert_instance(
+        &mut self,
+        new: &NewInstance,
+        execution: i64,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    /// Returns the row's id, which orders the inbox.
+    fn push_inbox(
+        &mut self,
+        id: &str,
+        execution: i64,
+        event: &str,
+        visible_at: i64,
+    ) -> impl Future<Output = Result<i64, StoreError>>;
+    /// Tasks `(task, call as JSON)`, due now.
+    fn insert_tasks(
+        &mut self,
+        target: &Target,
+        tasks: &[(u32, String)],
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    fn finish_task(
+        &mut self,
+        target: &Target,
+        task: u32,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    fn retry_task(
+        &mut self,
+        target: &Target,
+        task: u32,
+        attempt: u32,
+        due_at: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    /// Drops the instance's inbox and tasks.
+    fn clear_pending(&mut self, id: &str) -> impl Future<Output = Result<(), StoreError>>;
+    /// Empties the journal and tasks, keeps the events raised for the old
+    /// execution (moved to the new one), drops everything else addressed to
+    /// it, and resets the row.
+    fn begin_execution(
+        &mut self,
+        next: NextExecution<'_>,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    /// Deletes the instance and everything of it.
+    fn purge(&mut self, id: &str) -> impl Future<Output = Result<(), StoreError>>;
+}
+
+/// Runs a future that cannot wait: SQLite's statements complete inside the
+/// call, so the shared async write code finishes in one poll on the writer
+/// thread, with no runtime under it.
+pub(super) fn run_now<T>(
+    future: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    use futures::FutureExt;
+    future.now_or_never().unwrap_or_else(|| {
+        Err(StoreError::Write(
+            "a SQLite write waited on something: it must complete at once".into(),
+        ))
+    })
+}
