@@ -19,4 +19,5 @@ mod request_errors;
 mod restarts;
 mod sandbox;
 mod sessions_ttl;
+mod task_hubs;
 mod tools;

@@ -34,6 +34,8 @@ pub struct HostBuilder {
     env: Vec<(String, String)>,
     args: Vec<String>,
     cache_dir: PathBuf,
+    hub: Option<String>,
+    connection_string: bool,
 }
 
 pub struct Host {
@@ -52,7 +54,23 @@ impl HostBuilder {
             env: Vec::new(),
             args: Vec::new(),
             cache_dir: workspace().join("target/test-artifact-cache"),
+            hub: None,
+            connection_string: false,
         }
+    }
+
+    /// Works on task hub `name` of the directory's store (instead of the
+    /// directory's own hub).
+    pub fn taskhub(mut self, name: &str) -> Self {
+        self.hub = Some(name.into());
+        self
+    }
+
+    /// Names the store and hub through `DURABLE_TASK_SCHEDULER_CONNECTION_STRING`
+    /// instead of flags.
+    pub fn via_connection_string(mut self) -> Self {
+        self.connection_string = true;
+        self
     }
 
     pub fn components(mut self, names: &[&str]) -> Self {
@@ -97,7 +115,11 @@ impl HostBuilder {
             .arg("serve")
             .arg("--components")
             .arg(&components)
-            .args(store_args(&self.dir))
+            .args(if self.connection_string {
+                Vec::new()
+            } else {
+                store_args(&self.dir, self.hub.as_deref())
+            })
             .arg("--port")
             .arg("0")
             .arg("--cache-dir")
@@ -110,6 +132,18 @@ impl HostBuilder {
             command.env_remove(key);
         }
         command.env("AGENTHOST_LOG", "info,sqlx=warn");
+        command
+            .env_remove("AGENTHOST_STORE")
+            .env_remove("TASKHUB_NAME");
+        if self.connection_string {
+            let (store, hub) = store_location(&self.dir, self.hub.as_deref());
+            command.env(
+                "DURABLE_TASK_SCHEDULER_CONNECTION_STRING",
+                format!("Endpoint={store};TaskHub={hub};Authentication=None"),
+            );
+        } else {
+            command.env_remove("DURABLE_TASK_SCHEDULER_CONNECTION_STRING");
+        }
         for (k, v) in &self.env {
             command.env(k, v);
         }
@@ -157,17 +191,23 @@ impl HostBuilder {
 }
 
 /// The store a test host uses: SQLite in its directory, or, when
-/// `AGENTHOST_TEST_STORE` names a PostgreSQL database, a task hub of its own
-/// in it (named after the directory, so a host restarted on the same
-/// directory finds its data again).
-pub fn store_args(dir: &Path) -> Vec<String> {
+/// `AGENTHOST_TEST_STORE` names a PostgreSQL database, that database. The
+/// hub is `hub`, or one named after the directory (so a host restarted on
+/// the same directory finds its data again, and no two tests share a hub).
+pub fn store_location(dir: &Path, hub: Option<&str>) -> (String, String) {
+    let hub = hub.map_or_else(|| hub_for(dir), str::to_string);
     match test_store() {
-        Some(url) => vec!["--store".into(), url, "--taskhub".into(), hub_for(dir)],
-        None => vec![
-            "--store".into(),
+        Some(url) => (url, hub),
+        None => (
             format!("sqlite://{}", dir.join("agenthost.db").display()),
-        ],
+            hub,
+        ),
     }
+}
+
+pub fn store_args(dir: &Path, hub: Option<&str>) -> Vec<String> {
+    let (store, hub) = store_location(dir, hub);
+    vec!["--store".into(), store, "--taskhub".into(), hub]
 }
 
 /// The PostgreSQL URL the suite runs against, if any.
