@@ -6,6 +6,7 @@ mod support;
 
 mod agent_runs;
 mod async_runs;
+mod client_cli;
 mod components_dir;
 mod concurrency;
 mod determinism;

@@ -23,12 +23,105 @@ pub struct Cli {
 pub enum Command {
     /// Serve the agents of a components directory over HTTP.
     Serve(Box<ServeArgs>),
+    /// Talk to a running host: run agents, start and follow orchestrations.
+    Client(ClientArgs),
     /// Load one component (validate, compile, describe) and print what it
     /// offers as JSON; exits non-zero with the reason when it does not load.
     Inspect {
         /// The `.wasm` component file.
         file: PathBuf,
     },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The host's URL. Default: the connection string's Endpoint when it is
+    /// an http(s) URL, else http://127.0.0.1:7071.
+    #[arg(long, env = "AGENTHOST_ENDPOINT")]
+    pub endpoint: Option<String>,
+
+    /// `Endpoint=<host URL>;TaskHub=<name>;Authentication=None`.
+    #[arg(long, env = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING")]
+    pub connection_string: Option<ConnectionString>,
+
+    #[command(subcommand)]
+    pub command: ClientCommand,
+}
+
+impl ClientArgs {
+    pub fn endpoint(&self) -> String {
+        self.endpoint
+            .clone()
+            .or_else(|| {
+                self.connection_string
+                    .as_ref()
+                    .and_then(|c| c.endpoint.clone())
+                    .filter(|e| e.starts_with("http://") || e.starts_with("https://"))
+            })
+            .unwrap_or_else(|| "http://127.0.0.1:7071".into())
+    }
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ClientCommand {
+    /// Agents.
+    #[command(subcommand)]
+    Agent(AgentCommand),
+    /// Durable orchestrations.
+    #[command(subcommand)]
+    Orchestration(OrchestrationCommand),
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum AgentCommand {
+    /// Run agent NAME on MESSAGE and print its answer (the session id goes
+    /// to stderr); the same --session continues one conversation.
+    Run {
+        name: String,
+        message: String,
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum OrchestrationCommand {
+    /// Start orchestration NAME; prints the instance id.
+    Start {
+        name: String,
+        /// The input, as JSON.
+        #[arg(long)]
+        input: Option<String>,
+        /// The instance id (default: a new one).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Print the instance's status as JSON (runtime_status, serialized_input,
+    /// serialized_output, serialized_custom_status, …).
+    Status { id: String },
+    /// Raise event EVENT at the instance.
+    Raise {
+        id: String,
+        event: String,
+        /// The event's payload, as JSON.
+        #[arg(long)]
+        data: Option<String>,
+    },
+    /// Terminate the instance.
+    Terminate {
+        id: String,
+        #[arg(long, default_value = "terminated by agenthost client")]
+        reason: String,
+    },
+    /// Wait for the instance to finish; prints its status. Exits non-zero
+    /// when it is still running after --timeout.
+    Wait {
+        id: String,
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// List the hub's instances as JSON.
+    List,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -5,6 +5,8 @@
 
 pub(crate) mod agents;
 pub mod cli;
+pub mod client;
+pub mod client_cli;
 pub(crate) mod core;
 pub(crate) mod durable;
 pub(crate) mod http;

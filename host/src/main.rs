@@ -45,6 +45,7 @@ async fn run() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => agenthost::server::serve(*args).await,
         Command::Inspect { file } => agenthost::server::inspect(&file).await,
+        Command::Client(args) => agenthost::client_cli::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
