@@ -11,6 +11,7 @@ mod components_dir;
 mod concurrency;
 mod determinism;
 mod durable_engine;
+mod embedding;
 mod hot_reload;
 mod management_api;
 mod model_endpoints;

@@ -9,6 +9,7 @@ pub mod client;
 pub mod client_cli;
 pub(crate) mod core;
 pub(crate) mod durable;
+pub mod embed;
 pub(crate) mod http;
 pub(crate) mod model;
 pub(crate) mod registry;

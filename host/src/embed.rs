@@ -1,0 +1,275 @@
+//! agenthost as a library: a web application embeds the agents, the durable
+//! engine and their HTTP API. [`AgentHost::start`] opens the store, loads the
+//! components and starts the worker; [`AgentHost::router`] is an axum
+//! `Router` to merge into the application's own; [`AgentHost::shutdown`]
+//! drains the worker. `agenthost serve` is built on exactly this.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use axum::routing::get;
+//!
+//! # async fn example() -> anyhow::Result<()> {
+//! let host = agenthost::embed::Builder::new()?
+//!     .components("components")
+//!     .store("sqlite://app.db")
+//!     .start()
+//!     .await?;
+//! let app = axum::Router::new()
+//!     .route("/hello", get(|| async { "hello from the app" }))
+//!     .merge(host.router());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! host.shutdown(Duration::from_secs(30)).await;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+use crate::agents::AgentRunner;
+use crate::cli::ServeArgs;
+use crate::durable::{Orchestrator, OrchestratorConfig};
+use crate::http::{self, AppState, HttpConfig};
+use crate::model::{ModelClient, ModelSettings};
+use crate::registry::Registry;
+use crate::runs::Runs;
+use crate::runtime::{Limits, Runtime, RuntimeConfig};
+use crate::store::{now_ms, Store, TaskHub};
+
+/// Settings of an embedded host: every `agenthost serve` flag, with the
+/// same defaults and the same environment variables.
+pub struct Builder {
+    args: ServeArgs,
+}
+
+#[derive(Parser)]
+struct Defaults {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
+impl Builder {
+    /// The defaults of `agenthost serve`, after its environment variables
+    /// (an error names a malformed one).
+    pub fn new() -> Result<Self, clap::Error> {
+        Ok(Self {
+            args: Defaults::try_parse_from(["agenthost"])?.args,
+        })
+    }
+
+    /// Settings as `agenthost serve` parsed them.
+    pub fn from_args(args: ServeArgs) -> Self {
+        Self { args }
+    }
+
+    /// The directory of `.wasm` components.
+    pub fn components(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.args.components = dir.into();
+        self
+    }
+
+    /// The store URL (`sqlite://…` or `postgres://…`).
+    pub fn store(mut self, url: &str) -> Self {
+        self.args.store = Some(url.to_string());
+        self
+    }
+
+    pub fn taskhub(mut self, name: &str) -> Self {
+        self.args.taskhub = Some(name.to_string());
+        self
+    }
+
+    /// Any other setting.
+    pub fn configure(mut self, change: impl FnOnce(&mut ServeArgs)) -> Self {
+        change(&mut self.args);
+        self
+    }
+
+    pub async fn start(self) -> anyhow::Result<AgentHost> {
+        AgentHost::from_settings(self.args).await
+    }
+}
+
+/// A running host: its routes and its worker.
+pub struct AgentHost {
+    state: AppState,
+    runs: Arc<Runs>,
+    orchestrator: Arc<Orchestrator>,
+    store: Store,
+    watching: CancellationToken,
+    background: CancellationToken,
+}
+
+impl AgentHost {
+    /// Opens the store, loads the components and starts the worker.
+    pub async fn from_settings(args: ServeArgs) -> anyhow::Result<Self> {
+        let settings = ModelSettings::from_env().context("invalid model configuration")?;
+        let model = ModelClient::new(settings, args.model_timeout)
+            .context("could not create the model client")?;
+        if model.is_offline() {
+            tracing::warn!("no model endpoint configured (set OPENAI_BASE_URL/OPENAI_API_KEY/OPENAI_MODEL or AZURE_OPENAI_ENDPOINT/AZURE_OPENAI_DEPLOYMENT_NAME); answering with the built-in offline model");
+        } else {
+            tracing::info!(model = %model.describe(), "model configured");
+        }
+        let store = open_store(&args).await?;
+        let runtime = Arc::new(
+            Runtime::new(RuntimeConfig {
+                cache_dir: args.cache_dir.clone(),
+                limits: Limits {
+                    memory_bytes: args.guest_memory_mb << 20,
+                    cpu_time: args.guest_cpu_time,
+                },
+                max_instances: args.max_instances,
+                describe_timeout: args.describe_timeout,
+            })
+            .context("could not start the wasm runtime")?,
+        );
+        let registry = Arc::new(Registry::new(
+            runtime.clone(),
+            store.clone(),
+            args.components.clone(),
+        ));
+        let loaded = registry.sync().await.with_context(|| {
+            format!(
+                "could not read the components directory {}",
+                args.components.display()
+            )
+        })?;
+        if loaded.loaded.is_empty() {
+            tracing::warn!(dir = %args.components.display(), "no .wasm components loaded; nothing is served until one is added");
+        }
+        let watching = CancellationToken::new();
+        if args.watch {
+            crate::registry::watch(registry.clone(), watching.clone()).with_context(|| {
+                format!(
+                    "could not watch the components directory {} (start with --watch=false to load it once)",
+                    args.components.display()
+                )
+            })?;
+        }
+
+        let runner = AgentRunner::new(runtime.clone(), model, store.clone(), args.max_tool_rounds);
+        let runs = Runs::new(store.clone(), registry.clone(), runner, args.session_ttl);
+        let orchestrator = Orchestrator::new(
+            store.clone(),
+            registry.clone(),
+            runtime.clone(),
+            runs.clone(),
+            OrchestratorConfig {
+                limits: Arc::new(args.durable_limits()),
+                episode_timeout: args.episode_timeout,
+                hot_budget_bytes: args.hot_instances_mib.saturating_mul(1 << 20),
+            },
+        );
+        orchestrator.start();
+        let resumed = runs
+            .resume_unfinished()
+            .await
+            .context("could not read unfinished runs")?;
+        if resumed > 0 {
+            tracing::info!(
+                sessions = resumed,
+                "resuming runs left unfinished by a previous process"
+            );
+        }
+        let background = CancellationToken::new();
+        if let Some(ttl) = args.session_ttl {
+            tokio::spawn(expire_sessions(store.clone(), ttl, background.clone()));
+        }
+        let state = AppState {
+            registry,
+            runs: runs.clone(),
+            orchestrator: orchestrator.clone(),
+            store: store.clone(),
+            config: Arc::new(HttpConfig {
+                health_enabled: args.enable_health_check,
+                max_body_bytes: args.max_body_bytes,
+                wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
+            }),
+        };
+        Ok(Self {
+            state,
+            runs,
+            orchestrator,
+            store,
+            watching,
+            background,
+        })
+    }
+
+    /// The agent, orchestration and management routes (`/api/…`,
+    /// `/runtime/webhooks/durabletask/…`), to merge into an application's
+    /// router. Unknown paths answer the host's JSON 404, so merge this last
+    /// or give the application's routes first.
+    pub fn router(&self) -> axum::Router {
+        http::router(self.state.clone())
+    }
+
+    /// Stops the worker and closes the store: [`Self::drain`], then [`Self::close`].
+    pub async fn shutdown(&self, grace: Duration) {
+        self.drain(grace).await;
+        self.close().await;
+    }
+
+    /// Stops the worker: no new work is taken, work under way has `grace`
+    /// to finish; whatever is unfinished stays in the store and resumes at
+    /// the next start. Requests still being answered keep the store.
+    pub async fn drain(&self, grace: Duration) {
+        self.watching.cancel();
+        self.background.cancel();
+        tokio::join!(self.runs.shutdown(grace), self.orchestrator.shutdown(grace));
+    }
+
+    /// Commits what is queued and closes the store; call it last.
+    pub async fn close(&self) {
+        let (writes, transactions) = self.store.commit_stats();
+        tracing::info!(
+            writes,
+            transactions,
+            "durable writes committed (group commit)"
+        );
+        self.store.close().await;
+    }
+}
+
+/// Opens the task hub the settings name, with the remedy in the error.
+async fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
+    let (url, hub) = args.store_location();
+    let hub = TaskHub::new(&hub)?;
+    match Store::open(&url, &hub).await {
+        Ok(store) => {
+            tracing::info!(taskhub = %hub, kind = ?store.kind(), "store open");
+            Ok(store)
+        }
+        Err(e) if e.is_unreachable() => Err(anyhow::anyhow!(
+            "{e}. Start the database, or point --store (AGENTHOST_STORE) or the connection \
+             string's Endpoint at a reachable one; a SQLite path must be in a writable directory"
+        )),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("could not open task hub '{hub}'"))),
+    }
+}
+
+/// Sweeps idle sessions; the check at enqueue time makes expiry exact, this
+/// only reclaims space.
+async fn expire_sessions(store: Store, ttl: Duration, stop: CancellationToken) {
+    let period = (ttl / 2).clamp(Duration::from_millis(200), Duration::from_secs(60));
+    let mut ticker = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let cutoff = now_ms() - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        match store.expire_sessions(cutoff).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(sessions = n, "expired idle sessions"),
+            Err(e) => tracing::warn!(error = %e, "could not expire idle sessions"),
+        }
+    }
+}
