@@ -60,9 +60,12 @@ impl Committer {
     }
 
     /// The PostgreSQL writer: a task with its own connection to the hub.
-    pub async fn postgres(options: sqlx::postgres::PgConnectOptions) -> Result<Self, StoreError> {
+    pub async fn postgres(
+        options: sqlx::postgres::PgConnectOptions,
+        hub: String,
+    ) -> Result<Self, StoreError> {
         let (committer, queue) = Self::new();
-        super::postgres_commit::start(options, queue, committer.shared()).await?;
+        super::postgres_commit::start(options, hub, queue, committer.shared()).await?;
         Ok(committer)
     }
 

@@ -44,6 +44,8 @@ pub enum StoreError {
     },
     #[error("could not migrate the store schema: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("task hub {0} is already served by another host (one host per hub until hosts share hubs); stop it or use another --taskhub")]
+    HubBusy(String),
     #[error("store query failed: {0}")]
     Query(#[from] sqlx::Error),
     #[error("store write failed: {0}")]

@@ -178,7 +178,7 @@ async fn open_postgres(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
         .connect(url)
         .await
         .map_err(connect_error)?;
-    let committer = Committer::postgres(in_hub).await?;
+    let committer = Committer::postgres(in_hub, hub.to_string()).await?;
     Ok(Store {
         pool,
         committer,

@@ -18,24 +18,51 @@ use super::{now_ms, StoreError};
 /// another host is tried again, alone, before it fails.
 const RETRIES: usize = 5;
 
+/// How long a starting host waits for the hub's writer lock: a host killed
+/// just before holds it until PostgreSQL notices its connection is gone.
+const HUB_LOCK_WAIT: Duration = Duration::from_secs(15);
+
 pub(super) async fn start(
     options: PgConnectOptions,
+    hub: String,
     queue: mpsc::UnboundedReceiver<Job>,
     shared: Shared,
 ) -> Result<(), StoreError> {
-    let connection = PgConnection::connect_with(&options).await?;
-    tokio::spawn(write_loop(options, connection, queue, shared));
+    let mut connection = PgConnection::connect_with(&options).await?;
+    let deadline = tokio::time::Instant::now() + HUB_LOCK_WAIT;
+    while !lock_hub(&mut connection, &hub).await? {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(StoreError::HubBusy(hub));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::spawn(write_loop(options, hub, connection, queue, shared));
     Ok(())
+}
+
+/// One host writes to a hub at a time, until hosts share hubs through
+/// leases: the writer's connection holds a session advisory lock on the
+/// hub's name, released by PostgreSQL when the connection ends, however
+/// the host ends.
+async fn lock_hub(connection: &mut PgConnection, hub: &str) -> Result<bool, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('agenthost taskhub ' || $1))")
+            .bind(hub)
+            .fetch_one(&mut *connection)
+            .await?,
+    )
 }
 
 async fn write_loop(
     options: PgConnectOptions,
+    hub: String,
     connection: PgConnection,
     mut queue: mpsc::UnboundedReceiver<Job>,
     shared: Shared,
 ) {
     let mut writer = Writer {
         options,
+        hub,
         connection: Some(connection),
     };
     while let Some(job) = queue.recv().await {
@@ -61,6 +88,7 @@ async fn write_loop(
 
 struct Writer {
     options: PgConnectOptions,
+    hub: String,
     /// Dropped when it fails other than by a statement's own error, and
     /// opened again for the next batch.
     connection: Option<PgConnection>,
@@ -69,7 +97,11 @@ struct Writer {
 impl Writer {
     async fn connection(&mut self) -> Result<&mut PgConnection, StoreError> {
         if self.connection.is_none() {
-            let connection = PgConnection::connect_with(&self.options).await?;
+            let mut connection = PgConnection::connect_with(&self.options).await?;
+            // Another host may have taken the hub while this one was cut off.
+            if !lock_hub(&mut connection, &self.hub).await? {
+                return Err(StoreError::HubBusy(self.hub.clone()));
+            }
             tracing::info!("the store's writer reconnected to PostgreSQL");
             self.connection = Some(connection);
         }
