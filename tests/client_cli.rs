@@ -10,7 +10,7 @@ use crate::support::host::Host;
 use crate::support::{fake_model::echo_of, FakeModel, HostBuilder};
 
 /// Runs `agenthost client --endpoint HOST ARGS…`; (exit ok, stdout, stderr).
-fn client(host: &Host, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn client(host: &Host, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_agenthost"))
         .args(["client", "--endpoint", &host.base])
         .args(args)

@@ -21,5 +21,6 @@ mod request_errors;
 mod restarts;
 mod sandbox;
 mod sessions_ttl;
+mod shared_hub;
 mod task_hubs;
 mod tools;

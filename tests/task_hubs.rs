@@ -163,27 +163,3 @@ fn an_unreachable_store_exits_non_zero_naming_its_address_and_the_remedy() {
         "{stderr}"
     );
 }
-
-/// Until hosts share hubs through leases, a second host on a PostgreSQL hub
-/// is refused rather than left to run the same work twice.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_second_host_on_a_postgres_hub_is_refused_with_the_reason() {
-    if crate::support::host::test_store().is_none() {
-        return; // SQLite: one file, one host; see docs/stores-and-hubs.md.
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let _first = HostBuilder::new(dir.path()).components(&["writer"]).start();
-    let output = Command::new(env!("CARGO_BIN_EXE_agenthost"))
-        .current_dir(dir.path())
-        .args(["serve", "--port", "0", "--components", "."])
-        .args(crate::support::host::store_args(dir.path(), None))
-        .env_remove("DURABLE_TASK_SCHEDULER_CONNECTION_STRING")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("is already served by another host"),
-        "{stderr}"
-    );
-}

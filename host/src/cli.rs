@@ -21,8 +21,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the agents of a components directory over HTTP.
+    /// Serve the agents of a components directory over HTTP (and run the
+    /// work, unless --no-worker).
     Serve(Box<ServeArgs>),
+    /// Run agents, activities, orchestrations and timers of a task hub, with
+    /// no HTTP: the console host beside `serve --no-worker` fronts. The HTTP
+    /// settings of `serve` are accepted and ignored.
+    Worker(Box<ServeArgs>),
     /// Talk to a running host: run agents, start and follow orchestrations.
     Client(ClientArgs),
     /// Load one component (validate, compile, describe) and print what it
@@ -152,6 +157,21 @@ pub struct ServeArgs {
     #[arg(long, env = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING")]
     pub connection_string: Option<ConnectionString>,
 
+    /// Serve HTTP only: starts, raises and agent runs are stored and carried
+    /// out by the `agenthost worker` processes of the same PostgreSQL task hub.
+    #[arg(long, env = "AGENTHOST_NO_WORKER")]
+    pub no_worker: bool,
+
+    /// On a task hub shared by several hosts (PostgreSQL): how long a host's
+    /// ownership of its instances and sessions outlives its last heartbeat,
+    /// so how soon a killed host's work is taken over by the others.
+    #[arg(long, env = "AGENTHOST_LEASE", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub lease: Duration,
+
+    /// Set by `agenthost worker`: no HTTP.
+    #[arg(skip)]
+    pub worker_only: bool,
+
     /// Address to listen on.
     #[arg(long, env = "AGENTHOST_HOST", default_value = "127.0.0.1")]
     pub host: IpAddr,
@@ -256,6 +276,16 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// How this process takes part in its task hub.
+    pub(crate) fn role(&self) -> crate::store::Role {
+        use crate::store::Role;
+        match (self.worker_only, self.no_worker) {
+            (true, _) => Role::Worker,
+            (false, true) => Role::Front,
+            (false, false) => Role::Serve,
+        }
+    }
+
     /// `(store URL, task hub name)` after flags, connection string and defaults.
     pub fn store_location(&self) -> (String, String) {
         crate::taskhub::resolve(

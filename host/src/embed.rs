@@ -40,7 +40,7 @@ use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::runtime::{Limits, Runtime, RuntimeConfig};
-use crate::store::{now_ms, Store, TaskHub};
+use crate::store::{now_ms, Kind, Membership, Store, TaskHub};
 
 /// Settings of an embedded host: every `agenthost serve` flag, with the
 /// same defaults and the same environment variables.
@@ -117,7 +117,15 @@ impl AgentHost {
         } else {
             tracing::info!(model = %model.describe(), "model configured");
         }
+        let role = args.role();
         let store = open_store(&args).await?;
+        if !role.works() && store.kind() == Kind::Sqlite {
+            store.close().await;
+            anyhow::bail!(
+                "--no-worker needs a task hub that `agenthost worker` processes share: \
+                 use a PostgreSQL store (--store postgres://…), or drop --no-worker"
+            );
+        }
         let runtime = Arc::new(
             Runtime::new(RuntimeConfig {
                 cache_dir: args.cache_dir.clone(),
@@ -155,7 +163,13 @@ impl AgentHost {
         }
 
         let runner = AgentRunner::new(runtime.clone(), model, store.clone(), args.max_tool_rounds);
-        let runs = Runs::new(store.clone(), registry.clone(), runner, args.session_ttl);
+        let runs = Runs::new(
+            store.clone(),
+            registry.clone(),
+            runner,
+            args.session_ttl,
+            role.works(),
+        );
         let orchestrator = Orchestrator::new(
             store.clone(),
             registry.clone(),
@@ -166,20 +180,12 @@ impl AgentHost {
                 episode_timeout: args.episode_timeout,
                 hot_budget_bytes: args.hot_instances_mib.saturating_mul(1 << 20),
             },
+            role.works(),
         );
         orchestrator.start();
-        let resumed = runs
-            .resume_unfinished()
-            .await
-            .context("could not read unfinished runs")?;
-        if resumed > 0 {
-            tracing::info!(
-                sessions = resumed,
-                "resuming runs left unfinished by a previous process"
-            );
-        }
+        runs.start();
         let background = CancellationToken::new();
-        if let Some(ttl) = args.session_ttl {
+        if let (Some(ttl), true) = (args.session_ttl, role.works()) {
             tokio::spawn(expire_sessions(store.clone(), ttl, background.clone()));
         }
         let state = AppState {
@@ -201,6 +207,14 @@ impl AgentHost {
             watching,
             background,
         })
+    }
+
+    /// The agents and orchestrations served now, by name.
+    pub fn served(&self) -> (Vec<String>, Vec<String>) {
+        (
+            self.state.registry.agent_names(),
+            self.state.registry.orchestration_names(),
+        )
     }
 
     /// The agent, orchestration and management routes (`/api/…`,
@@ -242,7 +256,11 @@ impl AgentHost {
 async fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
     let (url, hub) = args.store_location();
     let hub = TaskHub::new(&hub)?;
-    match Store::open(&url, &hub).await {
+    let membership = Membership {
+        role: args.role(),
+        lease: args.lease,
+    };
+    match Store::open(&url, &hub, membership).await {
         Ok(store) => {
             tracing::info!(taskhub = %hub, kind = ?store.kind(), "store open");
             Ok(store)

@@ -44,6 +44,7 @@ async fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => agenthost::server::serve(*args).await,
+        Command::Worker(args) => agenthost::server::work(*args).await,
         Command::Inspect { file } => agenthost::server::inspect(&file).await,
         Command::Client(args) => agenthost::client_cli::run(args).await,
     };

@@ -51,6 +51,31 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `agenthost worker`: the work of a task hub (agent runs, episodes,
+/// activities, timers) with no HTTP, until a signal; then a graceful stop
+/// that hands this host's work back to the others.
+pub async fn work(mut args: ServeArgs) -> anyhow::Result<()> {
+    args.worker_only = true;
+    let grace = args.shutdown_grace;
+    let (store, hub) = args.store_location();
+    let host = AgentHost::from_settings(args).await?;
+    let shutdown = install_shutdown_signal()?;
+    let (agents, orchestrations) = host.served();
+    tracing::info!(taskhub = %hub, agents = ?agents, orchestrations = ?orchestrations, "worker serving");
+    // Machine-readable line on stdout; tests and scripts wait for it.
+    println!(
+        "agenthost worker serving task hub {hub} of {}: agents [{}], orchestrations [{}]",
+        crate::taskhub::redacted(&store),
+        agents.join(", "),
+        orchestrations.join(", ")
+    );
+    shutdown.await;
+    tracing::info!(grace = ?grace, "stopping: no new work; letting work under way finish");
+    host.shutdown(grace).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
 /// `agenthost inspect FILE`: loads one component with default limits (a
 /// throw-away artifact cache) and prints its description.
 pub async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {

@@ -42,6 +42,20 @@ impl std::str::FromStr for ConnectionString {
     }
 }
 
+/// A store URL fit for logs: a password in it is replaced by `***`.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
 /// The default store of a host started with nothing set.
 pub const DEFAULT_STORE: &str = "sqlite://agenthost.db";
 
@@ -67,6 +81,16 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_in_a_store_url_is_never_printed() {
+        assert_eq!(
+            redacted("postgres://app:s3cret@db:5432/test"),
+            "postgres://app:***@db:5432/test"
+        );
+        assert_eq!(redacted("postgres://app@db/test"), "postgres://app@db/test");
+        assert_eq!(redacted("sqlite://a.db"), "sqlite://a.db");
+    }
 
     #[test]
     fn a_scheduler_connection_string_names_the_store_and_the_hub() {

@@ -23,6 +23,7 @@ const MODEL_ENV: [&str; 9] = [
 enum Started {
     Url(String),
     LogsIn,
+    Worker,
 }
 
 /// How to start a host. Each test gets its own directory for the store and
@@ -100,7 +101,17 @@ impl HostBuilder {
             .env("OPENAI_MODEL", "gpt-test")
     }
 
+    /// `agenthost serve`, once it listens and has loaded its components.
     pub fn start(&self) -> Host {
+        self.spawn("serve")
+    }
+
+    /// `agenthost worker` (no HTTP), once it says what it serves.
+    pub fn start_worker(&self) -> Host {
+        self.spawn("worker")
+    }
+
+    fn spawn(&self, mode: &str) -> Host {
         let components = self.dir.join("components");
         std::fs::create_dir_all(&components).unwrap();
         for name in &self.components {
@@ -112,7 +123,7 @@ impl HostBuilder {
         let mut command = Command::new(env!("CARGO_BIN_EXE_agenthost"));
         command
             .current_dir(&self.dir)
-            .arg("serve")
+            .arg(mode)
             .arg("--components")
             .arg(&components)
             .args(if self.connection_string {
@@ -132,6 +143,9 @@ impl HostBuilder {
             command.env_remove(key);
         }
         command.env("AGENTHOST_LOG", "info,sqlx=warn");
+        // On PostgreSQL a host killed with SIGKILL is taken over when its
+        // lease expires: the tests that restart one wait for that.
+        command.env("AGENTHOST_LEASE", "3s");
         command
             .env_remove("AGENTHOST_STORE")
             .env_remove("TASKHUB_NAME");
@@ -165,6 +179,8 @@ impl HostBuilder {
                     output.lock().unwrap().push(line.clone());
                     if let Some(url) = line.strip_prefix("agenthost listening on ") {
                         let _ = tx.send(Started::Url(url.to_string()));
+                    } else if line.starts_with("agenthost worker serving") {
+                        let _ = tx.send(Started::Worker);
                     } else if line.contains("agenthost::server: listening") {
                         // Logged after every component load: the logs before it are all in.
                         let _ = tx.send(Started::LogsIn);
@@ -179,10 +195,12 @@ impl HostBuilder {
             output,
         };
         let mut logs_in = false;
-        while host.base.is_empty() || !logs_in {
+        let mut worker = false;
+        while !worker && (host.base.is_empty() || !logs_in) {
             match rx.recv_timeout(Duration::from_secs(120)) {
                 Ok(Started::Url(url)) => host.base = url,
                 Ok(Started::LogsIn) => logs_in = true,
+                Ok(Started::Worker) => worker = true,
                 Err(_) => panic!("agenthost did not start; output:\n{}", host.output()),
             }
         }

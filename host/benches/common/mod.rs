@@ -32,18 +32,38 @@ pub struct BenchHost {
 }
 
 impl BenchHost {
+    /// `agenthost serve` on a fresh SQLite store in `dir`.
     pub fn start(dir: &Path, components: &[&str]) -> anyhow::Result<Self> {
+        let store = format!("sqlite://{}", dir.join("bench.db").display());
+        Self::launch(dir, components, "serve", &["--store", &store])
+    }
+
+    /// `agenthost MODE` (`serve` or `worker`) with `args`, serving
+    /// `components` from `dir`; returns once it listens (serve) or says what
+    /// it serves (worker, whose `base` is empty).
+    pub fn launch(
+        dir: &Path,
+        components: &[&str],
+        mode: &str,
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
         let component_dir = dir.join("components");
         std::fs::create_dir_all(&component_dir)?;
         for name in components {
-            std::fs::copy(component(name)?, component_dir.join(format!("{name}.wasm")))?;
+            let target = component_dir.join(format!("{name}.wasm"));
+            if !target.exists() {
+                std::fs::copy(component(name)?, target)?;
+            }
         }
         let mut command = Command::new(env!("CARGO_BIN_EXE_agenthost"));
+        command.arg(mode);
+        if mode == "serve" {
+            command.args(["--port", "0"]);
+        }
         command
-            .args(["serve", "--port", "0", "--components"])
+            .arg("--components")
             .arg(&component_dir)
-            .arg("--store")
-            .arg(format!("sqlite://{}", dir.join("bench.db").display()))
+            .args(args)
             .arg("--cache-dir")
             .arg(dir.join("cache"))
             .env("AGENTHOST_LOG", "warn")
@@ -61,12 +81,23 @@ impl BenchHost {
         let base = loop {
             let line = lines
                 .next()
-                .ok_or_else(|| anyhow::anyhow!("host exited before listening"))??;
+                .ok_or_else(|| anyhow::anyhow!("host exited before it was ready"))??;
             if let Some(url) = line.strip_prefix("agenthost listening on ") {
                 break url.to_string();
             }
+            if line.starts_with("agenthost worker serving") {
+                break String::new();
+            }
         };
+        // Keep draining stdout so the host never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
         Ok(Self { child, base })
+    }
+
+    /// SIGKILL, now.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Resident memory of the host process, in MiB.

@@ -51,7 +51,11 @@ async fn run_once(
             else {
                 return Ok(Some(Applied::default()));
             };
-            if !loaded.state.status.is_active() {
+            // On a shared hub another host may own it: that one runs it.
+            let owned = store
+                .owner_id()
+                .is_none_or(|me| loaded.owner.as_deref() == Some(me));
+            if !loaded.state.status.is_active() || !owned {
                 return Ok(Some(Applied::default()));
             }
             HotInstance {

@@ -163,6 +163,14 @@ impl HotInstances {
         inner.claimed.remove(id);
     }
 
+    /// Forgets every image (notifications of other hosts' writes were lost).
+    pub fn clear(&self) {
+        let mut inner = self.inner();
+        inner.entries.clear();
+        inner.bytes = 0;
+        inner.claimed.clear();
+    }
+
     /// (instances, bytes) held now.
     #[cfg(test)]
     fn held(&self) -> (usize, usize) {
@@ -241,6 +249,7 @@ mod tests {
                 digest: "d".into(),
                 input: String::new(),
                 created_at: 0,
+                owner: None,
             },
             journal: Vec::new(),
             inbox: Vec::new(),

@@ -22,7 +22,7 @@ use crate::core::limits::Limits;
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::runtime::{LoadedComponent, Runtime};
-use crate::store::{now_ms, Applied, Operation, Store, StoreError, TaskOutcome, TaskRow};
+use crate::store::{now_ms, Applied, Operation, Store, StoreError, TaskOutcome, TaskRow, Wake};
 use crate::workers::{drain, KeyedWorkers};
 
 const MAX_CONCURRENT_EPISODES: usize = 32;
@@ -53,6 +53,8 @@ pub struct Orchestrator {
     wake: Notify,
     pub(super) stopping: CancellationToken,
     tracker: TaskTracker,
+    /// Whether this process runs episodes and tasks (not an HTTP-only front).
+    works: bool,
 }
 
 impl Orchestrator {
@@ -62,6 +64,7 @@ impl Orchestrator {
         runtime: Arc<Runtime>,
         runs: Arc<Runs>,
         config: OrchestratorConfig,
+        works: bool,
     ) -> Arc<Self> {
         let hot = Arc::new(HotInstances::new(config.hot_budget_bytes));
         let sink = hot.clone();
@@ -79,14 +82,50 @@ impl Orchestrator {
             wake: Notify::new(),
             stopping: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            works,
         })
     }
 
     /// Starts the scheduler: it resumes whatever the store holds (instances
     /// with work, due tasks, timers) and runs until shutdown.
     pub fn start(self: &Arc<Self>) {
+        if !self.works {
+            return;
+        }
         let this = self.clone();
         self.tracker.spawn(async move { this.schedule().await });
+        if let Some(wakes) = self.store.wakes() {
+            let this = self.clone();
+            self.tracker
+                .spawn(async move { this.hear_other_hosts(wakes).await });
+        }
+    }
+
+    /// Another host gave instances something new: a hot image of them is
+    /// stale (the row reached the store, not this host's inbox sink), and
+    /// the scheduler looks for work at once.
+    async fn hear_other_hosts(self: Arc<Self>, mut wakes: tokio::sync::broadcast::Receiver<Wake>) {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            let wake = tokio::select! {
+                wake = wakes.recv() => wake,
+                () = self.stopping.cancelled() => return,
+            };
+            match wake {
+                Ok(Wake::Instances(ids)) => {
+                    ids.iter().for_each(|id| self.hot.forget(id));
+                    self.notify();
+                }
+                Ok(Wake::Everything) => self.notify(),
+                Ok(Wake::Sessions | Wake::RunFinished(_)) => {}
+                // Missed some: any image may be stale.
+                Err(RecvError::Lagged(_)) => {
+                    self.hot.clear();
+                    self.notify();
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
     }
 
     /// Something changed in the store: look for work now.
@@ -116,7 +155,7 @@ impl Orchestrator {
     }
 
     fn wake_instance(self: &Arc<Self>, id: String) {
-        if self.stopping.is_cancelled() || !self.instances.claim(&id) {
+        if !self.works || self.stopping.is_cancelled() || !self.instances.claim(&id) {
             return;
         }
         let this = self.clone();
@@ -168,7 +207,7 @@ impl Orchestrator {
                 .tasks_in_flight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            if self.stopping.is_cancelled() || !in_flight.insert(key.clone()) {
+            if !self.works || self.stopping.is_cancelled() || !in_flight.insert(key.clone()) {
                 return;
             }
         }

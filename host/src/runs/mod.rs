@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::agents::{AgentError, AgentRunner};
 use crate::registry::Registry;
-use crate::store::{NewRun, RunRecord, SessionKey, Store, StoreError};
+use crate::store::{NewRun, RunRecord, SessionKey, Store, StoreError, Wake};
 use crate::workers::{drain, KeyedWorkers};
 
 pub struct Runs {
@@ -24,11 +24,20 @@ pub struct Runs {
     registry: Arc<Registry>,
     runner: AgentRunner,
     session_ttl: Option<Duration>,
+    /// Whether this process executes runs (not an HTTP-only front).
+    works: bool,
     workers: KeyedWorkers<SessionKey>,
     finished: broadcast::Sender<String>,
     stopping: CancellationToken,
     tracker: TaskTracker,
 }
+
+/// Sessions one pass claims at most, so that other hosts get their share.
+const CLAIM_AT_ONCE: usize = 64;
+
+/// How often, at the longest, unfinished runs are looked for, which is how
+/// soon a killed host's sessions are taken over once its lease expired.
+const PASS: Duration = Duration::from_secs(1);
 
 impl Runs {
     pub fn new(
@@ -36,6 +45,7 @@ impl Runs {
         registry: Arc<Registry>,
         runner: AgentRunner,
         session_ttl: Option<Duration>,
+        works: bool,
     ) -> Arc<Self> {
         let (finished, _) = broadcast::channel(1024);
         Arc::new(Self {
@@ -43,6 +53,7 @@ impl Runs {
             registry,
             runner,
             session_ttl,
+            works,
             workers: KeyedWorkers::default(),
             finished,
             stopping: CancellationToken::new(),
@@ -50,22 +61,83 @@ impl Runs {
         })
     }
 
-    /// Stores the run, then schedules it. Once this returns, the run survives a crash.
+    /// Stores the run, then schedules it (here, or on the host that owns
+    /// its session). Once this returns, the run survives a crash.
     pub async fn submit(self: &Arc<Self>, run: NewRun) -> Result<RunRecord, StoreError> {
-        let record = self.store.enqueue_run(&run, self.session_ttl).await?;
-        self.wake(run.session);
+        let (record, run_here) = self.store.enqueue_run(&run, self.session_ttl).await?;
+        if run_here {
+            self.wake(run.session);
+        }
         Ok(record)
     }
 
-    /// Schedules every session that a previous process left with work.
-    pub async fn resume_unfinished(self: &Arc<Self>) -> Result<usize, StoreError> {
-        let sessions = self.store.sessions_with_unfinished_runs().await?;
-        let count = sessions.len();
-        for session in sessions {
-            tracing::info!(agent = %session.agent, session = %session.session_id, "resuming unfinished runs");
-            self.wake(session);
+    /// Resumes whatever a previous process left unfinished and, on a hub
+    /// shared with other hosts, keeps taking the sessions they hand over
+    /// (new runs, a dead host's sessions) and hears of runs they finish.
+    pub fn start(self: &Arc<Self>) {
+        let this = self.clone();
+        self.tracker.spawn(async move { this.follow().await });
+    }
+
+    async fn follow(self: Arc<Self>) {
+        let mut wakes = self.store.wakes();
+        let mut first = true;
+        loop {
+            if self.works {
+                match self.store.claim_sessions(CLAIM_AT_ONCE).await {
+                    Ok(sessions) => {
+                        if first && !sessions.is_empty() {
+                            tracing::info!(sessions = sessions.len(), "resuming unfinished runs");
+                        }
+                        let full = sessions.len() >= CLAIM_AT_ONCE;
+                        sessions.into_iter().for_each(|s| self.wake(s));
+                        if full {
+                            continue;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not read sessions with unfinished runs")
+                    }
+                }
+            }
+            first = false;
+            // Alone on its store, a host has nothing more to learn.
+            let Some(wakes) = wakes.as_mut() else { return };
+            let deadline = tokio::time::sleep(PASS);
+            tokio::pin!(deadline);
+            loop {
+                let wake = tokio::select! {
+                    wake = wakes.recv() => wake,
+                    () = &mut deadline => break,
+                    () = self.stopping.cancelled() => return,
+                };
+                let pass = match wake {
+                    Err(broadcast::error::RecvError::Closed) => return,
+                    Err(broadcast::error::RecvError::Lagged(_)) => true,
+                    Ok(wake) => self.heard(wake),
+                };
+                if pass {
+                    // One pass answers every wake-up queued meanwhile.
+                    while let Ok(wake) = wakes.try_recv() {
+                        self.heard(wake);
+                    }
+                    break;
+                }
+            }
         }
-        Ok(count)
+    }
+
+    /// Takes in another host's notification; true when it asks for a pass
+    /// over the sessions.
+    fn heard(&self, wake: Wake) -> bool {
+        match wake {
+            Wake::RunFinished(id) => {
+                let _ = self.finished.send(id);
+                false
+            }
+            Wake::Sessions | Wake::Everything => true,
+            Wake::Instances(_) => false,
+        }
     }
 
     /// Waits up to `budget` for the run to finish; `None` when it has not.
@@ -84,9 +156,13 @@ impl Runs {
                     return Ok(Some(run));
                 }
             }
+            // Read again at least every pass: a notification from another
+            // host can be lost.
+            let look_again = deadline.min(tokio::time::Instant::now() + PASS);
             loop {
-                match tokio::time::timeout_at(deadline, finished.recv()).await {
-                    Err(_) => return Ok(None),
+                match tokio::time::timeout_at(look_again, finished.recv()).await {
+                    Err(_) if look_again >= deadline => return Ok(None),
+                    Err(_) => break,
                     Ok(Ok(id)) if id == correlation_id => break,
                     Ok(Ok(_)) => continue,
                     // Lagged or closed: re-read the store.
@@ -97,7 +173,7 @@ impl Runs {
     }
 
     fn wake(self: &Arc<Self>, session: SessionKey) {
-        if self.stopping.is_cancelled() || !self.workers.claim(&session) {
+        if !self.works || self.stopping.is_cancelled() || !self.workers.claim(&session) {
             return;
         }
         let this = self.clone();

@@ -31,6 +31,9 @@ pub struct Applied {
     /// Inbox rows written, by instance: the committer hands them to the
     /// hot instances once committed, then empties this.
     pub posted: Vec<(String, InboxRow)>,
+    /// Instances given something new whose owner may be another host: on a
+    /// shared hub, the others are told (see [`super::shared_hub`]).
+    pub news: Vec<String>,
 }
 
 /// The target's own row changes, gathered so one statement writes them.

@@ -86,12 +86,16 @@ impl Store {
     }
 
     /// Instances with something to do now: new, restarted, or with visible
-    /// inbox rows (and not suspended).
+    /// inbox rows (and not suspended). On a shared hub, those this host owns
+    /// and up to [`CLAIM_AT_ONCE`] it claims.
     pub async fn instances_with_work(
         &self,
         now: i64,
         limit: usize,
     ) -> Result<Vec<String>, StoreError> {
+        if let Some(hub) = self.shared() {
+            return self.claim_instances(hub, now, limit, CLAIM_AT_ONCE).await;
+        }
         let rows = sqlx::query(
             "SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
              UNION SELECT DISTINCT i.instance_id FROM inbox i JOIN instances s ON s.id = i.instance_id \
@@ -104,6 +108,11 @@ impl Store {
         rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
     }
 }
+
+/// New or orphaned instances one scheduler pass claims at most: a burst of
+/// starts is spread over the hosts that wake for it, rather than taken
+/// whole by the first.
+const CLAIM_AT_ONCE: usize = 32;
 
 /// State, journal and inbox of an instance, read in one transaction.
 pub(super) async fn image(tx: &mut impl Tx, id: &str) -> Result<Option<Image>, StoreError> {

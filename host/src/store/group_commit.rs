@@ -62,7 +62,7 @@ impl Committer {
     /// The PostgreSQL writer: a task with its own connection to the hub.
     pub async fn postgres(
         options: sqlx::postgres::PgConnectOptions,
-        hub: String,
+        hub: Arc<super::shared_hub::SharedHub>,
     ) -> Result<Self, StoreError> {
         let (committer, queue) = Self::new();
         super::postgres_commit::start(options, hub, queue, committer.shared()).await?;

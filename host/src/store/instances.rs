@@ -226,6 +226,9 @@ pub struct Loaded {
     pub digest: String,
     pub input: String,
     pub created_at: i64,
+    /// The host that runs its episodes, on a hub shared by several hosts
+    /// (always `None` on SQLite, where one process serves the hub).
+    pub owner: Option<String>,
 }
 
 fn unexpected(written: Written) -> StoreError {

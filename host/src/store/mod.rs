@@ -7,6 +7,7 @@
 //! one task hub. The two differ only in [`tx::Tx`] and in their writer loop.
 
 mod apply;
+mod claims;
 mod episodes;
 mod group_commit;
 mod hub;
@@ -16,6 +17,7 @@ mod postgres_commit;
 mod postgres_tx;
 mod records;
 mod sessions;
+mod shared_hub;
 mod sqlite_commit;
 mod sqlite_tx;
 mod tasks;
@@ -28,8 +30,9 @@ pub use episodes::{Image, InboxRow};
 pub use group_commit::InboxSink;
 pub use hub::{TaskHub, DEFAULT_HUB};
 pub use instances::{InstanceFilter, InstanceRecord, Loaded};
-pub use open::Store;
+pub use open::{Kind, Store};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
+pub use shared_hub::{Membership, Role, Wake};
 pub use tasks::TaskRow;
 pub use writes::{Operation, TaskOutcome};
 
@@ -44,8 +47,6 @@ pub enum StoreError {
     },
     #[error("could not migrate the store schema: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("task hub {0} is already served by another host (one host per hub until hosts share hubs); stop it or use another --taskhub")]
-    HubBusy(String),
     #[error("store query failed: {0}")]
     Query(#[from] sqlx::Error),
     #[error("store write failed: {0}")]
@@ -77,7 +78,8 @@ pub(crate) mod test_fixtures {
     pub async fn sqlite() -> Result<(tempfile::TempDir, super::Store), super::StoreError> {
         let dir = tempfile::tempdir().map_err(|e| super::StoreError::Corrupt(e.to_string()))?;
         let url = format!("sqlite://{}", dir.path().join("t.db").display());
-        let store = super::Store::open(&url, &super::TaskHub::default()).await?;
+        let store =
+            super::Store::open(&url, &super::TaskHub::default(), Default::default()).await?;
         Ok((dir, store))
     }
 

@@ -15,8 +15,11 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AnyPool, Connection, Executor};
 
+use std::sync::Arc;
+
 use super::group_commit::Committer;
 use super::hub::TaskHub;
+use super::shared_hub::{Membership, SharedHub};
 use super::StoreError;
 
 /// The durable store: sessions, runs, component versions, and the durable
@@ -26,6 +29,8 @@ pub struct Store {
     pool: AnyPool,
     committer: Committer,
     kind: Kind,
+    /// This host on a hub that several hosts share (PostgreSQL).
+    shared: Option<Arc<SharedHub>>,
 }
 
 /// Which database a store is on.
@@ -40,14 +45,24 @@ const POOL_CONNECTIONS: u32 = 8;
 
 impl Store {
     /// Opens (creating if needed) the task hub `hub` of the store at `url`
-    /// (`sqlite://PATH` or `postgres://…`) and applies migrations.
-    pub async fn open(url: &str, hub: &TaskHub) -> Result<Self, StoreError> {
+    /// (`sqlite://PATH` or `postgres://…`) and applies migrations. On
+    /// PostgreSQL the process joins the hub as `membership` says; SQLite is
+    /// served by one process, whatever it says.
+    pub async fn open(
+        url: &str,
+        hub: &TaskHub,
+        membership: Membership,
+    ) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            open_postgres(url, hub).await
+            open_postgres(url, hub, membership).await
         } else {
             open_sqlite(url, hub).await
         }
+    }
+
+    pub(super) fn shared(&self) -> Option<&SharedHub> {
+        self.shared.as_deref()
     }
 
     pub(super) fn pool(&self) -> &AnyPool {
@@ -72,9 +87,13 @@ impl Store {
         self.committer.stats()
     }
 
-    /// Commits the writes queued, then closes the connections.
+    /// Commits the writes queued, hands back what this host owned on a
+    /// shared hub, then closes the connections.
     pub async fn close(&self) {
         self.committer.close().await;
+        if let Some(shared) = &self.shared {
+            shared.leave(&self.pool).await;
+        }
         self.pool.close().await;
     }
 }
@@ -132,10 +151,15 @@ async fn open_sqlite(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
         pool,
         committer,
         kind: Kind::Sqlite,
+        shared: None,
     })
 }
 
-async fn open_postgres(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
+async fn open_postgres(
+    url: &str,
+    hub: &TaskHub,
+    membership: Membership,
+) -> Result<Store, StoreError> {
     let options =
         PgConnectOptions::from_str(url).map_err(|_| StoreError::UnsupportedUrl(url.to_string()))?;
     let address = format!(
@@ -178,11 +202,14 @@ async fn open_postgres(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
         .connect(url)
         .await
         .map_err(connect_error)?;
-    let committer = Committer::postgres(in_hub, hub.to_string()).await?;
+    let shared =
+        Arc::new(SharedHub::join(&pool, in_hub.clone(), &hub.to_string(), membership).await?);
+    let committer = Committer::postgres(in_hub, shared.clone()).await?;
     Ok(Store {
         pool,
         committer,
         kind: Kind::Postgres,
+        shared: Some(shared),
     })
 }
 

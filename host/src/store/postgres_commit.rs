@@ -1,8 +1,12 @@
 //! The PostgreSQL writer: a task with its own connection to the hub, taking
 //! the same queue as the SQLite writer. Several hosts may write to one hub
 //! at once; each write locks the rows of the instance it decides on, so
-//! their decisions are serialized per instance by PostgreSQL itself.
+//! their decisions are serialized per instance by PostgreSQL itself. A
+//! batch that gives instances something new tells the other hosts in the
+//! same transaction (`NOTIFY`, delivered at commit).
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
@@ -11,6 +15,7 @@ use tokio::sync::mpsc;
 
 use super::group_commit::{Job, Shared, Taken};
 use super::postgres_tx::PgTx;
+use super::shared_hub::SharedHub;
 use super::writes::{read_one, write_one, Read, ReadOut, Write, Written};
 use super::{now_ms, StoreError};
 
@@ -18,44 +23,20 @@ use super::{now_ms, StoreError};
 /// another host is tried again, alone, before it fails.
 const RETRIES: usize = 5;
 
-/// How long a starting host waits for the hub's writer lock: a host killed
-/// just before holds it until PostgreSQL notices its connection is gone.
-const HUB_LOCK_WAIT: Duration = Duration::from_secs(15);
-
 pub(super) async fn start(
     options: PgConnectOptions,
-    hub: String,
+    hub: Arc<SharedHub>,
     queue: mpsc::UnboundedReceiver<Job>,
     shared: Shared,
 ) -> Result<(), StoreError> {
-    let mut connection = PgConnection::connect_with(&options).await?;
-    let deadline = tokio::time::Instant::now() + HUB_LOCK_WAIT;
-    while !lock_hub(&mut connection, &hub).await? {
-        if tokio::time::Instant::now() >= deadline {
-            return Err(StoreError::HubBusy(hub));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let connection = PgConnection::connect_with(&options).await?;
     tokio::spawn(write_loop(options, hub, connection, queue, shared));
     Ok(())
 }
 
-/// One host writes to a hub at a time, until hosts share hubs through
-/// leases: the writer's connection holds a session advisory lock on the
-/// hub's name, released by PostgreSQL when the connection ends, however
-/// the host ends.
-async fn lock_hub(connection: &mut PgConnection, hub: &str) -> Result<bool, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('agenthost taskhub ' || $1))")
-            .bind(hub)
-            .fetch_one(&mut *connection)
-            .await?,
-    )
-}
-
 async fn write_loop(
     options: PgConnectOptions,
-    hub: String,
+    hub: Arc<SharedHub>,
     connection: PgConnection,
     mut queue: mpsc::UnboundedReceiver<Job>,
     shared: Shared,
@@ -88,7 +69,7 @@ async fn write_loop(
 
 struct Writer {
     options: PgConnectOptions,
-    hub: String,
+    hub: Arc<SharedHub>,
     /// Dropped when it fails other than by a statement's own error, and
     /// opened again for the next batch.
     connection: Option<PgConnection>,
@@ -97,11 +78,7 @@ struct Writer {
 impl Writer {
     async fn connection(&mut self) -> Result<&mut PgConnection, StoreError> {
         if self.connection.is_none() {
-            let mut connection = PgConnection::connect_with(&self.options).await?;
-            // Another host may have taken the hub while this one was cut off.
-            if !lock_hub(&mut connection, &self.hub).await? {
-                return Err(StoreError::HubBusy(self.hub.clone()));
-            }
+            let connection = PgConnection::connect_with(&self.options).await?;
             tracing::info!("the store's writer reconnected to PostgreSQL");
             self.connection = Some(connection);
         }
@@ -121,8 +98,9 @@ impl Writer {
 
     async fn read(&mut self, read: Read) -> Result<ReadOut, StoreError> {
         let result = async {
+            let owner = self.hub.owner().map(str::to_string);
             let mut tx = self.connection().await?.begin().await?;
-            let out = read_one(&mut PgTx(&mut tx), read).await?;
+            let out = read_one(&mut PgTx(&mut tx, owner.as_deref()), read).await?;
             tx.commit().await?;
             Ok(out)
         }
@@ -155,13 +133,15 @@ impl Writer {
         writes: &[Write],
     ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
         let now = now_ms();
+        let hub = self.hub.clone();
         let mut tx = self.connection().await?.begin().await?;
         let mut results = Vec::with_capacity(writes.len());
         for write in writes {
-            results.push(Ok(write_one(&mut PgTx(&mut tx), write.clone(), now).await?));
+            results.push(write_one(&mut PgTx(&mut tx, hub.owner()), write.clone(), now).await?);
         }
+        tell_the_others(&mut tx, &hub, &results).await?;
         tx.commit().await?;
-        Ok(results)
+        Ok(results.into_iter().map(Ok).collect())
     }
 
     async fn write_alone(&mut self, write: Write) -> Result<Written, StoreError> {
@@ -169,8 +149,11 @@ impl Writer {
         loop {
             let result = async {
                 let now = now_ms();
+                let hub = self.hub.clone();
                 let mut tx = self.connection().await?.begin().await?;
-                let written = write_one(&mut PgTx(&mut tx), write.clone(), now).await?;
+                let written =
+                    write_one(&mut PgTx(&mut tx, hub.owner()), write.clone(), now).await?;
+                tell_the_others(&mut tx, &hub, std::slice::from_ref(&written)).await?;
                 tx.commit().await?;
                 Ok(written)
             }
@@ -192,6 +175,34 @@ impl Writer {
             }
         }
     }
+}
+
+/// Names, on the hub's channel, every instance these writes gave something
+/// new (an inbox row, a new execution, a management operation) that may be
+/// another host's, so that its owner runs it and any host holding a hot
+/// image of it drops the image. Delivered when the transaction commits.
+async fn tell_the_others(
+    tx: &mut PgConnection,
+    hub: &SharedHub,
+    results: &[Written],
+) -> Result<(), StoreError> {
+    let ids: BTreeSet<&str> = results
+        .iter()
+        .filter_map(Written::applied)
+        .flat_map(|applied| applied.news.iter().map(String::as_str))
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = ids.into_iter().collect();
+    for payload in hub.instance_payloads(&ids) {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&hub.channel)
+            .bind(payload)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
 }
 
 /// A deadlock or serialization failure against another host's transaction:

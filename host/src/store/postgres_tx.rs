@@ -16,7 +16,10 @@ use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus
 use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::Attempt;
 
-pub(super) struct PgTx<'c>(pub &'c mut PgConnection);
+/// The writer's connection, and the host it writes for when that host runs
+/// episodes (it then owns what it creates, and an episode commits only on
+/// an instance it owns).
+pub(super) struct PgTx<'c>(pub &'c mut PgConnection, pub Option<&'c str>);
 
 fn loaded(row: &PgRow) -> Result<Loaded, StoreError> {
     let status: String = row.try_get("status")?;
@@ -51,14 +54,19 @@ fn loaded(row: &PgRow) -> Result<Loaded, StoreError> {
         digest: row.try_get("component_digest")?,
         input: row.try_get("input")?,
         created_at: row.try_get("created_at")?,
+        owner: row.try_get("owner")?,
     })
 }
 
 impl Tx for PgTx<'_> {
+    fn me(&self) -> Option<&str> {
+        self.1
+    }
+
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         let row = sqlx::query(
             "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-             history_events, history_bytes, created_at, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
+             history_events, history_bytes, created_at, owner, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
              FROM instances WHERE id = $1 FOR UPDATE",
         )
         .bind(id)
@@ -192,7 +200,7 @@ impl Tx for PgTx<'_> {
     ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO instances (id, name, status, input, component_digest, parent_id, parent_execution, \
-             parent_task, execution, created_at, updated_at) VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9)",
+             parent_task, execution, created_at, updated_at, owner) VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9, $10)",
         )
         .bind(&new.id)
         .bind(&new.name)
@@ -203,6 +211,7 @@ impl Tx for PgTx<'_> {
         .bind(new.parent.as_ref().map(|p| i64::from(p.task)))
         .bind(execution)
         .bind(now)
+        .bind(self.1)
         .execute(&mut *self.0)
         .await?;
         Ok(())
@@ -237,14 +246,15 @@ impl Tx for PgTx<'_> {
             .map(|(task, call)| (i64::from(*task), call.as_str()))
             .unzip();
         sqlx::query(
-            "INSERT INTO tasks (instance_id, execution, task, call, attempt, due_at) \
-             SELECT $1, $2, t, c, 0, $5 FROM UNNEST($3::BIGINT[], $4::TEXT[]) AS x(t, c)",
+            "INSERT INTO tasks (instance_id, execution, task, call, attempt, due_at, owner) \
+             SELECT $1, $2, t, c, 0, $5, $6 FROM UNNEST($3::BIGINT[], $4::TEXT[]) AS x(t, c)",
         )
         .bind(&target.id)
         .bind(target.execution)
         .bind(numbers)
         .bind(calls)
         .bind(now)
+        .bind(self.1)
         .execute(&mut *self.0)
         .await?;
         Ok(())

@@ -7,6 +7,7 @@ use sqlx::any::AnyRow;
 use sqlx::AnyConnection;
 use sqlx::Row;
 
+use super::shared_hub::{notify, SharedHub};
 use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, Store, StoreError, StoredMessage};
 use crate::core::chat::{ChatMessage, Usage};
 
@@ -17,11 +18,15 @@ impl Store {
     /// Stores a new run (pending) and touches its session. When the session has
     /// been idle longer than `ttl`, its history is dropped first, in the same
     /// transaction, so an expired thread never leaks into a new answer.
+    ///
+    /// The flag says whether this host executes the run: always on SQLite;
+    /// on a shared hub, when it works and owns (or just claimed) the
+    /// session. Otherwise the other hosts are told, in the same transaction.
     pub async fn enqueue_run(
         &self,
         run: &NewRun,
         ttl: Option<Duration>,
-    ) -> Result<RunRecord, StoreError> {
+    ) -> Result<(RunRecord, bool), StoreError> {
         let now = now_ms();
         // Every transaction here begins with a write, so that SQLite takes
         // its write lock first: a read first could be invalidated by another
@@ -65,8 +70,34 @@ impl Store {
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        let run_here = match self.shared() {
+            None => true,
+            Some(hub) => {
+                let claimed = match hub.owner() {
+                    Some(me) => {
+                        sqlx::query(&format!(
+                            "UPDATE sessions SET owner = $1 WHERE agent = $2 AND id = $3 \
+                             AND (owner IS NULL OR owner = $1 OR owner NOT IN ({}))",
+                            SharedHub::live_hosts()
+                        ))
+                        .bind(me)
+                        .bind(&run.session.agent)
+                        .bind(&run.session.session_id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected()
+                            > 0
+                    }
+                    None => false,
+                };
+                if !claimed {
+                    notify(&mut *tx, &hub.channel, &hub.sessions_payload()).await?;
+                }
+                claimed
+            }
+        };
         tx.commit().await?;
-        Ok(RunRecord {
+        let record = RunRecord {
             correlation_id: run.correlation_id.clone(),
             agent: run.session.agent.clone(),
             thread_id: run.session.session_id.clone(),
@@ -79,7 +110,8 @@ impl Store {
             usage: None,
             created_at: now,
             updated_at: now,
-        })
+        };
+        Ok((record, run_here))
     }
 
     pub async fn run(&self, correlation_id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -91,18 +123,26 @@ impl Store {
         row.map(|r| run_from_row(&r)).transpose()
     }
 
-    /// The oldest unfinished run of a session: the next one to execute.
+    /// The oldest unfinished run of a session: the next one to execute. On
+    /// a shared hub, only while this host owns the session: one that lost
+    /// it (its lease lapsed and another host took over) stops there.
     pub async fn next_unfinished_run(
         &self,
         session: &SessionKey,
     ) -> Result<Option<RunRecord>, StoreError> {
+        let owned = if self.owner_id().is_some() {
+            " AND EXISTS (SELECT 1 FROM sessions WHERE agent = $1 AND id = $2 AND owner = $3)"
+        } else {
+            " AND $3 IS NULL"
+        };
         let sql = format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE agent = $1 AND session_id = $2 \
-             AND status IN ('pending', 'running') ORDER BY seq LIMIT 1"
+             AND status IN ('pending', 'running'){owned} ORDER BY seq LIMIT 1"
         );
         let row = sqlx::query(&sql)
             .bind(&session.agent)
             .bind(&session.session_id)
+            .bind(self.owner_id())
             .fetch_optional(self.pool())
             .await?;
         row.map(|r| run_from_row(&r)).transpose()
@@ -180,9 +220,11 @@ impl Store {
     ) -> Result<(), StoreError> {
         let usage =
             serde_json::to_string(&usage).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        // A run finishes once: a host that lost its session meanwhile
+        // changes nothing.
         sqlx::query(
             "UPDATE runs SET status = $1, response = $2, error = $3, error_code = $4, usage = $5, updated_at = $6 \
-             WHERE correlation_id = $7",
+             WHERE correlation_id = $7 AND status IN ('pending', 'running')",
         )
         .bind(status.as_str())
         .bind(response)
@@ -193,6 +235,14 @@ impl Store {
         .bind(correlation_id)
         .execute(self.pool())
         .await?;
+        if let Some(hub) = self.shared() {
+            notify(
+                self.pool(),
+                &hub.channel,
+                &hub.run_finished_payload(correlation_id),
+            )
+            .await?;
+        }
         Ok(())
     }
 

@@ -20,6 +20,10 @@ const ROWS_PER_STATEMENT: usize = 500;
 pub(super) struct SqliteTx<'c>(pub &'c Connection);
 
 impl Tx for SqliteTx<'_> {
+    fn me(&self) -> Option<&str> {
+        None
+    }
+
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         let mut statement = self.0.prepare_cached(
             "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
@@ -61,6 +65,7 @@ impl Tx for SqliteTx<'_> {
             digest: row.get("component_digest")?,
             input: row.get("input")?,
             created_at: row.get("created_at")?,
+            owner: None,
         }))
     }
 

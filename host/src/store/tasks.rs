@@ -1,5 +1,6 @@
 //! Tasks (agent calls and activities) waiting to run.
 
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::instances::from_json;
@@ -23,8 +24,12 @@ pub struct TaskRow {
 }
 
 impl Store {
-    /// Tasks due now.
+    /// Tasks due now that this host should run (on a shared hub: its own
+    /// and those no live host owns, which it claims).
     pub async fn due_tasks(&self, now: i64, limit: usize) -> Result<Vec<TaskRow>, StoreError> {
+        if let Some(hub) = self.shared() {
+            return self.claim_tasks(hub, now, limit).await;
+        }
         let rows = sqlx::query(
             "SELECT t.instance_id, t.execution, i.name, i.component_digest, t.task, t.call, t.attempt \
              FROM tasks t JOIN instances i ON i.id = t.instance_id AND i.execution = t.execution \
@@ -34,20 +39,7 @@ impl Store {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(TaskRow {
-                    instance_id: r.try_get("instance_id")?,
-                    execution: r.try_get("execution")?,
-                    orchestration: r.try_get("name")?,
-                    component_digest: r.try_get("component_digest")?,
-                    task: u32::try_from(r.try_get::<i64, _>("task")?)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                    call: from_json(&r.try_get::<String, _>("call")?, "task call")?,
-                    attempt: u32::try_from(r.try_get::<i64, _>("attempt")?).unwrap_or(0),
-                })
-            })
-            .collect()
+        rows.iter().map(task_from_row).collect()
     }
 
     /// Whether this attempt of the task is still waiting to run: a task read
@@ -76,4 +68,18 @@ impl Store {
         .await?;
         Ok(next)
     }
+}
+
+/// A row of `instance_id, execution, name, component_digest, task, call, attempt`.
+pub(super) fn task_from_row(r: &AnyRow) -> Result<TaskRow, StoreError> {
+    Ok(TaskRow {
+        instance_id: r.try_get("instance_id")?,
+        execution: r.try_get("execution")?,
+        orchestration: r.try_get("name")?,
+        component_digest: r.try_get("component_digest")?,
+        task: u32::try_from(r.try_get::<i64, _>("task")?)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        call: from_json(&r.try_get::<String, _>("call")?, "task call")?,
+        attempt: u32::try_from(r.try_get::<i64, _>("attempt")?).unwrap_or(0),
+    })
 }

@@ -38,6 +38,10 @@ pub(super) struct NextExecution<'a> {
 }
 
 pub(super) trait Tx {
+    /// The host this transaction writes for, when it runs episodes on a hub
+    /// shared by several hosts: what it creates is its own, and it commits
+    /// an episode only on an instance it still owns. `None` on SQLite.
+    fn me(&self) -> Option<&str>;
     /// The instance as a decision reads it; PostgreSQL also locks its row
     /// until the transaction ends, so two hosts never decide on one state.
     fn load(&mut self, id: &str) -> impl Future<Output = Result<Option<Loaded>, StoreError>>;

@@ -81,6 +81,15 @@ pub enum Written {
 }
 
 impl Written {
+    pub(super) fn applied(&self) -> Option<&Applied> {
+        match self {
+            Written::Episode(applied) | Written::Start(applied) => applied.as_ref(),
+            Written::TaskDone(_, applied)
+            | Written::Raise(_, applied)
+            | Written::Manage(_, applied) => Some(applied),
+        }
+    }
+
     pub(super) fn applied_mut(&mut self) -> Option<&mut Applied> {
         match self {
             Written::Episode(applied) | Written::Start(applied) => applied.as_mut(),
@@ -107,15 +116,19 @@ pub(super) async fn write_one(
     match write {
         Write::Episode { target, effects } => {
             let current = tx.load(&target.id).await?;
-            let Some(current) = current
-                .filter(|c| c.state.execution == target.execution && c.state.status.is_active())
-            else {
+            let me = tx.me();
+            // The fence: a host whose lease lapsed, and whose instance
+            // another host took over, commits nothing more on it.
+            let Some(current) = current.filter(|c| {
+                c.state.execution == target.execution
+                    && c.state.status.is_active()
+                    && me.is_none_or(|me| c.owner.as_deref() == Some(me))
+            }) else {
                 return Ok(Written::Episode(None));
             };
             let journal_len = current.state.history.events;
-            Ok(Written::Episode(Some(
-                apply(tx, &target, journal_len, effects, now).await?,
-            )))
+            let applied = apply(tx, &target, journal_len, effects, now).await?;
+            Ok(Written::Episode(Some(with_news(applied, &target.id, true))))
         }
         Write::TaskDone {
             instance,
@@ -126,6 +139,7 @@ pub(super) async fn write_one(
             let Some(current) = tx.load(&instance).await? else {
                 return Ok(Written::TaskDone(TaskOutcome::Dropped, Applied::default()));
             };
+            let mine = is_mine(tx.me(), Some(&current));
             let pending = tx.task_pending(&instance, &attempt).await?;
             let (outcome, effects) = match task_done::decide(
                 Some(&current.state),
@@ -146,18 +160,25 @@ pub(super) async fn write_one(
                 digest: current.digest,
             };
             let journal_len = current.state.history.events;
+            let applied = apply(tx, &target, journal_len, effects, now).await?;
             Ok(Written::TaskDone(
                 outcome,
-                apply(tx, &target, journal_len, effects, now).await?,
+                with_news(applied, &target.id, mine),
             ))
         }
         Write::Start(new) => {
             let id = new.id.clone();
+            // A host that works owns what it starts; a front's starts are
+            // for the others.
+            let mine = tx.me().is_some();
             Ok(Written::Start(match create(tx, new, now).await? {
-                Ok(()) => Some(Applied {
-                    wake: vec![id],
-                    ..Applied::default()
-                }),
+                Ok(()) => {
+                    let applied = Applied {
+                        wake: vec![id.clone()],
+                        ..Applied::default()
+                    };
+                    Some(with_news(applied, &id, mine))
+                }
                 Err(()) => None,
             }))
         }
@@ -213,6 +234,8 @@ async fn decide_and_apply(
     decision: Decision,
     now: i64,
 ) -> Result<(Change, Applied), StoreError> {
+    let mine = is_mine(tx.me(), current.as_ref());
+    let id = current.as_ref().map(|c| c.state.id.clone());
     let applied = match current {
         Some(c) if !decision.effects.is_empty() => {
             let target = Target {
@@ -225,5 +248,32 @@ async fn decide_and_apply(
         }
         _ => Applied::default(),
     };
+    let applied = match id {
+        Some(id) => with_news(applied, &id, mine),
+        None => applied,
+    };
     Ok((decision.change, applied))
+}
+
+/// Whether the instance is owned by the host this transaction writes for
+/// (never on SQLite, where there are no other hosts to tell).
+fn is_mine(me: Option<&str>, current: Option<&Loaded>) -> bool {
+    me.is_some() && current.and_then(|c| c.owner.as_deref()) == me
+}
+
+/// Fills in the news of a write on `instance`: whatever it gave something
+/// new, except the instance itself when this host owns it (its own work
+/// needs no wake-up from the store).
+fn with_news(mut applied: Applied, instance: &str, mine: bool) -> Applied {
+    let mut news: Vec<String> = applied
+        .wake
+        .iter()
+        .filter(|id| !(mine && id.as_str() == instance))
+        .cloned()
+        .collect();
+    if !mine && !news.iter().any(|id| id == instance) {
+        news.push(instance.to_string());
+    }
+    applied.news = news;
+    applied
 }

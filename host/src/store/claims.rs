@@ -1,0 +1,171 @@
+//! Claims on a hub shared by several hosts: what this host runs now, its
+//! own work and what it takes (new work, and a dead host's), with
+//! `FOR UPDATE SKIP LOCKED` so that hosts claiming at once never wait on
+//! each other and never take the same row. See [`super::shared_hub`].
+
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::shared_hub::SharedHub;
+use super::{SessionKey, Store, StoreError, TaskRow};
+
+impl Store {
+    /// Instances this host should run an episode of now: its own with work,
+    /// and new or orphaned ones (unowned, or owned by a host whose lease
+    /// expired) that it claims, at most `claim` of those at a time so that
+    /// the other hosts get their share.
+    pub(super) async fn claim_instances(
+        &self,
+        hub: &SharedHub,
+        now: i64,
+        limit: usize,
+        claim: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let Some(me) = hub.owner() else {
+            return Ok(Vec::new());
+        };
+        let mut ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM instances WHERE owner = $1 AND status IN ('Pending', 'ContinuedAsNew') \
+             UNION SELECT DISTINCT i.instance_id FROM inbox i JOIN instances s ON s.id = i.instance_id \
+             WHERE i.visible_at <= $2 AND s.owner = $1 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $3",
+        )
+        .bind(me)
+        .bind(now)
+        .bind(limit_of(limit))
+        .fetch_all(self.pool())
+        .await?;
+        let claimed = sqlx::query(&format!(
+            "WITH picked AS ( \
+               SELECT s.id, s.owner AS previous FROM instances s WHERE s.id IN ( \
+                   SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
+                   UNION SELECT instance_id FROM inbox WHERE visible_at <= $2) \
+                 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') \
+                 AND (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) \
+               LIMIT $3 FOR UPDATE OF s SKIP LOCKED) \
+             UPDATE instances SET owner = $1 FROM picked WHERE instances.id = picked.id \
+             RETURNING instances.id AS id, picked.previous AS previous",
+            live = SharedHub::live_hosts()
+        ))
+        .bind(me)
+        .bind(now)
+        .bind(limit_of(claim))
+        .fetch_all(self.pool())
+        .await?;
+        let claimed: Vec<String> = took_over(&claimed, "instances")?
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<Result<_, _>>()?;
+        ids.extend(claimed);
+        Ok(ids)
+    }
+
+    /// Tasks due now that this host should run: its own, and those of no
+    /// live host, which it claims.
+    pub(super) async fn claim_tasks(
+        &self,
+        hub: &SharedHub,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let Some(me) = hub.owner() else {
+            return Ok(Vec::new());
+        };
+        let columns =
+            "t.instance_id, t.execution, i.name, i.component_digest, t.task, t.call, t.attempt";
+        let mut rows = sqlx::query(&format!(
+            "SELECT {columns} FROM tasks t JOIN instances i ON i.id = t.instance_id AND i.execution = t.execution \
+             WHERE t.owner = $1 AND t.due_at <= $2 ORDER BY t.due_at LIMIT $3"
+        ))
+        .bind(me)
+        .bind(now)
+        .bind(limit_of(limit))
+        .fetch_all(self.pool())
+        .await?;
+        let claimed = sqlx::query(&format!(
+            "WITH picked AS ( \
+               SELECT instance_id, execution, task, owner AS previous FROM tasks \
+               WHERE due_at <= $2 AND (owner IS NULL OR (owner <> $1 AND owner NOT IN ({live}))) \
+               ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED), \
+             claimed AS ( \
+               UPDATE tasks SET owner = $1 FROM picked \
+               WHERE tasks.instance_id = picked.instance_id AND tasks.execution = picked.execution AND tasks.task = picked.task \
+               RETURNING tasks.instance_id, tasks.execution, tasks.task, tasks.call, tasks.attempt, picked.previous) \
+             SELECT {columns}, t.previous FROM claimed t JOIN instances i ON i.id = t.instance_id AND i.execution = t.execution",
+            live = SharedHub::live_hosts()
+        ))
+        .bind(me)
+        .bind(now)
+        .bind(limit_of(limit))
+        .fetch_all(self.pool())
+        .await?;
+        took_over(&claimed, "tasks")?;
+        rows.extend(claimed);
+        rows.iter().map(super::tasks::task_from_row).collect()
+    }
+
+    /// Sessions with runs to execute that this host should work on: its
+    /// own, and those of no live host, which it claims (`claim` at most).
+    pub async fn claim_sessions(&self, claim: usize) -> Result<Vec<SessionKey>, StoreError> {
+        let Some(hub) = self.shared() else {
+            return self.sessions_with_unfinished_runs().await;
+        };
+        let Some(me) = hub.owner() else {
+            return Ok(Vec::new());
+        };
+        // Driven by the (small, indexed) set of unfinished runs, not by
+        // every session ever opened.
+        let unfinished = "(s.agent, s.id) IN (SELECT agent, session_id FROM runs \
+                          WHERE status IN ('pending', 'running'))";
+        let mut rows = sqlx::query(&format!(
+            "SELECT s.agent, s.id FROM sessions s WHERE s.owner = $1 AND {unfinished}"
+        ))
+        .bind(me)
+        .fetch_all(self.pool())
+        .await?;
+        let claimed = sqlx::query(&format!(
+            "WITH picked AS ( \
+               SELECT s.agent, s.id, s.owner AS previous FROM sessions s \
+               WHERE (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) AND {unfinished} \
+               LIMIT $2 FOR UPDATE OF s SKIP LOCKED) \
+             UPDATE sessions SET owner = $1 FROM picked \
+             WHERE sessions.agent = picked.agent AND sessions.id = picked.id \
+             RETURNING sessions.agent AS agent, sessions.id AS id, picked.previous AS previous",
+            live = SharedHub::live_hosts()
+        ))
+        .bind(me)
+        .bind(limit_of(claim))
+        .fetch_all(self.pool())
+        .await?;
+        took_over(&claimed, "sessions")?;
+        rows.extend(claimed);
+        rows.iter()
+            .map(|r| {
+                Ok(SessionKey {
+                    agent: r.try_get("agent")?,
+                    session_id: r.try_get("id")?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Logs the rows claimed from a host whose lease expired (a `previous`
+/// owner), as opposed to new ones; returns the rows.
+fn took_over<'r>(rows: &'r [AnyRow], what: &str) -> Result<&'r [AnyRow], StoreError> {
+    let mut from: Vec<String> = Vec::new();
+    for row in rows {
+        if let Some(previous) = row.try_get::<Option<String>, _>("previous")? {
+            from.push(previous);
+        }
+    }
+    if !from.is_empty() {
+        from.sort();
+        from.dedup();
+        tracing::info!(what, count = rows.len(), hosts = ?from, "took over work of hosts whose lease expired; resuming it");
+    }
+    Ok(rows)
+}
+
+fn limit_of(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}

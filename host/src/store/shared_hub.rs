@@ -1,0 +1,405 @@
+//! Several hosts on one PostgreSQL task hub.
+//!
+//! Each process that opens the hub registers a lease row (`hosts`), renewed
+//! by a heartbeat; an instance, a session and a task each have at most one
+//! owner among them. Whatever a host owns is run by it alone: its hot
+//! state lives there, and an episode commits only on an instance its host
+//! still owns (the fence in [`super::writes`]). When a host dies its lease
+//! expires and the others claim what it owned, with `FOR UPDATE SKIP
+//! LOCKED`, from the log. A host that stops cleanly hands everything back
+//! at once.
+//!
+//! Hosts wake each other with `NOTIFY` on the hub's channel (no polling
+//! between them): a commit that gives an instance something new names it,
+//! a new run wakes the session claimers, a finished run wakes whoever waits
+//! for it. A notification is only a wake-up; the store stays the truth, and
+//! a periodic pass catches any that is lost.
+//!
+//! Lease times are read on the database's clock, so hosts whose clocks
+//! disagree still agree on who is alive.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::AnyPool;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::{Store, StoreError};
+
+/// The database's clock, in Unix milliseconds.
+pub(super) const DB_NOW: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+
+/// How a process takes part in its task hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// HTTP and worker in one process (`agenthost serve`).
+    Serve,
+    /// HTTP only: starts, raises and runs go to the workers through the
+    /// store (`agenthost serve --no-worker`).
+    Front,
+    /// Runs agents, activities, orchestrations and timers; no HTTP
+    /// (`agenthost worker`).
+    Worker,
+}
+
+impl Role {
+    /// Whether the process runs work (episodes, tasks, agent runs).
+    pub fn works(self) -> bool {
+        !matches!(self, Role::Front)
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Serve => "serve",
+            Role::Front => "front",
+            Role::Worker => "worker",
+        }
+    }
+}
+
+/// This process on its hub.
+#[derive(Debug, Clone, Copy)]
+pub struct Membership {
+    pub role: Role,
+    /// How long a host's ownership outlives its last heartbeat: the time
+    /// after which a killed host's work is taken over.
+    pub lease: Duration,
+}
+
+impl Default for Membership {
+    fn default() -> Self {
+        Self {
+            role: Role::Serve,
+            lease: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What another host's notification asks of this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wake {
+    /// These instances got something new (an inbox row, a management
+    /// operation): a hot image of them is stale, and their owner has work.
+    Instances(Vec<String>),
+    /// A run was queued: sessions may need a worker.
+    Sessions,
+    /// This run (correlation id) finished.
+    RunFinished(String),
+    /// Notifications may have been lost (the listener reconnected), or a
+    /// host handed its work back: look at everything.
+    Everything,
+}
+
+/// The notification channel's payloads: `<kind> <sender> [<data>]`.
+mod payload {
+    use super::Wake;
+
+    /// PostgreSQL's limit is 8000 bytes; ids are packed below it.
+    pub const MAX: usize = 7_800;
+
+    pub fn instances(sender: &str, ids: &[&str]) -> Vec<String> {
+        let mut payloads = Vec::new();
+        let mut current = format!("i {sender}");
+        for id in ids {
+            if current.len() + id.len() + 1 > MAX {
+                payloads.push(std::mem::replace(&mut current, format!("i {sender}")));
+            }
+            current.push(' ');
+            current.push_str(id);
+        }
+        payloads.push(current);
+        payloads
+    }
+
+    pub fn sessions(sender: &str) -> String {
+        format!("s {sender}")
+    }
+
+    pub fn run_finished(sender: &str, correlation_id: &str) -> String {
+        format!("d {sender} {correlation_id}")
+    }
+
+    pub fn everything(sender: &str) -> String {
+        format!("w {sender}")
+    }
+
+    /// `None` for a payload of this host's own, or one it does not know.
+    pub fn parse(text: &str, me: &str) -> Option<Wake> {
+        let mut parts = text.split(' ');
+        let kind = parts.next()?;
+        if parts.next()? == me {
+            return None;
+        }
+        match kind {
+            "i" => Some(Wake::Instances(parts.map(str::to_string).collect())),
+            "s" => Some(Wake::Sessions),
+            "d" => parts.next().map(|id| Wake::RunFinished(id.to_string())),
+            "w" => Some(Wake::Everything),
+            _ => None,
+        }
+    }
+}
+
+/// This host's identity on a shared hub, its heartbeat and its listener.
+pub(super) struct SharedHub {
+    pub host: String,
+    pub role: Role,
+    pub channel: String,
+    wakes: broadcast::Sender<Wake>,
+    stop: CancellationToken,
+}
+
+impl SharedHub {
+    /// Registers the host on the hub, then keeps its lease and listens for
+    /// the others' notifications until [`Self::leave`].
+    pub async fn join(
+        pool: &AnyPool,
+        listen_options: PgConnectOptions,
+        hub: &str,
+        membership: Membership,
+    ) -> Result<Self, StoreError> {
+        let host = uuid::Uuid::new_v4().simple().to_string();
+        let lease_ms = i64::try_from(membership.lease.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(100);
+        // Rows of hosts long gone only make the live-host checks slower.
+        sqlx::query(&format!(
+            "DELETE FROM hosts WHERE expires_at < {DB_NOW} - 86400000"
+        ))
+        .execute(pool)
+        .await?;
+        sqlx::query(&format!(
+            "INSERT INTO hosts (id, role, started_at, expires_at) VALUES ($1, $2, {DB_NOW}, {DB_NOW} + $3)"
+        ))
+        .bind(&host)
+        .bind(membership.role.as_str())
+        .bind(lease_ms)
+        .execute(pool)
+        .await?;
+        let (wakes, _) = broadcast::channel(4096);
+        let hub = Self {
+            host,
+            role: membership.role,
+            channel: format!("agenthost_{hub}"),
+            wakes,
+            stop: CancellationToken::new(),
+        };
+        let listener = hub.listen(listen_options).await?;
+        tokio::spawn(listen_loop(
+            listener,
+            hub.host.clone(),
+            hub.wakes.clone(),
+            hub.stop.clone(),
+        ));
+        tokio::spawn(heartbeat(
+            pool.clone(),
+            hub.host.clone(),
+            membership.role,
+            lease_ms,
+            hub.stop.clone(),
+        ));
+        tracing::info!(host = %hub.host, role = membership.role.as_str(), lease = ?membership.lease, "joined the shared task hub");
+        Ok(hub)
+    }
+
+    async fn listen(&self, options: PgConnectOptions) -> Result<PgListener, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await?;
+        let mut listener = PgListener::connect_with(&pool).await?;
+        listener.listen(&self.channel).await?;
+        Ok(listener)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Wake> {
+        self.wakes.subscribe()
+    }
+
+    /// The owner identity of a host that runs work.
+    pub fn owner(&self) -> Option<&str> {
+        self.role.works().then_some(self.host.as_str())
+    }
+
+    /// Stops the heartbeat and the listener, hands back everything this
+    /// host owned and tells the others to take it now.
+    pub async fn leave(&self, pool: &AnyPool) {
+        self.stop.cancel();
+        let released = async {
+            let mut tx = pool.begin().await?;
+            for table in ["instances", "sessions", "tasks"] {
+                sqlx::query(&format!("UPDATE {table} SET owner = NULL WHERE owner = $1"))
+                    .bind(&self.host)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query("DELETE FROM hosts WHERE id = $1")
+                .bind(&self.host)
+                .execute(&mut *tx)
+                .await?;
+            notify(&mut *tx, &self.channel, &payload::everything(&self.host)).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(())
+        }
+        .await;
+        match released {
+            Ok(()) => {
+                tracing::info!(host = %self.host, "left the shared task hub; its work is handed back")
+            }
+            Err(e) => {
+                tracing::warn!(host = %self.host, error = %e, "could not hand back this host's work; the others take it when its lease expires")
+            }
+        }
+    }
+
+    /// `NOTIFY` payloads naming instances that got something new.
+    pub fn instance_payloads(&self, ids: &[&str]) -> Vec<String> {
+        payload::instances(&self.host, ids)
+    }
+
+    pub fn sessions_payload(&self) -> String {
+        payload::sessions(&self.host)
+    }
+
+    pub fn run_finished_payload(&self, correlation_id: &str) -> String {
+        payload::run_finished(&self.host, correlation_id)
+    }
+
+    /// Hosts whose lease has not expired, as a subquery.
+    pub fn live_hosts() -> String {
+        format!("SELECT id FROM hosts WHERE expires_at > {DB_NOW}")
+    }
+}
+
+/// `pg_notify` on `channel`; delivered when the transaction commits.
+pub(super) async fn notify<'e, E>(
+    executor: E,
+    channel: &str,
+    payload: &str,
+) -> Result<(), StoreError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(executor)
+        .await?;
+    Ok(())
+}
+
+async fn listen_loop(
+    mut listener: PgListener,
+    me: String,
+    wakes: broadcast::Sender<Wake>,
+    stop: CancellationToken,
+) {
+    loop {
+        let received = tokio::select! {
+            received = listener.try_recv() => received,
+            () = stop.cancelled() => return,
+        };
+        match received {
+            Ok(Some(notification)) => {
+                if let Some(wake) = payload::parse(notification.payload(), &me) {
+                    let _ = wakes.send(wake);
+                }
+            }
+            // The connection was lost and made again: what was sent
+            // meanwhile is gone, so look at everything.
+            Ok(None) => {
+                tracing::warn!("the task hub's notification connection was re-established");
+                let _ = wakes.send(Wake::Everything);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for the other hosts' notifications; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    () = stop.cancelled() => return,
+                }
+                let _ = wakes.send(Wake::Everything);
+            }
+        }
+    }
+}
+
+/// Renews the lease three times per lease period. A row found missing (the
+/// host was idle past its lease and another deleted it) is put back.
+async fn heartbeat(
+    pool: AnyPool,
+    host: String,
+    role: Role,
+    lease_ms: i64,
+    stop: CancellationToken,
+) {
+    let period = Duration::from_millis(u64::try_from(lease_ms / 3).unwrap_or(1_000).max(30));
+    let mut ticker = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let renewed = sqlx::query(&format!(
+            "INSERT INTO hosts (id, role, started_at, expires_at) VALUES ($1, $2, {DB_NOW}, {DB_NOW} + $3) \
+             ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at"
+        ))
+        .bind(&host)
+        .bind(role.as_str())
+        .bind(lease_ms)
+        .execute(&pool)
+        .await;
+        if let Err(e) = renewed {
+            tracing::warn!(host = %host, error = %e, "could not renew this host's lease; its work may be taken over");
+        }
+    }
+}
+
+impl Store {
+    /// Wake-ups from the other hosts of a shared hub; `None` on a store
+    /// that no other host shares (SQLite).
+    pub fn wakes(&self) -> Option<broadcast::Receiver<Wake>> {
+        self.shared().map(SharedHub::subscribe)
+    }
+
+    /// This host's owner id on a shared hub, when it runs work.
+    pub fn owner_id(&self) -> Option<&str> {
+        self.shared().and_then(SharedHub::owner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{payload, Wake};
+
+    #[test]
+    fn payloads_round_trip_and_a_hosts_own_are_ignored() {
+        let ids: Vec<String> = (0..2_000).map(|i| format!("instance-{i:05}")).collect();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let payloads = payload::instances("h1", &refs);
+        assert!(payloads.len() > 1, "packed under the size limit");
+        let mut seen = Vec::new();
+        for p in &payloads {
+            assert!(p.len() <= payload::MAX);
+            assert_eq!(payload::parse(p, "h1"), None, "its own");
+            match payload::parse(p, "h2") {
+                Some(Wake::Instances(found)) => seen.extend(found),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(seen, ids);
+        assert_eq!(
+            payload::parse(&payload::run_finished("h1", "c1"), "h2"),
+            Some(Wake::RunFinished("c1".into()))
+        );
+        assert_eq!(
+            payload::parse(&payload::sessions("h1"), "h2"),
+            Some(Wake::Sessions)
+        );
+        assert_eq!(
+            payload::parse(&payload::everything("h1"), "h2"),
+            Some(Wake::Everything)
+        );
+        assert_eq!(payload::parse("garbage", "h2"), None);
+    }
+}

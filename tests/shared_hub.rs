@@ -1,0 +1,264 @@
+//! Several hosts on one PostgreSQL task hub: HTTP-only fronts
+//! (`serve --no-worker`) store starts, raises and runs; `agenthost worker`
+//! processes carry them out. A worker killed with SIGKILL mid-way has its
+//! instances and sessions taken over by the other once its lease expires,
+//! and nothing is lost or done twice. The hub is shared through
+//! PostgreSQL, so these tests run in `make test`'s PostgreSQL pass; on
+//! SQLite (one file, one host) `--no-worker` is refused instead.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::client_cli::client as client_process;
+use crate::support::durable::{raise, start, wait_for_within};
+use crate::support::fake_model::echo_of;
+use crate::support::host::{test_store, Host};
+use crate::support::{client, FakeModel, HostBuilder, Reply};
+
+const LEASE: &str = "2s";
+
+fn builder(dir: &std::path::Path, model: &FakeModel) -> HostBuilder {
+    HostBuilder::new(dir)
+        .components(&["writer", "orchestration-tests"])
+        .openai(model, "sk")
+        .arg("--lease")
+        .arg(LEASE)
+}
+
+/// Queues an agent run without waiting; returns its correlation id.
+async fn queue_run(front: &Host, message: &str, session: &str) -> String {
+    let response = client()
+        .post(front.url("/api/agents/writer/run"))
+        .json(&json!({"message": message, "thread_id": session, "wait_for_response": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202, "{message}");
+    let body: Value = response.json().await.unwrap();
+    body["correlation_id"].as_str().unwrap().to_string()
+}
+
+async fn run_when_finished(front: &Host, id: &str, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let run: Value = client()
+            .get(front.url(&format!("/api/agents/writer/runs/{id}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap_or_default();
+        if run["status"] == "completed" || run["status"] == "failed" {
+            return run;
+        }
+        assert!(Instant::now() < deadline, "run {id} never finished: {run}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_fronts_and_two_workers_share_a_hub_and_a_killed_worker_loses_nothing() {
+    if test_store().is_none() {
+        return; // SQLite: one host per file (see the test below).
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    // Slow answers keep agent calls in flight when the worker is killed.
+    for _ in 0..300 {
+        model.push(Reply::Delay(
+            Duration::from_millis(250),
+            Box::new(Reply::Echo),
+        ));
+    }
+    let mut first_worker = builder(dir.path(), &model).start_worker();
+    let second_worker = builder(dir.path(), &model).start_worker();
+    let fronts = [
+        builder(dir.path(), &model).arg("--no-worker").start(),
+        builder(dir.path(), &model).arg("--no-worker").start(),
+    ];
+
+    // 200 orchestrations and 500 agent runs, through both fronts.
+    let mut expected: Vec<(String, Value)> = Vec::new();
+    let mut waiters = Vec::new();
+    for i in 0..200usize {
+        let front = &fronts[i % 2];
+        let (name, input, output) = match i % 8 {
+            0..=3 => ("sequence", json!({"n": 20}), json!(190)),
+            4 | 5 => ("fanout", json!({"n": 20}), json!(190)),
+            6 => ("wait_event", json!(null), json!(i)),
+            _ => {
+                let question = format!("question {i}");
+                let answer = json!(echo_of(&question));
+                ("ask_writer", json!(question), answer)
+            }
+        };
+        let id = start(front, name, &input).await;
+        if name == "wait_event" {
+            waiters.push((id.clone(), i));
+        }
+        expected.push((id, output));
+    }
+    let mut runs = Vec::new();
+    for i in 0..250usize {
+        let message = format!("run {i}");
+        let session = format!("session-{}", i % 50);
+        let id = queue_run(&fronts[i % 2], &message, &session).await;
+        runs.push((id, message));
+    }
+
+    // Kill one worker in the middle of the work; half the runs come after.
+    model.wait_for_requests(60, Duration::from_secs(60)).await;
+    first_worker.kill();
+    let killed_at = Instant::now();
+    let asked_before_kill = model.requests().len();
+    for i in 250..500usize {
+        let message = format!("run {i}");
+        let session = format!("session-{}", i % 50);
+        let id = queue_run(&fronts[i % 2], &message, &session).await;
+        runs.push((id, message));
+    }
+    // Taken over once the lease expires (plus a pass of the claimers).
+    while !second_worker.output().contains("took over") {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(2 + 5),
+            "nothing taken over {:?} after the kill (lease {LEASE}):\n{}",
+            killed_at.elapsed(),
+            second_worker.output()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let taken_over = killed_at.elapsed();
+    for (id, i) in &waiters {
+        assert_eq!(raise(&fronts[*i % 2], id, "go", &json!(i)).await, 202);
+    }
+
+    for (n, (id, output)) in expected.iter().enumerate() {
+        let done = wait_for_within(
+            &fronts[n % 2],
+            id,
+            &["Completed", "Failed", "Terminated"],
+            Duration::from_secs(180),
+        )
+        .await;
+        assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+        assert_eq!(&done["output"], output, "{done}");
+    }
+    for (n, (id, message)) in runs.iter().enumerate() {
+        let run = run_when_finished(&fronts[n % 2], id, Duration::from_secs(180)).await;
+        assert_eq!(run["status"], "completed", "{run}");
+        assert_eq!(run["response"], json!(echo_of(message)), "{run}");
+    }
+    let all_done = killed_at.elapsed();
+
+    // The fake model's log: every question and run was asked; one asked
+    // twice was in flight at the kill (asked first before it), never again
+    // after it had been answered.
+    let requests = model.requests();
+    let mut asked: HashMap<String, Vec<usize>> = HashMap::new();
+    for (at, request) in requests.iter().enumerate() {
+        asked
+            .entry(request.last_user_message())
+            .or_default()
+            .push(at);
+    }
+    assert!(
+        requests.len() >= asked_before_kill + 250,
+        "the kill came in the middle of the work ({asked_before_kill} of {} requests before it)",
+        requests.len()
+    );
+    let questions = expected.len() / 8;
+    assert_eq!(
+        asked.len(),
+        runs.len() + questions,
+        "every message was asked"
+    );
+    let mut repeated = 0;
+    for (message, at) in &asked {
+        match at.as_slice() {
+            [_] => {}
+            [first, _] if *first < asked_before_kill => repeated += 1,
+            _ => panic!(
+                "'{message}' was asked at {at:?} (the kill came after request {asked_before_kill})"
+            ),
+        }
+    }
+    eprintln!(
+        "shared hub: {} requests to the model, {repeated} repeated (in flight at the kill); \
+         taken over {taken_over:?} and all done {all_done:?} after the kill",
+        requests.len()
+    );
+}
+
+/// The worker/client mode: a client process talks to a front; a worker on
+/// the same hub does the work.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_process_on_a_front_runs_an_agent_and_an_orchestration_a_worker_executes() {
+    if test_store().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let _worker = builder(dir.path(), &model).start_worker();
+    let front = builder(dir.path(), &model).arg("--no-worker").start();
+    let run = |message: &str| {
+        client_process(
+            &front,
+            &["agent", "run", "writer", message, "--session", "cli"],
+        )
+    };
+    let (ok, first, err) = run("Tea is calm.");
+    assert!(ok, "{err}");
+    assert_eq!(first, echo_of("Tea is calm."));
+    let (ok, second, err) = run("Shorter.");
+    assert!(ok, "{err}");
+    assert_eq!(second, echo_of("Shorter."));
+    let transcript = model.requests()[1].transcript().join("\n");
+    assert!(
+        transcript.contains("Tea is calm.") && transcript.contains(&first),
+        "the second run carries the first exchange: {transcript}"
+    );
+
+    let (ok, id, err) = client_process(
+        &front,
+        &[
+            "orchestration",
+            "start",
+            "sequence",
+            "--input",
+            r#"{"n": 5}"#,
+        ],
+    );
+    assert!(ok, "{err}");
+    let (ok, status, err) =
+        client_process(&front, &["orchestration", "wait", &id, "--timeout", "60s"]);
+    assert!(ok, "{err}");
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["runtime_status"], "Completed", "{status}");
+    let input: Value = serde_json::from_str(status["serialized_input"].as_str().unwrap()).unwrap();
+    assert_eq!(input, json!({"n": 5}), "{status}");
+    assert_eq!(status["serialized_output"], "10", "{status}");
+}
+
+#[test]
+fn a_front_without_workers_on_sqlite_is_refused_with_the_remedy() {
+    if test_store().is_some() {
+        return; // PostgreSQL: a front is what the tests above start.
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agenthost"))
+        .current_dir(dir.path())
+        .args(["serve", "--port", "0", "--components", ".", "--no-worker"])
+        .args(crate::support::host::store_args(dir.path(), None))
+        .env_remove("DURABLE_TASK_SCHEDULER_CONNECTION_STRING")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--no-worker needs a task hub that `agenthost worker` processes share"),
+        "{stderr}"
+    );
+}
