@@ -16,10 +16,11 @@ run: components release
 	./target/release/agenthost serve --components $(COMPONENTS) --store sqlite://agenthost.db --port $(PORT)
 
 ## The whole suite: formatting, lints (host and guests) and every test, then
-## the integration suite again on PostgreSQL (started if it is not up).
+## the integration suite again on PostgreSQL (PostgreSQL and Redis are
+## started, installed if need be, when they are not up).
 test: components test-components lint
-	$(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
-	url=$$(scripts/test-postgres.sh) && AGENTHOST_TEST_STORE=$$url $(CARGO) test -p agenthost --test integration
+	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
+	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --test integration
 
 ## One component per sample: target/components/NAME.wasm.
 components: toolchain

@@ -22,5 +22,6 @@ mod restarts;
 mod sandbox;
 mod sessions_ttl;
 mod shared_hub;
+mod streaming;
 mod task_hubs;
 mod tools;

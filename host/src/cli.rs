@@ -168,6 +168,20 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_LEASE", default_value = "5s", value_parser = humantime::parse_duration)]
     pub lease: Duration,
 
+    /// Keep response streams in Redis Streams (`agent:response:{correlation_id}`)
+    /// instead of the store: `redis://HOST:PORT[/DB]` or `HOST:PORT`.
+    #[arg(long = "redis", env = "REDIS_CONNECTION_STRING")]
+    pub redis: Option<String>,
+
+    /// Refuse to start when Redis is configured but cannot be reached
+    /// (the default falls back to the store, with a warning).
+    #[arg(long, env = "AGENTHOST_REQUIRE_REDIS")]
+    pub require_redis: bool,
+
+    /// How long a run's response stream is kept (its Redis key's TTL).
+    #[arg(long, env = "AGENTHOST_STREAM_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub stream_ttl: Duration,
+
     /// Set by `agenthost worker`: no HTTP.
     #[arg(skip)]
     pub worker_only: bool,

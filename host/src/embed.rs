@@ -41,6 +41,7 @@ use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::runtime::{Limits, Runtime, RuntimeConfig};
 use crate::store::{now_ms, Kind, Membership, Store, TaskHub};
+use crate::streams::{ResponseStreams, StreamSettings};
 
 /// Settings of an embedded host: every `agenthost serve` flag, with the
 /// same defaults and the same environment variables.
@@ -163,10 +164,21 @@ impl AgentHost {
         }
 
         let runner = AgentRunner::new(runtime.clone(), model, store.clone(), args.max_tool_rounds);
+        let streams = ResponseStreams::open(
+            store.clone(),
+            StreamSettings {
+                redis: args.redis.clone().filter(|r| !r.trim().is_empty()),
+                require_redis: args.require_redis,
+                ttl: args.stream_ttl,
+            },
+        )
+        .await
+        .context("could not open the response streams")?;
         let runs = Runs::new(
             store.clone(),
             registry.clone(),
             runner,
+            streams.clone(),
             args.session_ttl,
             role.works(),
         );
@@ -193,6 +205,7 @@ impl AgentHost {
             runs: runs.clone(),
             orchestrator: orchestrator.clone(),
             store: store.clone(),
+            streams: streams.clone(),
             config: Arc::new(HttpConfig {
                 health_enabled: args.enable_health_check,
                 max_body_bytes: args.max_body_bytes,
@@ -248,6 +261,7 @@ impl AgentHost {
             transactions,
             "durable writes committed (group commit)"
         );
+        self.state.streams.flush().await;
         self.store.close().await;
     }
 }

@@ -17,5 +17,6 @@ pub(crate) mod runs;
 pub mod runtime;
 pub mod server;
 pub(crate) mod store;
+pub(crate) mod streams;
 pub mod taskhub;
 pub(crate) mod workers;

@@ -2,7 +2,10 @@
 //! Azure's `/openai/deployments/{deployment}/chat/completions`. It records
 //! every request, checks the auth header, and plays scripted replies (text,
 //! JSON, tool calls, error statuses with `Retry-After`, delays) before falling
-//! back to echoing the last user message.
+//! back to echoing the last user message. A request with `"stream": true`
+//! gets the reply as server-sent `chat.completion.chunk` events, as the real
+//! services send them: the text a word at a time, a tool call as its id and
+//! name and then its arguments in two pieces, usage last, then `[DONE]`.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -14,6 +17,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use futures::StreamExt;
 use serde_json::{json, Value};
 
 /// One scripted answer.
@@ -26,6 +30,8 @@ pub enum Reply {
     Status(u16, Option<u64>),
     /// Wait, then answer with the next reply (or the echo).
     Delay(Duration, Box<Reply>),
+    /// Streamed with this pause between chunks (no pause otherwise).
+    Paced(Duration, Box<Reply>),
     Echo,
     /// Answers with the content of the last tool result: `tool said: …`.
     ToolResult,
@@ -232,9 +238,19 @@ async fn answer(
 }
 
 async fn play(mut reply: Reply, request: &Recorded) -> Response {
-    while let Reply::Delay(pause, next) = reply {
-        tokio::time::sleep(pause).await;
-        reply = *next;
+    let mut pace = Duration::ZERO;
+    loop {
+        match reply {
+            Reply::Delay(pause, next) => {
+                tokio::time::sleep(pause).await;
+                reply = *next;
+            }
+            Reply::Paced(pause, next) => {
+                pace = pause;
+                reply = *next;
+            }
+            _ => break,
+        }
     }
     let message = match reply {
         Reply::Text(text) => json!({"role": "assistant", "content": text}),
@@ -265,8 +281,12 @@ async fn play(mut reply: Reply, request: &Recorded) -> Response {
             }
             return response;
         }
-        Reply::Delay(..) => unreachable!("delays are unwrapped above"),
+        Reply::Delay(..) | Reply::Paced(..) => unreachable!("unwrapped above"),
     };
+    let usage = json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15});
+    if request.body["stream"] == json!(true) {
+        return streamed(message, usage, pace);
+    }
     Json(json!({
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -274,4 +294,64 @@ async fn play(mut reply: Reply, request: &Recorded) -> Response {
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }))
     .into_response()
+}
+
+/// The chunks of `message` as a streaming endpoint sends them.
+fn chunks_of(message: &Value, usage: Value) -> Vec<Value> {
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut chunks = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    if let Some(text) = message["content"].as_str() {
+        for word in text.split_inclusive(' ') {
+            chunks.push(chunk(json!({"content": word}), Value::Null));
+        }
+    }
+    if let Some(calls) = message["tool_calls"].as_array() {
+        for (index, call) in calls.iter().enumerate() {
+            let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
+            let half = (0..=arguments.len() / 2)
+                .rev()
+                .find(|i| arguments.is_char_boundary(*i))
+                .unwrap_or(0);
+            chunks.push(chunk(
+                json!({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": ""}}]}),
+                Value::Null,
+            ));
+            for piece in [&arguments[..half], &arguments[half..]] {
+                chunks.push(chunk(
+                    json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                    Value::Null,
+                ));
+            }
+        }
+    }
+    let finish = if message["tool_calls"].is_array() {
+        "tool_calls"
+    } else {
+        "stop"
+    };
+    chunks.push(chunk(json!({}), json!(finish)));
+    chunks.push(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": [], "usage": usage}));
+    chunks
+}
+
+fn streamed(message: Value, usage: Value, pace: Duration) -> Response {
+    use axum::response::sse::{Event, Sse};
+    let events = chunks_of(&message, usage)
+        .into_iter()
+        .map(|c| c.to_string())
+        .chain(["[DONE]".to_string()]);
+    let stream = futures::stream::iter(events).then(move |data| async move {
+        if !pace.is_zero() {
+            tokio::time::sleep(pace).await;
+        }
+        Ok::<_, std::convert::Infallible>(Event::default().data(data))
+    });
+    Sse::new(stream).into_response()
 }

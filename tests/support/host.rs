@@ -148,7 +148,8 @@ impl HostBuilder {
         command.env("AGENTHOST_LEASE", "3s");
         command
             .env_remove("AGENTHOST_STORE")
-            .env_remove("TASKHUB_NAME");
+            .env_remove("TASKHUB_NAME")
+            .env_remove("REDIS_CONNECTION_STRING");
         if self.connection_string {
             let (store, hub) = store_location(&self.dir, self.hub.as_deref());
             command.env(

@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::model::{ChatMessage, ChatRequest, ModelClient, ModelError, Role, ToolCall, Usage};
+use crate::model::{
+    ChatMessage, ChatRequest, Deltas, ModelClient, ModelError, Role, ToolCall, Usage,
+};
 use crate::registry::ServedAgent;
 use crate::runtime::{Approval, GuestError, Runtime};
 use crate::store::{RunRecord, Store, StoreError};
@@ -88,11 +90,13 @@ impl AgentRunner {
         }
     }
 
-    /// Runs (or resumes) one stored run to its answer.
+    /// Runs (or resumes) one stored run to its answer; the text of each
+    /// model turn goes to `deltas` as the model produces it.
     pub async fn run(
         &self,
         agent: &ServedAgent,
         run: &RunRecord,
+        deltas: &Deltas<'_>,
     ) -> Result<RunOutcome, AgentError> {
         let session = run.session();
         let stored = self.store.history(&session).await?;
@@ -138,12 +142,15 @@ impl AgentRunner {
             messages.extend(history.iter().cloned());
             let response = self
                 .model
-                .complete(ChatRequest {
-                    model: agent.spec.model.as_deref(),
-                    messages: &messages,
-                    tools: &tools,
-                    response_format: run.response_format.as_ref(),
-                })
+                .complete(
+                    ChatRequest {
+                        model: agent.spec.model.as_deref(),
+                        messages: &messages,
+                        tools: &tools,
+                        response_format: run.response_format.as_ref(),
+                    },
+                    deltas,
+                )
                 .await?;
             usage += response.usage;
             let mut answer = response.message;

@@ -12,13 +12,16 @@ use uuid::Uuid;
 
 use super::body::read_limited;
 use super::run_body::{error_code, RunAccepted, RunCompleted};
-use super::{ApiError, AppState};
+use super::{streams, ApiError, AppState};
 use crate::agents::normalize_response_format;
 use crate::store::{NewRun, RunRecord, RunStatus, SessionKey};
+use crate::streams::EntryId;
 
 /// The response header that carries the conversation's id.
 pub const THREAD_ID_HEADER: &str = "x-ms-thread-id";
 const WAIT_HEADER: &str = "x-ms-wait-for-response";
+/// The response header that names the run (its stream's key).
+pub const CORRELATION_ID_HEADER: &str = "x-ms-correlation-id";
 const MAX_THREAD_ID_LEN: usize = 256;
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +95,13 @@ pub async fn run(
         response_format: request.response_format,
     };
     let run = state.runs.submit(new_run).await?;
+    if streams::wants_events(&headers) {
+        let response = streams::sse(&state, &run.correlation_id, EntryId::start());
+        return Ok(with_correlation_header(
+            with_thread_header(response, &run.thread_id),
+            &run.correlation_id,
+        ));
+    }
     if !wait {
         return Ok(accepted(&run, "Agent request accepted"));
     }
@@ -174,6 +184,13 @@ fn with_thread_header(mut response: Response, thread_id: &str) -> Response {
     response
 }
 
+fn with_correlation_header(mut response: Response, correlation_id: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(correlation_id) {
+        response.headers_mut().insert(CORRELATION_ID_HEADER, value);
+    }
+    response
+}
+
 fn completed(run: &RunRecord, json: bool) -> Response {
     let text = run.response.clone().unwrap_or_default();
     let response = if json {
@@ -181,7 +198,10 @@ fn completed(run: &RunRecord, json: bool) -> Response {
     } else {
         ([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
     };
-    with_thread_header(response, &run.thread_id)
+    with_correlation_header(
+        with_thread_header(response, &run.thread_id),
+        &run.correlation_id,
+    )
 }
 
 fn accepted(run: &RunRecord, note: &str) -> Response {

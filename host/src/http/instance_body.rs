@@ -88,6 +88,35 @@ pub(super) struct InstanceStatus {
     pub input: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history_events: Option<Vec<HistoryEvent>>,
+    /// The agent runs of the current execution, with their streams (shown
+    /// with the history).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_runs: Option<Vec<AgentRunRef>>,
+}
+
+/// An agent call of an instance, and where to follow its answer.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct AgentRunRef {
+    pub agent: String,
+    pub correlation_id: String,
+    pub status: crate::store::RunStatus,
+    pub stream_url: String,
+}
+
+impl AgentRunRef {
+    pub fn new(run: &crate::store::RunRecord) -> Self {
+        Self {
+            agent: run.agent.clone(),
+            correlation_id: run.correlation_id.clone(),
+            status: run.status,
+            stream_url: format!(
+                "/api/agents/{}/runs/{}/stream",
+                run.agent,
+                urlencode(&run.correlation_id)
+            ),
+        }
+    }
 }
 
 impl InstanceStatus {
@@ -103,6 +132,7 @@ impl InstanceStatus {
             component_digest: instance.component_digest.clone(),
             input: show_input.then(|| parse_json(Some(&instance.input))),
             history_events: None,
+            agent_runs: None,
         }
     }
 }

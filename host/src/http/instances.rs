@@ -11,7 +11,7 @@ use chrono::DateTime;
 use serde::Deserialize;
 
 use super::body::json_body;
-use super::instance_body::{HistoryEvent, InstanceStatus, Purged};
+use super::instance_body::{AgentRunRef, HistoryEvent, InstanceStatus, Purged};
 use super::{ApiError, AppState};
 use crate::core::instance::RuntimeStatus;
 use crate::core::lifecycle::Change;
@@ -89,6 +89,11 @@ pub async fn get(
                 .map(|(entry, at)| HistoryEvent::new(entry, at))
                 .collect(),
         );
+        let runs = state
+            .store
+            .runs_of_instance(&id, instance.execution)
+            .await?;
+        body.agent_runs = Some(runs.iter().map(AgentRunRef::new).collect());
     }
     let status = if instance.status.is_finished() {
         StatusCode::OK

@@ -10,6 +10,7 @@ mod instances;
 mod orchestrators;
 mod run_body;
 mod runs;
+mod streams;
 
 pub use error::ApiError;
 
@@ -24,6 +25,7 @@ use crate::durable::Orchestrator;
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::store::Store;
+use crate::streams::ResponseStreams;
 
 /// Settings of the HTTP layer.
 #[derive(Debug, Clone)]
@@ -41,6 +43,7 @@ pub struct AppState {
     pub runs: Arc<Runs>,
     pub orchestrator: Arc<Orchestrator>,
     pub store: Store,
+    pub streams: Arc<ResponseStreams>,
     pub config: Arc<HttpConfig>,
 }
 
@@ -48,6 +51,10 @@ pub fn router(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/api/agents/{name}/run", post(agents::run))
         .route("/api/agents/{name}/runs/{correlation_id}", get(runs::get))
+        .route(
+            "/api/agents/{name}/runs/{correlation_id}/stream",
+            get(streams::get),
+        )
         .route("/api/components", get(components::list))
         .route("/api/orchestrators/{name}", post(orchestrators::start))
         .route(

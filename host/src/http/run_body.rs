@@ -39,6 +39,8 @@ pub(super) struct RunAccepted<'a> {
     message: &'a str,
     thread_id: &'a str,
     correlation_id: &'a str,
+    /// Where the answer can be followed as it is written (SSE).
+    stream_url: String,
 }
 
 impl<'a> RunAccepted<'a> {
@@ -49,6 +51,10 @@ impl<'a> RunAccepted<'a> {
             message: &run.message,
             thread_id: &run.thread_id,
             correlation_id: &run.correlation_id,
+            stream_url: format!(
+                "/api/agents/{}/runs/{}/stream",
+                run.agent, run.correlation_id
+            ),
         }
     }
 }

@@ -8,6 +8,7 @@
 mod offline;
 mod openai;
 mod settings;
+mod stream;
 
 pub use crate::core::chat::{ChatMessage, Role, ToolCall, ToolSpec, Usage};
 pub use settings::ModelSettings;
@@ -25,6 +26,10 @@ pub struct ChatRequest<'a> {
     /// An OpenAI `response_format` object, already normalized.
     pub response_format: Option<&'a Value>,
 }
+
+/// Where the text of an answer goes, piece by piece, as the model produces
+/// it. It must not block: it is called on the model call's task.
+pub type Deltas<'a> = dyn Fn(&str) + Send + Sync + 'a;
 
 /// The model's next message and what it cost.
 #[derive(Debug)]
@@ -82,11 +87,16 @@ impl ModelClient {
         }
     }
 
-    /// Asks the model for the next message of the conversation.
-    pub async fn complete(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
+    /// Asks the model for the next message of the conversation; its text
+    /// goes to `deltas` as it comes.
+    pub async fn complete(
+        &self,
+        request: ChatRequest<'_>,
+        deltas: &Deltas<'_>,
+    ) -> Result<ChatResponse, ModelError> {
         match &self.backend {
-            Backend::Offline => Ok(offline::complete(&request)),
-            Backend::Remote(remote) => remote.complete(&request).await,
+            Backend::Offline => Ok(offline::complete(&request, deltas)),
+            Backend::Remote(remote) => remote.complete(&request, deltas).await,
         }
     }
 }

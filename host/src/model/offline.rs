@@ -5,16 +5,20 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{ChatMessage, ChatRequest, ChatResponse, Role, Usage};
+use super::{ChatMessage, ChatRequest, ChatResponse, Deltas, Role, Usage};
 
 /// Prefix of every offline answer.
 pub const OFFLINE_TAG: &str = "[offline model]";
 
-pub fn complete(request: &ChatRequest<'_>) -> ChatResponse {
+/// The answer, handed to `deltas` in a few pieces as a streaming model would.
+pub fn complete(request: &ChatRequest<'_>, deltas: &Deltas<'_>) -> ChatResponse {
     let content = match request.response_format.and_then(schema_of) {
         Some(schema) => example_of(schema).to_string(),
         None => text_answer(request.messages),
     };
+    for piece in pieces(&content, 4) {
+        deltas(piece);
+    }
     let prompt_chars: usize = request
         .messages
         .iter()
@@ -30,6 +34,22 @@ pub fn complete(request: &ChatRequest<'_>) -> ChatResponse {
             total_tokens: prompt_tokens + completion_tokens,
         },
     }
+}
+
+/// `text` cut into `n` pieces or fewer, at character boundaries.
+fn pieces(text: &str, n: usize) -> Vec<&str> {
+    let size = text.len().div_ceil(n.max(1)).max(1);
+    let mut pieces = Vec::with_capacity(n);
+    let mut start = 0;
+    while start < text.len() {
+        let mut end = (start + size).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        pieces.push(&text[start..end]);
+        start = end;
+    }
+    pieces
 }
 
 fn text_answer(messages: &[ChatMessage]) -> String {
@@ -112,8 +132,14 @@ mod tests {
             tools: &[],
             response_format: Some(&format),
         };
-        let answer: Value =
-            serde_json::from_str(complete(&request).message.content.as_deref().unwrap()).unwrap();
+        let answer: Value = serde_json::from_str(
+            complete(&request, &|_| {})
+                .message
+                .content
+                .as_deref()
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             answer,
             json!({"is_spam": false, "confidence": 0, "reason": "offline", "kind": "a"})
@@ -133,8 +159,20 @@ mod tests {
             tools: &[],
             response_format: None,
         };
-        let text = complete(&request).message.content.unwrap();
+        let streamed = std::sync::Mutex::new(Vec::new());
+        let text = complete(&request, &|piece| {
+            streamed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(piece.to_string())
+        })
+        .message
+        .content
+        .unwrap();
         assert!(text.starts_with(OFFLINE_TAG), "{text}");
         assert!(text.contains("turn 2") && text.contains("\"hi\""), "{text}");
+        let streamed = streamed.into_inner().unwrap_or_else(|p| p.into_inner());
+        assert_eq!(streamed.len(), 4, "streamed in a few pieces");
+        assert_eq!(streamed.concat(), text);
     }
 }

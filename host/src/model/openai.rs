@@ -1,14 +1,21 @@
 //! The remote backend: OpenAI-compatible and Azure OpenAI chat completions,
-//! with retries on 429/5xx that honour `Retry-After`.
+//! streamed (server-sent events, text handed on as it arrives), with retries
+//! on 429/5xx that honour `Retry-After` as long as nothing was handed on yet.
+//! An endpoint that ignores `stream` and answers with one JSON object is
+//! read as such.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{ChatMessage, ChatRequest, ChatResponse, ModelError, ModelSettings, Usage};
+use super::stream::{Assembly, Chunk};
+use super::{ChatMessage, ChatRequest, ChatResponse, Deltas, ModelError, ModelSettings, Usage};
 
 /// At most this many attempts per model turn (the first and four retries).
 const MAX_ATTEMPTS: usize = 5;
@@ -117,6 +124,8 @@ impl RemoteModel {
         if let Some(format) = request.response_format {
             body.insert("response_format".into(), format.clone());
         }
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
         let url = match &self.endpoint {
             Endpoint::OpenAi { base_url, model } => {
                 let model = request.model.unwrap_or(model);
@@ -135,7 +144,11 @@ impl RemoteModel {
         (url, Value::Object(body))
     }
 
-    pub async fn complete(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
+    pub async fn complete(
+        &self,
+        request: &ChatRequest<'_>,
+        deltas: &Deltas<'_>,
+    ) -> Result<ChatResponse, ModelError> {
         let (url, body) = self.url_and_body(request);
         let backoff = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(250))
@@ -143,12 +156,15 @@ impl RemoteModel {
             .with_max_times(MAX_ATTEMPTS - 1)
             .with_jitter();
         let mut attempts = 0usize;
+        // Text already handed on cannot be taken back: from then on a
+        // failure is final.
+        let handed_on = AtomicBool::new(false);
         let result = (|| {
             attempts += 1;
-            self.attempt(&url, &body)
+            self.attempt(&url, &body, deltas, &handed_on)
         })
         .retry(backoff)
-        .when(|a: &Attempt| is_retryable(&a.error))
+        .when(|a: &Attempt| !handed_on.load(Ordering::Relaxed) && is_retryable(&a.error))
         // Retry-After replaces the computed pause, but never extends the number of attempts.
         .adjust(|a: &Attempt, delay| delay.map(|d| a.retry_after.unwrap_or(d)))
         .notify(|a: &Attempt, delay| {
@@ -161,7 +177,13 @@ impl RemoteModel {
         })
     }
 
-    async fn attempt(&self, url: &str, body: &Value) -> Result<ChatResponse, Attempt> {
+    async fn attempt(
+        &self,
+        url: &str,
+        body: &Value,
+        deltas: &Deltas<'_>,
+        handed_on: &AtomicBool,
+    ) -> Result<ChatResponse, Attempt> {
         let fail = |error| Attempt {
             error,
             retry_after: None,
@@ -174,11 +196,24 @@ impl RemoteModel {
         })?;
         let status = response.status();
         if status.is_success() {
+            let streamed = response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            if streamed {
+                return read_stream(response, deltas, handed_on).await.map_err(fail);
+            }
             let parsed: WireResponse = response
                 .json()
                 .await
                 .map_err(|e| fail(ModelError::BadResponse(error_chain(&e))))?;
-            return parsed.into_response().map_err(fail);
+            let answer = parsed.into_response().map_err(fail)?;
+            if let Some(text) = answer.message.content.as_deref().filter(|t| !t.is_empty()) {
+                handed_on.store(true, Ordering::Relaxed);
+                deltas(text);
+            }
+            return Ok(answer);
         }
         let retry_after = retry_after(response.headers());
         let body = response.text().await.unwrap_or_default();
@@ -191,6 +226,35 @@ impl RemoteModel {
         };
         Err(Attempt { error, retry_after })
     }
+}
+
+/// Reads `chat.completion.chunk` events until `[DONE]` (or the end of the
+/// body), handing each piece of text on as it arrives.
+async fn read_stream(
+    response: reqwest::Response,
+    deltas: &Deltas<'_>,
+    handed_on: &AtomicBool,
+) -> Result<ChatResponse, ModelError> {
+    let mut events = response.bytes_stream().eventsource();
+    let mut assembly = Assembly::default();
+    while let Some(event) = events.next().await {
+        let event = event
+            .map_err(|e| ModelError::BadResponse(format!("the model's stream broke off: {e}")))?;
+        if event.data.trim() == "[DONE]" {
+            break;
+        }
+        if event.data.trim().is_empty() {
+            continue;
+        }
+        let chunk: Chunk = serde_json::from_str(&event.data).map_err(|e| {
+            ModelError::BadResponse(format!("a chunk of the model's stream is not valid: {e}"))
+        })?;
+        if let Some(text) = assembly.take(chunk) {
+            handed_on.store(true, Ordering::Relaxed);
+            deltas(&text);
+        }
+    }
+    assembly.finish()
 }
 
 fn is_retryable(error: &ModelError) -> bool {

@@ -1,5 +1,6 @@
 //! Executes stored runs: one run at a time per session, in arrival order, and
-//! resumes whatever a previous process left unfinished.
+//! resumes whatever a previous process left unfinished. Each run's text goes
+//! to its response stream as the model writes it.
 //!
 //! The store is the queue. Submitting a run stores it and wakes the session's
 //! worker; the worker executes the session's oldest unfinished run until none
@@ -17,12 +18,14 @@ use tracing::Instrument;
 use crate::agents::{AgentError, AgentRunner};
 use crate::registry::Registry;
 use crate::store::{NewRun, RunRecord, SessionKey, Store, StoreError, Wake};
+use crate::streams::ResponseStreams;
 use crate::workers::{drain, KeyedWorkers};
 
 pub struct Runs {
     store: Store,
     registry: Arc<Registry>,
     runner: AgentRunner,
+    streams: Arc<ResponseStreams>,
     session_ttl: Option<Duration>,
     /// Whether this process executes runs (not an HTTP-only front).
     works: bool,
@@ -44,6 +47,7 @@ impl Runs {
         store: Store,
         registry: Arc<Registry>,
         runner: AgentRunner,
+        streams: Arc<ResponseStreams>,
         session_ttl: Option<Duration>,
         works: bool,
     ) -> Arc<Self> {
@@ -52,6 +56,7 @@ impl Runs {
             store,
             registry,
             runner,
+            streams,
             session_ttl,
             works,
             workers: KeyedWorkers::default(),
@@ -212,8 +217,10 @@ impl Runs {
         if let Err(e) = self.store.mark_running(&id).await {
             tracing::error!(error = %e, "could not mark the run running");
         }
+        let stream = self.streams.writer(&id);
+        let deltas = |text: &str| stream.chunk(text);
         let result = match self.registry.agent(&run.agent) {
-            Some(agent) => self.runner.run(&agent, &run).await,
+            Some(agent) => self.runner.run(&agent, &run, &deltas).await,
             None => Err(AgentError::AgentGone(run.agent.clone())),
         };
         let stored = match &result {
@@ -229,8 +236,13 @@ impl Runs {
                     .await
             }
         };
-        if let Err(e) = stored {
-            tracing::error!(error = %e, "could not store the run's outcome; it will run again at next start");
+        match (stored, &result) {
+            (Err(e), _) => {
+                tracing::error!(error = %e, "could not store the run's outcome; it will run again at next start")
+            }
+            // The stream ends only once the record says how the run ended.
+            (Ok(()), Ok(_)) => stream.complete(),
+            (Ok(()), Err(e)) => stream.fail(&e.to_string()),
         }
         let _ = self.finished.send(id);
     }

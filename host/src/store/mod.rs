@@ -20,6 +20,7 @@ mod sessions;
 mod shared_hub;
 mod sqlite_commit;
 mod sqlite_tx;
+mod streams;
 mod tasks;
 mod tx;
 mod versions;
@@ -33,6 +34,7 @@ pub use instances::{InstanceFilter, InstanceRecord, Loaded};
 pub use open::{Kind, Store};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use shared_hub::{Membership, Role, Wake};
+pub use streams::NewStreamRow;
 pub use tasks::TaskRow;
 pub use writes::{Operation, TaskOutcome};
 

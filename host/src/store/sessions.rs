@@ -123,6 +123,25 @@ impl Store {
         row.map(|r| run_from_row(&r)).transpose()
     }
 
+    /// The agent runs of an orchestration instance's execution, oldest
+    /// first (their correlation ids are `{instance}:{execution}:…`).
+    pub async fn runs_of_instance(
+        &self,
+        instance: &str,
+        execution: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let prefix = format!("{instance}:{execution}:");
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE SUBSTR(correlation_id, 1, CAST($2 AS INTEGER)) = $1 ORDER BY seq"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(&prefix)
+            .bind(i64::try_from(prefix.chars().count()).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
     /// The oldest unfinished run of a session: the next one to execute. On
     /// a shared hub, only while this host owns the session: one that lost
     /// it (its lease lapsed and another host took over) stops there.

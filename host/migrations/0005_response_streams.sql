@@ -1,0 +1,13 @@
+-- Response streams (the embedded backend): each run's output, chunk by
+-- chunk, keyed by its correlation id, until it expires. The id orders the
+-- entries and is the cursor a reader resumes from.
+CREATE TABLE stream_entries (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    correlation_id TEXT    NOT NULL,
+    kind           TEXT    NOT NULL CHECK (kind IN ('chunk', 'complete', 'failed')),
+    data           TEXT    NOT NULL,
+    created_at     INTEGER NOT NULL,
+    expires_at     INTEGER NOT NULL
+);
+CREATE INDEX stream_entries_by_run ON stream_entries (correlation_id, id);
+CREATE INDEX stream_entries_by_expiry ON stream_entries (expires_at);

@@ -1,0 +1,168 @@
+//! Streamed answers: `GET /api/agents/{name}/runs/{correlation_id}/stream`
+//! (server-sent events from the start, from `?cursor=ID`, or from the
+//! `Last-Event-ID` header; or, with `Accept: text/plain`, the whole text once
+//! complete), and the SSE answer of `POST /api/agents/{name}/run` with
+//! `Accept: text/event-stream`.
+//!
+//! Events: `id:` the stream entry's id (the cursor to resume after),
+//! `event: chunk` with `data: {"text": …}`, then `event: complete` with
+//! `data: {"status": "complete", …}` or `event: error` with
+//! `data: {"status": "failed", "error": …}`; the stream ends after either.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::{ApiError, AppState};
+use crate::streams::{Entry, EntryId, Stored, StreamError};
+
+/// How long a follower waits for a next entry before it ends the stream
+/// (a run queued behind a long one, a model that stalls).
+const IDLE_LIMIT: Duration = Duration::from_secs(30 * 60);
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamQuery {
+    cursor: Option<String>,
+}
+
+impl From<StreamError> for ApiError {
+    fn from(e: StreamError) -> Self {
+        tracing::error!(error = %e, "response stream error while answering a request");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stream_unavailable",
+            format!("the response stream could not be read: {e}"),
+        )
+    }
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    Path((name, correlation_id)): Path<(String, String)>,
+    Query(query): Query<StreamQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let cursor = match query.cursor.as_deref().or_else(|| {
+        headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+    }) {
+        None => EntryId::start(),
+        Some(text) => EntryId::parse(text).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_cursor",
+                format!("'{text}' is not a stream entry id: use 0 for the start, or the id of the last event received"),
+            )
+        })?,
+    };
+    let not_found = |why: &str| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "stream_not_found",
+            format!("agent '{name}' has no response stream '{correlation_id}': {why}"),
+        )
+    };
+    let run = state.store.run(&correlation_id).await?;
+    match &run {
+        Some(run) if run.agent != name => return Err(not_found("no such run")),
+        Some(run) if run.status.is_finished() => {
+            // A finished run whose stream is gone has expired.
+            if state
+                .streams
+                .read_after(&correlation_id, &EntryId::start())
+                .await?
+                .is_empty()
+            {
+                return Err(not_found("it has expired"));
+            }
+        }
+        Some(_) => {}
+        None => return Err(not_found("no such run")),
+    }
+    if accepts(&headers, "text/plain") && !accepts(&headers, "text/event-stream") {
+        return whole_text(&state, &correlation_id).await;
+    }
+    Ok(sse(&state, &correlation_id, cursor))
+}
+
+/// Server-sent events of the stream after `cursor`.
+pub(super) fn sse(state: &AppState, correlation_id: &str, cursor: EntryId) -> Response {
+    let follow = state.streams.follow(correlation_id, cursor, IDLE_LIMIT);
+    let correlation_id = correlation_id.to_string();
+    let events = ReceiverStream::new(follow)
+        .map(move |entry| Ok::<_, Infallible>(event(&correlation_id, entry)));
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn event(correlation_id: &str, entry: Result<Stored, StreamError>) -> Event {
+    match entry {
+        Ok(Stored { id, entry, .. }) => {
+            let (name, data) = match entry {
+                Entry::Chunk(text) => ("chunk", json!({ "text": text })),
+                Entry::Complete => (
+                    "complete",
+                    json!({"status": "complete", "correlationId": correlation_id, "correlation_id": correlation_id}),
+                ),
+                Entry::Failed(error) => ("error", json!({ "status": "failed", "error": error })),
+            };
+            Event::default()
+                .id(id.as_str())
+                .event(name)
+                .data(data.to_string())
+        }
+        Err(e) => Event::default()
+            .event("error")
+            .data(json!({"status": "failed", "error": e.to_string()}).to_string()),
+    }
+}
+
+/// The answer as one text, once the stream is complete.
+async fn whole_text(state: &AppState, correlation_id: &str) -> Result<Response, ApiError> {
+    let mut follow = state
+        .streams
+        .follow(correlation_id, EntryId::start(), IDLE_LIMIT);
+    let mut text = String::new();
+    while let Some(entry) = follow.recv().await {
+        match entry?.entry {
+            Entry::Chunk(chunk) => text.push_str(&chunk),
+            Entry::Complete => {
+                return Ok(([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+            }
+            Entry::Failed(error) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "run_failed",
+                    format!("the run failed: {error}"),
+                ))
+            }
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "stream_incomplete",
+        "the stream ended before the run completed",
+    ))
+}
+
+fn accepts(headers: &HeaderMap, media: &str) -> bool {
+    headers
+        .get(ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains(media))
+}
+
+/// Whether the caller of the run endpoint asked for server-sent events.
+pub(super) fn wants_events(headers: &HeaderMap) -> bool {
+    accepts(headers, "text/event-stream")
+}

@@ -1,0 +1,81 @@
+//! Streams in the store (the default): one row an entry, ids from the
+//! store's sequence, expiry swept by the writer.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{Entry, EntryId, Stored, StreamBackend, StreamError};
+use crate::store::{now_ms, NewStreamRow, Store};
+
+pub(super) struct Embedded {
+    store: Store,
+}
+
+impl Embedded {
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+}
+
+fn kind_and_data(entry: &Entry) -> (&'static str, &str) {
+    match entry {
+        Entry::Chunk(text) => ("chunk", text),
+        Entry::Complete => ("complete", ""),
+        Entry::Failed(error) => ("failed", error),
+    }
+}
+
+impl StreamBackend for Embedded {
+    fn append(
+        &self,
+        entries: &[(String, Entry)],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Vec<EntryId>, StreamError>> + Send {
+        let rows: Vec<NewStreamRow<'_>> = entries
+            .iter()
+            .map(|(id, entry)| {
+                let (kind, data) = kind_and_data(entry);
+                (id.as_str(), kind, data)
+            })
+            .collect();
+        async move {
+            let now = now_ms();
+            let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+            let ids = self.store.append_stream_rows(&rows, now, expires).await?;
+            Ok(ids.into_iter().map(|id| EntryId(id.to_string())).collect())
+        }
+    }
+
+    async fn read_after(
+        &self,
+        correlation_id: &str,
+        after: &EntryId,
+        limit: usize,
+    ) -> Result<Vec<Stored>, StreamError> {
+        // A cursor from another backend (a Redis id) reads from its number.
+        let after = i64::try_from(after.key().0).unwrap_or(i64::MAX);
+        let rows = self
+            .store
+            .stream_rows_after(correlation_id, after, limit, now_ms())
+            .await?;
+        rows.into_iter()
+            .map(|row| {
+                let entry = match row.kind.as_str() {
+                    "chunk" => Entry::Chunk(row.data),
+                    "complete" => Entry::Complete,
+                    "failed" => Entry::Failed(row.data),
+                    other => return Err(StreamError::Corrupt(format!("entry kind '{other}'"))),
+                };
+                Ok(Stored {
+                    id: EntryId(row.id.to_string()),
+                    entry,
+                    at_ms: row.created_at,
+                })
+            })
+            .collect()
+    }
+
+    async fn sweep(&self) -> Result<u64, StreamError> {
+        Ok(self.store.expire_stream_rows(now_ms()).await?)
+    }
+}

@@ -1,0 +1,110 @@
+//! Following one run's stream: what is stored after the cursor, then each
+//! entry as it is published, until the last entry. Gap-free and without
+//! duplicates: the reader subscribes to published entries before it reads
+//! the backend, entries are published only once stored and in order, so a
+//! published entry newer than the last one read is always the next one.
+//! A writer in another process publishes nothing here: a short poll of the
+//! backend covers it, as it covers a reader that fell behind.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+
+use super::{EntryId, ResponseStreams, Stored, StreamError, READ_LIMIT};
+
+/// The entries of a followed stream, in order; it ends after the last one.
+pub type Follow = mpsc::Receiver<Result<Stored, StreamError>>;
+
+/// How often the backend is read again when nothing is published here.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Entries held for a slow reader before the follower waits for it (only
+/// that reader waits: the writer and the others never do).
+const BUFFER: usize = 64;
+
+impl ResponseStreams {
+    /// Follows the stream of `correlation_id` from after `after`. Gives up
+    /// when no entry came for `idle_limit`.
+    pub fn follow(
+        self: &Arc<Self>,
+        correlation_id: &str,
+        after: EntryId,
+        idle_limit: Duration,
+    ) -> Follow {
+        let (sender, receiver) = mpsc::channel(BUFFER);
+        let live = self.subscribe();
+        let this = self.clone();
+        let correlation_id = correlation_id.to_string();
+        tokio::spawn(async move {
+            this.feed(&correlation_id, after, idle_limit, live, sender)
+                .await
+        });
+        receiver
+    }
+
+    async fn feed(
+        &self,
+        correlation_id: &str,
+        mut last: EntryId,
+        idle_limit: Duration,
+        mut live: broadcast::Receiver<Arc<(String, Stored)>>,
+        sender: mpsc::Sender<Result<Stored, StreamError>>,
+    ) {
+        let mut idle = tokio::time::Instant::now() + idle_limit;
+        loop {
+            let stored = match self.read_after(correlation_id, &last).await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    let _ = sender.send(Err(e)).await;
+                    return;
+                }
+            };
+            let full = stored.len() >= READ_LIMIT;
+            for entry in stored {
+                if !send(&sender, &mut last, entry).await {
+                    return;
+                }
+                idle = tokio::time::Instant::now() + idle_limit;
+            }
+            if full {
+                continue;
+            }
+            let poll = tokio::time::sleep(POLL);
+            tokio::pin!(poll);
+            loop {
+                tokio::select! {
+                    published = live.recv() => match published {
+                        Ok(published) if published.0 == correlation_id => {
+                            if published.1.id > last {
+                                if !send(&sender, &mut last, published.1.clone()).await {
+                                    return;
+                                }
+                                idle = tokio::time::Instant::now() + idle_limit;
+                            }
+                        }
+                        Ok(_) => {}
+                        // Fell behind: the backend has what was missed.
+                        Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                    () = &mut poll => break,
+                    () = sender.closed() => return,
+                    () = tokio::time::sleep_until(idle) => return,
+                }
+            }
+        }
+    }
+}
+
+/// Sends one entry on; false when the stream is over (the last entry was
+/// sent, or the reader went away).
+async fn send(
+    sender: &mpsc::Sender<Result<Stored, StreamError>>,
+    last: &mut EntryId,
+    entry: Stored,
+) -> bool {
+    *last = entry.id.clone();
+    let end = entry.entry.is_last();
+    sender.send(Ok(entry)).await.is_ok() && !end
+}

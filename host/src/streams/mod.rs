@@ -1,0 +1,380 @@
+//! Response streams: the output of every agent run (from HTTP or from an
+//! orchestration), chunk by chunk, keyed by its correlation id, so that a
+//! client follows an answer while it is written and, after a dropped
+//! connection, continues from the last entry it saw instead of running the
+//! agent again.
+//!
+//! Two backends, one trait ([`StreamBackend`]): the store (embedded, the
+//! default, no extra service) and Redis Streams (`REDIS_CONNECTION_STRING`,
+//! key `agent:response:{correlation_id}`). Both keep entries until they
+//! expire (`--stream-ttl`).
+//!
+//! One writer task takes every run's entries: what is queued is written at
+//! once (one transaction, or one Redis pipeline), then published in-process,
+//! so a live reader gets each entry as soon as it is stored, and a reader
+//! that reconnects finds in the backend everything it was sent. A run hands
+//! its entries to the writer and goes on: a slow backend, or a backend that
+//! is down, never holds up an answer (the answer is in the run record and
+//! the session either way).
+
+mod embedded;
+mod follow;
+mod redis_backend;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::store::Store;
+
+/// Entries one read returns at most.
+const READ_LIMIT: usize = 512;
+/// Entries one write takes at most.
+const WRITE_BATCH: usize = 512;
+
+/// What a stream holds: pieces of text, then how the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Chunk(String),
+    Complete,
+    Failed(String),
+}
+
+impl Entry {
+    /// The entry after which nothing more comes.
+    pub fn is_last(&self) -> bool {
+        !matches!(self, Entry::Chunk(_))
+    }
+}
+
+/// An entry's place in its stream, and the cursor a reader resumes after:
+/// a Redis stream id (`1700000000000-0`) or the store's row id (`42`).
+/// `0` is before the first entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryId(String);
+
+impl EntryId {
+    pub fn start() -> Self {
+        Self("0".into())
+    }
+
+    /// A cursor as a client sends it; `None` when it is not an entry id.
+    pub fn parse(text: &str) -> Option<Self> {
+        let text = text.trim();
+        let (ms, seq) = text.split_once('-').unwrap_or((text, "0"));
+        let valid = !ms.is_empty()
+            && ms.bytes().all(|b| b.is_ascii_digit())
+            && seq.bytes().all(|b| b.is_ascii_digit())
+            && ms.parse::<u64>().is_ok()
+            && seq.parse::<u64>().is_ok();
+        valid.then(|| Self(text.to_string()))
+    }
+
+    fn key(&self) -> (u64, u64) {
+        let (ms, seq) = self.0.split_once('-').unwrap_or((&self.0, "0"));
+        (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialOrd for EntryId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for EntryId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// A stored entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub id: EntryId,
+    pub entry: Entry,
+    /// When it was written, Unix milliseconds.
+    pub at_ms: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("the response stream store failed: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("Redis failed: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("cannot reach Redis at {address}: {reason}")]
+    RedisUnreachable { address: String, reason: String },
+    #[error("a stored stream entry is not valid: {0}")]
+    Corrupt(String),
+}
+
+/// Where streams are kept.
+pub(crate) trait StreamBackend {
+    /// Appends entries of any runs, in order; returns their ids.
+    fn append(
+        &self,
+        entries: &[(String, Entry)],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Vec<EntryId>, StreamError>> + Send;
+    /// The run's entries after `after`, oldest first, `limit` at most.
+    fn read_after(
+        &self,
+        correlation_id: &str,
+        after: &EntryId,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Stored>, StreamError>> + Send;
+    /// Drops what has expired (Redis expires keys by itself).
+    fn sweep(&self) -> impl Future<Output = Result<u64, StreamError>> + Send;
+}
+
+enum Backend {
+    Embedded(embedded::Embedded),
+    Redis(redis_backend::RedisBackend),
+}
+
+impl Backend {
+    async fn append(
+        &self,
+        entries: &[(String, Entry)],
+        ttl: Duration,
+    ) -> Result<Vec<EntryId>, StreamError> {
+        match self {
+            Backend::Embedded(b) => b.append(entries, ttl).await,
+            Backend::Redis(b) => b.append(entries, ttl).await,
+        }
+    }
+
+    async fn read_after(
+        &self,
+        correlation_id: &str,
+        after: &EntryId,
+        limit: usize,
+    ) -> Result<Vec<Stored>, StreamError> {
+        match self {
+            Backend::Embedded(b) => b.read_after(correlation_id, after, limit).await,
+            Backend::Redis(b) => b.read_after(correlation_id, after, limit).await,
+        }
+    }
+
+    async fn sweep(&self) -> Result<u64, StreamError> {
+        match self {
+            Backend::Embedded(b) => b.sweep().await,
+            Backend::Redis(b) => b.sweep().await,
+        }
+    }
+}
+
+/// Where streams go, as configured.
+#[derive(Debug, Clone)]
+pub struct StreamSettings {
+    /// `REDIS_CONNECTION_STRING`: `redis://HOST:PORT[/DB]` or `HOST:PORT`.
+    pub redis: Option<String>,
+    /// Refuse to start when Redis is configured but unreachable, instead of
+    /// falling back to the embedded backend.
+    pub require_redis: bool,
+    pub ttl: Duration,
+}
+
+enum Job {
+    Entry(String, Entry),
+    /// Answered once everything queued before it is written.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Every run's response stream.
+pub struct ResponseStreams {
+    backend: Arc<Backend>,
+    queue: mpsc::UnboundedSender<Job>,
+    live: broadcast::Sender<Arc<(String, Stored)>>,
+}
+
+impl ResponseStreams {
+    /// Opens the configured backend (Redis, or the store) and starts the
+    /// writer. Redis that cannot be reached falls back to the store, with
+    /// a warning, unless `require_redis`.
+    pub async fn open(store: Store, settings: StreamSettings) -> Result<Arc<Self>, StreamError> {
+        let backend = match &settings.redis {
+            Some(address) => match redis_backend::RedisBackend::connect(address).await {
+                Ok(redis) => Backend::Redis(redis),
+                Err(e) if settings.require_redis => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = %e, "response streams fall back to the store (start with --require-redis to refuse instead)");
+                    Backend::Embedded(embedded::Embedded::new(store))
+                }
+            },
+            None => Backend::Embedded(embedded::Embedded::new(store)),
+        };
+        let description = match (&backend, &settings.redis) {
+            (Backend::Redis(_), Some(address)) => {
+                format!("Redis Streams at {}", redis_backend::redacted(address))
+            }
+            _ => "the store".to_string(),
+        };
+        tracing::info!(backend = %description, ttl = ?settings.ttl, "response streams");
+        let backend = Arc::new(backend);
+        let (queue, jobs) = mpsc::unbounded_channel();
+        let (live, _) = broadcast::channel(4096);
+        tokio::spawn(write_loop(
+            backend.clone(),
+            jobs,
+            live.clone(),
+            settings.ttl,
+        ));
+        Ok(Arc::new(Self {
+            backend,
+            queue,
+            live,
+        }))
+    }
+
+    /// The writer of one run's stream.
+    pub fn writer(&self, correlation_id: &str) -> StreamWriter {
+        StreamWriter {
+            correlation_id: correlation_id.to_string(),
+            queue: self.queue.clone(),
+        }
+    }
+
+    /// The run's stored entries after `after`.
+    pub async fn read_after(
+        &self,
+        correlation_id: &str,
+        after: &EntryId,
+    ) -> Result<Vec<Stored>, StreamError> {
+        self.backend
+            .read_after(correlation_id, after, READ_LIMIT)
+            .await
+    }
+
+    /// Entries as they are published, of every run.
+    fn subscribe(&self) -> broadcast::Receiver<Arc<(String, Stored)>> {
+        self.live.subscribe()
+    }
+
+    /// Waits until everything handed to writers so far is written.
+    pub async fn flush(&self) {
+        let (reply, done) = oneshot::channel();
+        if self.queue.send(Job::Flush(reply)).is_ok() {
+            let _ = done.await;
+        }
+    }
+}
+
+/// Hands one run's entries to the stream writer; never waits.
+#[derive(Clone)]
+pub struct StreamWriter {
+    correlation_id: String,
+    queue: mpsc::UnboundedSender<Job>,
+}
+
+impl StreamWriter {
+    pub fn chunk(&self, text: &str) {
+        self.push(Entry::Chunk(text.to_string()));
+    }
+
+    pub fn complete(&self) {
+        self.push(Entry::Complete);
+    }
+
+    pub fn fail(&self, error: &str) {
+        self.push(Entry::Failed(error.to_string()));
+    }
+
+    fn push(&self, entry: Entry) {
+        // Closed only when the host stops: the run's record still holds
+        // its answer.
+        let _ = self
+            .queue
+            .send(Job::Entry(self.correlation_id.clone(), entry));
+    }
+}
+
+/// How often expired entries are dropped from the store.
+const SWEEP: Duration = Duration::from_secs(60);
+
+async fn write_loop(
+    backend: Arc<Backend>,
+    mut jobs: mpsc::UnboundedReceiver<Job>,
+    live: broadcast::Sender<Arc<(String, Stored)>>,
+    ttl: Duration,
+) {
+    let mut failing = false;
+    let mut sweep = tokio::time::interval(SWEEP);
+    loop {
+        let first = tokio::select! {
+            job = jobs.recv() => match job {
+                Some(job) => job,
+                None => return,
+            },
+            _ = sweep.tick() => {
+                match backend.sweep().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(entries = n, "expired stream entries dropped"),
+                    Err(e) => tracing::warn!(error = %e, "could not drop expired stream entries"),
+                }
+                continue;
+            }
+        };
+        let mut batch = Vec::new();
+        let mut flushed = Vec::new();
+        let mut next = Some(first);
+        while let Some(job) = next.take() {
+            match job {
+                Job::Entry(id, entry) => batch.push((id, entry)),
+                Job::Flush(reply) => flushed.push(reply),
+            }
+            if batch.len() < WRITE_BATCH {
+                next = jobs.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            match backend.append(&batch, ttl).await {
+                Ok(ids) => {
+                    if failing {
+                        tracing::info!("response streams are written again");
+                        failing = false;
+                    }
+                    let at_ms = crate::store::now_ms();
+                    for ((correlation_id, entry), id) in batch.into_iter().zip(ids) {
+                        let _ = live.send(Arc::new((correlation_id, Stored { id, entry, at_ms })));
+                    }
+                }
+                Err(e) => {
+                    // The runs go on: their answers are in their records.
+                    if !failing {
+                        tracing::warn!(error = %e, "response streams degraded: entries could not be written; the runs go on");
+                        failing = true;
+                    }
+                }
+            }
+        }
+        for reply in flushed {
+            let _ = reply.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EntryId;
+
+    #[test]
+    fn entry_ids_of_both_backends_parse_and_order() {
+        let id = |s: &str| EntryId::parse(s).unwrap_or_else(|| panic!("{s}"));
+        assert!(id("0") < id("1"));
+        assert!(id("9") < id("10"));
+        assert!(id("1700000000000-0") < id("1700000000000-1"));
+        assert!(id("1700000000000-9") < id("1700000000001-0"));
+        assert_eq!(EntryId::start(), id("0"));
+        for bad in ["", "x", "1-x", "-1", "1.5", "99999999999999999999999"] {
+            assert_eq!(EntryId::parse(bad), None, "{bad}");
+        }
+    }
+}
