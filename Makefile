@@ -44,11 +44,13 @@ release:
 	$(CARGO) build --release -p agenthost
 
 ## Throughput/latency and component load benchmarks, the durable engine beside
-## DBOS (the peer) in the same run, then several hosts on one PostgreSQL hub
-## (started if it is not up); report in target/bench/report.md.
+## DBOS (the peer) in the same run, streamed answers (store and Redis), then
+## several hosts on one PostgreSQL hub (Redis and PostgreSQL are started if
+## they are not up); report in target/bench/report.md.
 bench: components test-components bench-peer
 	$(CARGO) bench -p agenthost --bench http_and_load
 	$(CARGO) bench -p agenthost --bench durable
+	redis=$$(scripts/redis-up.sh) && AGENTHOST_BENCH_REDIS=$$redis $(CARGO) bench -p agenthost --bench streams
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench shared_hub
 
 # The benchmark peer, DBOS (PyPI), in a virtualenv under target/.

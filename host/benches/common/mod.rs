@@ -47,6 +47,17 @@ impl BenchHost {
         mode: &str,
         args: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::launch_with_env(dir, components, mode, args, &[])
+    }
+
+    /// [`Self::launch`] with environment variables (a model endpoint, Redis).
+    pub fn launch_with_env(
+        dir: &Path,
+        components: &[&str],
+        mode: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let component_dir = dir.join("components");
         std::fs::create_dir_all(&component_dir)?;
         for name in components {
@@ -69,9 +80,15 @@ impl BenchHost {
             .env("AGENTHOST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        for key in ["OPENAI_BASE_URL", "OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT"] {
+        for key in [
+            "OPENAI_BASE_URL",
+            "OPENAI_API_KEY",
+            "AZURE_OPENAI_ENDPOINT",
+            "REDIS_CONNECTION_STRING",
+        ] {
             command.env_remove(key);
         }
+        command.envs(env.iter().copied());
         let mut child = command.spawn()?;
         let stdout = child
             .stdout
