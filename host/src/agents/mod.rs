@@ -1,9 +1,11 @@
 //! The agent loop: instructions + session history + new message → model →
 //! tool calls (run in the component) → … → answer.
 //!
-//! Every message is appended to the session as soon as it exists, so a run
-//! interrupted by a crash resumes where it stopped: a stored model turn is not
-//! asked again, and a tool call that already has its result is not run again.
+//! A tool round's messages are stored before its tools run and its results
+//! as soon as they exist, so a run interrupted by a crash resumes where it
+//! stopped: a tool call that already has its result is not run again. The
+//! user message and a final answer are stored with the run's end, in one
+//! commit (a crash before it asks the model again for that answer).
 
 mod response_format;
 
@@ -18,7 +20,7 @@ use crate::model::{
 };
 use crate::registry::ServedAgent;
 use crate::runtime::{Approval, GuestError, Runtime};
-use crate::store::{RunRecord, Store, StoreError};
+use crate::store::{RunRecord, SessionKey, Store, StoreError, StoredMessage};
 
 /// Why a run ended without an answer. `code()` is the stable machine-readable
 /// name returned to HTTP callers.
@@ -66,6 +68,74 @@ impl AgentError {
 pub struct RunOutcome {
     pub response: String,
     pub usage: Usage,
+    /// The session's whole history after the run, its messages included.
+    pub history: Vec<StoredMessage>,
+    /// How many messages at the end of `history` are not stored yet: the
+    /// caller stores them with the run's end.
+    pub unsaved: usize,
+}
+
+impl RunOutcome {
+    /// The messages to store with the run's end.
+    pub fn unsaved(&self) -> Vec<ChatMessage> {
+        let from = self.history.len().saturating_sub(self.unsaved);
+        self.history[from..]
+            .iter()
+            .map(|m| m.message.clone())
+            .collect()
+    }
+}
+
+/// The history of a run under way, and how much of its end is not stored.
+struct Turn<'a> {
+    history: Vec<StoredMessage>,
+    unsaved: usize,
+    correlation_id: &'a str,
+}
+
+impl Turn<'_> {
+    fn this_run(&self) -> usize {
+        self.history
+            .iter()
+            .filter(|m| m.correlation_id == self.correlation_id)
+            .count()
+    }
+
+    /// The last message, if this run has more than its user message.
+    fn last_of_this_run(&self) -> Option<&ChatMessage> {
+        (self.this_run() > 1)
+            .then(|| self.history.last().map(|m| &m.message))
+            .flatten()
+    }
+
+    fn messages(&self) -> Vec<ChatMessage> {
+        self.history.iter().map(|m| m.message.clone()).collect()
+    }
+
+    fn push(&mut self, message: ChatMessage) {
+        self.history.push(StoredMessage {
+            correlation_id: self.correlation_id.to_string(),
+            message,
+        });
+        self.unsaved += 1;
+    }
+
+    /// Stores what is not stored yet, in one commit.
+    async fn save(&mut self, store: &Store, session: &SessionKey) -> Result<(), StoreError> {
+        if self.unsaved == 0 {
+            return Ok(());
+        }
+        let from = self.history.len() - self.unsaved;
+        let messages: Vec<ChatMessage> = self.history[from..]
+            .iter()
+            .map(|m| m.message.clone())
+            .collect();
+        store
+            .append_messages(session, self.correlation_id, &messages)
+            .await?;
+        self.unsaved = 0;
+        Ok(())
+    }
 }
 
 pub struct AgentRunner {
@@ -90,56 +160,51 @@ impl AgentRunner {
         }
     }
 
-    /// Runs (or resumes) one stored run to its answer; the text of each
-    /// model turn goes to `deltas` as the model produces it.
+    /// Runs (or resumes) one stored run to its answer, on the session's
+    /// history as stored (`stored`); the text of each model turn goes to
+    /// `deltas` as the model produces it. The run's user message and final
+    /// answer are left for the caller to store with the run's end (one
+    /// commit); a tool round stores its messages before its tools run.
     pub async fn run(
         &self,
         agent: &ServedAgent,
         run: &RunRecord,
+        stored: Vec<StoredMessage>,
         deltas: &Deltas<'_>,
     ) -> Result<RunOutcome, AgentError> {
-        let session = run.session();
-        let stored = self.store.history(&session).await?;
-        let mut history: Vec<ChatMessage> = stored.iter().map(|m| m.message.clone()).collect();
-        let mut this_run = stored
-            .iter()
-            .filter(|m| m.correlation_id == run.correlation_id)
-            .count();
-        if this_run == 0 {
-            let user = ChatMessage::user(run.message.clone());
-            self.store
-                .append_message(&session, &run.correlation_id, &user)
-                .await?;
-            history.push(user);
-            this_run = 1;
+        let mut turn = Turn {
+            history: stored,
+            unsaved: 0,
+            correlation_id: &run.correlation_id,
+        };
+        if turn.this_run() == 0 {
+            turn.push(ChatMessage::user(run.message.clone()));
         }
+        let session = run.session();
         let tools = agent.tool_specs();
         let mut usage = Usage::default();
         for _ in 0..self.max_tool_rounds {
-            let last = history.last().filter(|_| this_run > 1);
+            let last = turn.last_of_this_run();
             match last.map(|m| (m.role, m.tool_calls.is_empty())) {
                 // Resumed after the final answer was stored but before the run was marked done.
-                Some((Role::Assistant, true)) => return self.finish(history, usage, run),
+                Some((Role::Assistant, true)) => return self.finish(turn, usage, run),
                 // Tool calls outstanding (fresh, or interrupted mid-way by a crash).
                 Some((Role::Assistant, false)) | Some((Role::Tool, _))
-                    if has_unanswered_calls(&history) =>
+                    if has_unanswered_calls(&turn.messages()) =>
                 {
-                    for result in self.answer_tool_calls(agent, &history).await? {
-                        self.store
-                            .append_message(&session, &run.correlation_id, &result)
-                            .await?;
-                        history.push(result);
-                        this_run += 1;
+                    for result in self.answer_tool_calls(agent, &turn.messages()).await? {
+                        turn.push(result);
                     }
+                    turn.save(&self.store, &session).await?;
                     continue;
                 }
                 _ => {}
             }
-            let mut messages = Vec::with_capacity(history.len() + 1);
+            let mut messages = Vec::with_capacity(turn.history.len() + 1);
             if !agent.spec.instructions.is_empty() {
                 messages.push(ChatMessage::system(agent.spec.instructions.clone()));
             }
-            messages.extend(history.iter().cloned());
+            messages.extend(turn.history.iter().map(|m| m.message.clone()));
             let response = self
                 .model
                 .complete(
@@ -158,28 +223,28 @@ impl AgentRunner {
             if answer.tool_calls.is_empty() && answer.content.as_deref().is_none_or(str::is_empty) {
                 return Err(AgentError::EmptyAnswer);
             }
-            self.store
-                .append_message(&session, &run.correlation_id, &answer)
-                .await?;
             let done = answer.tool_calls.is_empty();
-            history.push(answer);
-            this_run += 1;
+            turn.push(answer);
             if done {
-                return self.finish(history, usage, run);
+                return self.finish(turn, usage, run);
             }
+            // The calls are stored before they run: a crash then finds them
+            // and runs only those without a result.
+            turn.save(&self.store, &session).await?;
         }
         Err(AgentError::TooManyToolRounds(self.max_tool_rounds))
     }
 
     fn finish(
         &self,
-        history: Vec<ChatMessage>,
+        turn: Turn<'_>,
         usage: Usage,
         run: &RunRecord,
     ) -> Result<RunOutcome, AgentError> {
-        let response = history
+        let response = turn
+            .history
             .last()
-            .and_then(|m| m.content.clone())
+            .and_then(|m| m.message.content.clone())
             .unwrap_or_default();
         if run
             .response_format
@@ -189,7 +254,12 @@ impl AgentRunner {
             serde_json::from_str::<Value>(&response)
                 .map_err(|e| AgentError::InvalidStructuredOutput(e.to_string()))?;
         }
-        Ok(RunOutcome { response, usage })
+        Ok(RunOutcome {
+            response,
+            usage,
+            unsaved: turn.unsaved,
+            history: turn.history,
+        })
     }
 
     /// Runs the calls of the last assistant message that have no result yet.

@@ -94,22 +94,22 @@ pub async fn run(
         message: request.message,
         response_format: request.response_format,
     };
-    let run = state.runs.submit(new_run).await?;
-    if streams::wants_events(&headers) {
+    if streams::wants_events(&headers) || !wait {
+        let run = state.runs.submit(new_run).await?;
+        if !streams::wants_events(&headers) {
+            return Ok(accepted(&run, "Agent request accepted"));
+        }
         let response = streams::sse(&state, &run.correlation_id, EntryId::start());
         return Ok(with_correlation_header(
             with_thread_header(response, &run.thread_id),
             &run.correlation_id,
         ));
     }
-    if !wait {
-        return Ok(accepted(&run, "Agent request accepted"));
-    }
-    match state
+    let (run, done) = state
         .runs
-        .wait_for(&run.correlation_id, state.config.wait_budget)
-        .await?
-    {
+        .submit_and_wait(new_run, state.config.wait_budget)
+        .await?;
+    match done {
         Some(done) if done.status == RunStatus::Completed => {
             Ok(completed(&done, wants_json(&headers)))
         }

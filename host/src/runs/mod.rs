@@ -15,11 +15,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::agents::{AgentError, AgentRunner};
+use crate::agents::{AgentError, AgentRunner, RunOutcome as AgentOutcome};
 use crate::registry::Registry;
-use crate::store::{NewRun, RunRecord, SessionKey, Store, StoreError, Wake};
+use crate::store::{NewRun, RunOutcome, RunRecord, RunStatus, SessionKey, Store, StoreError, Wake};
 use crate::streams::ResponseStreams;
+
+mod history;
+
 use crate::workers::{drain, KeyedWorkers};
+use history::Histories;
 
 pub struct Runs {
     store: Store,
@@ -29,10 +33,42 @@ pub struct Runs {
     session_ttl: Option<Duration>,
     /// Whether this process executes runs (not an HTTP-only front).
     works: bool,
+    /// Histories of hot sessions (only where this process alone writes).
+    histories: Option<Histories>,
     workers: KeyedWorkers<SessionKey>,
-    finished: broadcast::Sender<String>,
+    finished: broadcast::Sender<Finished>,
     stopping: CancellationToken,
     tracker: TaskTracker,
+}
+
+/// A run ended: its record when this process ended it (else it is read).
+#[derive(Clone)]
+struct Finished {
+    correlation_id: String,
+    record: Option<Arc<RunRecord>>,
+}
+
+/// Bytes of hot sessions' histories kept between their runs.
+const HISTORY_BUDGET: usize = 64 << 20;
+
+/// The record of a run this process just ended.
+fn ended_record(run: &RunRecord, result: Result<&AgentOutcome, &AgentError>) -> RunRecord {
+    let mut record = run.clone();
+    record.updated_at = crate::store::now_ms();
+    match result {
+        Ok(outcome) => {
+            record.status = RunStatus::Completed;
+            record.response = Some(outcome.response.clone());
+            record.usage = Some(outcome.usage);
+        }
+        Err(e) => {
+            record.status = RunStatus::Failed;
+            record.error = Some(e.to_string());
+            record.error_code = Some(e.code().to_string());
+            record.usage = Some(Default::default());
+        }
+    }
+    record
 }
 
 /// Sessions one pass claims at most, so that other hosts get their share.
@@ -52,6 +88,8 @@ impl Runs {
         works: bool,
     ) -> Arc<Self> {
         let (finished, _) = broadcast::channel(1024);
+        let histories =
+            (works && store.wakes().is_none()).then(|| Histories::new(HISTORY_BUDGET, session_ttl));
         Arc::new(Self {
             store,
             registry,
@@ -59,6 +97,7 @@ impl Runs {
             streams,
             session_ttl,
             works,
+            histories,
             workers: KeyedWorkers::default(),
             finished,
             stopping: CancellationToken::new(),
@@ -69,11 +108,33 @@ impl Runs {
     /// Stores the run, then schedules it (here, or on the host that owns
     /// its session). Once this returns, the run survives a crash.
     pub async fn submit(self: &Arc<Self>, run: NewRun) -> Result<RunRecord, StoreError> {
-        let (record, run_here) = self.store.enqueue_run(&run, self.session_ttl).await?;
-        if run_here {
+        let enqueued = self.store.enqueue_run(&run, self.session_ttl).await?;
+        if let (Some(histories), true) = (&self.histories, enqueued.run_here) {
+            if enqueued.new_session {
+                // Nothing to read: the session starts with this run.
+                histories.keep(run.session.clone(), Vec::new());
+            }
+        }
+        if enqueued.run_here {
             self.wake(run.session);
         }
-        Ok(record)
+        Ok(enqueued.record)
+    }
+
+    /// [`Self::submit`], then waits up to `budget` for the run to finish:
+    /// the stored run, and its finished record (`None` when it has not).
+    pub async fn submit_and_wait(
+        self: &Arc<Self>,
+        run: NewRun,
+        budget: Duration,
+    ) -> Result<(RunRecord, Option<RunRecord>), StoreError> {
+        // Listening before it is stored, nothing can be missed: no read.
+        let finished = self.finished.subscribe();
+        let record = self.submit(run).await?;
+        let done = self
+            .wait_on(finished, &record.correlation_id, budget, false)
+            .await?;
+        Ok((record, done))
     }
 
     /// Resumes whatever a previous process left unfinished and, on a hub
@@ -136,8 +197,11 @@ impl Runs {
     /// over the sessions.
     fn heard(&self, wake: Wake) -> bool {
         match wake {
-            Wake::RunFinished(id) => {
-                let _ = self.finished.send(id);
+            Wake::RunFinished(correlation_id) => {
+                let _ = self.finished.send(Finished {
+                    correlation_id,
+                    record: None,
+                });
                 false
             }
             Wake::Sessions | Wake::Everything => true,
@@ -153,14 +217,27 @@ impl Runs {
     ) -> Result<Option<RunRecord>, StoreError> {
         // Subscribe before reading, so a completion between the read and the
         // wait is not missed.
-        let mut finished = self.finished.subscribe();
+        let finished = self.finished.subscribe();
+        self.wait_on(finished, correlation_id, budget, true).await
+    }
+
+    async fn wait_on(
+        &self,
+        mut finished: broadcast::Receiver<Finished>,
+        correlation_id: &str,
+        budget: Duration,
+        mut read: bool,
+    ) -> Result<Option<RunRecord>, StoreError> {
         let deadline = tokio::time::Instant::now() + budget;
         loop {
-            if let Some(run) = self.store.run(correlation_id).await? {
-                if run.status.is_finished() {
-                    return Ok(Some(run));
+            if read {
+                if let Some(run) = self.store.run(correlation_id).await? {
+                    if run.status.is_finished() {
+                        return Ok(Some(run));
+                    }
                 }
             }
+            read = true;
             // Read again at least every pass: a notification from another
             // host can be lost.
             let look_again = deadline.min(tokio::time::Instant::now() + PASS);
@@ -168,7 +245,10 @@ impl Runs {
                 match tokio::time::timeout_at(look_again, finished.recv()).await {
                     Err(_) if look_again >= deadline => return Ok(None),
                     Err(_) => break,
-                    Ok(Ok(id)) if id == correlation_id => break,
+                    Ok(Ok(done)) if done.correlation_id == correlation_id => match done.record {
+                        Some(record) => return Ok(Some(RunRecord::clone(&record))),
+                        None => break,
+                    },
                     Ok(Ok(_)) => continue,
                     // Lagged or closed: re-read the store.
                     Ok(Err(_)) => break,
@@ -214,37 +294,73 @@ impl Runs {
 
     async fn execute_in_span(&self, run: RunRecord) {
         let id = run.correlation_id.clone();
-        if let Err(e) = self.store.mark_running(&id).await {
-            tracing::error!(error = %e, "could not mark the run running");
-        }
+        let session = run.session();
         let stream = self.streams.writer(&id);
         let deltas = |text: &str| stream.chunk(text);
+        let kept = self.histories.as_ref().and_then(|h| h.take(&session));
         let result = match self.registry.agent(&run.agent) {
-            Some(agent) => self.runner.run(&agent, &run, &deltas).await,
+            Some(agent) => match kept {
+                Some(history) => Ok(history),
+                None => self.store.history(&session).await.map_err(AgentError::from),
+            }
+            .map(|history| (agent, history)),
             None => Err(AgentError::AgentGone(run.agent.clone())),
         };
-        let stored = match &result {
+        let result = match result {
+            Ok((agent, history)) => self.runner.run(&agent, &run, history, &deltas).await,
+            Err(e) => Err(e),
+        };
+        let ended = match &result {
             Ok(outcome) => {
-                self.store
-                    .complete_run(&id, &outcome.response, outcome.usage)
-                    .await
+                let unsaved = outcome.unsaved();
+                let completed = RunOutcome::Completed {
+                    response: &outcome.response,
+                    usage: outcome.usage,
+                };
+                self.store.end_run(&session, &id, &unsaved, completed).await
             }
             Err(e) => {
                 tracing::warn!(error = %e, code = e.code(), "run failed");
-                self.store
-                    .fail_run(&id, &e.to_string(), e.code(), Default::default())
-                    .await
+                let failed = RunOutcome::Failed {
+                    error: &e.to_string(),
+                    code: e.code(),
+                    usage: Default::default(),
+                };
+                self.store.end_run(&session, &id, &[], failed).await
             }
         };
-        match (stored, &result) {
+        let record = match (ended, result) {
             (Err(e), _) => {
-                tracing::error!(error = %e, "could not store the run's outcome; it will run again at next start")
+                tracing::error!(error = %e, "could not store the run's outcome; it will run again at next start");
+                None
             }
-            // The stream ends only once the record says how the run ended.
-            (Ok(()), Ok(_)) => stream.complete(),
-            (Ok(()), Err(e)) => stream.fail(&e.to_string()),
-        }
-        let _ = self.finished.send(id);
+            (Ok(changed), result) => {
+                if !changed {
+                    tracing::info!(
+                        "the run had already ended elsewhere; its outcome here is dropped"
+                    );
+                }
+                // The stream ends only once the record says how the run ended.
+                match result {
+                    Ok(outcome) => {
+                        stream.complete();
+                        let record = ended_record(&run, Ok(&outcome));
+                        if let (Some(histories), true) = (&self.histories, changed) {
+                            histories.keep(session, outcome.history);
+                        }
+                        changed.then_some(record)
+                    }
+                    Err(e) => {
+                        stream.fail(&e.to_string());
+                        changed.then(|| ended_record(&run, Err(&e)))
+                    }
+                }
+            }
+        };
+        let _ = self.finished.send(Finished {
+            correlation_id: id,
+            record: record.map(Arc::new),
+        });
     }
 
     /// Stops taking new runs and waits up to `grace` for the ones executing.

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use super::group_commit::{Job, Shared, Taken};
 use super::postgres_tx::PgTx;
+use super::run_writes::RunWritten;
 use super::shared_hub::SharedHub;
 use super::writes::{read_one, write_one, Read, ReadOut, Write, Written};
 use super::{now_ms, StoreError};
@@ -180,7 +181,9 @@ impl Writer {
 /// Names, on the hub's channel, every instance these writes gave something
 /// new (an inbox row, a new execution, a management operation) that may be
 /// another host's, so that its owner runs it and any host holding a hot
-/// image of it drops the image. Delivered when the transaction commits.
+/// image of it drops the image; wakes the workers for runs queued here, and
+/// whoever waits for a run that ended. Delivered when the transaction
+/// commits.
 async fn tell_the_others(
     tx: &mut PgConnection,
     hub: &SharedHub,
@@ -191,11 +194,29 @@ async fn tell_the_others(
         .filter_map(Written::applied)
         .flat_map(|applied| applied.news.iter().map(String::as_str))
         .collect();
-    if ids.is_empty() {
-        return Ok(());
+    let mut payloads = Vec::new();
+    if !ids.is_empty() {
+        let ids: Vec<&str> = ids.into_iter().collect();
+        payloads.extend(hub.instance_payloads(&ids));
     }
-    let ids: Vec<&str> = ids.into_iter().collect();
-    for payload in hub.instance_payloads(&ids) {
+    for written in results {
+        match written {
+            // Queued for a session this host does not run: its owner, or
+            // any worker, takes it.
+            Written::Run(RunWritten::Started {
+                run_here: false, ..
+            }) => payloads.push(hub.sessions_payload()),
+            // Whoever waits for the run hears of its end.
+            Written::Run(RunWritten::Ended {
+                correlation_id,
+                changed: true,
+            }) => payloads.push(hub.run_finished_payload(correlation_id)),
+            _ => {}
+        }
+    }
+    payloads.sort();
+    payloads.dedup();
+    for payload in payloads {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(&hub.channel)
             .bind(payload)

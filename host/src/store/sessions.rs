@@ -7,7 +7,10 @@ use sqlx::any::AnyRow;
 use sqlx::AnyConnection;
 use sqlx::Row;
 
-use super::shared_hub::{notify, SharedHub};
+use super::instances::to_json;
+use super::run_tx::RunEndRow;
+use super::run_writes::{RunWrite, RunWritten};
+use super::writes::{Write, Written};
 use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, Store, StoreError, StoredMessage};
 use crate::core::chat::{ChatMessage, Usage};
 
@@ -15,88 +18,35 @@ const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_
                            response, error, error_code, usage, created_at, updated_at";
 
 impl Store {
-    /// Stores a new run (pending) and touches its session. When the session has
-    /// been idle longer than `ttl`, its history is dropped first, in the same
-    /// transaction, so an expired thread never leaks into a new answer.
-    ///
-    /// The flag says whether this host executes the run: always on SQLite;
-    /// on a shared hub, when it works and owns (or just claimed) the
-    /// session. Otherwise the other hosts are told, in the same transaction.
+    /// Stores a new run (pending) and touches its session, in one write
+    /// shared with whatever else the writer commits.
+    /// When the session has been idle longer than `ttl`, its history is
+    /// dropped first, in the same transaction, so an expired thread never
+    /// leaks into a new answer. On a shared hub, a host that works claims
+    /// the session unless a live host has it; the others are told of a run
+    /// it does not take.
     pub async fn enqueue_run(
         &self,
         run: &NewRun,
         ttl: Option<Duration>,
-    ) -> Result<(RunRecord, bool), StoreError> {
+    ) -> Result<Enqueued, StoreError> {
         let now = now_ms();
-        // Every transaction here begins with a write, so that SQLite takes
-        // its write lock first: a read first could be invalidated by another
-        // writer (SQLITE_BUSY_SNAPSHOT, which no busy timeout retries).
-        let mut tx = self.pool().begin().await?;
-        if let Some(ttl) = ttl {
-            let cutoff = now - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-            let expired = sqlx::query(
-                "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND last_active_at < $3",
-            )
-            .bind(&run.session.agent)
-            .bind(&run.session.session_id)
-            .bind(cutoff)
-            .execute(&mut *tx)
+        let expire_before = ttl.map(|ttl| now - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let written = self
+            .committer()
+            .commit(Write::Run(RunWrite::Start {
+                run: run.clone(),
+                expire_before,
+            }))
             .await?;
-            if expired.rows_affected() > 0 {
-                delete_messages(&mut tx, &run.session).await?;
-            }
-        }
-        sqlx::query(
-            "INSERT INTO sessions (agent, id, created_at, last_active_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (agent, id) DO UPDATE SET last_active_at = excluded.last_active_at",
-        )
-        .bind(&run.session.agent)
-        .bind(&run.session.session_id)
-        .bind(now)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        let format = run.response_format.as_ref().map(|f| f.to_string());
-        sqlx::query(
-            "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, status, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)",
-        )
-        .bind(&run.correlation_id)
-        .bind(&run.session.agent)
-        .bind(&run.session.session_id)
-        .bind(&run.message)
-        .bind(format)
-        .bind(now)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        let run_here = match self.shared() {
-            None => true,
-            Some(hub) => {
-                let claimed = match hub.owner() {
-                    Some(me) => {
-                        sqlx::query(&format!(
-                            "UPDATE sessions SET owner = $1 WHERE agent = $2 AND id = $3 \
-                             AND (owner IS NULL OR owner = $1 OR owner NOT IN ({}))",
-                            SharedHub::live_hosts()
-                        ))
-                        .bind(me)
-                        .bind(&run.session.agent)
-                        .bind(&run.session.session_id)
-                        .execute(&mut *tx)
-                        .await?
-                        .rows_affected()
-                            > 0
-                    }
-                    None => false,
-                };
-                if !claimed {
-                    notify(&mut *tx, &hub.channel, &hub.sessions_payload()).await?;
-                }
-                claimed
-            }
+        let Written::Run(RunWritten::Started {
+            expired,
+            new_session,
+            run_here,
+        }) = written
+        else {
+            return Err(unexpected(written));
         };
-        tx.commit().await?;
         let record = RunRecord {
             correlation_id: run.correlation_id.clone(),
             agent: run.session.agent.clone(),
@@ -111,7 +61,76 @@ impl Store {
             created_at: now,
             updated_at: now,
         };
-        Ok((record, run_here))
+        Ok(Enqueued {
+            record,
+            run_here,
+            new_session: new_session || expired,
+        })
+    }
+
+    /// Stores messages of a run as they exist (a tool round).
+    pub async fn append_messages(
+        &self,
+        session: &SessionKey,
+        correlation_id: &str,
+        messages: &[ChatMessage],
+    ) -> Result<(), StoreError> {
+        let bodies = messages.iter().map(to_json).collect::<Result<_, _>>()?;
+        let written = self
+            .committer()
+            .commit(Write::Run(RunWrite::Messages {
+                agent: session.agent.clone(),
+                session_id: session.session_id.clone(),
+                correlation_id: correlation_id.to_string(),
+                bodies,
+            }))
+            .await?;
+        match written {
+            Written::Run(RunWritten::Stored) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Ends a run: its last messages (the answer) and its outcome, in one
+    /// write. False when the run had already ended (another host did it).
+    pub async fn end_run(
+        &self,
+        session: &SessionKey,
+        correlation_id: &str,
+        unsaved: &[ChatMessage],
+        outcome: RunOutcome<'_>,
+    ) -> Result<bool, StoreError> {
+        let bodies = unsaved.iter().map(to_json).collect::<Result<_, _>>()?;
+        let end = match outcome {
+            RunOutcome::Completed { response, usage } => RunEndRow {
+                status: RunStatus::Completed.as_str(),
+                response: Some(response.to_string()),
+                error: None,
+                error_code: None,
+                usage: to_json(&usage)?,
+            },
+            RunOutcome::Failed { error, code, usage } => RunEndRow {
+                status: RunStatus::Failed.as_str(),
+                response: None,
+                error: Some(error.to_string()),
+                error_code: Some(code.to_string()),
+                usage: to_json(&usage)?,
+            },
+        };
+        let written = self
+            .committer()
+            .commit(Write::Run(RunWrite::End {
+                agent: session.agent.clone(),
+                session_id: session.session_id.clone(),
+                correlation_id: correlation_id.to_string(),
+                bodies,
+                end,
+            }))
+            .await?;
+        match written {
+            Written::Run(RunWritten::Ended { changed, .. }) => Ok(changed),
+            other => Err(unexpected(other)),
+        }
     }
 
     pub async fn run(&self, correlation_id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -185,86 +204,6 @@ impl Store {
             .collect()
     }
 
-    pub async fn mark_running(&self, correlation_id: &str) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE runs SET status = 'running', updated_at = $1 WHERE correlation_id = $2",
-        )
-        .bind(now_ms())
-        .bind(correlation_id)
-        .execute(self.pool())
-        .await?;
-        Ok(())
-    }
-
-    pub async fn complete_run(
-        &self,
-        correlation_id: &str,
-        response: &str,
-        usage: Usage,
-    ) -> Result<(), StoreError> {
-        self.finish_run(
-            correlation_id,
-            RunStatus::Completed,
-            Some(response),
-            None,
-            usage,
-        )
-        .await
-    }
-
-    pub async fn fail_run(
-        &self,
-        correlation_id: &str,
-        error: &str,
-        code: &str,
-        usage: Usage,
-    ) -> Result<(), StoreError> {
-        self.finish_run(
-            correlation_id,
-            RunStatus::Failed,
-            None,
-            Some((error, code)),
-            usage,
-        )
-        .await
-    }
-
-    async fn finish_run(
-        &self,
-        correlation_id: &str,
-        status: RunStatus,
-        response: Option<&str>,
-        error: Option<(&str, &str)>,
-        usage: Usage,
-    ) -> Result<(), StoreError> {
-        let usage =
-            serde_json::to_string(&usage).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        // A run finishes once: a host that lost its session meanwhile
-        // changes nothing.
-        sqlx::query(
-            "UPDATE runs SET status = $1, response = $2, error = $3, error_code = $4, usage = $5, updated_at = $6 \
-             WHERE correlation_id = $7 AND status IN ('pending', 'running')",
-        )
-        .bind(status.as_str())
-        .bind(response)
-        .bind(error.map(|e| e.0))
-        .bind(error.map(|e| e.1))
-        .bind(usage)
-        .bind(now_ms())
-        .bind(correlation_id)
-        .execute(self.pool())
-        .await?;
-        if let Some(hub) = self.shared() {
-            notify(
-                self.pool(),
-                &hub.channel,
-                &hub.run_finished_payload(correlation_id),
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
     /// The session's messages in order.
     pub async fn history(&self, session: &SessionKey) -> Result<Vec<StoredMessage>, StoreError> {
         let rows = sqlx::query(
@@ -285,39 +224,6 @@ impl Store {
                 })
             })
             .collect()
-    }
-
-    /// Appends one message to a session's history. Only the session's single
-    /// running run appends, so `MAX(seq) + 1` cannot race.
-    pub async fn append_message(
-        &self,
-        session: &SessionKey,
-        correlation_id: &str,
-        message: &ChatMessage,
-    ) -> Result<(), StoreError> {
-        let body =
-            serde_json::to_string(message).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let now = now_ms();
-        let mut tx = self.pool().begin().await?;
-        sqlx::query(
-            "INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) \
-             SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, $5 FROM messages WHERE agent = $1 AND session_id = $2",
-        )
-        .bind(&session.agent)
-        .bind(&session.session_id)
-        .bind(correlation_id)
-        .bind(body)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("UPDATE sessions SET last_active_at = $1 WHERE agent = $2 AND id = $3")
-            .bind(now)
-            .bind(&session.agent)
-            .bind(&session.session_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
     }
 
     /// Deletes sessions idle since before `cutoff_ms` that have no unfinished
@@ -395,4 +301,31 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
+}
+
+/// What storing a new run found.
+pub struct Enqueued {
+    pub record: RunRecord,
+    /// This host executes it.
+    pub run_here: bool,
+    /// The session has no history before this run (it is new, or it had
+    /// expired).
+    pub new_session: bool,
+}
+
+/// How a run ended, as it is stored.
+pub enum RunOutcome<'a> {
+    Completed {
+        response: &'a str,
+        usage: Usage,
+    },
+    Failed {
+        error: &'a str,
+        code: &'a str,
+        usage: Usage,
+    },
+}
+
+fn unexpected(written: Written) -> StoreError {
+    StoreError::Write(format!("the committer answered another write: {written:?}"))
 }

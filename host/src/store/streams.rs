@@ -3,6 +3,8 @@
 
 use sqlx::Row;
 
+use super::run_writes::{RunWrite, RunWritten};
+use super::writes::{Write, Written};
 use super::{Store, StoreError};
 
 /// One stored entry of a response stream.
@@ -16,35 +18,26 @@ pub struct StreamRow {
 }
 
 /// An entry to append: (correlation id, kind, data).
-pub type NewStreamRow<'a> = (&'a str, &'static str, &'a str);
+pub type NewStreamRow = (String, &'static str, String);
 
 impl Store {
-    /// Appends entries (many runs' at once, in one transaction); returns
-    /// their ids in order.
+    /// Appends entries (many runs' at once), through the store's one writer
+    /// and in its shared transactions; returns their ids in order.
     pub async fn append_stream_rows(
         &self,
-        rows: &[NewStreamRow<'_>],
-        now: i64,
+        rows: Vec<NewStreamRow>,
         expires_at: i64,
     ) -> Result<Vec<i64>, StoreError> {
-        let mut tx = self.pool().begin().await?;
-        let mut ids = Vec::with_capacity(rows.len());
-        for (correlation_id, kind, data) in rows {
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO stream_entries (correlation_id, kind, data, created_at, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5) RETURNING id",
-            )
-            .bind(*correlation_id)
-            .bind(*kind)
-            .bind(*data)
-            .bind(now)
-            .bind(expires_at)
-            .fetch_one(&mut *tx)
-            .await?;
-            ids.push(id);
+        match self
+            .committer()
+            .commit(Write::Run(RunWrite::Stream { rows, expires_at }))
+            .await?
+        {
+            Written::Run(RunWritten::Streamed(ids)) => Ok(ids),
+            other => Err(StoreError::Write(format!(
+                "the committer answered another write: {other:?}"
+            ))),
         }
-        tx.commit().await?;
-        Ok(ids)
     }
 
     /// The run's unexpired entries after `after`, oldest first.

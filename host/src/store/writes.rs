@@ -8,6 +8,8 @@ use std::sync::Arc;
 use super::apply::{apply, create, Applied, Target};
 use super::episodes::{image, Image};
 use super::instances::Loaded;
+use super::run_tx::RunTx;
+use super::run_writes::{write_run, RunWrite, RunWritten};
 use super::tx::Tx;
 use super::StoreError;
 use crate::core::effects::Effect;
@@ -51,6 +53,8 @@ pub enum Write {
         instance: String,
         op: Operation,
     },
+    /// A write of the agent run path (see [`super::run_writes`]).
+    Run(RunWrite),
 }
 
 /// A read on the writer's connection, answered once the writes queued
@@ -78,6 +82,7 @@ pub enum Written {
     Start(Option<Applied>),
     Raise(Result<Change, LimitError>, Applied),
     Manage(Change, Applied),
+    Run(RunWritten),
 }
 
 impl Written {
@@ -87,6 +92,7 @@ impl Written {
             Written::TaskDone(_, applied)
             | Written::Raise(_, applied)
             | Written::Manage(_, applied) => Some(applied),
+            Written::Run(_) => None,
         }
     }
 
@@ -96,6 +102,7 @@ impl Written {
             Written::TaskDone(_, applied)
             | Written::Raise(_, applied)
             | Written::Manage(_, applied) => Some(applied),
+            Written::Run(_) => None,
         }
     }
 }
@@ -109,11 +116,12 @@ pub enum TaskOutcome {
 }
 
 pub(super) async fn write_one(
-    tx: &mut impl Tx,
+    tx: &mut (impl Tx + RunTx),
     write: Write,
     now: i64,
 ) -> Result<Written, StoreError> {
     match write {
+        Write::Run(write) => Ok(Written::Run(write_run(tx, write, now).await?)),
         Write::Episode { target, effects } => {
             let current = tx.load(&target.id).await?;
             let me = tx.me();

@@ -1,7 +1,6 @@
 //! Streams in the store (the default): one row an entry, ids from the
 //! store's sequence, expiry swept by the writer.
 
-use std::future::Future;
 use std::time::Duration;
 
 use super::{Entry, EntryId, Stored, StreamBackend, StreamError};
@@ -26,24 +25,21 @@ fn kind_and_data(entry: &Entry) -> (&'static str, &str) {
 }
 
 impl StreamBackend for Embedded {
-    fn append(
+    async fn append(
         &self,
         entries: &[(String, Entry)],
         ttl: Duration,
-    ) -> impl Future<Output = Result<Vec<EntryId>, StreamError>> + Send {
-        let rows: Vec<NewStreamRow<'_>> = entries
+    ) -> Result<Vec<EntryId>, StreamError> {
+        let rows: Vec<NewStreamRow> = entries
             .iter()
             .map(|(id, entry)| {
                 let (kind, data) = kind_and_data(entry);
-                (id.as_str(), kind, data)
+                (id.clone(), kind, data.to_string())
             })
             .collect();
-        async move {
-            let now = now_ms();
-            let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-            let ids = self.store.append_stream_rows(&rows, now, expires).await?;
-            Ok(ids.into_iter().map(|id| EntryId(id.to_string())).collect())
-        }
+        let expires = now_ms().saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let ids = self.store.append_stream_rows(rows, expires).await?;
+        Ok(ids.into_iter().map(|id| EntryId(id.to_string())).collect())
     }
 
     async fn read_after(

@@ -47,8 +47,13 @@ impl RedisBackend {
             address: redacted(address),
             reason,
         };
-        let client =
-            redis::Client::open(url_of(address)).map_err(|e| unreachable(e.to_string()))?;
+        let info = redis::IntoConnectionInfo::into_connection_info(url_of(address))
+            .map_err(|e| unreachable(e.to_string()))?;
+        // Without TCP_NODELAY a pipeline waits for the delayed ACK of the
+        // one before (40 ms a chunk on Linux).
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let client = redis::Client::open(info.set_tcp_settings(tcp))
+            .map_err(|e| unreachable(e.to_string()))?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(CONNECT_TIMEOUT))

@@ -1,0 +1,83 @@
+//! The statements of the agent run path, inside the committer's
+//! transaction: sessions, runs, their messages, response stream entries.
+//! A second trait beside [`super::tx::Tx`] (the durable engine's), on the
+//! same two connections, so that every write of a store goes through its
+//! one writer and shares its transactions (group commit): on SQLite there
+//! is one writer anyway, and a write waiting for the lock costs more than
+//! one waiting in the queue.
+
+use std::future::Future;
+
+use super::StoreError;
+
+/// A run as it is inserted.
+pub(super) struct RunRow<'a> {
+    pub correlation_id: &'a str,
+    pub agent: &'a str,
+    pub session_id: &'a str,
+    pub message: &'a str,
+    pub response_format: Option<&'a str>,
+}
+
+/// How a run ended, as it is written.
+#[derive(Debug, Clone)]
+pub(super) struct RunEndRow {
+    pub status: &'static str,
+    pub response: Option<String>,
+    pub error: Option<String>,
+    pub error_code: Option<String>,
+    pub usage: String,
+}
+
+pub(super) trait RunTx {
+    /// Deletes the session and its messages if it was idle since before
+    /// `cutoff`; true when it did.
+    fn expire_idle_session(
+        &mut self,
+        agent: &str,
+        id: &str,
+        cutoff: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+    /// Creates the session or marks it active; true when it is new.
+    fn touch_session(
+        &mut self,
+        agent: &str,
+        id: &str,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+    /// Takes the session for this host if no live host has it; true when
+    /// this host executes its runs (always on SQLite).
+    fn claim_session(
+        &mut self,
+        agent: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+    fn insert_run(
+        &mut self,
+        run: &RunRow<'_>,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    /// Appends messages (JSON bodies) after the session's last one.
+    fn append_messages(
+        &mut self,
+        agent: &str,
+        id: &str,
+        correlation_id: &str,
+        bodies: &[String],
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    /// Ends a run still pending or running; false when it had ended.
+    fn end_run(
+        &mut self,
+        correlation_id: &str,
+        end: &RunEndRow,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+    /// Response stream entries `(correlation id, kind, data)`; their ids.
+    fn insert_stream_rows(
+        &mut self,
+        rows: &[(String, &'static str, String)],
+        now: i64,
+        expires_at: i64,
+    ) -> impl Future<Output = Result<Vec<i64>, StoreError>>;
+}

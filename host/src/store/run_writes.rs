@@ -1,0 +1,127 @@
+//! What each write of the agent run path means. A run costs two commits,
+//! each shared with whatever else the writer takes at the moment: its start
+//! (the session touched, the run stored) and its end (its messages and its
+//! outcome). Messages are stored in session order: a run's user message is
+//! stored when the run executes (runs of a session execute one at a time),
+//! never at enqueue, where another run of the session may still be adding
+//! its own. Tool rounds store their messages as they happen, so a crash
+//! never runs a tool call twice.
+
+use super::run_tx::{RunEndRow, RunRow, RunTx};
+use super::{NewRun, StoreError};
+
+/// A write of the run path.
+#[derive(Debug, Clone)]
+pub enum RunWrite {
+    Start {
+        run: NewRun,
+        /// Sessions idle since before this are forgotten first.
+        expire_before: Option<i64>,
+    },
+    Messages {
+        agent: String,
+        session_id: String,
+        correlation_id: String,
+        bodies: Vec<String>,
+    },
+    End {
+        agent: String,
+        session_id: String,
+        correlation_id: String,
+        /// Messages not stored yet (the user message and the answer of a
+        /// run without tool calls), stored with the end.
+        bodies: Vec<String>,
+        end: RunEndRow,
+    },
+    /// Response stream entries `(correlation id, kind, data)`.
+    Stream {
+        rows: Vec<(String, &'static str, String)>,
+        expires_at: i64,
+    },
+}
+
+/// What a run-path write did.
+#[derive(Debug)]
+pub enum RunWritten {
+    Started {
+        /// The session's history was dropped (it had expired).
+        expired: bool,
+        /// The session did not exist before: it has no history.
+        new_session: bool,
+        /// This host executes the run (on a shared hub, it owns the session).
+        run_here: bool,
+    },
+    Stored,
+    /// `changed` is false when the run had already ended.
+    Ended {
+        correlation_id: String,
+        changed: bool,
+    },
+    Streamed(Vec<i64>),
+}
+
+pub(super) async fn write_run(
+    tx: &mut impl RunTx,
+    write: RunWrite,
+    now: i64,
+) -> Result<RunWritten, StoreError> {
+    match write {
+        RunWrite::Start { run, expire_before } => {
+            let (agent, id) = (&run.session.agent, &run.session.session_id);
+            let expired = match expire_before {
+                Some(cutoff) => tx.expire_idle_session(agent, id, cutoff).await?,
+                None => false,
+            };
+            let new_session = tx.touch_session(agent, id, now).await?;
+            let run_here = tx.claim_session(agent, id).await?;
+            let format = run.response_format.as_ref().map(|f| f.to_string());
+            tx.insert_run(
+                &RunRow {
+                    correlation_id: &run.correlation_id,
+                    agent,
+                    session_id: id,
+                    message: &run.message,
+                    response_format: format.as_deref(),
+                },
+                now,
+            )
+            .await?;
+            Ok(RunWritten::Started {
+                expired,
+                new_session,
+                run_here,
+            })
+        }
+        RunWrite::Messages {
+            agent,
+            session_id,
+            correlation_id,
+            bodies,
+        } => {
+            tx.append_messages(&agent, &session_id, &correlation_id, &bodies, now)
+                .await?;
+            Ok(RunWritten::Stored)
+        }
+        RunWrite::End {
+            agent,
+            session_id,
+            correlation_id,
+            bodies,
+            end,
+        } => {
+            let changed = tx.end_run(&correlation_id, &end, now).await?;
+            // A run another host ended meanwhile keeps that host's messages.
+            if changed && !bodies.is_empty() {
+                tx.append_messages(&agent, &session_id, &correlation_id, &bodies, now)
+                    .await?;
+            }
+            Ok(RunWritten::Ended {
+                correlation_id,
+                changed,
+            })
+        }
+        RunWrite::Stream { rows, expires_at } => Ok(RunWritten::Streamed(
+            tx.insert_stream_rows(&rows, now, expires_at).await?,
+        )),
+    }
+}

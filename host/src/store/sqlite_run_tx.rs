@@ -1,0 +1,137 @@
+//! [`RunTx`] on the SQLite writer thread's connection.
+
+use rusqlite::params;
+
+use super::run_tx::{RunEndRow, RunRow, RunTx};
+use super::sqlite_tx::SqliteTx;
+use super::StoreError;
+
+impl RunTx for SqliteTx<'_> {
+    async fn expire_idle_session(
+        &mut self,
+        agent: &str,
+        id: &str,
+        cutoff: i64,
+    ) -> Result<bool, StoreError> {
+        let deleted = self
+            .0
+            .prepare_cached(
+                "DELETE FROM sessions WHERE agent = ? AND id = ? AND last_active_at < ?",
+            )?
+            .execute(params![agent, id, cutoff])?;
+        if deleted > 0 {
+            self.0
+                .prepare_cached("DELETE FROM messages WHERE agent = ? AND session_id = ?")?
+                .execute(params![agent, id])?;
+        }
+        Ok(deleted > 0)
+    }
+
+    async fn touch_session(&mut self, agent: &str, id: &str, now: i64) -> Result<bool, StoreError> {
+        let updated = self
+            .0
+            .prepare_cached("UPDATE sessions SET last_active_at = ? WHERE agent = ? AND id = ?")?
+            .execute(params![now, agent, id])?;
+        if updated > 0 {
+            return Ok(false);
+        }
+        self.0
+            .prepare_cached(
+                "INSERT INTO sessions (agent, id, created_at, last_active_at) VALUES (?, ?, ?, ?)",
+            )?
+            .execute(params![agent, id, now, now])?;
+        Ok(true)
+    }
+
+    async fn claim_session(&mut self, _agent: &str, _id: &str) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    async fn insert_run(&mut self, run: &RunRow<'_>, now: i64) -> Result<(), StoreError> {
+        self.0
+            .prepare_cached(
+                "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, status, created_at, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+            )?
+            .execute(params![
+                run.correlation_id,
+                run.agent,
+                run.session_id,
+                run.message,
+                run.response_format,
+                now,
+                now
+            ])?;
+        Ok(())
+    }
+
+    async fn append_messages(
+        &mut self,
+        agent: &str,
+        id: &str,
+        correlation_id: &str,
+        bodies: &[String],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let last: i64 = self
+            .0
+            .prepare_cached(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE agent = ? AND session_id = ?",
+            )?
+            .query_row(params![agent, id], |row| row.get(0))?;
+        let mut insert = self.0.prepare_cached(
+            "INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )?;
+        for (i, body) in bodies.iter().enumerate() {
+            let seq = last + 1 + i64::try_from(i).unwrap_or(i64::MAX);
+            insert.execute(params![agent, id, seq, correlation_id, body, now])?;
+        }
+        self.0
+            .prepare_cached("UPDATE sessions SET last_active_at = ? WHERE agent = ? AND id = ?")?
+            .execute(params![now, agent, id])?;
+        Ok(())
+    }
+
+    async fn end_run(
+        &mut self,
+        correlation_id: &str,
+        end: &RunEndRow,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let changed = self
+            .0
+            .prepare_cached(
+                "UPDATE runs SET status = ?, response = ?, error = ?, error_code = ?, usage = ?, updated_at = ? \
+                 WHERE correlation_id = ? AND status IN ('pending', 'running')",
+            )?
+            .execute(params![
+                end.status,
+                end.response,
+                end.error,
+                end.error_code,
+                end.usage,
+                now,
+                correlation_id
+            ])?;
+        Ok(changed > 0)
+    }
+
+    async fn insert_stream_rows(
+        &mut self,
+        rows: &[(String, &'static str, String)],
+        now: i64,
+        expires_at: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut insert = self.0.prepare_cached(
+            "INSERT INTO stream_entries (correlation_id, kind, data, created_at, expires_at) \
+             VALUES (?, ?, ?, ?, ?)",
+        )?;
+        let mut ids = Vec::with_capacity(rows.len());
+        for (correlation_id, kind, data) in rows {
+            insert.execute(params![correlation_id, kind, data, now, expires_at])?;
+            ids.push(self.0.last_insert_rowid());
+        }
+        Ok(ids)
+    }
+}
