@@ -46,6 +46,10 @@ async fn main() -> anyhow::Result<()> {
         .merge(host.router());
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     println!("example listening on http://{}", listener.local_addr()?);
+    // TCP_NODELAY: streamed answers are many small writes.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
+        let _ = connection.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

@@ -215,6 +215,9 @@ impl StreamingModel {
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}/v1", listener.local_addr()?);
+        let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
+            let _ = connection.set_nodelay(true);
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
         Ok(Self { base, first_chunk })
     }

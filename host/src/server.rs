@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::Context;
 use std::future::IntoFuture;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +22,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         format!("could not listen on {address}:{port} (is another process using the port?)")
     })?;
     let address = listener.local_addr()?;
+    // Streamed answers are many small writes: without TCP_NODELAY each one
+    // after the first waits for the client's delayed ACK (40 ms on Linux).
+    let listener = listener.tap_io(|connection| {
+        if let Err(e) = connection.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+    });
     tracing::info!(%address, "listening");
     // Machine-readable line on stdout; tests and scripts wait for it.
     println!("agenthost listening on http://{address}");

@@ -116,7 +116,10 @@ impl Runs {
             }
         }
         if enqueued.run_here {
-            self.wake(run.session);
+            // The next in line is handed to the session's worker, which
+            // then reads nothing to find it.
+            let first = enqueued.next_in_line.then(|| enqueued.record.clone());
+            self.wake_with(run.session, first);
         }
         Ok(enqueued.record)
     }
@@ -258,21 +261,43 @@ impl Runs {
     }
 
     fn wake(self: &Arc<Self>, session: SessionKey) {
+        self.wake_with(session, None);
+    }
+
+    /// Starts the session's worker unless one runs (it is told to look
+    /// again); `first`, the session's next run if the caller knows it, is
+    /// used only by a worker started here.
+    fn wake_with(self: &Arc<Self>, session: SessionKey, first: Option<RunRecord>) {
         if !self.works || self.stopping.is_cancelled() || !self.workers.claim(&session) {
             return;
         }
         let this = self.clone();
-        self.tracker.spawn(async move { this.work(session).await });
+        self.tracker
+            .spawn(async move { this.work(session, first).await });
     }
 
-    async fn work(self: Arc<Self>, session: SessionKey) {
+    async fn work(self: Arc<Self>, session: SessionKey, mut first: Option<RunRecord>) {
         loop {
             if self.stopping.is_cancelled() {
                 self.workers.release(&session);
                 return;
             }
-            match self.store.next_unfinished_run(&session).await {
-                Ok(Some(run)) => self.execute(run).await,
+            let handed = first.take();
+            let was_handed = handed.is_some();
+            let next = match handed {
+                Some(run) => Ok(Some(run)),
+                None => self.store.next_unfinished_run(&session).await,
+            };
+            match next {
+                Ok(Some(run)) => {
+                    self.execute(run).await;
+                    // A run handed over was the session's only one: unless
+                    // another arrived meanwhile (it woke this worker), there
+                    // is nothing to look for.
+                    if was_handed && !self.workers.look_again(&session) {
+                        return;
+                    }
+                }
                 Ok(None) if self.workers.look_again(&session) => {}
                 Ok(None) => return,
                 Err(e) => {

@@ -64,6 +64,17 @@ impl RunTx for PgTx<'_> {
             > 0)
     }
 
+    async fn has_unfinished_run(&mut self, agent: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_id = $2 \
+             AND status IN ('pending', 'running'))",
+        )
+        .bind(agent)
+        .bind(id)
+        .fetch_one(&mut *self.0)
+        .await?)
+    }
+
     async fn insert_run(&mut self, run: &RunRow<'_>, now: i64) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, status, created_at, updated_at) \

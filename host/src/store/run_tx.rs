@@ -52,6 +52,12 @@ pub(super) trait RunTx {
         agent: &str,
         id: &str,
     ) -> impl Future<Output = Result<bool, StoreError>>;
+    /// Whether the session has a run not ended yet.
+    fn has_unfinished_run(
+        &mut self,
+        agent: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
     fn insert_run(
         &mut self,
         run: &RunRow<'_>,

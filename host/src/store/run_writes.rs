@@ -50,6 +50,9 @@ pub enum RunWritten {
         new_session: bool,
         /// This host executes the run (on a shared hub, it owns the session).
         run_here: bool,
+        /// No other run of the session is waiting or running: this one is
+        /// the next to execute.
+        next_in_line: bool,
     },
     Stored,
     /// `changed` is false when the run had already ended.
@@ -74,6 +77,7 @@ pub(super) async fn write_run(
             };
             let new_session = tx.touch_session(agent, id, now).await?;
             let run_here = tx.claim_session(agent, id).await?;
+            let next_in_line = !tx.has_unfinished_run(agent, id).await?;
             let format = run.response_format.as_ref().map(|f| f.to_string());
             tx.insert_run(
                 &RunRow {
@@ -90,6 +94,7 @@ pub(super) async fn write_run(
                 expired,
                 new_session,
                 run_here,
+                next_in_line,
             })
         }
         RunWrite::Messages {

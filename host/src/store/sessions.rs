@@ -43,6 +43,7 @@ impl Store {
             expired,
             new_session,
             run_here,
+            next_in_line,
         }) = written
         else {
             return Err(unexpected(written));
@@ -65,6 +66,7 @@ impl Store {
             record,
             run_here,
             new_session: new_session || expired,
+            next_in_line,
         })
     }
 
@@ -311,6 +313,8 @@ pub struct Enqueued {
     /// The session has no history before this run (it is new, or it had
     /// expired).
     pub new_session: bool,
+    /// No other run of the session waits or runs: this one executes next.
+    pub next_in_line: bool,
 }
 
 /// How a run ended, as it is stored.

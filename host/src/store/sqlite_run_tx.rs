@@ -47,6 +47,16 @@ impl RunTx for SqliteTx<'_> {
         Ok(true)
     }
 
+    async fn has_unfinished_run(&mut self, agent: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .0
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM runs WHERE agent = ? AND session_id = ? \
+                 AND status IN ('pending', 'running'))",
+            )?
+            .query_row(params![agent, id], |row| row.get::<_, bool>(0))?)
+    }
+
     async fn insert_run(&mut self, run: &RunRow<'_>, now: i64) -> Result<(), StoreError> {
         self.0
             .prepare_cached(
