@@ -20,6 +20,7 @@ mod orchestration_samples;
 mod request_errors;
 mod restarts;
 mod sandbox;
+mod session_contract;
 mod sessions_ttl;
 mod shared_hub;
 mod streaming;

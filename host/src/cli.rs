@@ -256,9 +256,10 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_DESCRIBE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub describe_timeout: Duration,
 
-    /// Forget sessions idle for this long (e.g. `30m`, `7d`). Default: never.
-    #[arg(long, env = "AGENTHOST_SESSION_TTL", value_parser = humantime::parse_duration)]
-    pub session_ttl: Option<Duration>,
+    /// Forget sessions idle for this long (e.g. `30m`, `7d`); every message
+    /// renews it; `none` keeps them forever.
+    #[arg(long, env = "AGENTHOST_SESSION_TTL", default_value = "14d")]
+    pub session_ttl: SessionTtl,
 
     /// On SIGTERM/Ctrl-C, how long in-flight runs may take to finish.
     #[arg(long, env = "AGENTHOST_SHUTDOWN_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
@@ -326,5 +327,40 @@ impl ServeArgs {
                 max_delay_ms: defaults.max_delay_ms,
             },
         }
+    }
+}
+
+/// How long an idle session is kept; `none` (or `null`, `off`, `never`)
+/// keeps it forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionTtl(pub Option<Duration>);
+
+impl std::str::FromStr for SessionTtl {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "none" | "null" | "off" | "never" => Ok(Self(None)),
+            other => humantime::parse_duration(other)
+                .map(|d| Self(Some(d)))
+                .map_err(|e| format!("'{text}' is not a duration (e.g. 14d, 12h) or none: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SessionTtl;
+    use std::time::Duration;
+
+    #[test]
+    fn a_session_ttl_is_a_duration_or_none() {
+        assert_eq!(
+            "14d".parse(),
+            Ok(SessionTtl(Some(Duration::from_secs(14 * 86_400))))
+        );
+        assert_eq!("none".parse(), Ok(SessionTtl(None)));
+        assert_eq!("null".parse(), Ok(SessionTtl(None)));
+        assert!("soon".parse::<SessionTtl>().is_err());
     }
 }

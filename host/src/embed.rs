@@ -120,6 +120,7 @@ impl AgentHost {
         }
         let role = args.role();
         let store = open_store(&args).await?;
+        tracing::info!(session_ttl = ?args.session_ttl.0, "idle sessions are forgotten after session_ttl (every message renews it; None: never)");
         if !role.works() && store.kind() == Kind::Sqlite {
             store.close().await;
             anyhow::bail!(
@@ -179,7 +180,7 @@ impl AgentHost {
             registry.clone(),
             runner,
             streams.clone(),
-            args.session_ttl,
+            args.session_ttl.0,
             role.works(),
         );
         let orchestrator = Orchestrator::new(
@@ -197,7 +198,7 @@ impl AgentHost {
         orchestrator.start();
         runs.start();
         let background = CancellationToken::new();
-        if let (Some(ttl), true) = (args.session_ttl, role.works()) {
+        if let (Some(ttl), true) = (args.session_ttl.0, role.works()) {
             tokio::spawn(expire_sessions(store.clone(), ttl, background.clone()));
         }
         let state = AppState {

@@ -32,7 +32,7 @@ pub enum AgentError {
     Guest(#[from] GuestError),
     #[error("the model kept calling tools for {0} rounds without answering")]
     TooManyToolRounds(usize),
-    #[error("the model's answer is not valid JSON as the response_format requires: {0}")]
+    #[error("the model's answer does not match the response format: {0}")]
     InvalidStructuredOutput(String),
     #[error("the model answered with neither text nor tool calls")]
     EmptyAnswer,
@@ -183,6 +183,13 @@ impl AgentRunner {
         let session = run.session();
         let tools = agent.tool_specs();
         let mut usage = Usage::default();
+        // A structured answer is streamed once it is valid, whole: a client
+        // must never see an answer the repair round replaces.
+        let format = run
+            .response_format
+            .as_ref()
+            .filter(|f| response_format::wants_json(f));
+        let live: &Deltas<'_> = if format.is_some() { &|_| {} } else { deltas };
         for _ in 0..self.max_tool_rounds {
             let last = turn.last_of_this_run();
             match last.map(|m| (m.role, m.tool_calls.is_empty())) {
@@ -214,7 +221,7 @@ impl AgentRunner {
                         tools: &tools,
                         response_format: run.response_format.as_ref(),
                     },
-                    deltas,
+                    live,
                 )
                 .await?;
             usage += response.usage;
@@ -224,6 +231,14 @@ impl AgentRunner {
                 return Err(AgentError::EmptyAnswer);
             }
             let done = answer.tool_calls.is_empty();
+            if let (true, Some(format)) = (done, format) {
+                let checked = self
+                    .checked(agent, &messages, answer, format, &mut usage)
+                    .await?;
+                deltas(checked.content.as_deref().unwrap_or_default());
+                turn.push(checked);
+                return self.finish(turn, usage, run);
+            }
             turn.push(answer);
             if done {
                 return self.finish(turn, usage, run);
@@ -246,13 +261,10 @@ impl AgentRunner {
             .last()
             .and_then(|m| m.message.content.clone())
             .unwrap_or_default();
-        if run
-            .response_format
-            .as_ref()
-            .is_some_and(response_format::wants_json)
-        {
-            serde_json::from_str::<Value>(&response)
-                .map_err(|e| AgentError::InvalidStructuredOutput(e.to_string()))?;
+        // A run resumed after its answer was stored is checked again.
+        if let Some(format) = run.response_format.as_ref() {
+            response_format::check(format, &response)
+                .map_err(|errors| AgentError::InvalidStructuredOutput(errors.join("; ")))?;
         }
         Ok(RunOutcome {
             response,
@@ -260,6 +272,53 @@ impl AgentRunner {
             unsaved: turn.unsaved,
             history: turn.history,
         })
+    }
+
+    /// The answer if it matches the response format; else one repair round
+    /// that shows the model what is wrong (the exchange is not kept in the
+    /// session); still wrong, the run fails naming the first errors.
+    async fn checked(
+        &self,
+        agent: &ServedAgent,
+        asked: &[ChatMessage],
+        answer: ChatMessage,
+        format: &Value,
+        usage: &mut Usage,
+    ) -> Result<ChatMessage, AgentError> {
+        let errors =
+            match response_format::check(format, answer.content.as_deref().unwrap_or_default()) {
+                Ok(()) => return Ok(answer),
+                Err(errors) => errors,
+            };
+        tracing::info!(errors = ?errors, "the structured answer does not match its schema; asking once more");
+        let mut messages = asked.to_vec();
+        messages.push(answer);
+        messages.push(ChatMessage::user(format!(
+            "Your answer does not match the required JSON Schema: {}. Reply again with only the corrected JSON.",
+            errors.join("; ")
+        )));
+        let response = self
+            .model
+            .complete(
+                ChatRequest {
+                    model: agent.spec.model.as_deref(),
+                    messages: &messages,
+                    tools: &[],
+                    response_format: Some(format),
+                },
+                &|_| {},
+            )
+            .await?;
+        *usage += response.usage;
+        let mut repaired = response.message;
+        repaired.role = Role::Assistant;
+        match response_format::check(format, repaired.content.as_deref().unwrap_or_default()) {
+            Ok(()) => Ok(repaired),
+            Err(errors) => Err(AgentError::InvalidStructuredOutput(format!(
+                "{} (after one repair round)",
+                errors.join("; ")
+            ))),
+        }
     }
 
     /// Runs the calls of the last assistant message that have no result yet.

@@ -37,6 +37,40 @@ pub fn wants_json(format: &Value) -> bool {
     )
 }
 
+/// Errors shown for an answer at most: enough to repair it, short enough
+/// for a model's prompt and an error body.
+const MAX_ERRORS: usize = 5;
+
+/// Checks an answer against the format: JSON at all, then against the
+/// schema of a `json_schema` format. `Err` lists what is wrong, each with
+/// where (a JSON pointer into the answer).
+pub fn check(format: &Value, answer: &str) -> Result<(), Vec<String>> {
+    if !wants_json(format) {
+        return Ok(());
+    }
+    let value: Value =
+        serde_json::from_str(answer).map_err(|e| vec![format!("the answer is not JSON: {e}")])?;
+    let Some(schema) = format.get("json_schema").and_then(|j| j.get("schema")) else {
+        return Ok(());
+    };
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|e| vec![format!("the response schema itself is not valid: {e}")])?;
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .take(MAX_ERRORS)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            let at = if at.is_empty() { "/".to_string() } else { at };
+            format!("at {at}: {e}")
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,6 +82,32 @@ mod tests {
         assert_eq!(format["type"], "json_schema");
         assert_eq!(format["json_schema"]["schema"], schema);
         assert!(wants_json(&format));
+        Ok(())
+    }
+
+    #[test]
+    fn answers_are_checked_against_the_schema_with_where_they_fail() -> Result<(), String> {
+        let format = normalize(json!({
+            "type": "object",
+            "properties": {"is_spam": {"type": "boolean"}, "confidence": {"type": "number"}},
+            "required": ["is_spam", "confidence"],
+        }))?
+        .ok_or("a format")?;
+        assert_eq!(
+            check(&format, r#"{"is_spam": true, "confidence": 0.9}"#),
+            Ok(())
+        );
+        let missing = check(&format, r#"{"is_spam": true}"#)
+            .err()
+            .ok_or("invalid")?;
+        assert!(missing[0].contains("confidence"), "{missing:?}");
+        let wrong = check(&format, r#"{"is_spam": "yes", "confidence": 1}"#)
+            .err()
+            .ok_or("invalid")?;
+        assert!(wrong[0].starts_with("at /is_spam"), "{wrong:?}");
+        let prose = check(&format, "Sure! It is spam.").err().ok_or("invalid")?;
+        assert!(prose[0].contains("not JSON"), "{prose:?}");
+        assert_eq!(check(&json!({"type": "json_object"}), "{}"), Ok(()));
         Ok(())
     }
 

@@ -6,53 +6,37 @@ use axum::http::header::{ACCEPT, CONTENT_TYPE, LOCATION};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::body::read_limited;
 use super::run_body::{error_code, RunAccepted, RunCompleted};
-use super::{streams, ApiError, AppState};
+use super::run_request::{self, JsonBody, Names};
+use super::{deprecation, streams, ApiError, AppState};
 use crate::agents::normalize_response_format;
 use crate::store::{NewRun, RunRecord, RunStatus, SessionKey};
 use crate::streams::EntryId;
 
-/// The response header that carries the conversation's id.
+/// The response headers that carry the conversation's id: the current
+/// name, and the one older callers read.
+pub const SESSION_ID_HEADER: &str = "x-ms-session-id";
 pub const THREAD_ID_HEADER: &str = "x-ms-thread-id";
 const WAIT_HEADER: &str = "x-ms-wait-for-response";
 /// The response header that names the run (its stream's key).
 pub const CORRELATION_ID_HEADER: &str = "x-ms-correlation-id";
 const MAX_THREAD_ID_LEN: usize = 256;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JsonRunRequest {
-    message: Option<String>,
-    #[serde(alias = "session_id")]
-    thread_id: Option<String>,
-    wait_for_response: Option<bool>,
-    response_format: Option<Value>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct RunQuery {
-    wait_for_response: Option<bool>,
-    #[serde(alias = "session_id")]
-    thread_id: Option<String>,
-}
-
 /// A request after parsing, before it becomes a run.
 struct RunRequest {
     message: String,
-    thread_id: Option<String>,
-    wait: Option<bool>,
+    names: Names,
     response_format: Option<Value>,
 }
 
 pub async fn run(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    Query(query): Query<RunQuery>,
+    Query(query): Query<Names>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -70,21 +54,22 @@ pub async fn run(
     }
     let bytes = read_limited(&headers, body, state.config.max_body_bytes).await?;
     let request = parse(&headers, &bytes)?;
-    let thread_id = request
-        .thread_id
-        .or(query.thread_id)
+    let contract = run_request::resolve(
+        headers.get(WAIT_HEADER).and_then(|v| v.to_str().ok()),
+        &query,
+        &request.names,
+    )?;
+    let thread_id = contract
+        .session_id
         .unwrap_or_else(|| Uuid::new_v4().simple().to_string());
     if thread_id.trim().is_empty() || thread_id.len() > MAX_THREAD_ID_LEN {
         return Err(ApiError::bad_request(
-            "invalid_thread_id",
-            format!("thread_id must be 1 to {MAX_THREAD_ID_LEN} characters"),
+            "invalid_session_id",
+            format!("sessionId must be 1 to {MAX_THREAD_ID_LEN} characters"),
         ));
     }
-    let wait = request
-        .wait
-        .or(query.wait_for_response)
-        .or_else(|| header_bool(&headers, WAIT_HEADER))
-        .unwrap_or(true);
+    let wait = contract.wait.unwrap_or(true);
+    let legacy = contract.legacy;
     let new_run = NewRun {
         correlation_id: Uuid::new_v4().to_string(),
         session: SessionKey {
@@ -94,31 +79,31 @@ pub async fn run(
         message: request.message,
         response_format: request.response_format,
     };
-    if streams::wants_events(&headers) || !wait {
+    let answer = if streams::wants_events(&headers) || !wait {
         let run = state.runs.submit(new_run).await?;
-        if !streams::wants_events(&headers) {
-            return Ok(accepted(&run, "Agent request accepted"));
+        if streams::wants_events(&headers) {
+            let response = streams::sse(&state, &run.correlation_id, EntryId::start());
+            with_run_headers(response, &run)
+        } else {
+            accepted(&run, "Agent request accepted")
         }
-        let response = streams::sse(&state, &run.correlation_id, EntryId::start());
-        return Ok(with_correlation_header(
-            with_thread_header(response, &run.thread_id),
-            &run.correlation_id,
-        ));
-    }
-    let (run, done) = state
-        .runs
-        .submit_and_wait(new_run, state.config.wait_budget)
-        .await?;
-    match done {
-        Some(done) if done.status == RunStatus::Completed => {
-            Ok(completed(&done, wants_json(&headers)))
+    } else {
+        let (run, done) = state
+            .runs
+            .submit_and_wait(new_run, state.config.wait_budget)
+            .await?;
+        match done {
+            Some(done) if done.status == RunStatus::Completed => {
+                completed(&state, &done, wants_json(&headers)).await?
+            }
+            Some(failed) => return Err(run_failed(&failed)),
+            None => accepted(
+                &run,
+                "The agent is still working; poll the run for its answer",
+            ),
         }
-        Some(failed) => Err(run_failed(&failed)),
-        None => Ok(accepted(
-            &run,
-            "The agent is still working; poll the run for its answer",
-        )),
-    }
+    };
+    Ok(deprecation::mark(answer, &legacy))
 }
 
 fn parse(headers: &HeaderMap, bytes: &[u8]) -> Result<RunRequest, ApiError> {
@@ -128,7 +113,7 @@ fn parse(headers: &HeaderMap, bytes: &[u8]) -> Result<RunRequest, ApiError> {
         .unwrap_or("");
     let is_json = content_type.starts_with("application/json") || content_type.contains("+json");
     let request = if is_json {
-        let body: JsonRunRequest = serde_json::from_slice(bytes).map_err(|e| {
+        let body: JsonBody = serde_json::from_slice(bytes).map_err(|e| {
             ApiError::bad_request(
                 "invalid_json",
                 format!("the body is not a valid run request: {e}"),
@@ -142,8 +127,7 @@ fn parse(headers: &HeaderMap, bytes: &[u8]) -> Result<RunRequest, ApiError> {
             .flatten();
         RunRequest {
             message: body.message.unwrap_or_default(),
-            thread_id: body.thread_id,
-            wait: body.wait_for_response,
+            names: body.names,
             response_format,
         }
     } else {
@@ -152,8 +136,7 @@ fn parse(headers: &HeaderMap, bytes: &[u8]) -> Result<RunRequest, ApiError> {
         })?;
         RunRequest {
             message: message.to_string(),
-            thread_id: None,
-            wait: None,
+            names: Names::default(),
             response_format: None,
         }
     };
@@ -166,10 +149,6 @@ fn parse(headers: &HeaderMap, bytes: &[u8]) -> Result<RunRequest, ApiError> {
     Ok(request)
 }
 
-fn header_bool(headers: &HeaderMap, name: &str) -> Option<bool> {
-    headers.get(name)?.to_str().ok()?.trim().parse().ok()
-}
-
 fn wants_json(headers: &HeaderMap) -> bool {
     headers
         .get(ACCEPT)
@@ -177,31 +156,29 @@ fn wants_json(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains("application/json"))
 }
 
-fn with_thread_header(mut response: Response, thread_id: &str) -> Response {
-    if let Ok(value) = HeaderValue::from_str(thread_id) {
-        response.headers_mut().insert(THREAD_ID_HEADER, value);
+/// The session's id (as both header names callers read) and the run's.
+fn with_run_headers(mut response: Response, run: &RunRecord) -> Response {
+    for (name, value) in [
+        (SESSION_ID_HEADER, &run.thread_id),
+        (THREAD_ID_HEADER, &run.thread_id),
+        (CORRELATION_ID_HEADER, &run.correlation_id),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            response.headers_mut().insert(name, value);
+        }
     }
     response
 }
 
-fn with_correlation_header(mut response: Response, correlation_id: &str) -> Response {
-    if let Ok(value) = HeaderValue::from_str(correlation_id) {
-        response.headers_mut().insert(CORRELATION_ID_HEADER, value);
-    }
-    response
-}
-
-fn completed(run: &RunRecord, json: bool) -> Response {
-    let text = run.response.clone().unwrap_or_default();
+async fn completed(state: &AppState, run: &RunRecord, json: bool) -> Result<Response, ApiError> {
     let response = if json {
-        Json(RunCompleted::new(run)).into_response()
+        let messages = state.store.message_count(&run.session()).await?;
+        Json(RunCompleted::new(run, messages)).into_response()
     } else {
+        let text = run.response.clone().unwrap_or_default();
         ([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
     };
-    with_correlation_header(
-        with_thread_header(response, &run.thread_id),
-        &run.correlation_id,
-    )
+    Ok(with_run_headers(response, run))
 }
 
 fn accepted(run: &RunRecord, note: &str) -> Response {
@@ -210,7 +187,7 @@ fn accepted(run: &RunRecord, note: &str) -> Response {
     if let Ok(value) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(LOCATION, value);
     }
-    with_thread_header(response, &run.thread_id)
+    with_run_headers(response, run)
 }
 
 fn run_failed(run: &RunRecord) -> ApiError {
@@ -220,6 +197,8 @@ fn run_failed(run: &RunRecord) -> ApiError {
         error_code(run).to_string(),
         format!("agent '{}' failed: {reason}", run.agent),
     )
+    .with("sessionId", run.thread_id.clone())
     .with("thread_id", run.thread_id.clone())
+    .with("correlationId", run.correlation_id.clone())
     .with("correlation_id", run.correlation_id.clone())
 }

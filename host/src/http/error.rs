@@ -38,6 +38,12 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    /// The stable machine-readable code.
+    #[cfg(test)]
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
     /// Adds a field to the JSON body beside `error` and `code`.
     pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.extra.insert(key.to_string(), value.into());
@@ -97,6 +103,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = self.extra;
         body.insert("error".into(), json!(self.message));
+        // `errorCode` is the name callers of Agent Framework hosting read.
+        body.insert("errorCode".into(), json!(self.code));
         body.insert("code".into(), json!(self.code));
         (self.status, Json(Value::Object(body))).into_response()
     }

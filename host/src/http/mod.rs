@@ -3,13 +3,16 @@
 mod agents;
 mod body;
 mod components;
+mod deprecation;
 mod error;
 mod health;
 mod instance_body;
 mod instances;
 mod orchestrators;
 mod run_body;
+mod run_request;
 mod runs;
+mod sessions;
 mod streams;
 
 pub use error::ApiError;
@@ -55,6 +58,12 @@ pub fn router(state: AppState) -> Router {
             "/api/agents/{name}/runs/{correlation_id}/stream",
             get(streams::get),
         )
+        .route(
+            "/api/agents/{name}/sessions/{session_id}",
+            get(sessions::get).delete(sessions::delete),
+        )
+        // Where callers of Agent Framework hosting read a conversation.
+        .route("/api/agents/{name}/{session_id}", get(sessions::get))
         .route("/api/components", get(components::list))
         .route("/api/orchestrators/{name}", post(orchestrators::start))
         .route(

@@ -8,53 +8,80 @@ use super::instance_body::Timestamp;
 use crate::core::chat::Usage;
 use crate::store::{RunRecord, RunStatus};
 
-/// A finished run, answered to a caller that asked for JSON.
+/// A finished run, answered to a caller that asked for JSON: camelCase
+/// fields, with the snake_case twins older callers read.
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub(super) struct RunCompleted<'a> {
     response: Value,
-    thread_id: &'a str,
+    agent_response: Value,
+    session_id: &'a str,
     correlation_id: &'a str,
+    message_count: u64,
     status: &'static str,
     usage: Usage,
+    #[serde(rename = "thread_id")]
+    thread_id_legacy: &'a str,
+    #[serde(rename = "correlation_id")]
+    correlation_id_legacy: &'a str,
+    #[serde(rename = "message_count")]
+    message_count_legacy: u64,
 }
 
 impl<'a> RunCompleted<'a> {
-    pub fn new(run: &'a RunRecord) -> Self {
+    pub fn new(run: &'a RunRecord, message_count: u64) -> Self {
+        let response = response_value(run);
         Self {
-            response: response_value(run),
-            thread_id: &run.thread_id,
+            agent_response: response.clone(),
+            response,
+            session_id: &run.thread_id,
             correlation_id: &run.correlation_id,
+            message_count,
             status: "success",
             usage: run.usage.unwrap_or_default(),
+            thread_id_legacy: &run.thread_id,
+            correlation_id_legacy: &run.correlation_id,
+            message_count_legacy: message_count,
         }
     }
 }
 
-/// A run accepted to finish later (`202`).
+/// A run accepted to finish later (`202`), with the snake_case twins.
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub(super) struct RunAccepted<'a> {
     status: &'static str,
     /// What the caller should do next, in words.
     response: &'a str,
     message: &'a str,
-    thread_id: &'a str,
+    session_id: &'a str,
     correlation_id: &'a str,
     /// Where the answer can be followed as it is written (SSE).
     stream_url: String,
+    #[serde(rename = "thread_id")]
+    thread_id_legacy: &'a str,
+    #[serde(rename = "correlation_id")]
+    correlation_id_legacy: &'a str,
+    #[serde(rename = "stream_url")]
+    stream_url_legacy: String,
 }
 
 impl<'a> RunAccepted<'a> {
     pub fn new(run: &'a RunRecord, note: &'a str) -> Self {
+        let stream_url = format!(
+            "/api/agents/{}/runs/{}/stream",
+            run.agent, run.correlation_id
+        );
         Self {
             status: "accepted",
             response: note,
             message: &run.message,
-            thread_id: &run.thread_id,
+            session_id: &run.thread_id,
             correlation_id: &run.correlation_id,
-            stream_url: format!(
-                "/api/agents/{}/runs/{}/stream",
-                run.agent, run.correlation_id
-            ),
+            stream_url_legacy: stream_url.clone(),
+            stream_url,
+            thread_id_legacy: &run.thread_id,
+            correlation_id_legacy: &run.correlation_id,
         }
     }
 }

@@ -100,6 +100,17 @@ impl Histories {
     }
 }
 
+impl Histories {
+    /// Forgets a session whose stored history changed outside its runs
+    /// (deleted through the API).
+    pub fn forget(&self, session: &SessionKey) {
+        let mut inner = self.inner();
+        if let Some(old) = inner.kept.pop(session) {
+            inner.bytes = inner.bytes.saturating_sub(old.bytes);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,9 @@ use tracing::Instrument;
 
 use crate::agents::{AgentError, AgentRunner, RunOutcome as AgentOutcome};
 use crate::registry::Registry;
-use crate::store::{NewRun, RunOutcome, RunRecord, RunStatus, SessionKey, Store, StoreError, Wake};
+use crate::store::{
+    Deletion, NewRun, RunOutcome, RunRecord, RunStatus, SessionKey, Store, StoreError, Wake,
+};
 use crate::streams::ResponseStreams;
 
 mod history;
@@ -122,6 +124,16 @@ impl Runs {
             self.wake_with(run.session, first);
         }
         Ok(enqueued.record)
+    }
+
+    /// Forgets a session (its history and the record of it), unless a run
+    /// of it has not ended.
+    pub async fn delete_session(&self, session: &SessionKey) -> Result<Deletion, StoreError> {
+        let deleted = self.store.delete_session(session).await?;
+        if let Some(histories) = &self.histories {
+            histories.forget(session);
+        }
+        Ok(deleted)
     }
 
     /// [`Self::submit`], then waits up to `budget` for the run to finish:

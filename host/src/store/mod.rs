@@ -37,7 +37,7 @@ pub use hub::{TaskHub, DEFAULT_HUB};
 pub use instances::{InstanceFilter, InstanceRecord, Loaded};
 pub use open::{Kind, Store};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
-pub use sessions::RunOutcome;
+pub use sessions::{Deletion, RunOutcome};
 pub use shared_hub::{Membership, Role, Wake};
 pub use streams::NewStreamRow;
 pub use tasks::TaskRow;

@@ -228,6 +228,95 @@ impl Store {
             .collect()
     }
 
+    /// How many messages the session holds.
+    pub async fn message_count(&self, session: &SessionKey) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM messages WHERE agent = $1 AND session_id = $2",
+        )
+        .bind(&session.agent)
+        .bind(&session.session_id)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// A page of the session's messages after `after` (a message number),
+    /// oldest first; `None` when there is no such session.
+    pub async fn messages_page(
+        &self,
+        session: &SessionKey,
+        after: i64,
+        limit: usize,
+    ) -> Result<Option<Vec<(i64, StoredMessage)>>, StoreError> {
+        let exists: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM sessions WHERE agent = $1 AND id = $2")
+                .bind(&session.agent)
+                .bind(&session.session_id)
+                .fetch_optional(self.pool())
+                .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let rows = sqlx::query(
+            "SELECT seq, correlation_id, body FROM messages WHERE agent = $1 AND session_id = $2 \
+             AND seq > $3 ORDER BY seq LIMIT $4",
+        )
+        .bind(&session.agent)
+        .bind(&session.session_id)
+        .bind(after)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let body: String = r.try_get("body")?;
+                let message: ChatMessage = serde_json::from_str(&body)
+                    .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?;
+                Ok((
+                    r.try_get("seq")?,
+                    StoredMessage {
+                        correlation_id: r.try_get("correlation_id")?,
+                        message,
+                    },
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+            .map(Some)
+    }
+
+    /// Forgets a session and its messages, unless a run of it has not
+    /// ended (a run under way would write to it).
+    pub async fn delete_session(&self, session: &SessionKey) -> Result<Deletion, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let deleted = sqlx::query(
+            "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND NOT EXISTS \
+             (SELECT 1 FROM runs r WHERE r.agent = $1 AND r.session_id = $2 AND r.status IN ('pending', 'running'))",
+        )
+        .bind(&session.agent)
+        .bind(&session.session_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let outcome = if deleted > 0 {
+            delete_messages(&mut tx, session).await?;
+            Deletion::Done
+        } else {
+            let exists: Option<i64> =
+                sqlx::query_scalar("SELECT 1 FROM sessions WHERE agent = $1 AND id = $2")
+                    .bind(&session.agent)
+                    .bind(&session.session_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if exists.is_some() {
+                Deletion::Busy
+            } else {
+                Deletion::Missing
+            }
+        };
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
     /// Deletes sessions idle since before `cutoff_ms` that have no unfinished
     /// run; returns how many.
     pub async fn expire_sessions(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
@@ -332,4 +421,13 @@ pub enum RunOutcome<'a> {
 
 fn unexpected(written: Written) -> StoreError {
     StoreError::Write(format!("the committer answered another write: {written:?}"))
+}
+
+/// What deleting a session found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deletion {
+    Done,
+    /// A run of the session has not ended.
+    Busy,
+    Missing,
 }

@@ -1,0 +1,119 @@
+//! A session's conversation: `GET /api/agents/{name}/sessions/{id}` (paged:
+//! `?after=N&limit=M`, `next` is the `after` of the next page),
+//! `GET /api/agents/{name}/{id}` (the route callers of Agent Framework
+//! hosting use), and `DELETE /api/agents/{name}/sessions/{id}`.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, AppState};
+use crate::core::chat::{Role, ToolCall};
+use crate::store::{Deletion, SessionKey};
+
+const DEFAULT_PAGE: usize = 1_000;
+const MAX_PAGE: usize = 10_000;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct PageQuery {
+    after: Option<i64>,
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Conversation {
+    agent: String,
+    session_id: String,
+    messages: Vec<Message>,
+    /// The `after` of the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Message {
+    seq: i64,
+    role: Role,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<ToolCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<String>,
+    correlation_id: String,
+}
+
+fn not_found(name: &str, id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "session_not_found",
+        format!("agent '{name}' has no session '{id}' (never used, expired, or deleted)"),
+    )
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+    Query(page): Query<PageQuery>,
+) -> Result<Response, ApiError> {
+    let limit = page.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_limit",
+            format!("limit must be 1 to {MAX_PAGE}"),
+        ));
+    }
+    let session = SessionKey {
+        agent: name.clone(),
+        session_id: id.clone(),
+    };
+    let rows = state
+        .store
+        .messages_page(&session, page.after.unwrap_or(0), limit)
+        .await?
+        .ok_or_else(|| not_found(&name, &id))?;
+    let next = (rows.len() == limit)
+        .then(|| rows.last().map(|(seq, _)| *seq))
+        .flatten();
+    let messages = rows
+        .into_iter()
+        .map(|(seq, stored)| Message {
+            seq,
+            role: stored.message.role,
+            content: stored.message.content,
+            tool_calls: stored.message.tool_calls,
+            tool_call_id: stored.message.tool_call_id,
+            correlation_id: stored.correlation_id,
+        })
+        .collect();
+    Ok(Json(Conversation {
+        agent: name,
+        session_id: id,
+        messages,
+        next,
+    })
+    .into_response())
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let session = SessionKey {
+        agent: name.clone(),
+        session_id: id.clone(),
+    };
+    match state.runs.delete_session(&session).await? {
+        Deletion::Done => Ok(StatusCode::NO_CONTENT.into_response()),
+        Deletion::Missing => Err(not_found(&name, &id)),
+        Deletion::Busy => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "session_busy",
+            format!("session '{id}' of agent '{name}' has a run under way: delete it once the run ended"),
+        )),
+    }
+}
