@@ -13,6 +13,7 @@ mod determinism;
 mod durable_engine;
 mod embedding;
 mod hot_reload;
+mod long_threads;
 mod management_api;
 mod model_endpoints;
 mod orchestration_durability;

@@ -277,6 +277,16 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_MAX_TOOL_ROUNDS", default_value_t = 8)]
     pub max_tool_rounds: usize,
 
+    /// Tokens (estimated, about 4 characters each) of a conversation sent to
+    /// the model at most: older whole turns are left out, the stored
+    /// conversation stays whole.
+    #[arg(
+        long,
+        env = "AGENTHOST_HISTORY_BUDGET_TOKENS",
+        default_value_t = 64_000
+    )]
+    pub history_budget_tokens: usize,
+
     /// Memory limit of one guest instance, in MiB.
     #[arg(long, env = "AGENTHOST_GUEST_MEMORY_MB", default_value_t = 128)]
     pub guest_memory_mb: usize,

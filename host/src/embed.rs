@@ -164,7 +164,13 @@ impl AgentHost {
             })?;
         }
 
-        let runner = AgentRunner::new(runtime.clone(), model, store.clone(), args.max_tool_rounds);
+        let runner = AgentRunner::new(
+            runtime.clone(),
+            model,
+            store.clone(),
+            args.max_tool_rounds,
+            args.history_budget_tokens,
+        );
         let streams = ResponseStreams::open(
             store.clone(),
             StreamSettings {

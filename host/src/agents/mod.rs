@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::core::history_window;
 use crate::model::{
     ChatMessage, ChatRequest, Deltas, ModelClient, ModelError, Role, ToolCall, Usage,
 };
@@ -143,20 +144,25 @@ pub struct AgentRunner {
     model: ModelClient,
     store: Store,
     max_tool_rounds: usize,
+    history_budget: usize,
 }
 
 impl AgentRunner {
+    /// `history_budget`: tokens (estimated) of the conversation sent to
+    /// the model at most; older whole turns are left out.
     pub fn new(
         runtime: Arc<Runtime>,
         model: ModelClient,
         store: Store,
         max_tool_rounds: usize,
+        history_budget: usize,
     ) -> Self {
         Self {
             runtime,
             model,
             store,
             max_tool_rounds: max_tool_rounds.max(1),
+            history_budget,
         }
     }
 
@@ -211,7 +217,15 @@ impl AgentRunner {
             if !agent.spec.instructions.is_empty() {
                 messages.push(ChatMessage::system(agent.spec.instructions.clone()));
             }
-            messages.extend(turn.history.iter().map(|m| m.message.clone()));
+            let all = turn.messages();
+            let from = history_window::start(&all, self.history_budget);
+            if from > 0 {
+                tracing::debug!(
+                    left_out = from,
+                    "older turns left out of the model's window"
+                );
+            }
+            messages.extend(all.into_iter().skip(from));
             let response = self
                 .model
                 .complete(

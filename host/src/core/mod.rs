@@ -1,5 +1,6 @@
 //! The durable engine's rules, and nothing else: ids, journal entries, replay,
-//! limits, and one `decide` function per lifecycle transition.
+//! limits, and one `decide` function per lifecycle transition; and the chat
+//! shapes with the rule of which part of a long conversation a model sees.
 //!
 //! Pure by construction: no tokio, sqlx or wasmtime is imported below this
 //! line, so every rule is unit-tested without wasm or a database. The layers
@@ -9,6 +10,7 @@
 
 pub mod chat;
 pub mod effects;
+pub mod history_window;
 pub mod ids;
 pub mod instance;
 pub mod journal;
