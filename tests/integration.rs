@@ -5,10 +5,12 @@
 mod support;
 
 mod agent_runs;
+mod approvals;
 mod async_runs;
 mod client_cli;
 mod components_dir;
 mod concurrency;
+mod credentials;
 mod determinism;
 mod durable_engine;
 mod embedding;

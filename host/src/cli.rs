@@ -287,6 +287,11 @@ pub struct ServeArgs {
     )]
     pub history_budget_tokens: usize,
 
+    /// How long a call of a tool marked `always-require` waits for a human's
+    /// decision (`POST …/runs/{id}/approvals`) before it counts as denied.
+    #[arg(long, env = "AGENTHOST_APPROVAL_TIMEOUT", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub approval_timeout: Duration,
+
     /// Memory limit of one guest instance, in MiB.
     #[arg(long, env = "AGENTHOST_GUEST_MEMORY_MB", default_value_t = 128)]
     pub guest_memory_mb: usize,

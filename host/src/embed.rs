@@ -113,6 +113,10 @@ impl AgentHost {
         let settings = ModelSettings::from_env().context("invalid model configuration")?;
         let model = ModelClient::new(settings, args.model_timeout)
             .context("could not create the model client")?;
+        model
+            .check_credential()
+            .await
+            .context("the model's credential cannot obtain a token")?;
         if model.is_offline() {
             tracing::warn!("no model endpoint configured (set OPENAI_BASE_URL/OPENAI_API_KEY/OPENAI_MODEL or AZURE_OPENAI_ENDPOINT/AZURE_OPENAI_DEPLOYMENT_NAME); answering with the built-in offline model");
         } else {
@@ -170,6 +174,7 @@ impl AgentHost {
             store.clone(),
             args.max_tool_rounds,
             args.history_budget_tokens,
+            args.approval_timeout,
         );
         let streams = ResponseStreams::open(
             store.clone(),

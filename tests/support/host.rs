@@ -8,7 +8,15 @@ use std::time::Duration;
 
 use super::{component, workspace, FakeModel};
 
-const MODEL_ENV: [&str; 9] = [
+const MODEL_ENV: [&str; 17] = [
+    "AGENTHOST_MODEL_CREDENTIAL",
+    "AGENTHOST_IMDS_ENDPOINT",
+    "IDENTITY_ENDPOINT",
+    "IDENTITY_HEADER",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_CLIENT_ID",
+    "AZURE_TENANT_ID",
+    "AZURE_AUTHORITY_HOST",
     "OPENAI_BASE_URL",
     "OPENAI_API_KEY",
     "OPENAI_MODEL",

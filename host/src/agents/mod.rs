@@ -8,20 +8,20 @@
 //! commit (a crash before it asks the model again for that answer).
 
 mod response_format;
+mod tools;
 
 pub use response_format::normalize as normalize_response_format;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::core::history_window;
-use crate::model::{
-    ChatMessage, ChatRequest, Deltas, ModelClient, ModelError, Role, ToolCall, Usage,
-};
+use crate::model::{ChatMessage, ChatRequest, Deltas, ModelClient, ModelError, Role, Usage};
 use crate::registry::ServedAgent;
-use crate::runtime::{Approval, GuestError, Runtime};
-use crate::store::{RunRecord, SessionKey, Store, StoreError, StoredMessage};
+use crate::runtime::{GuestError, Runtime};
+use crate::store::{now_ms, PendingCall, RunRecord, SessionKey, Store, StoreError, StoredMessage};
 
 /// Why a run ended without an answer. `code()` is the stable machine-readable
 /// name returned to HTTP callers.
@@ -37,6 +37,9 @@ pub enum AgentError {
     InvalidStructuredOutput(String),
     #[error("the model answered with neither text nor tool calls")]
     EmptyAnswer,
+    /// Not a failure: the run waits for decisions on these tool calls.
+    #[error("the run waits for a human's decision on {} tool call(s)", .0.len())]
+    AwaitingApproval(Vec<PendingCall>),
     #[error("agent '{0}' is no longer served")]
     AgentGone(String),
     #[error(transparent)]
@@ -48,6 +51,7 @@ impl AgentError {
         match self {
             Self::Model(ModelError::Unreachable { .. }) => "model_unreachable",
             Self::Model(ModelError::Unauthorized { .. }) => "model_unauthorized",
+            Self::Model(ModelError::Authentication { .. }) => "authentication_failed",
             Self::Model(ModelError::RateLimited { .. }) => "model_rate_limited",
             Self::Model(_) => "model_error",
             Self::Guest(GuestError::Deadline { .. } | GuestError::WallClock { .. }) => {
@@ -58,6 +62,7 @@ impl AgentError {
             Self::TooManyToolRounds(_) => "too_many_tool_rounds",
             Self::InvalidStructuredOutput(_) => "invalid_structured_output",
             Self::EmptyAnswer => "empty_answer",
+            Self::AwaitingApproval(_) => "awaiting_approval",
             Self::AgentGone(_) => "agent_not_found",
             Self::Store(_) => "store_error",
         }
@@ -145,17 +150,21 @@ pub struct AgentRunner {
     store: Store,
     max_tool_rounds: usize,
     history_budget: usize,
+    /// How long a tool call waits for a human before it counts as denied.
+    approval_timeout: Duration,
 }
 
 impl AgentRunner {
     /// `history_budget`: tokens (estimated) of the conversation sent to
-    /// the model at most; older whole turns are left out.
+    /// the model at most; older whole turns are left out. `approval_timeout`:
+    /// how long a tool call waits for a human's decision before it is denied.
     pub fn new(
         runtime: Arc<Runtime>,
         model: ModelClient,
         store: Store,
         max_tool_rounds: usize,
         history_budget: usize,
+        approval_timeout: Duration,
     ) -> Self {
         Self {
             runtime,
@@ -163,6 +172,7 @@ impl AgentRunner {
             store,
             max_tool_rounds: max_tool_rounds.max(1),
             history_budget,
+            approval_timeout,
         }
     }
 
@@ -203,12 +213,28 @@ impl AgentRunner {
                 Some((Role::Assistant, true)) => return self.finish(turn, usage, run),
                 // Tool calls outstanding (fresh, or interrupted mid-way by a crash).
                 Some((Role::Assistant, false)) | Some((Role::Tool, _))
-                    if has_unanswered_calls(&turn.messages()) =>
+                    if tools::has_unanswered_calls(&turn.messages()) =>
                 {
-                    for result in self.answer_tool_calls(agent, &turn.messages()).await? {
+                    let round = self
+                        .tool_round(agent, &turn.messages(), &run.correlation_id)
+                        .await?;
+                    for result in round.results {
                         turn.push(result);
                     }
                     turn.save(&self.store, &session).await?;
+                    if !round.pending.is_empty() {
+                        let deadline = now_ms().saturating_add(
+                            i64::try_from(self.approval_timeout.as_millis()).unwrap_or(i64::MAX),
+                        );
+                        self.store
+                            .request_approvals(&run.correlation_id, &round.pending, deadline)
+                            .await?;
+                        tracing::info!(
+                            calls = round.pending.len(),
+                            "the run waits for a human's approval of tool calls"
+                        );
+                        return Err(AgentError::AwaitingApproval(round.pending));
+                    }
                     continue;
                 }
                 _ => {}
@@ -334,78 +360,4 @@ impl AgentRunner {
             ))),
         }
     }
-
-    /// Runs the calls of the last assistant message that have no result yet.
-    async fn answer_tool_calls(
-        &self,
-        agent: &ServedAgent,
-        history: &[ChatMessage],
-    ) -> Result<Vec<ChatMessage>, AgentError> {
-        let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
-            return Ok(Vec::new());
-        };
-        let answered: Vec<&str> = history[at + 1..]
-            .iter()
-            .filter_map(|m| m.tool_call_id.as_deref())
-            .collect();
-        let mut results = Vec::new();
-        for call in history[at]
-            .tool_calls
-            .iter()
-            .filter(|c| !answered.contains(&c.id.as_str()))
-        {
-            let content = self.call_tool(agent, call).await?;
-            results.push(ChatMessage::tool_result(call.id.clone(), content));
-        }
-        Ok(results)
-    }
-
-    /// A tool's failure is told to the model (it may recover); a guest that
-    /// traps or runs out of time fails the run.
-    async fn call_tool(&self, agent: &ServedAgent, call: &ToolCall) -> Result<String, AgentError> {
-        let name = &call.function.name;
-        let activity = agent
-            .spec
-            .tools
-            .contains(name)
-            .then(|| agent.component.manifest.activity(name))
-            .flatten();
-        let Some(activity) = activity else {
-            return Ok(tool_error(&format!("there is no tool named '{name}'")));
-        };
-        if activity.approval == Approval::AlwaysRequire {
-            return Ok(tool_error(&format!(
-                "tool '{name}' requires a human's approval and was not run"
-            )));
-        }
-        tracing::info!(agent = %agent.spec.name, tool = %name, "calling tool");
-        let arguments = if call.function.arguments.trim().is_empty() {
-            "{}"
-        } else {
-            &call.function.arguments
-        };
-        match self
-            .runtime
-            .invoke_activity(&agent.component, name, arguments)
-            .await?
-        {
-            Ok(result) => Ok(result),
-            Err(failure) => Ok(tool_error(&failure.to_string())),
-        }
-    }
-}
-
-fn has_unanswered_calls(history: &[ChatMessage]) -> bool {
-    let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
-        return false;
-    };
-    let answered = history[at + 1..]
-        .iter()
-        .filter(|m| m.role == Role::Tool)
-        .count();
-    answered < history[at].tool_calls.len()
-}
-
-fn tool_error(message: &str) -> String {
-    serde_json::json!({ "error": message }).to_string()
 }

@@ -124,6 +124,8 @@ async fn agent_call(
             Ok(Some(run)) if run.status == RunStatus::Completed => {
                 return Outcome::Done(Ok(run.response.unwrap_or_default()))
             }
+            // A human decides on a tool call: the run goes on afterwards.
+            Ok(Some(run)) if run.status == RunStatus::AwaitingApproval => continue,
             Ok(Some(run)) => {
                 let error = run.error.unwrap_or_else(|| "the run failed".into());
                 return Outcome::Done(Err(format!("agent '{agent}' failed: {error}")));

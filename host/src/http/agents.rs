@@ -10,7 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::body::read_limited;
-use super::run_body::{error_code, RunAccepted, RunCompleted};
+use super::run_body::{error_code, RunAccepted, RunAwaiting, RunCompleted};
 use super::run_request::{self, JsonBody, Names};
 use super::{deprecation, streams, ApiError, AppState};
 use crate::agents::normalize_response_format;
@@ -95,6 +95,14 @@ pub async fn run(
         match done {
             Some(done) if done.status == RunStatus::Completed => {
                 completed(&state, &done, wants_json(&headers)).await?
+            }
+            Some(waiting) if waiting.status == RunStatus::AwaitingApproval => {
+                let pending = state
+                    .store
+                    .pending_approvals(&waiting.correlation_id)
+                    .await?;
+                let body = Json(RunAwaiting::new(&waiting, pending));
+                with_run_headers((StatusCode::ACCEPTED, body).into_response(), &waiting)
             }
             Some(failed) => return Err(run_failed(&failed)),
             None => accepted(

@@ -102,14 +102,23 @@ pub(super) struct AgentRunRef {
     pub correlation_id: String,
     pub status: crate::store::RunStatus,
     pub stream_url: String,
+    /// Tool calls the run waits for a human to decide on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<crate::store::PendingCall>,
 }
 
 impl AgentRunRef {
-    pub fn new(run: &crate::store::RunRecord) -> Self {
+    pub fn new(run: &crate::store::RunRecord, pending: Vec<crate::store::PendingCall>) -> Self {
+        let status = if pending.is_empty() {
+            run.status
+        } else {
+            crate::store::RunStatus::AwaitingApproval
+        };
         Self {
             agent: run.agent.clone(),
             correlation_id: run.correlation_id.clone(),
-            status: run.status,
+            status,
+            pending_approvals: pending,
             stream_url: format!(
                 "/api/agents/{}/runs/{}/stream",
                 run.agent,

@@ -93,7 +93,16 @@ pub async fn get(
             .store
             .runs_of_instance(&id, instance.execution)
             .await?;
-        body.agent_runs = Some(runs.iter().map(AgentRunRef::new).collect());
+        let mut refs = Vec::with_capacity(runs.len());
+        for run in &runs {
+            let pending = if run.status.is_finished() {
+                Vec::new()
+            } else {
+                state.store.pending_approvals(&run.correlation_id).await?
+            };
+            refs.push(AgentRunRef::new(run, pending));
+        }
+        body.agent_runs = Some(refs);
     }
     let status = if instance.status.is_finished() {
         StatusCode::OK

@@ -1,6 +1,7 @@
 //! The HTTP surface. Handlers parse and answer; the work happens in `runs`.
 
 mod agents;
+mod approvals;
 mod body;
 mod components;
 mod deprecation;
@@ -57,6 +58,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/agents/{name}/runs/{correlation_id}/stream",
             get(streams::get),
+        )
+        .route(
+            "/api/agents/{name}/runs/{correlation_id}/approvals",
+            post(approvals::decide),
         )
         .route(
             "/api/agents/{name}/sessions/{session_id}",

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::instance_body::Timestamp;
 use crate::core::chat::Usage;
-use crate::store::{RunRecord, RunStatus};
+use crate::store::{PendingCall, RunRecord, RunStatus};
 
 /// A finished run, answered to a caller that asked for JSON: camelCase
 /// fields, with the snake_case twins older callers read.
@@ -86,6 +86,39 @@ impl<'a> RunAccepted<'a> {
     }
 }
 
+/// A run that waits for a human's decision on tool calls (`202`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RunAwaiting<'a> {
+    status: &'static str,
+    session_id: &'a str,
+    correlation_id: &'a str,
+    pending_approvals: Vec<PendingCall>,
+    /// Where to post a decision: `{call_id, approved, reason?}`.
+    approvals_url: String,
+    run_url: String,
+    #[serde(rename = "thread_id")]
+    thread_id_legacy: &'a str,
+    #[serde(rename = "correlation_id")]
+    correlation_id_legacy: &'a str,
+}
+
+impl<'a> RunAwaiting<'a> {
+    pub fn new(run: &'a RunRecord, pending: Vec<PendingCall>) -> Self {
+        let run_url = format!("/api/agents/{}/runs/{}", run.agent, run.correlation_id);
+        Self {
+            status: "awaiting_approval",
+            session_id: &run.thread_id,
+            correlation_id: &run.correlation_id,
+            pending_approvals: pending,
+            approvals_url: format!("{run_url}/approvals"),
+            run_url,
+            thread_id_legacy: &run.thread_id,
+            correlation_id_legacy: &run.correlation_id,
+        }
+    }
+}
+
 /// A run as `GET /api/agents/{name}/runs/{id}` shows it.
 #[derive(Debug, Serialize)]
 pub(super) struct RunView<'a> {
@@ -100,15 +133,25 @@ pub(super) struct RunView<'a> {
     usage: Option<Usage>,
     created_at: Timestamp,
     updated_at: Timestamp,
+    /// Tool calls the run waits for a human to decide on.
+    #[serde(rename = "pendingApprovals", skip_serializing_if = "Vec::is_empty")]
+    pending_approvals: Vec<PendingCall>,
 }
 
 impl<'a> RunView<'a> {
-    pub fn new(run: &'a RunRecord) -> Self {
+    /// The run; waiting for decisions on `pending` calls if any.
+    pub fn new(run: &'a RunRecord, pending: Vec<PendingCall>) -> Self {
+        let status = if pending.is_empty() || run.status.is_finished() {
+            run.status
+        } else {
+            RunStatus::AwaitingApproval
+        };
         Self {
+            pending_approvals: pending,
             correlation_id: &run.correlation_id,
             agent: &run.agent,
             thread_id: &run.thread_id,
-            status: run.status,
+            status,
             message: &run.message,
             response: run.response.as_ref().map(|_| response_value(run)),
             error: run.error.as_deref(),

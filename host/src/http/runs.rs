@@ -13,7 +13,14 @@ pub async fn get(
     Path((name, correlation_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     match state.store.run(&correlation_id).await? {
-        Some(run) if run.agent == name => Ok(Json(RunView::new(&run)).into_response()),
+        Some(run) if run.agent == name => {
+            let pending = if run.status.is_finished() {
+                Vec::new()
+            } else {
+                state.store.pending_approvals(&correlation_id).await?
+            };
+            Ok(Json(RunView::new(&run, pending)).into_response())
+        }
         _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "run_not_found",

@@ -5,6 +5,7 @@
 //! OpenAI-compatible or Azure OpenAI endpoint, and a deterministic offline model
 //! used when nothing is configured, so that every endpoint still works.
 
+mod credential;
 mod offline;
 mod openai;
 mod settings;
@@ -52,6 +53,12 @@ pub enum ModelError {
     RateLimited { attempts: usize },
     #[error("the model's answer could not be read: {0}")]
     BadResponse(String),
+    /// The message callers of Agent Framework hosting know, with the
+    /// credential tried and why it failed (never a secret).
+    #[error(
+        "authentication failed: verify login and access (credential tried: {tried}): {reason}"
+    )]
+    Authentication { tried: String, reason: String },
 }
 
 /// The host's connection to a model: remote endpoint or offline stand-in.
@@ -61,17 +68,26 @@ pub struct ModelClient {
 
 enum Backend {
     Offline,
-    Remote(openai::RemoteModel),
+    Remote(Box<openai::RemoteModel>),
 }
 
 impl ModelClient {
     /// Builds the client the settings describe.
     pub fn new(settings: ModelSettings, timeout: Duration) -> Result<Self, ModelError> {
+        let vars = std::env::vars().collect();
         let backend = match settings {
             ModelSettings::Offline => Backend::Offline,
-            remote => Backend::Remote(openai::RemoteModel::new(remote, timeout)?),
+            remote => Backend::Remote(Box::new(openai::RemoteModel::new(remote, timeout, &vars)?)),
         };
         Ok(Self { backend })
+    }
+
+    /// Fails fast when the configured credential cannot obtain a token.
+    pub async fn check_credential(&self) -> Result<(), ModelError> {
+        match &self.backend {
+            Backend::Offline => Ok(()),
+            Backend::Remote(remote) => remote.check_credential().await,
+        }
     }
 
     /// True when answers come from the built-in offline model.

@@ -4,16 +4,18 @@
 //! An endpoint that ignores `stream` and answers with one JSON object is
 //! read as such.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, AUTHORIZATION, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::credential::Credential;
 use super::stream::{Assembly, Chunk};
 use super::{ChatMessage, ChatRequest, ChatResponse, Deltas, ModelError, ModelSettings, Usage};
 
@@ -25,6 +27,7 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 pub struct RemoteModel {
     http: reqwest::Client,
     endpoint: Endpoint,
+    credential: Credential,
 }
 
 enum Endpoint {
@@ -46,70 +49,90 @@ struct Attempt {
 }
 
 impl RemoteModel {
-    pub fn new(settings: ModelSettings, timeout: Duration) -> Result<Self, ModelError> {
-        let mut headers = HeaderMap::new();
-        let (endpoint, auth) = match settings {
+    pub fn new(
+        settings: ModelSettings,
+        timeout: Duration,
+        vars: &HashMap<String, String>,
+    ) -> Result<Self, ModelError> {
+        let (endpoint, key, key_header, bearer) = match settings {
             ModelSettings::OpenAi {
                 base_url,
                 api_key,
                 model,
-            } => {
-                let auth = api_key.map(|k| (AUTHORIZATION.as_str(), format!("Bearer {k}")));
-                (Endpoint::OpenAi { base_url, model }, auth)
-            }
+            } => (
+                Endpoint::OpenAi { base_url, model },
+                api_key,
+                AUTHORIZATION,
+                true,
+            ),
             ModelSettings::Azure {
                 endpoint,
                 deployment,
                 api_key,
                 api_version,
-            } => {
-                let auth = api_key.map(|k| ("api-key", k));
-                (
-                    Endpoint::Azure {
-                        endpoint,
-                        deployment,
-                        api_version,
-                    },
-                    auth,
-                )
-            }
+            } => (
+                Endpoint::Azure {
+                    endpoint,
+                    deployment,
+                    api_version,
+                },
+                api_key,
+                HeaderName::from_static("api-key"),
+                false,
+            ),
             ModelSettings::Offline => {
                 return Err(ModelError::BadResponse(
                     "offline settings given to the remote model".into(),
                 ))
             }
         };
-        if let Some((name, value)) = auth {
-            let mut value =
-                HeaderValue::from_str(&value).map_err(|_| ModelError::Unauthorized {
-                    status: 0,
-                    body: "the API key contains characters that cannot be sent in a header".into(),
-                })?;
-            value.set_sensitive(true);
-            headers.insert(name, value);
-        }
+        let credential =
+            Credential::from_vars(vars, key.as_deref(), key_header, bearer).map_err(|e| {
+                ModelError::Authentication {
+                    tried: "configuration".into(),
+                    reason: e.to_string(),
+                }
+            })?;
         let http = reqwest::Client::builder()
-            .default_headers(headers)
             .timeout(timeout)
             .build()
             .map_err(|e| ModelError::Unreachable {
                 url: String::new(),
                 reason: e.to_string(),
             })?;
-        Ok(Self { http, endpoint })
+        Ok(Self {
+            http,
+            endpoint,
+            credential,
+        })
+    }
+
+    /// Obtains a token now when the credential uses tokens, so that a host
+    /// that cannot authenticate says so at start.
+    pub async fn check_credential(&self) -> Result<(), ModelError> {
+        if self.credential.uses_tokens() {
+            self.credential.header().await?;
+        }
+        Ok(())
     }
 
     pub fn describe(&self) -> String {
         match &self.endpoint {
             Endpoint::OpenAi { base_url, model } => {
-                format!("OpenAI-compatible model {model} at {base_url}")
+                format!(
+                    "OpenAI-compatible model {model} at {base_url}, with {}",
+                    self.credential.describe()
+                )
             }
             Endpoint::Azure {
                 endpoint,
                 deployment,
                 ..
             } => {
-                format!("Azure OpenAI deployment {deployment} at {endpoint}")
+                format!(
+                    "Azure OpenAI deployment {deployment} at {endpoint}, with {}",
+                    self.credential.describe()
+                )
             }
         }
     }
@@ -188,7 +211,11 @@ impl RemoteModel {
             error,
             retry_after: None,
         };
-        let response = self.http.post(url).json(body).send().await.map_err(|e| {
+        let mut request = self.http.post(url).json(body);
+        if let Some((name, value)) = self.credential.header().await.map_err(fail)? {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.map_err(|e| {
             fail(ModelError::Unreachable {
                 url: redact_query(url),
                 reason: error_chain(&e),
@@ -322,6 +349,7 @@ impl WireResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reqwest::header::HeaderValue;
 
     #[test]
     fn retry_after_prefers_milliseconds_and_caps_long_pauses() {

@@ -18,7 +18,8 @@ use tracing::Instrument;
 use crate::agents::{AgentError, AgentRunner, RunOutcome as AgentOutcome};
 use crate::registry::Registry;
 use crate::store::{
-    Deletion, NewRun, RunOutcome, RunRecord, RunStatus, SessionKey, Store, StoreError, Wake,
+    Decided, Decision, Deletion, NewRun, RunOutcome, RunRecord, RunStatus, SessionKey, Store,
+    StoreError, Wake,
 };
 use crate::streams::ResponseStreams;
 
@@ -49,6 +50,9 @@ struct Finished {
     correlation_id: String,
     record: Option<Arc<RunRecord>>,
 }
+
+/// How often tool calls past their approval deadline are denied.
+const APPROVAL_SWEEP: Duration = Duration::from_secs(1);
 
 /// Bytes of hot sessions' histories kept between their runs.
 const HISTORY_BUDGET: usize = 64 << 20;
@@ -126,6 +130,58 @@ impl Runs {
         Ok(enqueued.record)
     }
 
+    /// Records a human's decision on a tool call and wakes the run.
+    pub async fn decide(
+        self: &Arc<Self>,
+        correlation_id: &str,
+        call_id: &str,
+        decision: Decision,
+    ) -> Result<Decided, StoreError> {
+        let decided = self
+            .store
+            .decide(correlation_id, call_id, &decision)
+            .await?;
+        if let Decided::Recorded(session) = &decided {
+            tracing::info!(
+                correlation_id,
+                call_id,
+                approved = decision.approved,
+                "tool call decided"
+            );
+            self.resume(session.clone()).await;
+        }
+        Ok(decided)
+    }
+
+    /// Wakes a session whose run can go on: here, and the host that owns
+    /// it on a shared hub.
+    async fn resume(self: &Arc<Self>, session: SessionKey) {
+        if let Err(e) = self.store.announce_sessions().await {
+            tracing::warn!(error = %e, "could not tell the other hosts; they look again within a second");
+        }
+        self.wake(session);
+    }
+
+    /// Denies, once a second, the tool calls whose approval deadline passed.
+    async fn expire_approvals(self: Arc<Self>) {
+        let mut ticker = tokio::time::interval(APPROVAL_SWEEP);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                () = self.stopping.cancelled() => return,
+            }
+            match self.store.expire_approvals(crate::store::now_ms()).await {
+                Ok(sessions) => {
+                    for session in sessions {
+                        tracing::info!(agent = %session.agent, session = %session.session_id, "tool calls denied: no decision before the deadline");
+                        self.resume(session).await;
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not expire tool approvals"),
+            }
+        }
+    }
+
     /// Forgets a session (its history and the record of it), unless a run
     /// of it has not ended.
     pub async fn delete_session(&self, session: &SessionKey) -> Result<Deletion, StoreError> {
@@ -158,6 +214,11 @@ impl Runs {
     pub fn start(self: &Arc<Self>) {
         let this = self.clone();
         self.tracker.spawn(async move { this.follow().await });
+        if self.works {
+            let this = self.clone();
+            self.tracker
+                .spawn(async move { this.expire_approvals().await });
+        }
     }
 
     async fn follow(self: Arc<Self>) {
@@ -302,11 +363,12 @@ impl Runs {
             };
             match next {
                 Ok(Some(run)) => {
-                    self.execute(run).await;
-                    // A run handed over was the session's only one: unless
-                    // another arrived meanwhile (it woke this worker), there
-                    // is nothing to look for.
-                    if was_handed && !self.workers.look_again(&session) {
+                    let ended = self.execute(run).await;
+                    // A run handed over was the session's only one, and a
+                    // run waiting for a human holds the session up: unless
+                    // something arrived meanwhile (it woke this worker: a
+                    // decision, a new run), there is nothing to look for.
+                    if (was_handed || !ended) && !self.workers.look_again(&session) {
                         return;
                     }
                 }
@@ -324,12 +386,14 @@ impl Runs {
     /// Runs inside a span with the run's ids. `Instrument`, not `Span::enter`:
     /// an entered guard held across `.await` corrupts the span stack when the
     /// task moves between worker threads.
-    async fn execute(&self, run: RunRecord) {
+    /// Executes a run; false when it waits for a human's decision (it is
+    /// not ended, and nothing of it stays in memory).
+    async fn execute(&self, run: RunRecord) -> bool {
         let span = tracing::info_span!("run", agent = %run.agent, session = %run.thread_id, correlation_id = %run.correlation_id);
-        self.execute_in_span(run).instrument(span).await;
+        self.execute_in_span(run).instrument(span).await
     }
 
-    async fn execute_in_span(&self, run: RunRecord) {
+    async fn execute_in_span(&self, run: RunRecord) -> bool {
         let id = run.correlation_id.clone();
         let session = run.session();
         let stream = self.streams.writer(&id);
@@ -347,6 +411,16 @@ impl Runs {
             Ok((agent, history)) => self.runner.run(&agent, &run, history, &deltas).await,
             Err(e) => Err(e),
         };
+        if let Err(AgentError::AwaitingApproval(_)) = &result {
+            // Its history moved on in the store (the tool round): not kept.
+            let mut record = run.clone();
+            record.status = RunStatus::AwaitingApproval;
+            let _ = self.finished.send(Finished {
+                correlation_id: id,
+                record: Some(Arc::new(record)),
+            });
+            return false;
+        }
         let ended = match &result {
             Ok(outcome) => {
                 let unsaved = outcome.unsaved();
@@ -398,6 +472,7 @@ impl Runs {
             correlation_id: id,
             record: record.map(Arc::new),
         });
+        true
     }
 
     /// Stops taking new runs and waits up to `grace` for the ones executing.

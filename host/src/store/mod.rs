@@ -7,6 +7,7 @@
 //! one task hub. The two differ only in [`tx::Tx`] and in their writer loop.
 
 mod apply;
+mod approvals;
 mod claims;
 mod episodes;
 mod group_commit;
@@ -31,6 +32,7 @@ mod versions;
 mod writes;
 
 pub use apply::{Applied, Target};
+pub use approvals::{Decided, Decision, PendingCall};
 pub use episodes::{Image, InboxRow};
 pub use group_commit::InboxSink;
 pub use hub::{TaskHub, DEFAULT_HUB};

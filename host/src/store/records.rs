@@ -14,10 +14,12 @@ pub struct SessionKey {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Pending,
     Running,
+    /// Shown, never stored: the run waits for decisions on tool calls.
+    AwaitingApproval,
     Completed,
     Failed,
 }
@@ -27,6 +29,7 @@ impl RunStatus {
         match self {
             Self::Pending => "pending",
             Self::Running => "running",
+            Self::AwaitingApproval => "awaiting_approval",
             Self::Completed => "completed",
             Self::Failed => "failed",
         }

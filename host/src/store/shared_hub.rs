@@ -362,6 +362,15 @@ impl Store {
         self.shared().map(SharedHub::subscribe)
     }
 
+    /// Tells the other hosts of a shared hub to look at their sessions (a
+    /// run can go on); nothing on a store no other host shares.
+    pub async fn announce_sessions(&self) -> Result<(), StoreError> {
+        match self.shared() {
+            Some(hub) => notify(self.pool(), &hub.channel, &hub.sessions_payload()).await,
+            None => Ok(()),
+        }
+    }
+
     /// This host's owner id on a shared hub, when it runs work.
     pub fn owner_id(&self) -> Option<&str> {
         self.shared().and_then(SharedHub::owner)

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use agenthost_guest::{Component, Context, Orchestration, RetryPolicy, Tool};
+use agenthost_guest::{Agent, Approval, Component, Context, Orchestration, RetryPolicy, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -208,8 +208,34 @@ fn both_waits(ctx: &Context, _input: Value) -> Result<Vec<Value>, String> {
 #[derive(Deserialize, Serialize, JsonSchema)]
 struct Anything(Value);
 
+/// Arguments of `refund`, a tool a human must approve.
+#[derive(Deserialize, JsonSchema)]
+struct Refund {
+    /// The order to refund.
+    order: String,
+    /// The amount, in cents.
+    amount: u32,
+}
+
+/// Asks the `clerk` agent, whose `refund` tool needs a human's approval.
+fn ask_clerk(ctx: &Context, message: String) -> Result<String, String> {
+    Ok(ctx.call_agent("clerk", message).wait()?)
+}
+
 fn component() -> Component {
     Component::new()
+        .agent(
+            Agent::new("clerk")
+                .description("Handles refunds; every refund needs a human's approval")
+                .instructions("Refund orders when asked.")
+                .tool("refund"),
+        )
+        .tool(
+            Tool::new("refund", "Refunds an order", |r: Refund| {
+                Ok::<_, String>(json!({"refunded": r.order, "amount": r.amount}))
+            })
+            .approval(Approval::AlwaysRequire),
+        )
         .tool(Tool::new("echo", "Returns its input", |v: Anything| {
             Ok::<_, String>(v.0)
         }))
@@ -243,6 +269,7 @@ fn component() -> Component {
         .orchestration(Orchestration::new("failing", failing))
         .orchestration(Orchestration::new("big_output", big_output))
         .orchestration(Orchestration::new("ask_writer", ask_writer))
+        .orchestration(Orchestration::new("ask_clerk", ask_clerk))
         .orchestration(Orchestration::new("agent_loop", agent_loop))
         .orchestration(Orchestration::new("sleeper", sleeper))
         .orchestration(Orchestration::new("greedy_retry", greedy_retry))

@@ -1,0 +1,97 @@
+//! `POST /api/agents/{name}/runs/{correlation_id}/approvals`: a human's
+//! decision on a tool call the run waits for: `{"call_id" | "callId",
+//! "approved", "reason"?}`. Approved, the tool runs; denied, the model is
+//! told so (with the reason). 202: the run goes on (follow it with its
+//! `runUrl` or `streamUrl`).
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, AppState};
+use crate::store::{Decided, Decision};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    #[serde(alias = "callId")]
+    call_id: String,
+    approved: bool,
+    reason: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Accepted {
+    status: &'static str,
+    correlation_id: String,
+    call_id: String,
+    approved: bool,
+    run_url: String,
+    stream_url: String,
+}
+
+pub async fn decide(
+    State(state): State<AppState>,
+    Path((name, correlation_id)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let body: DecisionBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_decision",
+            format!("the body must be {{\"call_id\": \"...\", \"approved\": true|false, \"reason\": \"...\"}}: {e}"),
+        )
+    })?;
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "approval_not_found",
+            format!(
+                "run '{correlation_id}' of agent '{name}' waits for no decision on call '{}'",
+                body.call_id
+            ),
+        )
+    };
+    match state.store.run(&correlation_id).await? {
+        Some(run) if run.agent == name => {}
+        _ => return Err(not_found()),
+    }
+    let decision = Decision {
+        approved: body.approved,
+        reason: body.reason.clone().filter(|r| !r.trim().is_empty()),
+    };
+    match state
+        .runs
+        .decide(&correlation_id, &body.call_id, decision)
+        .await?
+    {
+        Decided::Recorded(_) => {
+            let run_url = format!("/api/agents/{name}/runs/{correlation_id}");
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(Accepted {
+                    status: "accepted",
+                    stream_url: format!("{run_url}/stream"),
+                    run_url,
+                    correlation_id,
+                    call_id: body.call_id,
+                    approved: body.approved,
+                }),
+            )
+                .into_response())
+        }
+        Decided::Already { approved } => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_decided",
+            format!(
+                "call '{}' was already {}",
+                body.call_id,
+                if approved { "approved" } else { "denied" }
+            ),
+        )),
+        Decided::Unknown => Err(not_found()),
+    }
+}

@@ -1,0 +1,196 @@
+//! Tool calls waiting for a human's decision. Plain SQL both databases run
+//! as written: these writes are rare (a request, a decision, a timeout), so
+//! they take the pool rather than the run path's writer.
+
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{now_ms, SessionKey, Store, StoreError};
+
+/// A tool call that needs a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingCall {
+    pub call_id: String,
+    pub tool: String,
+    /// The arguments as the model wrote them (JSON text).
+    pub arguments: String,
+}
+
+/// A decision on a tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub approved: bool,
+    pub reason: Option<String>,
+}
+
+/// What recording a decision found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    /// Recorded; the run's session is to be woken.
+    Recorded(SessionKey),
+    /// Decided before (the same way or not): nothing changed.
+    Already { approved: bool },
+    /// No such call waits in this run.
+    Unknown,
+}
+
+impl Store {
+    /// Asks for decisions on `calls` of a run (calls asked before keep their
+    /// first request and deadline).
+    pub async fn request_approvals(
+        &self,
+        correlation_id: &str,
+        calls: &[PendingCall],
+        deadline: i64,
+    ) -> Result<(), StoreError> {
+        let now = now_ms();
+        let mut tx = self.pool().begin().await?;
+        for call in calls {
+            sqlx::query(
+                "INSERT INTO approvals (correlation_id, call_id, tool, arguments, requested_at, deadline) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (correlation_id, call_id) DO NOTHING",
+            )
+            .bind(correlation_id)
+            .bind(&call.call_id)
+            .bind(&call.tool)
+            .bind(&call.arguments)
+            .bind(now)
+            .bind(deadline)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Decisions made on a run's calls, by call id.
+    pub async fn decisions(
+        &self,
+        correlation_id: &str,
+    ) -> Result<Vec<(String, Decision)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT call_id, decision, reason FROM approvals \
+             WHERE correlation_id = $1 AND decision IS NOT NULL",
+        )
+        .bind(correlation_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let decision: String = r.try_get("decision")?;
+                Ok((
+                    r.try_get("call_id")?,
+                    Decision {
+                        approved: decision == "approved",
+                        reason: r.try_get("reason")?,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// A run's calls still waiting for a decision.
+    pub async fn pending_approvals(
+        &self,
+        correlation_id: &str,
+    ) -> Result<Vec<PendingCall>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT call_id, tool, arguments FROM approvals \
+             WHERE correlation_id = $1 AND decision IS NULL ORDER BY requested_at, call_id",
+        )
+        .bind(correlation_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(PendingCall {
+                    call_id: r.try_get("call_id")?,
+                    tool: r.try_get("tool")?,
+                    arguments: r.try_get("arguments")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Records a human's decision on a waiting call.
+    pub async fn decide(
+        &self,
+        correlation_id: &str,
+        call_id: &str,
+        decision: &Decision,
+    ) -> Result<Decided, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let changed = sqlx::query(
+            "UPDATE approvals SET decision = $1, reason = $2, decided_at = $3 \
+             WHERE correlation_id = $4 AND call_id = $5 AND decision IS NULL",
+        )
+        .bind(if decision.approved {
+            "approved"
+        } else {
+            "denied"
+        })
+        .bind(&decision.reason)
+        .bind(now_ms())
+        .bind(correlation_id)
+        .bind(call_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let outcome = if changed > 0 {
+            let row = sqlx::query("SELECT agent, session_id FROM runs WHERE correlation_id = $1")
+                .bind(correlation_id)
+                .fetch_one(&mut *tx)
+                .await?;
+            Decided::Recorded(SessionKey {
+                agent: row.try_get("agent")?,
+                session_id: row.try_get("session_id")?,
+            })
+        } else {
+            let earlier: Option<Option<String>> = sqlx::query_scalar(
+                "SELECT decision FROM approvals WHERE correlation_id = $1 AND call_id = $2",
+            )
+            .bind(correlation_id)
+            .bind(call_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            match earlier.flatten() {
+                Some(d) => Decided::Already {
+                    approved: d == "approved",
+                },
+                None => Decided::Unknown,
+            }
+        };
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// Denies every call whose deadline passed; returns the sessions whose
+    /// runs can now go on.
+    pub async fn expire_approvals(&self, now: i64) -> Result<Vec<SessionKey>, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let rows = sqlx::query(
+            "SELECT DISTINCT r.agent, r.session_id FROM approvals a JOIN runs r ON r.correlation_id = a.correlation_id \
+             WHERE a.decision IS NULL AND a.deadline <= $1",
+        )
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE approvals SET decision = 'denied', reason = 'no decision before the approval deadline', \
+             decided_at = $1 WHERE decision IS NULL AND deadline <= $1",
+        )
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                Ok(SessionKey {
+                    agent: r.try_get("agent")?,
+                    session_id: r.try_get("session_id")?,
+                })
+            })
+            .collect()
+    }
+}
