@@ -125,6 +125,9 @@ fn bearer(model: &FakeModel, index: usize) -> String {
         .to_string()
 }
 
+/// A credential, the environment it needs, the header the model must see.
+type Case = (&'static str, Vec<(&'static str, String)>, &'static str);
+
 #[tokio::test(flavor = "multi_thread")]
 async fn each_credential_puts_its_bearer_token_on_the_model_requests() {
     let (tokens_url, tokens) = start_tokens().await;
@@ -136,10 +139,6 @@ async fn each_credential_puts_its_bearer_token_on_the_model_requests() {
          echo '{\"accessToken\": \"cli-token\", \"expires_on\": 4102444800, \"tokenType\": \"Bearer\"}'\n",
     )
     .unwrap();
-    std::os::unix::fs::PermissionsExt::set_mode(
-        &mut std::fs::metadata(&az).unwrap().permissions(),
-        0o755,
-    );
     std::fs::set_permissions(&az, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let token_file = stub.path().join("federated");
     std::fs::write(&token_file, "federated-jwt\n").unwrap();
@@ -149,7 +148,7 @@ async fn each_credential_puts_its_bearer_token_on_the_model_requests() {
         std::env::var("PATH").unwrap_or_default()
     );
 
-    let cases: Vec<(&str, Vec<(&str, String)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "managed-identity",
             vec![("AGENTHOST_IMDS_ENDPOINT", format!("{tokens_url}/imds"))],
