@@ -383,3 +383,113 @@ async fn the_spam_sample_branches_on_the_repaired_validated_verdict() {
         "one repair round, no reply drafted"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn per_agent_settings_reach_the_model_and_the_session_sums_its_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let settings = dir.path().join("agents.toml");
+    std::fs::write(
+        &settings,
+        "[agents.writer]\nmodel = \"gpt-writer\"\ntemperature = 0.2\nmax_output_tokens = 77\n\
+         timeout = \"20s\"\nsession_ttl = \"1s\"\n\n[agents.weather]\nsession_ttl = \"none\"\n",
+    )
+    .unwrap();
+    let host = HostBuilder::new(dir.path())
+        .openai(&model, "sk")
+        .arg("--agent-settings")
+        .arg(settings.to_str().unwrap())
+        .start();
+    for message in ["one", "two"] {
+        let response = post(&host, "", json!({"message": message, "sessionId": "tuned"})).await;
+        assert_eq!(response.status(), 200);
+    }
+    let body = &model.requests()[0].body;
+    assert_eq!(body["model"], "gpt-writer");
+    assert_eq!(
+        body["temperature"].as_f64().map(|t| (t * 10.0).round()),
+        Some(2.0)
+    );
+    assert_eq!(body["max_tokens"], 77);
+    let session: Value = client()
+        .get(host.url("/api/agents/writer/sessions/tuned"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(session["usage"]["total_tokens"], 30, "{session}");
+    // The writer's sessions expire after a second; the weather's never (the
+    // host's 14 days would keep both).
+    let weather = client()
+        .post(host.url("/api/agents/weather/run"))
+        .json(&json!({"message": "sun?", "sessionId": "kept"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(weather.status(), 200);
+    let url = host.url("/api/agents/writer/sessions/tuned");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while client().get(&url).send().await.unwrap().status() != 404 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer's session never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let kept = client()
+        .get(host.url("/api/agents/weather/sessions/kept"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agents_own_settings_apply_and_the_operators_win_over_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let settings = dir.path().join("agents.toml");
+    std::fs::write(&settings, "[agents.tuned]\ntemperature = 0.1\n").unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .openai(&model, "sk")
+        .arg("--agent-settings")
+        .arg(settings.to_str().unwrap())
+        .start();
+    let components: Value = client()
+        .get(host.url("/api/components"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tuned = components["components"][0]["agents"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == "tuned").cloned())
+        .unwrap_or_default();
+    assert_eq!(tuned["options"]["max_output_tokens"], 55, "{components}");
+    let response = client()
+        .post(host.url("/api/agents/tuned/run"))
+        .json(&json!({"message": "hi", "sessionId": "own"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = &model.requests()[0].body;
+    assert_eq!(body["max_tokens"], 55, "the component's own");
+    assert_eq!(
+        body["temperature"].as_f64().map(|t| (t * 10.0).round()),
+        Some(1.0),
+        "the operator's wins"
+    );
+    // The component's one-second session expiry, swept in the background.
+    let url = host.url("/api/agents/tuned/sessions/own");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while client().get(&url).send().await.unwrap().status() != 404 {
+        assert!(std::time::Instant::now() < deadline, "never expired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -182,6 +182,12 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_STREAM_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub stream_ttl: Duration,
 
+    /// Per-agent settings (model, temperature, max_output_tokens, timeout,
+    /// session_ttl, history_budget_tokens), a TOML file with one
+    /// `[agents.NAME]` table per agent; they override the agents' own.
+    #[arg(long, env = "AGENTHOST_AGENT_SETTINGS")]
+    pub agent_settings: Option<PathBuf>,
+
     /// Set by `agenthost worker`: no HTTP.
     #[arg(skip)]
     pub worker_only: bool,
@@ -354,12 +360,7 @@ impl std::str::FromStr for SessionTtl {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "none" | "null" | "off" | "never" => Ok(Self(None)),
-            other => humantime::parse_duration(other)
-                .map(|d| Self(Some(d)))
-                .map_err(|e| format!("'{text}' is not a duration (e.g. 14d, 12h) or none: {e}")),
-        }
+        crate::agents::parse_ttl(text).map(Self)
     }
 }
 

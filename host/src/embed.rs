@@ -32,7 +32,7 @@ use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
-use crate::agents::AgentRunner;
+use crate::agents::{AgentRunner, AgentsSettings};
 use crate::cli::ServeArgs;
 use crate::durable::{Orchestrator, OrchestratorConfig};
 use crate::http::{self, AppState, HttpConfig};
@@ -168,6 +168,10 @@ impl AgentHost {
             })?;
         }
 
+        let settings = Arc::new(match &args.agent_settings {
+            Some(path) => AgentsSettings::load(path)?,
+            None => AgentsSettings::default(),
+        });
         let runner = AgentRunner::new(
             runtime.clone(),
             model,
@@ -175,6 +179,7 @@ impl AgentHost {
             args.max_tool_rounds,
             args.history_budget_tokens,
             args.approval_timeout,
+            settings.clone(),
         );
         let streams = ResponseStreams::open(
             store.clone(),
@@ -192,6 +197,7 @@ impl AgentHost {
             runner,
             streams.clone(),
             args.session_ttl.0,
+            settings.clone(),
             role.works(),
         );
         let orchestrator = Orchestrator::new(
@@ -209,8 +215,14 @@ impl AgentHost {
         orchestrator.start();
         runs.start();
         let background = CancellationToken::new();
-        if let (Some(ttl), true) = (args.session_ttl.0, role.works()) {
-            tokio::spawn(expire_sessions(store.clone(), ttl, background.clone()));
+        if role.works() {
+            tokio::spawn(expire_sessions(
+                store.clone(),
+                registry.clone(),
+                settings.clone(),
+                args.session_ttl.0,
+                background.clone(),
+            ));
         }
         let state = AppState {
             registry,
@@ -299,21 +311,65 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
     }
 }
 
-/// Sweeps idle sessions; the check at enqueue time makes expiry exact, this
-/// only reclaims space.
-async fn expire_sessions(store: Store, ttl: Duration, stop: CancellationToken) {
-    let period = (ttl / 2).clamp(Duration::from_millis(200), Duration::from_secs(60));
-    let mut ticker = tokio::time::interval(period);
+/// Sweeps idle sessions: each agent with its own expiry (the operator's
+/// agent settings, else its component's), the others with the host's. The
+/// check at enqueue time makes expiry exact; this reclaims space and keeps a
+/// forgotten conversation from being read back.
+async fn expire_sessions(
+    store: Store,
+    registry: Arc<Registry>,
+    settings: Arc<AgentsSettings>,
+    host_ttl: Option<Duration>,
+    stop: CancellationToken,
+) {
+    let ms = |ttl: Duration| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    let mut pause = Duration::from_secs(1);
     loop {
         tokio::select! {
-            _ = ticker.tick() => {}
+            () = tokio::time::sleep(pause) => {}
             () = stop.cancelled() => return,
         }
-        let cutoff = now_ms() - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        match store.expire_sessions(cutoff).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(sessions = n, "expired idle sessions"),
-            Err(e) => tracing::warn!(error = %e, "could not expire idle sessions"),
+        // Agents come and go (hot reload): their expiry is read each time.
+        let own: Vec<(String, Option<Duration>)> = registry
+            .agent_names()
+            .into_iter()
+            .filter_map(|name| {
+                let described = registry.agent(&name)?.spec.options;
+                let ttl = settings.of(&name).over(&described).session_ttl?;
+                Some((name, ttl))
+            })
+            .chain(settings.session_ttls())
+            .collect();
+        let mut own = own;
+        own.sort_by(|a, b| a.0.cmp(&b.0));
+        own.dedup_by(|a, b| a.0 == b.0);
+        let shortest = own.iter().filter_map(|(_, t)| *t).chain(host_ttl).min();
+        pause = shortest.map_or(Duration::from_secs(60), |t| {
+            (t / 2).clamp(Duration::from_millis(200), Duration::from_secs(60))
+        });
+        let now = now_ms();
+        let mut expired = 0;
+        let mut failed = None;
+        for (agent, ttl) in &own {
+            if let Some(ttl) = ttl {
+                match store.expire_sessions(now - ms(*ttl), &|a| a == agent).await {
+                    Ok(n) => expired += n,
+                    Err(e) => failed = Some(e),
+                }
+            }
+        }
+        if let Some(ttl) = host_ttl {
+            let other = |a: &str| !own.iter().any(|(name, _)| name == a);
+            match store.expire_sessions(now - ms(ttl), &other).await {
+                Ok(n) => expired += n,
+                Err(e) => failed = Some(e),
+            }
+        }
+        if expired > 0 {
+            tracing::info!(sessions = expired, "expired idle sessions");
+        }
+        if let Some(e) = failed {
+            tracing::warn!(error = %e, "could not expire idle sessions");
         }
     }
 }

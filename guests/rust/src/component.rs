@@ -1,6 +1,9 @@
 //! The values a component is made of: its agents and its tools.
 
+use std::time::Duration;
+
 use crate::bindings::agenthost::host::types as wit;
+use crate::bindings::exports::agenthost::host::agent_settings as settings_wit;
 use crate::orchestration::Orchestration;
 use crate::tool::Tool;
 
@@ -55,6 +58,13 @@ impl Component {
         }
     }
 
+    pub(crate) fn agent_settings(&self) -> Vec<settings_wit::Settings> {
+        self.agents
+            .iter()
+            .filter_map(Agent::settings_to_wit)
+            .collect()
+    }
+
     pub(crate) fn run_orchestration(&self, name: &str, input: &str) -> Result<String, String> {
         match self.orchestrations.iter().find(|o| o.name() == name) {
             Some(orchestration) => orchestration.run(input),
@@ -90,6 +100,19 @@ pub struct Agent {
     instructions: String,
     model: Option<String>,
     tools: Vec<String>,
+    settings: Settings,
+}
+
+/// How an agent calls the model and how long its sessions live; unset
+/// values are the host's.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Settings {
+    temperature: Option<f32>,
+    max_output_tokens: Option<u32>,
+    timeout: Option<Duration>,
+    /// `Some(None)`: sessions never expire.
+    session_ttl: Option<Option<Duration>>,
+    history_budget_tokens: Option<u32>,
 }
 
 impl Agent {
@@ -101,6 +124,7 @@ impl Agent {
             instructions: String::new(),
             model: None,
             tools: Vec::new(),
+            settings: Settings::default(),
         }
     }
 
@@ -126,6 +150,64 @@ impl Agent {
     pub fn tool(mut self, name: impl Into<String>) -> Self {
         self.tools.push(name.into());
         self
+    }
+
+    /// Sampling temperature (0 to 2) of this agent's model calls.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use agenthost_guest::Agent;
+    /// let agent = Agent::new("writer")
+    ///     .temperature(0.2)
+    ///     .max_output_tokens(800)
+    ///     .timeout(Duration::from_secs(45))
+    ///     .session_ttl(Some(Duration::from_secs(7 * 86_400)))
+    ///     .history_budget_tokens(16_000);
+    /// ```
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.settings.temperature = Some(temperature);
+        self
+    }
+
+    /// The longest answer, in tokens.
+    pub fn max_output_tokens(mut self, tokens: u32) -> Self {
+        self.settings.max_output_tokens = Some(tokens);
+        self
+    }
+
+    /// The longest one model call of this agent may take.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.settings.timeout = Some(timeout);
+        self
+    }
+
+    /// How long an idle session of this agent is kept; `None` keeps it forever.
+    pub fn session_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.settings.session_ttl = Some(ttl);
+        self
+    }
+
+    /// Tokens of the conversation sent to the model at most (older whole
+    /// turns are left out; the stored conversation stays whole).
+    pub fn history_budget_tokens(mut self, tokens: u32) -> Self {
+        self.settings.history_budget_tokens = Some(tokens);
+        self
+    }
+
+    fn settings_to_wit(&self) -> Option<settings_wit::Settings> {
+        let s = &self.settings;
+        (*s != Settings::default()).then(|| settings_wit::Settings {
+            agent: self.name.clone(),
+            temperature: s.temperature,
+            max_output_tokens: s.max_output_tokens,
+            timeout_ms: s
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            session_ttl_seconds: s
+                .session_ttl
+                .map(|ttl| ttl.map_or(0, |t| t.as_secs().max(1))),
+            history_budget_tokens: s.history_budget_tokens,
+        })
     }
 
     fn to_wit(&self) -> wit::Agent {

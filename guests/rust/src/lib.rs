@@ -59,13 +59,14 @@ pub use tool::{Approval, Tool, ToolError};
 // the `export!` macro uses from the component's crate.
 extern crate self as agenthost_guest;
 
-/// Bindings generated from `wit/` (the `agenthost-component` world). Public so that
+/// Bindings generated from `wit/` (the `agenthost-component-with-settings`
+/// world: the component, and its agents' settings). Public so that
 /// [`export!`] can reach them from the component's crate; not part of the API.
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "agenthost-component",
+        world: "agenthost-component-with-settings",
         pub_export_macro: true,
         export_macro_name: "export_bindings",
         default_bindings_module: "agenthost_guest::bindings",
@@ -107,6 +108,12 @@ pub mod __private {
     ) -> Result<String, String> {
         component.run_orchestration(name, input)
     }
+
+    pub fn agent_settings(
+        component: &Component,
+    ) -> Vec<crate::bindings::exports::agenthost::host::agent_settings::Settings> {
+        component.agent_settings()
+    }
 }
 
 /// Exports a component built by `$build` (a `fn() -> Component`) to the host.
@@ -147,6 +154,14 @@ macro_rules! export {
                 input: ::std::string::String,
             ) -> ::std::result::Result<::std::string::String, ::std::string::String> {
                 $crate::__private::run_orchestration(Self::component(), &name, &input)
+            }
+        }
+
+        impl $crate::bindings::exports::agenthost::host::agent_settings::Guest for __AgenthostExports {
+            fn agent_settings() -> ::std::vec::Vec<
+                $crate::bindings::exports::agenthost::host::agent_settings::Settings,
+            > {
+                $crate::__private::agent_settings(Self::component())
             }
         }
 

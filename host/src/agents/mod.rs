@@ -8,9 +8,11 @@
 //! commit (a crash before it asks the model again for that answer).
 
 mod response_format;
+mod settings;
 mod tools;
 
 pub use response_format::normalize as normalize_response_format;
+pub use settings::{parse_ttl, AgentsSettings};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -152,6 +154,8 @@ pub struct AgentRunner {
     history_budget: usize,
     /// How long a tool call waits for a human before it counts as denied.
     approval_timeout: Duration,
+    /// The operator's per-agent settings.
+    settings: Arc<AgentsSettings>,
 }
 
 impl AgentRunner {
@@ -165,6 +169,7 @@ impl AgentRunner {
         max_tool_rounds: usize,
         history_budget: usize,
         approval_timeout: Duration,
+        settings: Arc<AgentsSettings>,
     ) -> Self {
         Self {
             runtime,
@@ -173,6 +178,7 @@ impl AgentRunner {
             max_tool_rounds: max_tool_rounds.max(1),
             history_budget,
             approval_timeout,
+            settings,
         }
     }
 
@@ -199,6 +205,10 @@ impl AgentRunner {
         let session = run.session();
         let tools = agent.tool_specs();
         let mut usage = Usage::default();
+        let settings = self.settings.of(&agent.spec.name).over(&agent.spec.options);
+        let budget = settings
+            .history_budget_tokens
+            .unwrap_or(self.history_budget);
         // A structured answer is streamed once it is valid, whole: a client
         // must never see an answer the repair round replaces.
         let format = run
@@ -244,7 +254,7 @@ impl AgentRunner {
                 messages.push(ChatMessage::system(agent.spec.instructions.clone()));
             }
             let all = turn.messages();
-            let from = history_window::start(&all, self.history_budget);
+            let from = history_window::start(&all, budget);
             if from > 0 {
                 tracing::debug!(
                     left_out = from,
@@ -256,10 +266,13 @@ impl AgentRunner {
                 .model
                 .complete(
                     ChatRequest {
-                        model: agent.spec.model.as_deref(),
+                        model: settings.model.as_deref().or(agent.spec.model.as_deref()),
                         messages: &messages,
                         tools: &tools,
                         response_format: run.response_format.as_ref(),
+                        temperature: settings.temperature,
+                        max_output_tokens: settings.max_output_tokens,
+                        timeout: settings.timeout,
                     },
                     live,
                 )
@@ -325,6 +338,7 @@ impl AgentRunner {
         format: &Value,
         usage: &mut Usage,
     ) -> Result<ChatMessage, AgentError> {
+        let settings = self.settings.of(&agent.spec.name).over(&agent.spec.options);
         let errors =
             match response_format::check(format, answer.content.as_deref().unwrap_or_default()) {
                 Ok(()) => return Ok(answer),
@@ -341,10 +355,13 @@ impl AgentRunner {
             .model
             .complete(
                 ChatRequest {
-                    model: agent.spec.model.as_deref(),
+                    model: settings.model.as_deref().or(agent.spec.model.as_deref()),
                     messages: &messages,
                     tools: &[],
                     response_format: Some(format),
+                    temperature: settings.temperature,
+                    max_output_tokens: settings.max_output_tokens,
+                    timeout: settings.timeout,
                 },
                 &|_| {},
             )

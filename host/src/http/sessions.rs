@@ -10,7 +10,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, AppState};
-use crate::core::chat::{Role, ToolCall};
+use crate::core::chat::{Role, ToolCall, Usage};
 use crate::store::{Deletion, SessionKey};
 
 const DEFAULT_PAGE: usize = 1_000;
@@ -28,6 +28,8 @@ struct Conversation {
     agent: String,
     session_id: String,
     messages: Vec<Message>,
+    /// Tokens the session's runs used, summed over all of them.
+    usage: Usage,
     /// The `after` of the next page; absent on the last one.
     #[serde(skip_serializing_if = "Option::is_none")]
     next: Option<i64>,
@@ -90,10 +92,12 @@ pub async fn get(
             correlation_id: stored.correlation_id,
         })
         .collect();
+    let usage = state.store.session_usage(&session).await?;
     Ok(Json(Conversation {
         agent: name,
         session_id: id,
         messages,
+        usage,
         next,
     })
     .into_response())

@@ -26,6 +26,10 @@ pub struct ChatRequest<'a> {
     pub tools: &'a [ToolSpec],
     /// An OpenAI `response_format` object, already normalized.
     pub response_format: Option<&'a Value>,
+    pub temperature: Option<f32>,
+    pub max_output_tokens: Option<u32>,
+    /// Longest this call may take (the host's `--model-timeout` otherwise).
+    pub timeout: Option<Duration>,
 }
 
 /// Where the text of an answer goes, piece by piece, as the model produces

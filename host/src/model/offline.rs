@@ -131,6 +131,9 @@ mod tests {
             messages: &[],
             tools: &[],
             response_format: Some(&format),
+            temperature: None,
+            max_output_tokens: None,
+            timeout: None,
         };
         let answer: Value = serde_json::from_str(
             complete(&request, &|_| {})
@@ -158,6 +161,9 @@ mod tests {
             messages: &messages,
             tools: &[],
             response_format: None,
+            temperature: None,
+            max_output_tokens: None,
+            timeout: None,
         };
         let streamed = std::sync::Mutex::new(Vec::new());
         let text = complete(&request, &|piece| {

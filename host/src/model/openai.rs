@@ -147,6 +147,12 @@ impl RemoteModel {
         if let Some(format) = request.response_format {
             body.insert("response_format".into(), format.clone());
         }
+        if let Some(temperature) = request.temperature {
+            body.insert("temperature".into(), json!(temperature));
+        }
+        if let Some(tokens) = request.max_output_tokens {
+            body.insert("max_tokens".into(), json!(tokens));
+        }
         body.insert("stream".into(), json!(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
         let url = match &self.endpoint {
@@ -173,6 +179,7 @@ impl RemoteModel {
         deltas: &Deltas<'_>,
     ) -> Result<ChatResponse, ModelError> {
         let (url, body) = self.url_and_body(request);
+        let timeout = request.timeout;
         let backoff = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(250))
             .with_max_delay(Duration::from_secs(10))
@@ -184,7 +191,7 @@ impl RemoteModel {
         let handed_on = AtomicBool::new(false);
         let result = (|| {
             attempts += 1;
-            self.attempt(&url, &body, deltas, &handed_on)
+            self.attempt(&url, &body, timeout, deltas, &handed_on)
         })
         .retry(backoff)
         .when(|a: &Attempt| !handed_on.load(Ordering::Relaxed) && is_retryable(&a.error))
@@ -204,6 +211,7 @@ impl RemoteModel {
         &self,
         url: &str,
         body: &Value,
+        timeout: Option<Duration>,
         deltas: &Deltas<'_>,
         handed_on: &AtomicBool,
     ) -> Result<ChatResponse, Attempt> {
@@ -212,6 +220,9 @@ impl RemoteModel {
             retry_after: None,
         };
         let mut request = self.http.post(url).json(body);
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
         if let Some((name, value)) = self.credential.header().await.map_err(fail)? {
             request = request.header(name, value);
         }

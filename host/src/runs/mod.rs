@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::agents::{AgentError, AgentRunner, RunOutcome as AgentOutcome};
+use crate::agents::{AgentError, AgentRunner, AgentsSettings, RunOutcome as AgentOutcome};
 use crate::registry::Registry;
 use crate::store::{
     Decided, Decision, Deletion, NewRun, RunOutcome, RunRecord, RunStatus, SessionKey, Store,
@@ -34,6 +34,8 @@ pub struct Runs {
     runner: AgentRunner,
     streams: Arc<ResponseStreams>,
     session_ttl: Option<Duration>,
+    /// The operator's per-agent settings (session expiry).
+    settings: Arc<AgentsSettings>,
     /// Whether this process executes runs (not an HTTP-only front).
     works: bool,
     /// Histories of hot sessions (only where this process alone writes).
@@ -91,6 +93,7 @@ impl Runs {
         runner: AgentRunner,
         streams: Arc<ResponseStreams>,
         session_ttl: Option<Duration>,
+        settings: Arc<AgentsSettings>,
         works: bool,
     ) -> Arc<Self> {
         let (finished, _) = broadcast::channel(1024);
@@ -102,6 +105,7 @@ impl Runs {
             runner,
             streams,
             session_ttl,
+            settings,
             works,
             histories,
             workers: KeyedWorkers::default(),
@@ -114,7 +118,18 @@ impl Runs {
     /// Stores the run, then schedules it (here, or on the host that owns
     /// its session). Once this returns, the run survives a crash.
     pub async fn submit(self: &Arc<Self>, run: NewRun) -> Result<RunRecord, StoreError> {
-        let enqueued = self.store.enqueue_run(&run, self.session_ttl).await?;
+        let described = self
+            .registry
+            .agent(&run.session.agent)
+            .map(|a| a.spec.options)
+            .unwrap_or_default();
+        let ttl = self
+            .settings
+            .of(&run.session.agent)
+            .over(&described)
+            .session_ttl
+            .unwrap_or(self.session_ttl);
+        let enqueued = self.store.enqueue_run(&run, ttl).await?;
         if let (Some(histories), true) = (&self.histories, enqueued.run_here) {
             if enqueued.new_session {
                 // Nothing to read: the session starts with this run.

@@ -14,6 +14,67 @@ pub enum Approval {
     AlwaysRequire,
 }
 
+/// How an agent calls the model and how long its sessions live, as its
+/// component describes them (the optional `agent-settings` export).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AgentOptions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none", with = "humantime_option")]
+    pub timeout: Option<std::time::Duration>,
+    /// `Some(None)`: sessions never expire.
+    #[serde(skip)]
+    pub session_ttl: Option<Option<std::time::Duration>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_budget_tokens: Option<usize>,
+}
+
+mod humantime_option {
+    pub fn serialize<S: serde::Serializer>(
+        value: &Option<std::time::Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+impl AgentOptions {
+    /// Reads one agent's settings from the component; an out-of-range value
+    /// fails the load with its name.
+    pub(super) fn from_wit(s: &super::settings_bindings::Settings) -> Result<Self, String> {
+        if let Some(t) = s.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(format!(
+                    "agent '{}': temperature {t} is not between 0 and 2",
+                    s.agent
+                ));
+            }
+        }
+        if s.max_output_tokens == Some(0) || s.history_budget_tokens == Some(0) {
+            return Err(format!(
+                "agent '{}': token counts must be at least 1",
+                s.agent
+            ));
+        }
+        Ok(Self {
+            temperature: s.temperature,
+            max_output_tokens: s.max_output_tokens,
+            timeout: s.timeout_ms.map(std::time::Duration::from_millis),
+            session_ttl: s
+                .session_ttl_seconds
+                .map(|secs| (secs > 0).then(|| std::time::Duration::from_secs(secs))),
+            history_budget_tokens: s
+                .history_budget_tokens
+                .map(|t| usize::try_from(t).unwrap_or(usize::MAX)),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentSpec {
     pub name: String,
@@ -21,6 +82,8 @@ pub struct AgentSpec {
     pub instructions: String,
     pub model: Option<String>,
     pub tools: Vec<String>,
+    /// What the component says of this agent's model calls and sessions.
+    pub options: AgentOptions,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -55,6 +118,27 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Takes in the agents' settings the component exports; settings of an
+    /// agent it does not declare fail the load.
+    pub(super) fn with_settings(
+        mut self,
+        settings: &[super::settings_bindings::Settings],
+    ) -> Result<Self, LoadError> {
+        for s in settings {
+            let options = AgentOptions::from_wit(s).map_err(LoadError::Manifest)?;
+            match self.agents.iter_mut().find(|a| a.name == s.agent) {
+                Some(agent) => agent.options = options,
+                None => {
+                    return Err(LoadError::Manifest(format!(
+                        "agent-settings names agent '{}', which the component does not declare",
+                        s.agent
+                    )))
+                }
+            }
+        }
+        Ok(self)
+    }
+
     pub fn activity(&self, name: &str) -> Option<&ActivitySpec> {
         self.activities.iter().find(|a| a.name == name)
     }
@@ -113,6 +197,7 @@ impl Manifest {
                 instructions: a.instructions,
                 model: a.model.filter(|m| !m.trim().is_empty()),
                 tools: a.tools,
+                options: AgentOptions::default(),
             });
         }
         let mut orchestrations: Vec<OrchestrationSpec> =

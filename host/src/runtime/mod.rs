@@ -14,13 +14,14 @@ mod error;
 mod grants;
 mod manifest;
 mod outbound;
+mod settings_bindings;
 mod state;
 
 pub use cache::ArtifactCache;
 pub use error::{GuestError, LoadError};
 pub use grants::{Ceilings, Grants};
 pub use manifest::{
-    ActivitySpec, AgentSpec, Approval, EventRouteSpec, Manifest, OrchestrationSpec,
+    ActivitySpec, AgentOptions, AgentSpec, Approval, EventRouteSpec, Manifest, OrchestrationSpec,
 };
 
 use std::path::{Path, PathBuf};
@@ -227,31 +228,59 @@ impl Runtime {
             instances,
             pre,
         };
-        let described = self.describe(&loaded).await.map_err(LoadError::Describe)?;
-        loaded.manifest = Manifest::from_wit(described)?;
+        let (described, settings) = self.describe(&loaded).await.map_err(LoadError::Describe)?;
+        loaded.manifest = Manifest::from_wit(described)?.with_settings(&settings)?;
         loaded.load_time = started.elapsed();
         Ok(Arc::new(loaded))
     }
 
+    /// The component's manifest, and its agents' settings when it exports
+    /// them (components built before that export have none).
     async fn describe(
         &self,
         component: &LoadedComponent,
-    ) -> Result<bindings::Manifest, GuestError> {
+    ) -> Result<(bindings::Manifest, Vec<settings_bindings::Settings>), GuestError> {
         let _slot = self.slot(component).await?;
-        let (mut store, instance) = self.instantiate(component).await?;
+        let mut store = state::new_store(&self.engine, &component.name, &component.grants);
+        let instantiate_error = |e: wasmtime::Error| GuestError::Instantiate {
+            component: component.name.clone(),
+            reason: error::describe(&e),
+        };
+        let raw = component
+            .pre
+            .instance_pre()
+            .instantiate_async(&mut store)
+            .await
+            .map_err(instantiate_error)?;
+        let instance = AgenthostComponent::new(&mut store, &raw).map_err(instantiate_error)?;
+        let settings = settings_bindings::AgentSettingsProvider::new(&mut store, &raw).ok();
         // A describe that blocks (a sleep, a poll) would hold the load, and
         // with it the whole sync, forever.
         let limit = self.describe_timeout;
-        let call = instance
-            .agenthost_host_component()
-            .call_describe(&mut store);
-        tokio::time::timeout(limit, call)
-            .await
-            .map_err(|_| GuestError::WallClock {
-                component: component.name.clone(),
-                limit,
-            })?
-            .map_err(|e| GuestError::from_call(&component.name, &e, &store))
+        let described = async {
+            let manifest = instance
+                .agenthost_host_component()
+                .call_describe(&mut store)
+                .await?;
+            let settings = match &settings {
+                Some(provider) => {
+                    provider
+                        .agenthost_host_agent_settings()
+                        .call_agent_settings(&mut store)
+                        .await?
+                }
+                None => Vec::new(),
+            };
+            Ok::<_, wasmtime::Error>((manifest, settings))
+        };
+        let result =
+            tokio::time::timeout(limit, described)
+                .await
+                .map_err(|_| GuestError::WallClock {
+                    component: component.name.clone(),
+                    limit,
+                })?;
+        result.map_err(|e| GuestError::from_call(&component.name, &e, &store))
     }
 
     /// Runs activity `name` in a fresh instance of the component.

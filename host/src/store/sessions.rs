@@ -228,6 +228,23 @@ impl Store {
             .collect()
     }
 
+    /// Tokens the session's runs used, summed.
+    pub async fn session_usage(&self, session: &SessionKey) -> Result<Usage, StoreError> {
+        let rows: Vec<Option<String>> = sqlx::query_scalar(
+            "SELECT usage FROM runs WHERE agent = $1 AND session_id = $2 AND usage IS NOT NULL",
+        )
+        .bind(&session.agent)
+        .bind(&session.session_id)
+        .fetch_all(self.pool())
+        .await?;
+        let mut total = Usage::default();
+        for text in rows.into_iter().flatten() {
+            total += serde_json::from_str::<Usage>(&text)
+                .map_err(|e| StoreError::Corrupt(format!("run usage: {e}")))?;
+        }
+        Ok(total)
+    }
+
     /// How many messages the session holds.
     pub async fn message_count(&self, session: &SessionKey) -> Result<u64, StoreError> {
         let count: i64 = sqlx::query_scalar(
@@ -317,9 +334,13 @@ impl Store {
         Ok(outcome)
     }
 
-    /// Deletes sessions idle since before `cutoff_ms` that have no unfinished
-    /// run; returns how many.
-    pub async fn expire_sessions(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+    /// Deletes sessions of the agents `of_agent` picks, idle since before
+    /// `cutoff_ms`, that have no unfinished run; returns how many.
+    pub async fn expire_sessions(
+        &self,
+        cutoff_ms: i64,
+        of_agent: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<u64, StoreError> {
         let rows = sqlx::query(
             "SELECT agent, id FROM sessions s WHERE last_active_at < $1 AND NOT EXISTS \
              (SELECT 1 FROM runs r WHERE r.agent = s.agent AND r.session_id = s.id AND r.status IN ('pending', 'running'))",
@@ -336,6 +357,9 @@ impl Store {
                 agent: row.try_get("agent")?,
                 session_id: row.try_get("id")?,
             };
+            if !of_agent(&key.agent) {
+                continue;
+            }
             let deleted = sqlx::query(
                 "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND last_active_at < $3 AND NOT EXISTS \
                  (SELECT 1 FROM runs r WHERE r.agent = $1 AND r.session_id = $2 AND r.status IN ('pending', 'running'))",

@@ -225,6 +225,15 @@ fn ask_clerk(ctx: &Context, message: String) -> Result<String, String> {
 fn component() -> Component {
     Component::new()
         .agent(
+            // Describes its own model settings and session expiry.
+            Agent::new("tuned")
+                .description("An agent with settings of its own")
+                .temperature(0.7)
+                .max_output_tokens(55)
+                .session_ttl(Some(Duration::from_secs(1)))
+                .history_budget_tokens(5_000),
+        )
+        .agent(
             Agent::new("clerk")
                 .description("Handles refunds; every refund needs a human's approval")
                 .instructions("Refund orders when asked.")
