@@ -1,5 +1,5 @@
 //! Response streams kept in the store: the embedded backend of
-//! [`crate::streams`]. Plain SQL both databases run as written.
+//! the response streams service. Plain SQL both databases run as written.
 
 use sqlx::Row;
 
