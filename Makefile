@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test components test-components release bench bench-peer toolchain lint
+.PHONY: run test chaos components test-components release bench bench-peer toolchain lint
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -21,6 +21,20 @@ run: components release
 test: components test-components lint
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
 	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --test integration
+
+## The fault suite at full size (make test runs it at a smoke size): mixed
+## load under seeded faults, on SQLite (one host) then on PostgreSQL (a front
+## and two workers); nothing lost, nothing done twice. Rows are appended to
+## target/chaos/report.md. CHAOS_ITEMS, CHAOS_FAULTS, CHAOS_SEED to vary it.
+CHAOS_ITEMS  ?= 10000
+CHAOS_FAULTS ?= 200
+CHAOS_SEED   ?= 18
+CHAOS_ENV = AGENTHOST_CHAOS_ITEMS=$(CHAOS_ITEMS) AGENTHOST_CHAOS_FAULTS=$(CHAOS_FAULTS) AGENTHOST_CHAOS_SEED=$(CHAOS_SEED)
+chaos: components test-components
+	@scripts/redis-up.sh >/dev/null
+	$(CHAOS_ENV) $(CARGO) test -p agenthost --test integration chaos:: -- --nocapture
+	url=$$(scripts/test-postgres.sh) && AGENTHOST_TEST_STORE=$$url $(CHAOS_ENV) $(CARGO) test -p agenthost --test integration chaos:: -- --nocapture
+	@cat target/chaos/report.md
 
 ## One component per sample: target/components/NAME.wasm.
 components: toolchain

@@ -252,9 +252,12 @@ async fn a_flood_of_1_mib_raises_gets_429_before_memory_grows_past_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_orchestration_that_sleeps_in_its_code_is_interrupted_and_the_others_keep_running() {
+async fn an_orchestration_that_sleeps_in_its_code_traps_at_once_naming_the_durable_timer_and_the_others_keep_running(
+) {
     let dir = tempfile::tempdir().unwrap();
-    let host = engine(dir.path(), &[("--episode-timeout", "2s")]).start();
+    // A wall-clock limit far past the test's wait: only a sleep that traps
+    // at once lets the others through.
+    let host = engine(dir.path(), &[("--episode-timeout", "120s")]).start();
     // More sleepers than there are episode permits (32).
     let mut sleepers = Vec::new();
     for _ in 0..40 {
@@ -267,7 +270,8 @@ async fn an_orchestration_that_sleeps_in_its_code_is_interrupted_and_the_others_
         let failed = wait_for(&host, id, &["Completed", "Failed"]).await;
         assert_eq!(failed["runtimeStatus"], "Failed", "{failed}");
         let reason = failed["output"].as_str().unwrap_or_default();
-        assert!(reason.contains("must not block"), "{reason}");
+        assert!(reason.contains("waited on the clock"), "{reason}");
+        assert!(reason.contains("durable timer"), "{reason}");
     }
 }
 

@@ -4,13 +4,13 @@
 //! moments over a mixed load, every instance completes, and neither a
 //! completed agent call nor a completed activity runs again.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 
 use crate::support::durable::{start, wait_for, wait_for_custom_status};
 use crate::support::fake_model::echo_of;
+use crate::support::run_log::RunLog;
 use crate::support::{FakeModel, HostBuilder, Reply};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -69,37 +69,6 @@ async fn kill_9_while_awaiting_a_timer_then_restart_fires_it() {
     let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
     assert_eq!(done["output"]["status"], "escalated", "{done}");
     assert_eq!(model.requests().len(), 1, "the draft was written once");
-}
-
-/// A local server that logs, in arrival order, every `GET /{tag}/{step}` the
-/// `counted` orchestration's activities make: one entry per activity run.
-struct RunLog {
-    port: u16,
-    runs: Arc<Mutex<Vec<(String, u32)>>>,
-}
-
-impl RunLog {
-    async fn serve() -> Self {
-        let runs = Arc::new(Mutex::new(Vec::new()));
-        let log = runs.clone();
-        let app = axum::Router::new().route(
-            "/{tag}/{step}",
-            axum::routing::get(
-                move |axum::extract::Path((tag, step)): axum::extract::Path<(String, u32)>| {
-                    log.lock().unwrap().push((tag, step));
-                    async { "ran" }
-                },
-            ),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Self { port, runs }
-    }
-
-    fn runs(&self) -> Vec<(String, u32)> {
-        self.runs.lock().unwrap().clone()
-    }
 }
 
 /// Checks the activity runs of `counted` sequences across process lives

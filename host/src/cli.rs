@@ -212,6 +212,13 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
 
+    /// A store write batch under way for longer than this turns
+    /// `/api/health` and `/api/health/live` to 503; past four times it the
+    /// process exits non-zero, as it does at once if the store's writer dies,
+    /// so that a supervisor restarts it.
+    #[arg(long, env = "AGENTHOST_WRITER_DEADLINE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub writer_deadline: Duration,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "AGENTHOST_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     pub max_body_bytes: usize,

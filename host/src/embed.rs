@@ -40,7 +40,7 @@ use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::runtime::{Limits, Runtime, RuntimeConfig};
-use crate::store::{now_ms, Kind, Membership, Store, TaskHub};
+use crate::store::{now_ms, Kind, Membership, Store, TaskHub, WriterCheck};
 use crate::streams::{ResponseStreams, StreamSettings};
 
 /// Settings of an embedded host: every `agenthost serve` flag, with the
@@ -234,6 +234,7 @@ impl AgentHost {
                 health_enabled: args.enable_health_check,
                 max_body_bytes: args.max_body_bytes,
                 wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
+                writer_deadline: args.writer_deadline,
             }),
         };
         Ok(Self {
@@ -275,6 +276,22 @@ impl AgentHost {
         self.watching.cancel();
         self.background.cancel();
         tokio::join!(self.runs.shutdown(grace), self.orchestrator.shutdown(grace));
+    }
+
+    /// Resolves, with the reason, once the store's writer is dead or has been
+    /// stuck on one batch for four times `--writer-deadline`: the host can
+    /// no longer commit anything, and the process should end so that its
+    /// supervisor starts a fresh one (what is committed is safe).
+    pub async fn writer_gone(&self) -> String {
+        let deadline = self.state.config.writer_deadline;
+        let mut ticker = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            ticker.tick().await;
+            match self.store.writer_check(deadline.saturating_mul(4)) {
+                WriterCheck::Dead(reason) | WriterCheck::Stalled(reason) => return reason,
+                WriterCheck::Failing(_) | WriterCheck::Healthy => {}
+            }
+        }
     }
 
     /// Commits what is queued and closes the store; call it last.
@@ -352,7 +369,9 @@ async fn expire_sessions(
         let mut failed = None;
         for (agent, ttl) in &own {
             if let Some(ttl) = ttl {
-                match store.expire_sessions(now - ms(*ttl), &|a| a == agent).await {
+                let of_agent = |a: &str| a == agent;
+                let expiring = store.expire_sessions(now - ms(*ttl), &of_agent);
+                match store.within("idle sessions", expiring).await {
                     Ok(n) => expired += n,
                     Err(e) => failed = Some(e),
                 }
@@ -360,7 +379,13 @@ async fn expire_sessions(
         }
         if let Some(ttl) = host_ttl {
             let other = |a: &str| !own.iter().any(|(name, _)| name == a);
-            match store.expire_sessions(now - ms(ttl), &other).await {
+            match store
+                .within(
+                    "idle sessions",
+                    store.expire_sessions(now - ms(ttl), &other),
+                )
+                .await
+            {
                 Ok(n) => expired += n,
                 Err(e) => failed = Some(e),
             }

@@ -39,6 +39,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut server = tokio::spawn(server.into_future());
     tokio::select! {
         () = shutdown => {}
+        reason = host.writer_gone() => {
+            anyhow::bail!("stopping at once: {reason}");
+        }
         result = &mut server => {
             // The server stopped on its own: that is a failure, not a shutdown.
             result.context("the HTTP server task failed")?.context("the HTTP server failed")?;
@@ -77,7 +80,10 @@ pub async fn work(mut args: ServeArgs) -> anyhow::Result<()> {
         agents.join(", "),
         orchestrations.join(", ")
     );
-    shutdown.await;
+    tokio::select! {
+        () = shutdown => {}
+        reason = host.writer_gone() => anyhow::bail!("stopping at once: {reason}"),
+    }
     tracing::info!(grace = ?grace, "stopping: no new work; letting work under way finish");
     host.shutdown(grace).await;
     tracing::info!("stopped");

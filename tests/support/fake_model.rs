@@ -26,6 +26,8 @@ pub enum Reply {
     Text(String),
     /// A tool call: function name and its arguments object.
     ToolCall(String, Value),
+    /// Several tool calls in one message (ids `call_{i}_{name}`).
+    ToolCalls(Vec<(String, Value)>),
     /// An error status, with an optional `Retry-After` in seconds.
     Status(u16, Option<u64>),
     /// Wait, then answer with the next reply (or the echo).
@@ -45,6 +47,8 @@ pub struct Recorded {
     pub headers: HeaderMap,
     pub body: Value,
     pub at: Instant,
+    /// When it arrived, Unix milliseconds (comparable with the host's times).
+    pub at_ms: i64,
 }
 
 impl Recorded {
@@ -90,9 +94,13 @@ impl Recorded {
     }
 }
 
+/// Chooses a reply from the request, when nothing is scripted.
+pub type Responder = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
+
 #[derive(Default)]
 struct Shared {
     script: VecDeque<Reply>,
+    responder: Option<Responder>,
     requests: Vec<Recorded>,
     expected_auth: Option<(String, String)>,
 }
@@ -135,6 +143,13 @@ impl FakeModel {
     /// Answers 401 unless header `name` has exactly `value`.
     pub fn expect_auth(&self, name: &str, value: &str) {
         self.shared.lock().unwrap().expected_auth = Some((name.to_string(), value.to_string()));
+    }
+
+    /// Answers each request with what `responder` chooses for it once the
+    /// script is empty (instead of the echo): for loads of many concurrent
+    /// runs, where a script's order cannot follow the requests'.
+    pub fn respond_with(&self, responder: Responder) {
+        self.shared.lock().unwrap().responder = Some(responder);
     }
 
     pub fn push(&self, reply: Reply) {
@@ -208,6 +223,9 @@ async fn answer(
         headers: headers.clone(),
         body,
         at: Instant::now(),
+        at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
     };
     let (authorized, reply) = {
         let mut s = shared.lock().unwrap();
@@ -221,7 +239,13 @@ async fn answer(
         (
             authorized,
             if authorized {
-                s.script.pop_front().unwrap_or(Reply::Echo)
+                match s.script.pop_front() {
+                    Some(reply) => reply,
+                    None => s
+                        .responder
+                        .as_ref()
+                        .map_or(Reply::Echo, |respond| respond(&recorded)),
+                }
             } else {
                 Reply::Echo
             },
@@ -266,6 +290,13 @@ async fn play(mut reply: Reply, request: &Recorded) -> Response {
             "content": null,
             "tool_calls": [{"id": format!("call_{name}"), "type": "function",
                             "function": {"name": name, "arguments": arguments.to_string()}}],
+        }),
+        Reply::ToolCalls(calls) => json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": calls.iter().enumerate().map(|(i, (name, arguments))| json!({
+                "id": format!("call_{i}_{name}"), "type": "function",
+                "function": {"name": name, "arguments": arguments.to_string()}})).collect::<Vec<_>>(),
         }),
         Reply::Status(code, retry_after) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

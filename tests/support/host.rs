@@ -45,6 +45,8 @@ pub struct HostBuilder {
     cache_dir: PathBuf,
     hub: Option<String>,
     connection_string: bool,
+    /// A store URL in place of the suite's (a proxy to it, say).
+    store: Option<String>,
 }
 
 pub struct Host {
@@ -65,7 +67,14 @@ impl HostBuilder {
             cache_dir: workspace().join("target/test-artifact-cache"),
             hub: None,
             connection_string: false,
+            store: None,
         }
+    }
+
+    /// Uses the store at `url` (the directory's hub on it).
+    pub fn store(mut self, url: &str) -> Self {
+        self.store = Some(url.into());
+        self
     }
 
     /// Works on task hub `name` of the directory's store (instead of the
@@ -134,10 +143,13 @@ impl HostBuilder {
             .arg(mode)
             .arg("--components")
             .arg(&components)
-            .args(if self.connection_string {
-                Vec::new()
-            } else {
-                store_args(&self.dir, self.hub.as_deref())
+            .args(match (&self.store, self.connection_string) {
+                (Some(url), _) => {
+                    let (_, hub) = store_location(&self.dir, self.hub.as_deref());
+                    vec!["--store".into(), url.clone(), "--taskhub".into(), hub]
+                }
+                (None, true) => Vec::new(),
+                (None, false) => store_args(&self.dir, self.hub.as_deref()),
             })
             .arg("--port")
             .arg("0")
@@ -262,6 +274,11 @@ impl Host {
         self.output.lock().unwrap().join("\n")
     }
 
+    /// The host's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The host process's resident memory, in KiB (Linux).
     pub fn rss_kib(&self) -> Option<u64> {
         let pid = self.child.as_ref()?.id();
@@ -270,6 +287,25 @@ impl Host {
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// SIGSTOP: the host freezes (a stall, a partition) without dying.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT: a paused host goes on where it stopped.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .arg(signal)
+                .arg(child.id().to_string())
+                .status();
+        }
     }
 
     /// SIGKILL: the host dies without any chance to clean up.

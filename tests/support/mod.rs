@@ -7,6 +7,9 @@ pub mod components;
 pub mod durable;
 pub mod fake_model;
 pub mod host;
+pub mod redis;
+pub mod run_log;
+pub mod tcp_proxy;
 
 pub use fake_model::{FakeModel, Reply};
 pub use host::HostBuilder;

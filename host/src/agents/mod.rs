@@ -1,8 +1,8 @@
 //! The agent loop: instructions + session history + new message → model →
 //! tool calls (run in the component) → … → answer.
 //!
-//! A tool round's messages are stored before its tools run and its results
-//! as soon as they exist, so a run interrupted by a crash resumes where it
+//! A tool round's messages are stored before its tools run and each result
+//! as soon as its tool returns, so a run interrupted by a crash resumes where it
 //! stopped: a tool call that already has its result is not run again. The
 //! user message and a final answer are stored with the run's end, in one
 //! commit (a crash before it asks the model again for that answer).
@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::core::fence::SessionFence;
 use crate::core::history_window;
 use crate::model::{ChatMessage, ChatRequest, Deltas, ModelClient, ModelError, Role, Usage};
 use crate::registry::ServedAgent;
@@ -129,7 +130,12 @@ impl Turn<'_> {
     }
 
     /// Stores what is not stored yet, in one commit.
-    async fn save(&mut self, store: &Store, session: &SessionKey) -> Result<(), StoreError> {
+    async fn save(
+        &mut self,
+        store: &Store,
+        session: &SessionKey,
+        fence: Option<&SessionFence>,
+    ) -> Result<(), StoreError> {
         if self.unsaved == 0 {
             return Ok(());
         }
@@ -139,7 +145,7 @@ impl Turn<'_> {
             .map(|m| m.message.clone())
             .collect();
         store
-            .append_messages(session, self.correlation_id, &messages)
+            .append_messages(session, self.correlation_id, &messages, fence)
             .await?;
         self.unsaved = 0;
         Ok(())
@@ -186,13 +192,15 @@ impl AgentRunner {
     /// history as stored (`stored`); the text of each model turn goes to
     /// `deltas` as the model produces it. The run's user message and final
     /// answer are left for the caller to store with the run's end (one
-    /// commit); a tool round stores its messages before its tools run.
+    /// commit); a tool round stores its messages before its tools run, each
+    /// write carrying `fence` (what this host held when it began the run).
     pub async fn run(
         &self,
         agent: &ServedAgent,
         run: &RunRecord,
         stored: Vec<StoredMessage>,
         deltas: &Deltas<'_>,
+        fence: Option<&SessionFence>,
     ) -> Result<RunOutcome, AgentError> {
         let mut turn = Turn {
             history: stored,
@@ -225,25 +233,19 @@ impl AgentRunner {
                 Some((Role::Assistant, false)) | Some((Role::Tool, _))
                     if tools::has_unanswered_calls(&turn.messages()) =>
                 {
-                    let round = self
-                        .tool_round(agent, &turn.messages(), &run.correlation_id)
-                        .await?;
-                    for result in round.results {
-                        turn.push(result);
-                    }
-                    turn.save(&self.store, &session).await?;
-                    if !round.pending.is_empty() {
+                    let pending = self.tool_round(agent, &mut turn, &session, fence).await?;
+                    if !pending.is_empty() {
                         let deadline = now_ms().saturating_add(
                             i64::try_from(self.approval_timeout.as_millis()).unwrap_or(i64::MAX),
                         );
                         self.store
-                            .request_approvals(&run.correlation_id, &round.pending, deadline)
+                            .request_approvals(&run.correlation_id, &pending, deadline)
                             .await?;
                         tracing::info!(
-                            calls = round.pending.len(),
+                            calls = pending.len(),
                             "the run waits for a human's approval of tool calls"
                         );
-                        return Err(AgentError::AwaitingApproval(round.pending));
+                        return Err(AgentError::AwaitingApproval(pending));
                     }
                     continue;
                 }
@@ -298,7 +300,7 @@ impl AgentRunner {
             }
             // The calls are stored before they run: a crash then finds them
             // and runs only those without a result.
-            turn.save(&self.store, &session).await?;
+            turn.save(&self.store, &session, fence).await?;
         }
         Err(AgentError::TooManyToolRounds(self.max_tool_rounds))
     }

@@ -4,38 +4,36 @@
 //! and its reason as the tool's result; an undecided one leaves the run
 //! waiting (the caller stores the request and ends the episode of the run:
 //! no instance or thread is held while a human decides).
+//!
+//! Each result is stored as soon as its tool returns: a crash between two
+//! tools of a round re-runs only those without a stored result.
 
 use std::collections::HashMap;
 
-use super::{AgentError, AgentRunner};
+use super::{AgentError, AgentRunner, Turn};
 use crate::core::chat::{ChatMessage, Role, ToolCall};
+use crate::core::fence::SessionFence;
 use crate::registry::ServedAgent;
 use crate::runtime::Approval;
-use crate::store::{Decision, PendingCall};
-
-/// What one tool round produced.
-pub(super) struct ToolRound {
-    /// Results, in the order of the calls.
-    pub results: Vec<ChatMessage>,
-    /// Calls that wait for a human's decision.
-    pub pending: Vec<PendingCall>,
-}
+use crate::store::{Decision, PendingCall, SessionKey};
 
 impl AgentRunner {
     /// Runs the calls of the last assistant message that have no result
     /// yet, as far as decisions allow.
+    /// Each result goes into `turn` and is stored at once (with `fence`);
+    /// returns the calls that wait for a human's decision.
     pub(super) async fn tool_round(
         &self,
         agent: &ServedAgent,
-        history: &[ChatMessage],
-        correlation_id: &str,
-    ) -> Result<ToolRound, AgentError> {
-        let mut round = ToolRound {
-            results: Vec::new(),
-            pending: Vec::new(),
-        };
+        turn: &mut Turn<'_>,
+        session: &SessionKey,
+        fence: Option<&SessionFence>,
+    ) -> Result<Vec<PendingCall>, AgentError> {
+        let correlation_id = turn.correlation_id;
+        let history = turn.messages();
+        let mut pending = Vec::new();
         let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
-            return Ok(round);
+            return Ok(pending);
         };
         let answered: Vec<&str> = history[at + 1..]
             .iter()
@@ -76,7 +74,7 @@ impl AgentRunner {
                         })
                     }
                     None => {
-                        round.pending.push(PendingCall {
+                        pending.push(PendingCall {
                             call_id: call.id.clone(),
                             tool: call.function.name.clone(),
                             arguments: call.function.arguments.clone(),
@@ -87,11 +85,10 @@ impl AgentRunner {
             } else {
                 self.call_tool(agent, call).await?
             };
-            round
-                .results
-                .push(ChatMessage::tool_result(call.id.clone(), content));
+            turn.push(ChatMessage::tool_result(call.id.clone(), content));
+            turn.save(&self.store, session, fence).await?;
         }
-        Ok(round)
+        Ok(pending)
     }
 
     /// A tool's failure is told to the model (it may recover); a guest that

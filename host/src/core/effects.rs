@@ -9,6 +9,10 @@ use super::journal::{Call, Entry, Event};
 pub enum Effect {
     /// Remove inbox rows: consumed into the journal, or stale.
     ConsumeInbox(Vec<i64>),
+    /// Keep inbox rows of raised events no code waits for yet, out of the
+    /// journal: they are offered to each later episode but no longer make
+    /// the instance ready by themselves.
+    ParkInbox(Vec<i64>),
     /// Append rows to the current execution's journal, stamped `at`: the
     /// episode's time, which is what the guest's clock read when it made the
     /// calls, so a replay reads the very same time.

@@ -10,6 +10,7 @@
 
 pub mod chat;
 pub mod effects;
+pub mod fence;
 pub mod history_window;
 pub mod ids;
 pub mod instance;

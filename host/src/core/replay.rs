@@ -280,6 +280,13 @@ impl Replay {
         Ok(Some((u32::try_from(position).unwrap_or(u32::MAX), result)))
     }
 
+    /// Arrival indexes of the raised events no wait has taken, ascending.
+    pub fn untaken_arrivals(&self) -> Vec<usize> {
+        let mut left: Vec<usize> = self.untaken.values().flatten().copied().collect();
+        left.sort_unstable();
+        left
+    }
+
     /// Raised events no wait has taken, in arrival order: carried over by
     /// continue-as-new.
     pub fn untaken_events(&self) -> Vec<Event> {

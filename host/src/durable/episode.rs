@@ -9,7 +9,7 @@ use crate::core::effects::Effect;
 use crate::core::instance::RuntimeStatus;
 use crate::core::journal::Entry;
 use crate::core::lifecycle::arrivals;
-use crate::core::lifecycle::episode_end::{self, Ending, Episode};
+use crate::core::lifecycle::episode_end::{self, Arrived, Ending, Episode};
 use crate::core::replay::Replay;
 use crate::registry::VersionError;
 use crate::runtime::{EpisodeEnd, LoadedComponent};
@@ -79,9 +79,16 @@ async fn run_once(
     if !sorted.stale.is_empty() {
         tracing::info!(instance_id = %id, execution = state.execution, dropped = sorted.stale.len(), "dropped results addressed to an older execution");
     }
-    let mut consumed: Vec<i64> = sorted.taken.iter().map(|(row, _)| *row).collect();
-    consumed.extend(&sorted.stale);
-    if sorted.taken.is_empty() && state.status == RuntimeStatus::Running {
+    let parked: HashSet<i64> = hot
+        .inbox
+        .iter()
+        .filter(|row| row.parked)
+        .map(|row| row.id)
+        .collect();
+    // Parked rows alone are nothing new: the code already saw them.
+    let fresh = sorted.taken.iter().any(|(row, _)| !parked.contains(row));
+    if !fresh && state.status == RuntimeStatus::Running {
+        let consumed = sorted.stale.clone();
         // Woken with nothing to take (the wake came after an earlier episode
         // took the rows): the store is asked once rather than the image
         // trusted, so an image can never leave an instance waiting for a
@@ -114,8 +121,8 @@ async fn run_once(
             Entry::Event(event) => events.push(event.clone()),
         }
     }
-    let new_events: Vec<_> = sorted.taken.into_iter().map(|(_, e)| e).collect();
-    events.extend(new_events.iter().cloned());
+    let first_new = events.len();
+    events.extend(sorted.taken.iter().map(|(_, e)| e.clone()));
     let replay = Replay::new(calls, events, now, hot.loaded.created_at);
     let first_task = replay.first_new_task();
     let (name, digest, input) = (&hot.loaded.name, &hot.loaded.digest, &hot.loaded.input);
@@ -136,13 +143,29 @@ async fn run_once(
             (ending, replay, Some(component))
         }
     };
-    let (calls, untaken) = match replay {
+    let (calls, untaken, unheard) = match replay {
         Some(replay) => {
             let untaken = replay.untaken_events();
-            (replay.into_new_calls(), untaken)
+            let unheard: HashSet<usize> = replay
+                .untaken_arrivals()
+                .into_iter()
+                .filter_map(|at| at.checked_sub(first_new))
+                .collect();
+            (replay.into_new_calls(), untaken, unheard)
         }
-        None => (Vec::new(), Vec::new()),
+        None => (Vec::new(), Vec::new(), HashSet::new()),
     };
+    let arrived = sorted
+        .taken
+        .into_iter()
+        .enumerate()
+        .map(|(i, (row, event))| Arrived {
+            row,
+            event,
+            heard: !unheard.contains(&i),
+            parked: parked.contains(&row),
+        })
+        .collect();
     let child_digests = orchestrator.child_digests(component.as_deref(), &calls);
     // A fresh execution has no journal to replay: it may run the newest code.
     let continue_on = orchestrator
@@ -150,8 +173,8 @@ async fn run_once(
         .orchestration(name)
         .map(|served| served.component.digest.clone());
     let episode = Episode {
-        consumed,
-        events: new_events,
+        stale: sorted.stale,
+        arrived,
         calls,
         first_task,
         ending,

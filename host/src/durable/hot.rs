@@ -55,6 +55,12 @@ impl HotInstance {
                     let rows: HashSet<i64> = rows.iter().copied().collect();
                     self.inbox.retain(|row| !rows.contains(&row.id));
                 }
+                Effect::ParkInbox(rows) => {
+                    let rows: HashSet<i64> = rows.iter().copied().collect();
+                    for row in &mut self.inbox {
+                        row.parked |= rows.contains(&row.id);
+                    }
+                }
                 Effect::Append { entries, at } => {
                     let bytes: u64 = entries.iter().map(Entry::size).sum();
                     let state = &mut self.loaded.state;
@@ -262,6 +268,7 @@ mod tests {
             execution: 1,
             event: Event::TimerFired { task: 0 },
             visible_at: 0,
+            parked: false,
         }
     }
 

@@ -27,6 +27,9 @@ use crate::workers::{drain, KeyedWorkers};
 
 const MAX_CONCURRENT_EPISODES: usize = 32;
 
+/// Due tasks one scheduler pass starts at most, besides those running.
+const DUE_AT_ONCE: usize = 1_000;
+
 #[derive(Debug, Clone)]
 pub struct OrchestratorConfig {
     pub limits: Arc<Limits>,
@@ -136,15 +139,37 @@ impl Orchestrator {
     async fn schedule(self: Arc<Self>) {
         loop {
             let now = now_ms();
-            match self.store.instances_with_work(now, 10_000).await {
+            let store = &self.store;
+            match store
+                .within(
+                    "the instances with work",
+                    store.instances_with_work(now, 10_000),
+                )
+                .await
+            {
                 Ok(ids) => ids.into_iter().for_each(|id| self.wake_instance(id)),
                 Err(e) => tracing::error!(error = %e, "could not read instances with work"),
             }
-            match self.store.due_tasks(now, 1_000).await {
+            let running_here = self
+                .tasks_in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .len();
+            match store
+                .within(
+                    "the due tasks",
+                    store.due_tasks(now, DUE_AT_ONCE, running_here),
+                )
+                .await
+            {
                 Ok(rows) => rows.into_iter().for_each(|row| self.spawn_task(row, false)),
                 Err(e) => tracing::error!(error = %e, "could not read due tasks"),
             }
-            let next = self.store.next_due_after(now).await.ok().flatten();
+            let next = store
+                .within("the next due time", store.next_due_after(now))
+                .await
+                .ok()
+                .flatten();
             let pause = next.map_or(1_000, |t| (t - now).clamp(1, 1_000));
             tokio::select! {
                 () = self.wake.notified() => {}
@@ -213,7 +238,12 @@ impl Orchestrator {
         }
         let this = self.clone();
         self.tracker.spawn(async move {
-            let still_due = fresh || this.store.task_still_due(&row).await.unwrap_or(false);
+            let store = &this.store;
+            let still_due = fresh
+                || store
+                    .within("a task's state", store.task_still_due(&row))
+                    .await
+                    .unwrap_or(false);
             if still_due {
                 this.run_task(&row).await;
             }

@@ -8,7 +8,7 @@ use super::Orchestrator;
 use crate::agents::normalize_response_format;
 use crate::core::ids;
 use crate::core::journal::Call;
-use crate::store::{NewRun, RunStatus, SessionKey, TaskRow};
+use crate::store::{NewRun, RunStatus, SessionKey, StoreError, TaskRow};
 
 /// What running a task produced.
 pub enum Outcome {
@@ -110,10 +110,10 @@ async fn agent_call(
                 response_format,
             };
             if let Err(e) = orchestrator.runs.submit(run).await {
-                return Outcome::Done(Err(e.to_string()));
+                return store_unavailable(row, &e);
             }
         }
-        Err(e) => return Outcome::Done(Err(e.to_string())),
+        Err(e) => return store_unavailable(row, &e),
     }
     loop {
         let waited = tokio::select! {
@@ -131,7 +131,16 @@ async fn agent_call(
                 return Outcome::Done(Err(format!("agent '{agent}' failed: {error}")));
             }
             Ok(None) => continue,
-            Err(e) => return Outcome::Done(Err(e.to_string())),
+            Err(e) => return store_unavailable(row, &e),
         }
     }
+}
+
+/// The store could not be read or written (a connection gone, a deadline
+/// passed): that is not the agent's failure, and must not become the
+/// orchestration's. The task stays due and runs again; its run, already
+/// stored under the same correlation id, is not started twice.
+fn store_unavailable(row: &TaskRow, error: &StoreError) -> Outcome {
+    tracing::warn!(instance_id = %row.instance_id, task = row.task, %error, "the store is unavailable; the agent call is looked at again later");
+    Outcome::Interrupted
 }

@@ -4,13 +4,14 @@
 //! told so (with the reason). 202: the run goes on (follow it with its
 //! `runUrl` or `streamUrl`).
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use super::body::read_limited;
 use super::{ApiError, AppState};
 use crate::store::{Decided, Decision};
 
@@ -37,8 +38,10 @@ struct Accepted {
 pub async fn decide(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,
-    body: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Response, ApiError> {
+    let body = read_limited(&headers, body, state.config.max_body_bytes).await?;
     let body: DecisionBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(
             "invalid_decision",

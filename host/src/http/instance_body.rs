@@ -180,6 +180,10 @@ impl HistoryEvent {
 #[serde(rename_all = "camelCase")]
 pub(super) struct Purged {
     pub instances_deleted: u64,
+    /// Set when finished instances may remain: a purge of many works in
+    /// bounded time and the caller asks again for the rest.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
 }
 
 /// Stored payloads are JSON text; one that is not (never written by this

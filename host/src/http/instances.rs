@@ -263,6 +263,7 @@ pub async fn purge(
     match state.orchestrator.manage(&id, Operation::Purge).await? {
         Change::Done => Ok(Json(Purged {
             instances_deleted: 1,
+            more: false,
         })
         .into_response()),
         Change::NotFound => Err(not_found(&id)),
@@ -279,9 +280,10 @@ pub async fn purge_matching(
     Query(query): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
     let filter = filter_of(&query)?;
-    let deleted = state.store.purge_matching(&filter).await?;
+    let purge = state.store.purge_matching(&filter).await?;
     Ok(Json(Purged {
-        instances_deleted: deleted,
+        instances_deleted: purge.deleted,
+        more: purge.more,
     })
     .into_response())
 }

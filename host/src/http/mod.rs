@@ -10,6 +10,7 @@ mod health;
 mod instance_body;
 mod instances;
 mod orchestrators;
+mod rejections;
 mod run_body;
 mod run_request;
 mod runs;
@@ -39,6 +40,8 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// How long a synchronous run request waits before answering 202.
     pub wait_budget: Duration,
+    /// A store batch under way for longer than this makes the host unhealthy.
+    pub writer_deadline: Duration,
 }
 
 #[derive(Clone)]
@@ -105,12 +108,18 @@ pub fn router(state: AppState) -> Router {
             post(instances::resume),
         );
     if state.config.health_enabled {
-        router = router.route("/api/health", get(health::get));
+        router = router
+            .route("/api/health", get(health::get))
+            .route("/api/health/live", get(health::live))
+            .route("/api/health/ready", get(health::ready));
     }
     router
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::method_not_allowed)
-        // The run handler enforces the limit itself, to answer 413 in JSON.
-        .layer(DefaultBodyLimit::disable())
+        // Handlers read bodies with `body::read_limited` (413 in JSON); this
+        // bounds any extractor that reads one itself, so no route can be made
+        // to buffer more than the limit.
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(axum::middleware::map_response(rejections::as_json))
         .with_state(state)
 }

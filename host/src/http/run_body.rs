@@ -183,6 +183,9 @@ fn response_value(run: &RunRecord) -> Value {
 #[derive(Debug, Serialize)]
 pub(super) struct Health {
     pub status: &'static str,
+    /// Why the host cannot do its work now (absent when healthy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     pub agents: Vec<AgentHealth>,
 }
 

@@ -107,6 +107,15 @@ pub(super) fn sse(state: &AppState, correlation_id: &str, cursor: EntryId) -> Re
 
 fn event(correlation_id: &str, entry: Result<Stored, StreamError>) -> Event {
     match entry {
+        // No id: a client that resumes never lands on it.
+        Ok(Stored {
+            entry: Entry::Restart,
+            attempt,
+            ..
+        }) => Event::default().event("restart").data(
+            json!({"status": "restart", "attempt": attempt, "reason": "the run began again; discard the text received so far"})
+                .to_string(),
+        ),
         Ok(Stored { id, entry, .. }) => {
             let (name, data) = match entry {
                 Entry::Chunk(text) => ("chunk", json!({ "text": text })),
@@ -115,6 +124,7 @@ fn event(correlation_id: &str, entry: Result<Stored, StreamError>) -> Event {
                     json!({"status": "complete", "correlationId": correlation_id, "correlation_id": correlation_id}),
                 ),
                 Entry::Failed(error) => ("error", json!({ "status": "failed", "error": error })),
+                Entry::Restart => ("restart", json!({ "status": "restart" })),
             };
             Event::default()
                 .id(id.as_str())
@@ -136,6 +146,8 @@ async fn whole_text(state: &AppState, correlation_id: &str) -> Result<Response, 
     while let Some(entry) = follow.recv().await {
         match entry?.entry {
             Entry::Chunk(chunk) => text.push_str(&chunk),
+            // Only the newest attempt's text is the answer.
+            Entry::Restart => text.clear(),
             Entry::Complete => {
                 return Ok(([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
             }

@@ -16,12 +16,13 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::agents::{AgentError, AgentRunner, AgentsSettings, RunOutcome as AgentOutcome};
+use crate::core::fence::SessionFence;
 use crate::registry::Registry;
 use crate::store::{
     Decided, Decision, Deletion, NewRun, RunOutcome, RunRecord, RunStatus, SessionKey, Store,
-    StoreError, Wake,
+    StoreError, StoredMessage, Wake,
 };
-use crate::streams::ResponseStreams;
+use crate::streams::{ResponseStreams, StreamWriter};
 
 mod history;
 
@@ -40,6 +41,11 @@ pub struct Runs {
     works: bool,
     /// Histories of hot sessions (only where this process alone writes).
     histories: Option<Histories>,
+    /// The stream attempt of each run this process has begun and not ended:
+    /// when it first executed it (ms). A run that goes on after a human's
+    /// decision keeps its attempt; one executed again after a crash or on
+    /// another host begins a newer one.
+    attempts: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     workers: KeyedWorkers<SessionKey>,
     finished: broadcast::Sender<Finished>,
     stopping: CancellationToken,
@@ -79,6 +85,10 @@ fn ended_record(run: &RunRecord, result: Result<&AgentOutcome, &AgentError>) -> 
     record
 }
 
+/// The first and the longest pause between tries to store a run's end.
+const END_RETRY_FIRST: Duration = Duration::from_millis(100);
+const END_RETRY_LONGEST: Duration = Duration::from_secs(5);
+
 /// Sessions one pass claims at most, so that other hosts get their share.
 const CLAIM_AT_ONCE: usize = 64;
 
@@ -108,6 +118,7 @@ impl Runs {
             settings,
             works,
             histories,
+            attempts: std::sync::Mutex::default(),
             workers: KeyedWorkers::default(),
             finished,
             stopping: CancellationToken::new(),
@@ -185,7 +196,14 @@ impl Runs {
                 _ = ticker.tick() => {}
                 () = self.stopping.cancelled() => return,
             }
-            match self.store.expire_approvals(crate::store::now_ms()).await {
+            let store = &self.store;
+            match store
+                .within(
+                    "expired approvals",
+                    store.expire_approvals(crate::store::now_ms()),
+                )
+                .await
+            {
                 Ok(sessions) => {
                     for session in sessions {
                         tracing::info!(agent = %session.agent, session = %session.session_id, "tool calls denied: no decision before the deadline");
@@ -241,7 +259,11 @@ impl Runs {
         let mut first = true;
         loop {
             if self.works {
-                match self.store.claim_sessions(CLAIM_AT_ONCE).await {
+                let store = &self.store;
+                match store
+                    .within("sessions to claim", store.claim_sessions(CLAIM_AT_ONCE))
+                    .await
+                {
                     Ok(sessions) => {
                         if first && !sessions.is_empty() {
                             tracing::info!(sessions = sessions.len(), "resuming unfinished runs");
@@ -329,9 +351,15 @@ impl Runs {
                 }
             }
             read = true;
-            // Read again at least every pass: a notification from another
-            // host can be lost.
-            let look_again = deadline.min(tokio::time::Instant::now() + PASS);
+            // On a shared hub, read again at least every pass: a
+            // notification from another host can be lost. Alone on its
+            // store, this process hears every end (a run awaiting a
+            // human's decision costs nothing while it waits).
+            let look_again = if self.store.is_shared() {
+                deadline.min(tokio::time::Instant::now() + PASS)
+            } else {
+                deadline
+            };
             loop {
                 match tokio::time::timeout_at(look_again, finished.recv()).await {
                     Err(_) if look_again >= deadline => return Ok(None),
@@ -374,7 +402,12 @@ impl Runs {
             let was_handed = handed.is_some();
             let next = match handed {
                 Some(run) => Ok(Some(run)),
-                None => self.store.next_unfinished_run(&session).await,
+                None => {
+                    let store = &self.store;
+                    store
+                        .within("the next run", store.next_unfinished_run(&session))
+                        .await
+                }
             };
             match next {
                 Ok(Some(run)) => {
@@ -411,20 +444,58 @@ impl Runs {
     async fn execute_in_span(&self, run: RunRecord) -> bool {
         let id = run.correlation_id.clone();
         let session = run.session();
-        let stream = self.streams.writer(&id);
-        let deltas = |text: &str| stream.chunk(text);
-        let kept = self.histories.as_ref().and_then(|h| h.take(&session));
-        let result = match self.registry.agent(&run.agent) {
-            Some(agent) => match kept {
-                Some(history) => Ok(history),
-                None => self.store.history(&session).await.map_err(AgentError::from),
+        // On a shared hub: what this host holds of the session, carried by
+        // every write of the run so that a take-over refuses them.
+        let fence = match self
+            .store
+            .within("the session's owner", self.store.session_fence(&session))
+            .await
+        {
+            Ok(fence) => fence,
+            Err(e) => {
+                tracing::warn!(error = %e, "not executing the run here");
+                return false;
             }
-            .map(|history| (agent, history)),
-            None => Err(AgentError::AgentGone(run.agent.clone())),
         };
-        let result = match result {
-            Ok((agent, history)) => self.runner.run(&agent, &run, history, &deltas).await,
-            Err(e) => Err(e),
+        let mut kept = self.histories.as_ref().and_then(|h| h.take(&session));
+        let mut pause = END_RETRY_FIRST;
+        let (stream, result) = loop {
+            let attempt = *self
+                .attempts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(id.clone())
+                .or_insert_with(crate::store::now_ms);
+            let stream = self.streams.writer(&id, attempt);
+            let result = self
+                .attempt(&run, &session, kept.take(), &stream, fence.as_ref())
+                .await;
+            match &result {
+                // The store failed mid-run (a connection cut, a deadline):
+                // not the run's failure. It goes on from what was stored, as
+                // a new attempt of its stream (readers are told to restart).
+                Err(AgentError::Store(e))
+                    if !matches!(e, StoreError::Fenced { .. }) && !self.stopping.is_cancelled() =>
+                {
+                    tracing::warn!(error = %e, retry_in = ?pause, "the store failed during the run; it goes on from what was stored");
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = self.stopping.cancelled() => {}
+                    }
+                    pause = (pause * 2).min(END_RETRY_LONGEST);
+                    self.attempts
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(id.clone(), crate::store::now_ms());
+                }
+                // Stopping: the run stays as stored and goes on at the next
+                // start (or on another host); a store error is not its end.
+                Err(AgentError::Store(e)) if !matches!(e, StoreError::Fenced { .. }) => {
+                    tracing::warn!(error = %e, "the store failed during the run while the host stops; it goes on at the next start");
+                    return false;
+                }
+                _ => break (stream, result),
+            }
         };
         if let Err(AgentError::AwaitingApproval(_)) = &result {
             // Its history moved on in the store (the tool round): not kept.
@@ -436,28 +507,13 @@ impl Runs {
             });
             return false;
         }
-        let ended = match &result {
-            Ok(outcome) => {
-                let unsaved = outcome.unsaved();
-                let completed = RunOutcome::Completed {
-                    response: &outcome.response,
-                    usage: outcome.usage,
-                };
-                self.store.end_run(&session, &id, &unsaved, completed).await
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, code = e.code(), "run failed");
-                let failed = RunOutcome::Failed {
-                    error: &e.to_string(),
-                    code: e.code(),
-                    usage: Default::default(),
-                };
-                self.store.end_run(&session, &id, &[], failed).await
-            }
-        };
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, code = e.code(), "run failed");
+        }
+        let ended = self.store_end(&session, &id, &result, fence.as_ref()).await;
         let record = match (ended, result) {
             (Err(e), _) => {
-                tracing::error!(error = %e, "could not store the run's outcome; it will run again at next start");
+                tracing::error!(error = %e, "the host stopped before the run's outcome could be stored; it runs again at next start");
                 None
             }
             (Ok(changed), result) => {
@@ -466,28 +522,108 @@ impl Runs {
                         "the run had already ended elsewhere; its outcome here is dropped"
                     );
                 }
-                // The stream ends only once the record says how the run ended.
+                // The stream ends only once the record says how the run ended,
+                // and only by the host that ended it: one that lost the run
+                // must not end the stream its new owner writes.
                 match result {
+                    _ if !changed => None,
                     Ok(outcome) => {
                         stream.complete();
                         let record = ended_record(&run, Ok(&outcome));
-                        if let (Some(histories), true) = (&self.histories, changed) {
+                        if let Some(histories) = &self.histories {
                             histories.keep(session, outcome.history);
                         }
-                        changed.then_some(record)
+                        Some(record)
                     }
                     Err(e) => {
                         stream.fail(&e.to_string());
-                        changed.then(|| ended_record(&run, Err(&e)))
+                        Some(ended_record(&run, Err(&e)))
                     }
                 }
             }
         };
+        self.attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
         let _ = self.finished.send(Finished {
             correlation_id: id,
             record: record.map(Arc::new),
         });
         true
+    }
+
+    /// One try of the run: on the history kept in memory, else as stored.
+    async fn attempt(
+        &self,
+        run: &RunRecord,
+        session: &SessionKey,
+        kept: Option<Vec<StoredMessage>>,
+        stream: &StreamWriter,
+        fence: Option<&SessionFence>,
+    ) -> Result<AgentOutcome, AgentError> {
+        let Some(agent) = self.registry.agent(&run.agent) else {
+            return Err(AgentError::AgentGone(run.agent.clone()));
+        };
+        let history = match kept {
+            Some(history) => history,
+            None => self.store.history(session).await?,
+        };
+        let deltas = |text: &str| stream.chunk(text);
+        self.runner.run(&agent, run, history, &deltas, fence).await
+    }
+
+    /// Stores how the run ended (true when this write ended it), retrying
+    /// with backoff for as long as the store refuses: a full disk, a lock
+    /// held by another process, a connection gone. A run whose end was not
+    /// stored would otherwise stay pending, its caller waiting, until the
+    /// next start. Gives up only when the host stops (the run then runs
+    /// again at the next start).
+    async fn store_end(
+        &self,
+        session: &SessionKey,
+        id: &str,
+        result: &Result<AgentOutcome, AgentError>,
+        fence: Option<&SessionFence>,
+    ) -> Result<bool, StoreError> {
+        let end = || async {
+            match result {
+                Ok(outcome) => {
+                    let completed = RunOutcome::Completed {
+                        response: &outcome.response,
+                        usage: outcome.usage,
+                    };
+                    self.store
+                        .end_run(session, id, &outcome.unsaved(), completed, fence)
+                        .await
+                }
+                Err(e) => {
+                    let failed = RunOutcome::Failed {
+                        error: &e.to_string(),
+                        code: e.code(),
+                        usage: Default::default(),
+                    };
+                    self.store.end_run(session, id, &[], failed, fence).await
+                }
+            }
+        };
+        let mut pause = END_RETRY_FIRST;
+        loop {
+            // A try under way always finishes: a host told to stop still
+            // stores the end of a run it finished within its grace.
+            match end().await {
+                Ok(changed) => return Ok(changed),
+                Err(e) if self.stopping.is_cancelled() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?pause, "could not store the run's outcome; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = self.stopping.cancelled() => {}
+                    }
+                    pause = (pause * 2).min(END_RETRY_LONGEST);
+                }
+            }
+        }
     }
 
     /// Stops taking new runs and waits up to `grace` for the ones executing.

@@ -23,6 +23,8 @@ pub enum Stop {
     Replay(#[from] ReplayError),
     #[error("durable functions are only available inside run-orchestration")]
     NotAnOrchestration,
+    #[error("orchestration code waited on the clock (std::thread::sleep or another wait on wasi:clocks): the clock of an orchestration is its journal's, so it never advances while the code runs; wait with a durable timer (ctx.start_timer / create-timer), or do the waiting in an activity")]
+    ClockWait,
 }
 
 /// The orchestration a store is running: its id, its replay, and the clock the

@@ -100,6 +100,8 @@ pub struct Runtime {
     /// slot instead of failing when every slot is taken.
     slots: tokio::sync::Semaphore,
     linker: Linker<GuestState>,
+    /// The same imports, with clock waits trapping ([`state::link_orchestration`]).
+    orchestration_linker: Linker<GuestState>,
     cache: ArtifactCache,
     ceilings: Ceilings,
     describe_timeout: Duration,
@@ -121,6 +123,8 @@ pub struct LoadedComponent {
     /// The `max_instances` grant, when the component has one.
     instances: Option<Arc<tokio::sync::Semaphore>>,
     pre: AgenthostComponentPre<GuestState>,
+    /// Instantiates it for orchestration episodes.
+    orchestration_pre: AgenthostComponentPre<GuestState>,
 }
 
 impl LoadedComponent {
@@ -146,6 +150,8 @@ impl Runtime {
         let engine = engine::build(&config)?;
         let mut linker = Linker::new(&engine);
         state::link(&mut linker)?;
+        let mut orchestration_linker = Linker::new(&engine);
+        state::link_orchestration(&mut orchestration_linker)?;
         let cache = ArtifactCache::open(&config.cache_dir, &engine)?;
         let ticker = engine::EpochTicker::start(engine.clone());
         let slots = tokio::sync::Semaphore::new(config.max_instances.max(1) as usize);
@@ -153,6 +159,7 @@ impl Runtime {
             engine,
             slots,
             linker,
+            orchestration_linker,
             cache,
             ceilings: Ceilings {
                 limits: config.limits,
@@ -214,6 +221,11 @@ impl Runtime {
             .map_err(|e| LoadError::Link(error::describe(&e)))?;
         let pre = AgenthostComponentPre::new(instance_pre)
             .map_err(|e| LoadError::Link(error::describe(&e)))?;
+        let orchestration_pre = self
+            .orchestration_linker
+            .instantiate_pre(&component)
+            .and_then(AgenthostComponentPre::new)
+            .map_err(|e| LoadError::Link(error::describe(&e)))?;
         let instances = grants
             .max_instances
             .map(|n| Arc::new(tokio::sync::Semaphore::new(n as usize)));
@@ -227,6 +239,7 @@ impl Runtime {
             grants: Arc::new(grants),
             instances,
             pre,
+            orchestration_pre,
         };
         let (described, settings) = self.describe(&loaded).await.map_err(LoadError::Describe)?;
         loaded.manifest = Manifest::from_wit(described)?.with_settings(&settings)?;
@@ -331,14 +344,21 @@ impl Runtime {
         replay: Replay,
     ) -> Result<(EpisodeEnd, Replay), GuestError> {
         let _slot = self.slot(component).await?;
-        let store = state::new_orchestration_store(
+        let mut store = state::new_orchestration_store(
             &self.engine,
             &component.name,
             &component.grants,
             instance_id,
             replay,
         );
-        let (mut store, instance) = self.instantiate_in(component, store).await?;
+        let instance = component
+            .orchestration_pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| GuestError::Instantiate {
+                component: component.name.clone(),
+                reason: error::describe(&e),
+            })?;
         let result = instance
             .agenthost_host_component()
             .call_run_orchestration(&mut store, name, input)

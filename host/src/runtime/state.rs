@@ -13,7 +13,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::{agenthost::host::logging, AgenthostComponent};
-use super::durable_imports::{OrchestrationScope, StepClock};
+use super::durable_imports::{OrchestrationScope, StepClock, Stop};
 use super::engine::TICK;
 use super::grants::Grants;
 use super::outbound::OutboundHttp;
@@ -80,6 +80,30 @@ pub fn link(linker: &mut Linker<GuestState>) -> Result<(), LoadError> {
         .map_err(|e| LoadError::Engine(error::describe(&e)))?;
     AgenthostComponent::add_to_linker::<_, HasSelf<GuestState>>(linker, |s| s)
         .map_err(|e| LoadError::Engine(error::describe(&e)))?;
+    Ok(())
+}
+
+/// The interface whose waits an orchestration may not use.
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// Links the imports of orchestration code: as [`link`], except that a wait
+/// on the clock (what `std::thread::sleep` compiles to) traps at once with
+/// [`Stop::ClockWait`]. The orchestration's clock is the journal's step time:
+/// a sleep could never end by itself, and would hold an episode slot until
+/// the episode's wall-clock limit stopped it.
+pub fn link_orchestration(linker: &mut Linker<GuestState>) -> Result<(), LoadError> {
+    link(linker)?;
+    let engine_error = |e: wasmtime::Error| LoadError::Engine(error::describe(&e));
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK).map_err(engine_error)?;
+    for wait in ["subscribe-duration", "subscribe-instant"] {
+        clock
+            .func_new_async(wait, |_store, _type, _params, _results| {
+                Box::new(async { Err(wasmtime::Error::new(Stop::ClockWait)) })
+            })
+            .map_err(engine_error)?;
+    }
+    linker.allow_shadowing(false);
     Ok(())
 }
 

@@ -73,6 +73,7 @@ pub(super) async fn apply(
     for effect in effects {
         match effect {
             Effect::ConsumeInbox(rows) => tx.delete_inbox_rows(&rows).await?,
+            Effect::ParkInbox(rows) => tx.park_inbox_rows(&rows).await?,
             Effect::Append { entries, at } => {
                 let bytes = append(tx, &target.id, journal_len, &entries, at).await?;
                 journal_len += entries.len() as u64;
@@ -246,6 +247,7 @@ async fn push_inbox(
         execution,
         event,
         visible_at,
+        parked: false,
     };
     applied.posted.push((id.to_string(), row));
     Ok(())

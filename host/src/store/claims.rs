@@ -27,18 +27,22 @@ impl Store {
         let mut ids: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM instances WHERE owner = $1 AND status IN ('Pending', 'ContinuedAsNew') \
              UNION SELECT DISTINCT i.instance_id FROM inbox i JOIN instances s ON s.id = i.instance_id \
-             WHERE i.visible_at <= $2 AND s.owner = $1 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $3",
+             WHERE i.visible_at <= $2 AND i.parked = 0 AND s.owner = $1 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $3",
         )
         .bind(me)
         .bind(now)
         .bind(limit_of(limit))
         .fetch_all(self.pool())
         .await?;
+        // A host that cannot renew its lease takes no new work.
+        if hub.lease_lapsed() {
+            return Ok(ids);
+        }
         let claimed = sqlx::query(&format!(
             "WITH picked AS ( \
                SELECT s.id, s.owner AS previous FROM instances s WHERE s.id IN ( \
                    SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
-                   UNION SELECT instance_id FROM inbox WHERE visible_at <= $2) \
+                   UNION SELECT instance_id FROM inbox WHERE visible_at <= $2 AND parked = 0) \
                  AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') \
                  AND (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) \
                LIMIT $3 FOR UPDATE OF s SKIP LOCKED) \
@@ -66,6 +70,7 @@ impl Store {
         hub: &SharedHub,
         now: i64,
         limit: usize,
+        running_here: usize,
     ) -> Result<Vec<TaskRow>, StoreError> {
         let Some(me) = hub.owner() else {
             return Ok(Vec::new());
@@ -78,9 +83,12 @@ impl Store {
         ))
         .bind(me)
         .bind(now)
-        .bind(limit_of(limit))
+        .bind(limit_of(limit.saturating_add(running_here)))
         .fetch_all(self.pool())
         .await?;
+        if hub.lease_lapsed() {
+            return rows.iter().map(super::tasks::task_from_row).collect();
+        }
         let claimed = sqlx::query(&format!(
             "WITH picked AS ( \
                SELECT instance_id, execution, task, owner AS previous FROM tasks \
@@ -122,12 +130,15 @@ impl Store {
         .bind(me)
         .fetch_all(self.pool())
         .await?;
+        if hub.lease_lapsed() {
+            return rows.iter().map(session_key).collect();
+        }
         let claimed = sqlx::query(&format!(
             "WITH picked AS ( \
                SELECT s.agent, s.id, s.owner AS previous FROM sessions s \
                WHERE (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) AND {unfinished} \
                LIMIT $2 FOR UPDATE OF s SKIP LOCKED) \
-             UPDATE sessions SET owner = $1 FROM picked \
+             UPDATE sessions SET owner = $1, epoch = sessions.epoch + 1 FROM picked \
              WHERE sessions.agent = picked.agent AND sessions.id = picked.id \
              RETURNING sessions.agent AS agent, sessions.id AS id, picked.previous AS previous",
             live = SharedHub::live_hosts()
@@ -138,15 +149,15 @@ impl Store {
         .await?;
         took_over(&claimed, "sessions")?;
         rows.extend(claimed);
-        rows.iter()
-            .map(|r| {
-                Ok(SessionKey {
-                    agent: r.try_get("agent")?,
-                    session_id: r.try_get("id")?,
-                })
-            })
-            .collect()
+        rows.iter().map(session_key).collect()
     }
+}
+
+fn session_key(row: &AnyRow) -> Result<SessionKey, StoreError> {
+    Ok(SessionKey {
+        agent: row.try_get("agent")?,
+        session_id: row.try_get("id")?,
+    })
 }
 
 /// Logs the rows claimed from a host whose lease expired (a `previous`

@@ -21,6 +21,9 @@ pub struct InboxRow {
     pub event: Event,
     /// When it becomes visible to the code (a durable timer's firing time).
     pub visible_at: i64,
+    /// A raised event no code waited for yet: offered to each episode, but
+    /// it does not make the instance ready by itself.
+    pub parked: bool,
 }
 
 impl InboxRow {
@@ -99,7 +102,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
              UNION SELECT DISTINCT i.instance_id FROM inbox i JOIN instances s ON s.id = i.instance_id \
-             WHERE i.visible_at <= $1 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $2",
+             WHERE i.visible_at <= $1 AND i.parked = 0 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $2",
         )
         .bind(now)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))

@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::{mpsc, oneshot};
 
 use super::episodes::InboxRow;
+use super::writer_health::{WriterCheck, WriterHealth};
 use super::writes::{Read, ReadOut, Write, Written};
 use super::StoreError;
 
@@ -31,7 +32,8 @@ pub(super) type Reply = oneshot::Sender<Result<Written, StoreError>>;
 pub(super) type ReadReply = oneshot::Sender<Result<ReadOut, StoreError>>;
 
 pub(super) enum Job {
-    Write(Write, Reply),
+    /// Boxed: a write is several times larger than the other jobs.
+    Write(Box<Write>, Reply),
     Read(Read, ReadReply),
     /// Commit what came before, close the connection, then answer.
     Close(oneshot::Sender<()>),
@@ -42,6 +44,7 @@ pub struct Committer {
     jobs: mpsc::UnboundedSender<Job>,
     stats: Arc<Stats>,
     sink: Arc<OnceLock<InboxSink>>,
+    health: Arc<WriterHealth>,
 }
 
 #[derive(Default)]
@@ -75,6 +78,7 @@ impl Committer {
             jobs,
             stats: Arc::new(Stats::default()),
             sink: Arc::new(OnceLock::new()),
+            health: Arc::new(WriterHealth::default()),
         };
         (committer, queue)
     }
@@ -83,7 +87,13 @@ impl Committer {
         Shared {
             stats: self.stats.clone(),
             sink: self.sink.clone(),
+            health: self.health.clone(),
         }
+    }
+
+    /// Whether the writer is alive and its batches commit within `deadline`.
+    pub fn check(&self, deadline: std::time::Duration) -> WriterCheck {
+        self.health.check(deadline)
     }
 
     /// Where committed inbox rows go from now on (set once; later calls are
@@ -93,7 +103,7 @@ impl Committer {
     }
 
     pub async fn commit(&self, write: Write) -> Result<Written, StoreError> {
-        self.ask(|reply| Job::Write(write, reply)).await
+        self.ask(|reply| Job::Write(Box::new(write), reply)).await
     }
 
     pub async fn read(&self, read: Read) -> Result<ReadOut, StoreError> {
@@ -119,7 +129,7 @@ impl Committer {
         let mut answers = Vec::with_capacity(writes.len());
         for write in writes {
             let (reply, answer) = oneshot::channel();
-            let sent = self.jobs.send(Job::Write(write, reply)).is_ok();
+            let sent = self.jobs.send(Job::Write(Box::new(write), reply)).is_ok();
             answers.push((sent, answer));
         }
         let mut results = Vec::with_capacity(answers.len());
@@ -151,10 +161,11 @@ impl Committer {
     }
 }
 
-/// What a writer loop reports to: the counters and the inbox sink.
+/// What a writer loop reports to: the counters, the inbox sink and its health.
 pub(super) struct Shared {
     stats: Arc<Stats>,
     sink: Arc<OnceLock<InboxSink>>,
+    pub(super) health: Arc<WriterHealth>,
 }
 
 impl Shared {
@@ -165,6 +176,13 @@ impl Shared {
         replies: Vec<Reply>,
         mut results: Vec<Result<Written, StoreError>>,
     ) {
+        // A batch whose every write failed failed as a transaction (the
+        // database refused it); one bad write among good ones is that write's.
+        let failure = match results.first() {
+            Some(Err(e)) if results.iter().all(Result::is_err) => Some(e.to_string()),
+            _ => None,
+        };
+        self.health.batch_ended(failure);
         let posted: Vec<_> = results
             .iter_mut()
             .filter_map(|r| r.as_mut().ok().and_then(Written::applied_mut))
@@ -207,7 +225,7 @@ impl Taken {
 
     fn add(&mut self, job: Job) {
         match job {
-            Job::Write(write, reply) => self.writes.push((write, reply)),
+            Job::Write(write, reply) => self.writes.push((*write, reply)),
             Job::Read(read, reply) => self.reads.push((read, reply)),
             Job::Close(reply) => self.close = Some(reply),
         }

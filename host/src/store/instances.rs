@@ -188,34 +188,83 @@ impl Store {
         rows.iter().map(instance_from_row).collect()
     }
 
-    /// Deletes every finished instance matching `filter`; returns how many.
-    pub async fn purge_matching(&self, filter: &InstanceFilter) -> Result<u64, StoreError> {
+    /// Deletes the finished instances matching `filter`, a page per commit
+    /// (other writes go between two pages), for at most [`PURGE_BUDGET`]:
+    /// a purge of every finished instance never queues ahead of the
+    /// episodes. The count is exact even when a page fails; `more` says
+    /// that matching instances may remain (the caller asks again).
+    pub async fn purge_matching(&self, filter: &InstanceFilter) -> Result<Purge, StoreError> {
+        let started = std::time::Instant::now();
         let (clause, binds) = filter_clause(filter);
-        let sql = format!("SELECT id FROM instances WHERE {clause} AND status IN {FINISHED}");
-        let mut query = sqlx::query(&sql);
-        for bind in &binds {
-            query = bind.apply(query);
-        }
-        let ids: Vec<String> = query
-            .fetch_all(self.pool())
-            .await?
-            .iter()
-            .map(|r| r.try_get("id"))
-            .collect::<Result<_, _>>()?;
-        // Each id is purged through the committer, which checks again that
-        // its instance is finished: one restarted since the read stays.
-        let writes = ids.iter().map(|id| Write::Manage {
-            instance: id.clone(),
-            op: Operation::Purge,
-        });
-        let mut purged = 0;
-        for written in self.committer().commit_all(writes.collect()).await {
-            if let Written::Manage(Change::Done, _) = written? {
-                purged += 1;
+        let (after, limit) = (binds.len() + 1, binds.len() + 2);
+        let sql = format!(
+            "SELECT id FROM instances WHERE {clause} AND status IN {FINISHED} \
+             AND id > ${after} ORDER BY id LIMIT ${limit}"
+        );
+        let mut purge = Purge::default();
+        // Ids in order: an instance that stays (restarted since the read)
+        // is not read again by the next page.
+        let mut last = String::new();
+        loop {
+            let mut query = sqlx::query(&sql);
+            for bind in &binds {
+                query = bind.apply(query);
+            }
+            let ids: Vec<String> = query
+                .bind(last.clone())
+                .bind(i64::try_from(PURGE_PAGE).unwrap_or(i64::MAX))
+                .fetch_all(self.pool())
+                .await?
+                .iter()
+                .map(|r| r.try_get("id"))
+                .collect::<Result<_, _>>()?;
+            let Some(tail) = ids.last() else {
+                return Ok(purge);
+            };
+            last = tail.clone();
+            let full = ids.len() >= PURGE_PAGE;
+            // The committer checks again that each instance is finished.
+            let writes = ids.into_iter().map(|id| Write::Manage {
+                instance: id,
+                op: Operation::Purge,
+            });
+            for written in self.committer().commit_all(writes.collect()).await {
+                match written {
+                    Ok(Written::Manage(Change::Done, _)) => purge.deleted += 1,
+                    Ok(_) => {}
+                    Err(e) if purge.deleted == 0 => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(error = %e, deleted = purge.deleted, "purge stopped by a store error");
+                        purge.more = true;
+                        return Ok(purge);
+                    }
+                }
+            }
+            if !full {
+                return Ok(purge);
+            }
+            if started.elapsed() >= PURGE_BUDGET {
+                purge.more = true;
+                return Ok(purge);
             }
         }
-        Ok(purged)
     }
+}
+
+/// Instances purged in one commit at most.
+const PURGE_PAGE: usize = 100;
+
+/// How long one purge request deletes before it answers.
+const PURGE_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What a purge of many instances did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purge {
+    /// Instances deleted, exactly.
+    pub deleted: u64,
+    /// Whether matching instances may remain: the purge stopped at its
+    /// time budget or at a store error after deleting some.
+    pub more: bool,
 }
 
 /// An instance as the committer's decisions read it.

@@ -10,6 +10,7 @@ mod apply;
 mod approvals;
 mod claims;
 mod episodes;
+mod file_lock;
 mod group_commit;
 mod hub;
 mod instances;
@@ -29,6 +30,7 @@ mod streams;
 mod tasks;
 mod tx;
 mod versions;
+mod writer_health;
 mod writes;
 
 pub use apply::{Applied, Target};
@@ -43,6 +45,7 @@ pub use sessions::{Deletion, RunOutcome};
 pub use shared_hub::{Membership, Role, Wake};
 pub use streams::NewStreamRow;
 pub use tasks::TaskRow;
+pub use writer_health::WriterCheck;
 pub use writes::{Operation, TaskOutcome};
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +67,15 @@ pub enum StoreError {
     Write(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    #[error("the store did not answer {what} within {after:?}: the database is unreachable or its connection went silent")]
+    Deadline {
+        what: &'static str,
+        after: std::time::Duration,
+    },
+    #[error("this host no longer owns session '{session}': another host took it over while this one was paused or cut off, so this host's write was refused and its work on the run dropped")]
+    Fenced { session: String },
+    #[error("the SQLite store {path} is already served by another process (pid {holder}): one process serves a SQLite file. Stop that one first, give this one another --store or --taskhub, or use PostgreSQL (--store postgres://…) to run several hosts on one task hub")]
+    Locked { path: String, holder: String },
 }
 
 impl StoreError {

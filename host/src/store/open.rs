@@ -17,9 +17,11 @@ use sqlx::{AnyPool, Connection, Executor};
 
 use std::sync::Arc;
 
+use super::file_lock::{self, StoreLock};
 use super::group_commit::Committer;
 use super::hub::TaskHub;
 use super::shared_hub::{Membership, SharedHub};
+use super::writer_health::WriterCheck;
 use super::StoreError;
 
 /// The durable store: sessions, runs, component versions, and the durable
@@ -31,6 +33,9 @@ pub struct Store {
     kind: Kind,
     /// This host on a hub that several hosts share (PostgreSQL).
     shared: Option<Arc<SharedHub>>,
+    /// The OS lock that makes this process the only one on a SQLite file;
+    /// released when the last clone of the store is dropped.
+    _lock: Option<Arc<StoreLock>>,
 }
 
 /// Which database a store is on.
@@ -42,6 +47,13 @@ pub enum Kind {
 
 /// Plain-query connections per process.
 const POOL_CONNECTIONS: u32 = 8;
+
+/// How long one store call may take before it counts as lost.
+pub(super) const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long a pooled PostgreSQL connection has to answer a ping before it is
+/// dropped rather than reused (or its slot held for ever by a silent one).
+const PING_DEADLINE: Duration = Duration::from_secs(2);
 
 impl Store {
     /// Opens (creating if needed) the task hub `hub` of the store at `url`
@@ -65,6 +77,12 @@ impl Store {
         self.shared.as_deref()
     }
 
+    /// Whether other hosts may write this store (a shared PostgreSQL hub):
+    /// what they do reaches this process by notifications, which can be lost.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
     pub(super) fn pool(&self) -> &AnyPool {
         &self.pool
     }
@@ -80,6 +98,29 @@ impl Store {
     /// Where committed inbox rows go, on the writer's thread (see [`super::InboxSink`]).
     pub fn on_inbox_rows(&self, sink: super::InboxSink) {
         self.committer.on_inbox_rows(sink);
+    }
+
+    /// Bounds one store call by [`CALL_DEADLINE`]. The loops that keep the
+    /// host working (scheduling, claims, expiry) go through it: a connection
+    /// that went silent (no reset: a partition, a dropped NAT entry) would
+    /// otherwise hold them for ever, while health still said 200. The call's
+    /// connection is dropped with the call (the pool tests it on release).
+    pub async fn within<T>(
+        &self,
+        what: &'static str,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(CALL_DEADLINE, call)
+            .await
+            .unwrap_or(Err(StoreError::Deadline {
+                what,
+                after: CALL_DEADLINE,
+            }))
+    }
+
+    /// Whether the store's writer is alive and committing within `deadline`.
+    pub fn writer_check(&self, deadline: Duration) -> WriterCheck {
+        self.committer.check(deadline)
     }
 
     /// Episodes committed and the transactions they took (group commit).
@@ -110,6 +151,17 @@ async fn open_sqlite(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
         return Err(StoreError::UnsupportedUrl(url.to_string()));
     }
     let path = hub.sqlite_file(Path::new(path));
+    // Before anything touches the file: a second host must not even migrate.
+    let lock = match file_lock::lock(&path) {
+        // A missing or read-only directory: the remedy of an unreachable store.
+        Err(StoreError::Write(e)) => {
+            return Err(StoreError::Connect {
+                address: path.display().to_string(),
+                source: sqlx::Error::Configuration(e.into()),
+            })
+        }
+        other => other?,
+    };
     let open_error = |source| StoreError::Connect {
         address: path.display().to_string(),
         source,
@@ -152,6 +204,7 @@ async fn open_sqlite(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
         committer,
         kind: Kind::Sqlite,
         shared: None,
+        _lock: Some(Arc::new(lock)),
     })
 }
 
@@ -180,11 +233,14 @@ async fn open_postgres(
         create_schema(&mut admin, &schema).await?;
         admin.close().await.map_err(connect_error)?;
     }
-    let in_hub = options.clone().options([("search_path", schema.as_str())]);
+    let migrating = options.clone().options([("search_path", schema.as_str())]);
+    let in_hub = options.clone().options(
+        std::iter::once(("search_path", schema.as_str())).chain(SESSION_GUARDS.iter().copied()),
+    );
     {
         let migrations = PgPoolOptions::new()
             .max_connections(1)
-            .connect_with(in_hub.clone())
+            .connect_with(migrating)
             .await
             .map_err(connect_error)?;
         sqlx::migrate!("./migrations-postgres")
@@ -192,12 +248,36 @@ async fn open_postgres(
             .await?;
         migrations.close().await;
     }
-    let set_path = format!("SET search_path TO {schema}");
+    let session_settings = std::iter::once(format!("SET search_path TO {schema}"))
+        .chain(
+            SESSION_GUARDS
+                .iter()
+                .map(|(name, value)| format!("SET {name} = '{value}'")),
+        )
+        .collect::<Vec<_>>();
     let pool = AnyPoolOptions::new()
         .max_connections(POOL_CONNECTIONS)
+        .acquire_timeout(CALL_DEADLINE)
+        // sqlx pings a connection when it comes back to the pool; on a silent
+        // one that ping would wait for ever and keep the pool's slot: bounded
+        // here, a connection that does not answer is closed instead.
+        .after_release(|connection, _| {
+            Box::pin(async move {
+                match tokio::time::timeout(PING_DEADLINE, connection.ping()).await {
+                    Ok(Ok(())) => Ok(true),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(sqlx::Error::PoolTimedOut),
+                }
+            })
+        })
         .after_connect(move |connection, _| {
-            let set_path = set_path.clone();
-            Box::pin(async move { connection.execute(set_path.as_str()).await.map(|_| ()) })
+            let set_path = session_settings.clone();
+            Box::pin(async move {
+                for statement in &set_path {
+                    connection.execute(statement.as_str()).await?;
+                }
+                Ok(())
+            })
         })
         .connect(url)
         .await
@@ -210,8 +290,25 @@ async fn open_postgres(
         committer,
         kind: Kind::Postgres,
         shared: Some(shared),
+        _lock: None,
     })
 }
+
+/// Settings of every PostgreSQL session a host opens (migrations aside),
+/// so that the server, too, gives up on what a vanished host left: a
+/// transaction left open by a client that went silent would otherwise hold
+/// its row locks for good and stall every host that needs those rows, and
+/// its connection would count against `max_connections` for ever. No
+/// statement of the host runs long, and none waits for a lock longer than
+/// a store call's deadline; server-side keepalives find a peer that is gone.
+const SESSION_GUARDS: [(&str, &str); 6] = [
+    ("idle_in_transaction_session_timeout", "10s"),
+    ("lock_timeout", "10s"),
+    ("statement_timeout", "30s"),
+    ("tcp_keepalives_idle", "10"),
+    ("tcp_keepalives_interval", "5"),
+    ("tcp_keepalives_count", "3"),
+];
 
 /// Creates the hub's schema. Two hosts starting at once may both try: the
 /// loser's duplicate error is the winner's success.

@@ -46,10 +46,13 @@ async fn write_loop(
         options,
         hub,
         connection: Some(connection),
+        batches: 0,
     };
+    let _alive = shared.health.guard();
     while let Some(job) = queue.recv().await {
         let taken = Taken::from(job, &mut queue);
         if !taken.writes.is_empty() {
+            shared.health.batch_started();
             let (writes, replies): (Vec<_>, Vec<_>) = taken.writes.into_iter().unzip();
             let results = writer.write_batch(writes).await;
             shared.answer(replies, results);
@@ -58,6 +61,7 @@ async fn write_loop(
             let _ = reply.send(writer.read(read).await);
         }
         if let Some(reply) = taken.close {
+            shared.health.closed();
             queue.close();
             if let Some(connection) = writer.connection.take() {
                 let _ = connection.close().await;
@@ -74,7 +78,20 @@ struct Writer {
     /// Dropped when it fails other than by a statement's own error, and
     /// opened again for the next batch.
     connection: Option<PgConnection>,
+    /// Transactions committed, to prune old batch ids now and then.
+    batches: u64,
 }
+
+/// How long one transaction of the writer may take before its connection
+/// counts as gone (a silent partition sends no reset: without a deadline the
+/// writer would wait for ever).
+const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Batch ids older than this are pruned (an ambiguous commit is resolved
+/// within seconds).
+const KEEP_BATCH_IDS_MS: i64 = 600_000;
+/// Pruned once every this many transactions.
+const PRUNE_EVERY: u64 = 1_024;
 
 impl Writer {
     async fn connection(&mut self) -> Result<&mut PgConnection, StoreError> {
@@ -98,14 +115,21 @@ impl Writer {
     }
 
     async fn read(&mut self, read: Read) -> Result<ReadOut, StoreError> {
-        let result = async {
-            let owner = self.hub.owner().map(str::to_string);
+        let owner = self.hub.owner().map(str::to_string);
+        let result = tokio::time::timeout(CALL_DEADLINE, async {
             let mut tx = self.connection().await?.begin().await?;
             let out = read_one(&mut PgTx(&mut tx, owner.as_deref()), read).await?;
             tx.commit().await?;
             Ok(out)
-        }
-        .await;
+        })
+        .await
+        .unwrap_or_else(|_| {
+            // A silent connection: dropped, the next call opens another.
+            self.connection = None;
+            Err(StoreError::Write(
+                "no answer from PostgreSQL within the deadline".into(),
+            ))
+        });
         if let Err(e) = &result {
             self.check(e);
         }
@@ -135,14 +159,102 @@ impl Writer {
     ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
         let now = now_ms();
         let hub = self.hub.clone();
-        let mut tx = self.connection().await?.begin().await?;
+        let batch = self.batch_id();
+        let prune = self.batches.is_multiple_of(PRUNE_EVERY);
         let mut results = Vec::with_capacity(writes.len());
-        for write in writes {
-            results.push(write_one(&mut PgTx(&mut tx, hub.owner()), write.clone(), now).await?);
-        }
-        tell_the_others(&mut tx, &hub, &results).await?;
-        tx.commit().await?;
+        let attempt = tokio::time::timeout(CALL_DEADLINE, async {
+            let mut tx = self.connection().await?.begin().await?;
+            for write in writes {
+                results.push(write_one(&mut PgTx(&mut tx, hub.owner()), write.clone(), now).await?);
+            }
+            tell_the_others(&mut tx, &hub, &results).await?;
+            mark(&mut tx, &batch, now, prune).await?;
+            Ok::<_, StoreError>(tx.commit().await)
+        })
+        .await;
+        let committed = self.settle(attempt)?;
+        self.resolve(committed, &batch).await?;
         Ok(results.into_iter().map(Ok).collect())
+    }
+
+    /// A transaction that ran past [`CALL_DEADLINE`] (the connection went
+    /// silent: no reset, nothing flows) is abandoned with its connection;
+    /// whether its COMMIT got through is then as unknown as when a COMMIT's
+    /// answer is lost, and is resolved the same way.
+    fn settle(
+        &mut self,
+        attempt: Result<Result<Result<(), sqlx::Error>, StoreError>, tokio::time::error::Elapsed>,
+    ) -> Result<Result<(), sqlx::Error>, StoreError> {
+        match attempt {
+            Ok(statements) => statements,
+            Err(_) => {
+                self.connection = None;
+                tracing::warn!(deadline = ?CALL_DEADLINE, "the store's writer got no answer from PostgreSQL in time; dropping the connection");
+                Ok(Err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer from PostgreSQL within the deadline",
+                ))))
+            }
+        }
+    }
+
+    fn batch_id(&mut self) -> String {
+        self.batches += 1;
+        uuid::Uuid::new_v4().simple().to_string()
+    }
+
+    /// What a COMMIT did. One whose answer was lost with the connection
+    /// may have committed: the database is asked, on a fresh connection,
+    /// whether the batch's id is there, and asked again until it answers,
+    /// because writing the batch again would apply it twice (an event
+    /// delivered twice, a start answered 409 by its own instance).
+    async fn resolve(
+        &mut self,
+        committed: Result<(), sqlx::Error>,
+        batch: &str,
+    ) -> Result<(), StoreError> {
+        let error = match committed {
+            Ok(()) => return Ok(()),
+            // The database refused the COMMIT itself: nothing was written.
+            Err(e @ sqlx::Error::Database(_)) => return Err(e.into()),
+            Err(e) => e,
+        };
+        self.connection = None;
+        tracing::warn!(batch, error = %error, "the answer to a COMMIT was lost; asking the database whether it committed");
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let asked = tokio::time::timeout(CALL_DEADLINE, async {
+                let exists: bool =
+                    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM commits WHERE id = $1)")
+                        .bind(batch)
+                        .fetch_one(self.connection().await?)
+                        .await?;
+                Ok::<_, StoreError>(exists)
+            })
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Write(
+                    "no answer from PostgreSQL within the deadline".into(),
+                ))
+            });
+            match asked {
+                Ok(true) => {
+                    tracing::info!(batch, "the batch had committed; its answers stand");
+                    return Ok(());
+                }
+                Ok(false) => {
+                    tracing::info!(batch, "the batch had not committed; writing it again");
+                    return Err(StoreError::Query(error));
+                }
+                Err(e) => {
+                    // Whatever failed, this connection is not to be trusted.
+                    self.connection = None;
+                    tracing::warn!(batch, error = %e, "cannot yet tell whether the batch committed; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
     }
 
     async fn write_alone(&mut self, write: Write) -> Result<Written, StoreError> {
@@ -151,12 +263,21 @@ impl Writer {
             let result = async {
                 let now = now_ms();
                 let hub = self.hub.clone();
-                let mut tx = self.connection().await?.begin().await?;
-                let written =
-                    write_one(&mut PgTx(&mut tx, hub.owner()), write.clone(), now).await?;
-                tell_the_others(&mut tx, &hub, std::slice::from_ref(&written)).await?;
-                tx.commit().await?;
-                Ok(written)
+                let batch = self.batch_id();
+                let mut written = None;
+                let attempt = tokio::time::timeout(CALL_DEADLINE, async {
+                    let mut tx = self.connection().await?.begin().await?;
+                    let done =
+                        write_one(&mut PgTx(&mut tx, hub.owner()), write.clone(), now).await?;
+                    tell_the_others(&mut tx, &hub, std::slice::from_ref(&done)).await?;
+                    written = Some(done);
+                    mark(&mut tx, &batch, now, false).await?;
+                    Ok::<_, StoreError>(tx.commit().await)
+                })
+                .await;
+                let committed = self.settle(attempt)?;
+                self.resolve(committed, &batch).await?;
+                written.ok_or_else(|| StoreError::Write("the write produced no answer".into()))
             }
             .await;
             match result {
@@ -223,6 +344,22 @@ async fn tell_the_others(
             .execute(&mut *tx)
             .await?;
     }
+    Ok(())
+}
+
+/// Writes the batch's id in its transaction (and now and then prunes old ones).
+async fn mark(tx: &mut PgConnection, batch: &str, now: i64, prune: bool) -> Result<(), StoreError> {
+    if prune {
+        sqlx::query("DELETE FROM commits WHERE at < $1")
+            .bind(now - KEEP_BATCH_IDS_MS)
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query("INSERT INTO commits (id, at) VALUES ($1, $2)")
+        .bind(batch)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 

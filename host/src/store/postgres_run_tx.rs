@@ -5,6 +5,7 @@ use super::postgres_tx::PgTx;
 use super::run_tx::{RunEndRow, RunRow, RunTx};
 use super::shared_hub::SharedHub;
 use super::StoreError;
+use crate::core::fence::SessionHolder;
 
 impl RunTx for PgTx<'_> {
     async fn expire_idle_session(
@@ -14,7 +15,9 @@ impl RunTx for PgTx<'_> {
         cutoff: i64,
     ) -> Result<bool, StoreError> {
         let deleted = sqlx::query(
-            "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND last_active_at < $3",
+            "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND last_active_at < $3 \
+             AND NOT EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_id = $2 \
+             AND status IN ('pending', 'running', 'awaiting_approval'))",
         )
         .bind(agent)
         .bind(id)
@@ -51,8 +54,9 @@ impl RunTx for PgTx<'_> {
             return Ok(false);
         };
         Ok(sqlx::query(&format!(
-            "UPDATE sessions SET owner = $1 WHERE agent = $2 AND id = $3 \
-             AND (owner IS NULL OR owner = $1 OR owner NOT IN ({}))",
+            "UPDATE sessions SET owner = $1, \
+             epoch = CASE WHEN owner IS DISTINCT FROM $1 THEN epoch + 1 ELSE epoch END \
+             WHERE agent = $2 AND id = $3 AND (owner IS NULL OR owner = $1 OR owner NOT IN ({}))",
             SharedHub::live_hosts()
         ))
         .bind(me)
@@ -62,6 +66,21 @@ impl RunTx for PgTx<'_> {
         .await?
         .rows_affected()
             > 0)
+    }
+
+    async fn session_holder(
+        &mut self,
+        agent: &str,
+        id: &str,
+    ) -> Result<Option<SessionHolder>, StoreError> {
+        let row: Option<(Option<String>, i64)> = sqlx::query_as(
+            "SELECT owner, epoch FROM sessions WHERE agent = $1 AND id = $2 FOR UPDATE",
+        )
+        .bind(agent)
+        .bind(id)
+        .fetch_optional(&mut *self.0)
+        .await?;
+        Ok(row.map(|(owner, epoch)| SessionHolder { owner, epoch }))
     }
 
     async fn has_unfinished_run(&mut self, agent: &str, id: &str) -> Result<bool, StoreError> {
@@ -146,20 +165,21 @@ impl RunTx for PgTx<'_> {
 
     async fn insert_stream_rows(
         &mut self,
-        rows: &[(String, &'static str, String)],
+        rows: &[super::NewStreamRow],
         now: i64,
         expires_at: i64,
     ) -> Result<Vec<i64>, StoreError> {
         let mut ids: Vec<i64> = sqlx::query_scalar(
-            "INSERT INTO stream_entries (correlation_id, kind, data, created_at, expires_at) \
-             SELECT c, k, d, $4, $5 FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[]) WITH ORDINALITY AS r(c, k, d, n) \
-             ORDER BY n RETURNING id",
+            "INSERT INTO stream_entries (correlation_id, kind, data, created_at, expires_at, attempt) \
+             SELECT c, k, d, $4, $5, a FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $6::BIGINT[]) \
+             WITH ORDINALITY AS r(c, k, d, a, n) ORDER BY n RETURNING id",
         )
-        .bind(rows.iter().map(|r| r.0.as_str()).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.1).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.2.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.correlation_id.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.kind).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.data.as_str()).collect::<Vec<_>>())
         .bind(now)
         .bind(expires_at)
+        .bind(rows.iter().map(|r| r.attempt).collect::<Vec<_>>())
         .fetch_all(&mut *self.0)
         .await?;
         // Ids come from one sequence in insertion order.

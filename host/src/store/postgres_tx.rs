@@ -113,22 +113,31 @@ impl Tx for PgTx<'_> {
     }
 
     async fn inbox(&mut self, id: &str) -> Result<Vec<InboxRow>, StoreError> {
-        let rows: Vec<(i64, i64, String, i64)> = sqlx::query_as(
-            "SELECT id, execution, event, visible_at FROM inbox WHERE instance_id = $1 ORDER BY id",
+        let rows: Vec<(i64, i64, String, i64, i32)> = sqlx::query_as(
+            "SELECT id, execution, event, visible_at, parked FROM inbox WHERE instance_id = $1 ORDER BY id",
         )
         .bind(id)
         .fetch_all(&mut *self.0)
         .await?;
         rows.into_iter()
-            .map(|(id, execution, event, visible_at)| {
+            .map(|(id, execution, event, visible_at, parked)| {
                 Ok(InboxRow {
                     id,
                     execution,
                     event: from_json(&event, "inbox event")?,
                     visible_at,
+                    parked: parked != 0,
                 })
             })
             .collect()
+    }
+
+    async fn park_inbox_rows(&mut self, rows: &[i64]) -> Result<(), StoreError> {
+        sqlx::query("UPDATE inbox SET parked = 1 WHERE id = ANY($1)")
+            .bind(rows)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(())
     }
 
     async fn delete_inbox_rows(&mut self, rows: &[i64]) -> Result<(), StoreError> {

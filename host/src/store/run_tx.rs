@@ -9,6 +9,7 @@
 use std::future::Future;
 
 use super::StoreError;
+use crate::core::fence::SessionHolder;
 
 /// A run as it is inserted.
 pub(super) struct RunRow<'a> {
@@ -52,6 +53,12 @@ pub(super) trait RunTx {
         agent: &str,
         id: &str,
     ) -> impl Future<Output = Result<bool, StoreError>>;
+    /// The session's owner and epoch, locked until the transaction ends.
+    fn session_holder(
+        &mut self,
+        agent: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<SessionHolder>, StoreError>>;
     /// Whether the session has a run not ended yet.
     fn has_unfinished_run(
         &mut self,
@@ -79,10 +86,10 @@ pub(super) trait RunTx {
         end: &RunEndRow,
         now: i64,
     ) -> impl Future<Output = Result<bool, StoreError>>;
-    /// Response stream entries `(correlation id, kind, data)`; their ids.
+    /// Response stream entries; their ids.
     fn insert_stream_rows(
         &mut self,
-        rows: &[(String, &'static str, String)],
+        rows: &[super::NewStreamRow],
         now: i64,
         expires_at: i64,
     ) -> impl Future<Output = Result<Vec<i64>, StoreError>>;

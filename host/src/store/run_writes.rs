@@ -9,6 +9,7 @@
 
 use super::run_tx::{RunEndRow, RunRow, RunTx};
 use super::{NewRun, StoreError};
+use crate::core::fence::{self, SessionFence};
 
 /// A write of the run path.
 #[derive(Debug, Clone)]
@@ -23,19 +24,21 @@ pub enum RunWrite {
         session_id: String,
         correlation_id: String,
         bodies: Vec<String>,
+        fence: Option<SessionFence>,
     },
     End {
         agent: String,
         session_id: String,
         correlation_id: String,
+        fence: Option<SessionFence>,
         /// Messages not stored yet (the user message and the answer of a
         /// run without tool calls), stored with the end.
         bodies: Vec<String>,
         end: RunEndRow,
     },
-    /// Response stream entries `(correlation id, kind, data)`.
+    /// Response stream entries.
     Stream {
-        rows: Vec<(String, &'static str, String)>,
+        rows: Vec<super::NewStreamRow>,
         expires_at: i64,
     },
 }
@@ -61,6 +64,8 @@ pub enum RunWritten {
         changed: bool,
     },
     Streamed(Vec<i64>),
+    /// Refused: the session changed hands since its writer began the run.
+    Fenced,
 }
 
 pub(super) async fn write_run(
@@ -102,7 +107,11 @@ pub(super) async fn write_run(
             session_id,
             correlation_id,
             bodies,
+            fence,
         } => {
+            if !admitted(tx, &agent, &session_id, fence.as_ref()).await? {
+                return Ok(RunWritten::Fenced);
+            }
             tx.append_messages(&agent, &session_id, &correlation_id, &bodies, now)
                 .await?;
             Ok(RunWritten::Stored)
@@ -111,9 +120,13 @@ pub(super) async fn write_run(
             agent,
             session_id,
             correlation_id,
+            fence,
             bodies,
             end,
         } => {
+            if !admitted(tx, &agent, &session_id, fence.as_ref()).await? {
+                return Ok(RunWritten::Fenced);
+            }
             let changed = tx.end_run(&correlation_id, &end, now).await?;
             // A run another host ended meanwhile keeps that host's messages.
             if changed && !bodies.is_empty() {
@@ -129,4 +142,19 @@ pub(super) async fn write_run(
             tx.insert_stream_rows(&rows, now, expires_at).await?,
         )),
     }
+}
+
+/// Whether a fenced write still belongs to its writer ([`fence::admits`]),
+/// read in the writing transaction; unfenced writes are not read for.
+async fn admitted(
+    tx: &mut impl RunTx,
+    agent: &str,
+    session_id: &str,
+    fence: Option<&SessionFence>,
+) -> Result<bool, StoreError> {
+    if fence.is_none() {
+        return Ok(true);
+    }
+    let holder = tx.session_holder(agent, session_id).await?;
+    Ok(fence::admits(holder.as_ref(), fence))
 }

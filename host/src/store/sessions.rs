@@ -13,6 +13,7 @@ use super::run_writes::{RunWrite, RunWritten};
 use super::writes::{Write, Written};
 use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, Store, StoreError, StoredMessage};
 use crate::core::chat::{ChatMessage, Usage};
+use crate::core::fence::SessionFence;
 
 const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
                            response, error, error_code, usage, created_at, updated_at";
@@ -71,11 +72,14 @@ impl Store {
     }
 
     /// Stores messages of a run as they exist (a tool round).
+    /// `fence` is what this host held when it began the run (see
+    /// [`Store::session_fence`]): a session taken over since refuses it.
     pub async fn append_messages(
         &self,
         session: &SessionKey,
         correlation_id: &str,
         messages: &[ChatMessage],
+        fence: Option<&SessionFence>,
     ) -> Result<(), StoreError> {
         let bodies = messages.iter().map(to_json).collect::<Result<_, _>>()?;
         let written = self
@@ -85,22 +89,28 @@ impl Store {
                 session_id: session.session_id.clone(),
                 correlation_id: correlation_id.to_string(),
                 bodies,
+                fence: fence.cloned(),
             }))
             .await?;
         match written {
             Written::Run(RunWritten::Stored) => Ok(()),
+            Written::Run(RunWritten::Fenced) => Err(StoreError::Fenced {
+                session: session.session_id.clone(),
+            }),
             other => Err(unexpected(other)),
         }
     }
 
     /// Ends a run: its last messages (the answer) and its outcome, in one
-    /// write. False when the run had already ended (another host did it).
+    /// write. False when the run had already ended (another host did it),
+    /// or when the session changed hands since `fence` (its new owner ends it).
     pub async fn end_run(
         &self,
         session: &SessionKey,
         correlation_id: &str,
         unsaved: &[ChatMessage],
         outcome: RunOutcome<'_>,
+        fence: Option<&SessionFence>,
     ) -> Result<bool, StoreError> {
         let bodies = unsaved.iter().map(to_json).collect::<Result<_, _>>()?;
         let end = match outcome {
@@ -125,13 +135,48 @@ impl Store {
                 agent: session.agent.clone(),
                 session_id: session.session_id.clone(),
                 correlation_id: correlation_id.to_string(),
+                fence: fence.cloned(),
                 bodies,
                 end,
             }))
             .await?;
         match written {
             Written::Run(RunWritten::Ended { changed, .. }) => Ok(changed),
+            Written::Run(RunWritten::Fenced) => {
+                tracing::warn!(agent = %session.agent, session = %session.session_id, correlation_id, "this host lost the session while it ran; the run's outcome here is dropped (its new owner ends it)");
+                Ok(false)
+            }
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// What this host holds of a session it is about to execute a run of:
+    /// `None` on a store one process serves (nothing to fence); on a shared
+    /// hub its owner id and the session's epoch, or [`StoreError::Fenced`]
+    /// when another host owns it now.
+    pub async fn session_fence(
+        &self,
+        session: &SessionKey,
+    ) -> Result<Option<SessionFence>, StoreError> {
+        let Some(me) = self.owner_id() else {
+            return Ok(None);
+        };
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "SELECT epoch FROM sessions WHERE agent = $1 AND id = $2 AND owner = $3",
+        )
+        .bind(&session.agent)
+        .bind(&session.session_id)
+        .bind(me)
+        .fetch_optional(self.pool())
+        .await?;
+        match epoch {
+            Some(epoch) => Ok(Some(SessionFence {
+                owner: me.to_string(),
+                epoch,
+            })),
+            None => Err(StoreError::Fenced {
+                session: session.session_id.clone(),
+            }),
         }
     }
 
@@ -307,7 +352,7 @@ impl Store {
         let mut tx = self.pool().begin().await?;
         let deleted = sqlx::query(
             "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND NOT EXISTS \
-             (SELECT 1 FROM runs r WHERE r.agent = $1 AND r.session_id = $2 AND r.status IN ('pending', 'running'))",
+             (SELECT 1 FROM runs r WHERE r.agent = $1 AND r.session_id = $2 AND r.status IN ('pending', 'running', 'awaiting_approval'))",
         )
         .bind(&session.agent)
         .bind(&session.session_id)
@@ -343,7 +388,7 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let rows = sqlx::query(
             "SELECT agent, id FROM sessions s WHERE last_active_at < $1 AND NOT EXISTS \
-             (SELECT 1 FROM runs r WHERE r.agent = s.agent AND r.session_id = s.id AND r.status IN ('pending', 'running'))",
+             (SELECT 1 FROM runs r WHERE r.agent = s.agent AND r.session_id = s.id AND r.status IN ('pending', 'running', 'awaiting_approval'))",
         )
         .bind(cutoff_ms)
         .fetch_all(self.pool())
@@ -362,7 +407,7 @@ impl Store {
             }
             let deleted = sqlx::query(
                 "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND last_active_at < $3 AND NOT EXISTS \
-                 (SELECT 1 FROM runs r WHERE r.agent = $1 AND r.session_id = $2 AND r.status IN ('pending', 'running'))",
+                 (SELECT 1 FROM runs r WHERE r.agent = $1 AND r.session_id = $2 AND r.status IN ('pending', 'running', 'awaiting_approval'))",
             )
             .bind(&key.agent)
             .bind(&key.session_id)

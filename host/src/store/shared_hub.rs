@@ -18,14 +18,17 @@
 //! Lease times are read on the database's clock, so hosts whose clocks
 //! disagree still agree on who is alive.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::AnyPool;
+use sqlx::Connection;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use super::{Store, StoreError};
+use super::{now_ms, Store, StoreError};
 
 /// The database's clock, in Unix milliseconds.
 pub(super) const DB_NOW: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
@@ -148,6 +151,9 @@ pub(super) struct SharedHub {
     pub channel: String,
     wakes: broadcast::Sender<Wake>,
     stop: CancellationToken,
+    /// When this host last renewed its lease, on its own clock (ms).
+    renewed_at: Arc<AtomicI64>,
+    lease_ms: i64,
 }
 
 impl SharedHub {
@@ -184,8 +190,10 @@ impl SharedHub {
             channel: format!("agenthost_{hub}"),
             wakes,
             stop: CancellationToken::new(),
+            renewed_at: Arc::new(AtomicI64::new(now_ms())),
+            lease_ms,
         };
-        let listener = hub.listen(listen_options).await?;
+        let listener = hub.listen(listen_options.clone()).await?;
         tokio::spawn(listen_loop(
             listener,
             hub.host.clone(),
@@ -193,14 +201,21 @@ impl SharedHub {
             hub.stop.clone(),
         ));
         tokio::spawn(heartbeat(
-            pool.clone(),
+            listen_options.clone(),
             hub.host.clone(),
             membership.role,
             lease_ms,
             hub.stop.clone(),
+            hub.renewed_at.clone(),
         ));
         tracing::info!(host = %hub.host, role = membership.role.as_str(), lease = ?membership.lease, "joined the shared task hub");
         Ok(hub)
+    }
+
+    /// Whether this host's lease has lapsed (its last renewal is older than
+    /// the lease): it then claims nothing new.
+    pub fn lease_lapsed(&self) -> bool {
+        now_ms() - self.renewed_at.load(Ordering::Relaxed) > self.lease_ms
     }
 
     async fn listen(&self, options: PgConnectOptions) -> Result<PgListener, StoreError> {
@@ -228,8 +243,13 @@ impl SharedHub {
         self.stop.cancel();
         let released = async {
             let mut tx = pool.begin().await?;
-            for table in ["instances", "sessions", "tasks"] {
-                sqlx::query(&format!("UPDATE {table} SET owner = NULL WHERE owner = $1"))
+            // A session changing hands bumps its epoch (see core::fence).
+            for set in [
+                "instances SET owner = NULL",
+                "sessions SET owner = NULL, epoch = epoch + 1",
+                "tasks SET owner = NULL",
+            ] {
+                sqlx::query(&format!("UPDATE {set} WHERE owner = $1"))
                     .bind(&self.host)
                     .execute(&mut *tx)
                     .await?;
@@ -324,31 +344,65 @@ async fn listen_loop(
     }
 }
 
-/// Renews the lease three times per lease period. A row found missing (the
-/// host was idle past its lease and another deleted it) is put back.
+/// Renews the lease three times per lease period, on a connection of its
+/// own: behind the requests on the shared pool, a renewal could wait past
+/// the lease and the others would take a live host's work. Each renewal has
+/// a deadline (a third of the lease); a connection that misses it is dropped
+/// and another opened. A row found missing (the host was idle past its lease
+/// and another deleted it) is put back.
 async fn heartbeat(
-    pool: AnyPool,
+    options: PgConnectOptions,
     host: String,
     role: Role,
     lease_ms: i64,
     stop: CancellationToken,
+    renewed_at: Arc<AtomicI64>,
 ) {
     let period = Duration::from_millis(u64::try_from(lease_ms / 3).unwrap_or(1_000).max(30));
     let mut ticker = tokio::time::interval(period);
+    let mut connection: Option<sqlx::PgConnection> = None;
+    let mut lapsed = false;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             () = stop.cancelled() => return,
         }
-        let renewed = sqlx::query(&format!(
-            "INSERT INTO hosts (id, role, started_at, expires_at) VALUES ($1, $2, {DB_NOW}, {DB_NOW} + $3) \
-             ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at"
-        ))
-        .bind(&host)
-        .bind(role.as_str())
-        .bind(lease_ms)
-        .execute(&pool)
-        .await;
+        let started = now_ms();
+        let renewed = tokio::time::timeout(period, async {
+            if connection.is_none() {
+                connection = Some(sqlx::PgConnection::connect_with(&options).await?);
+            }
+            let Some(connection) = connection.as_mut() else {
+                return Err(sqlx::Error::PoolClosed);
+            };
+            sqlx::query(&format!(
+                "INSERT INTO hosts (id, role, started_at, expires_at) VALUES ($1, $2, {DB_NOW}, {DB_NOW} + $3) \
+                 ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at"
+            ))
+            .bind(&host)
+            .bind(role.as_str())
+            .bind(lease_ms)
+            .execute(connection)
+            .await
+        })
+        .await
+        .unwrap_or_else(|_| Err(sqlx::Error::PoolTimedOut));
+        if renewed.is_err() {
+            connection = None;
+        }
+        let age = now_ms() - renewed_at.load(Ordering::Relaxed);
+        if renewed.is_err() && age > lease_ms && !lapsed {
+            lapsed = true;
+            tracing::error!(host = %host, "this host could not renew its lease in time: it takes no new work until it can (its work may be taken over)");
+        }
+        if renewed.is_ok() && lapsed {
+            lapsed = false;
+            tracing::info!(host = %host, "lease renewed again; taking work");
+        }
+        if renewed.is_ok() {
+            // The renewal began at `started`: the lease runs from no later.
+            renewed_at.fetch_max(started, Ordering::Relaxed);
+        }
         if let Err(e) = renewed {
             tracing::warn!(host = %host, error = %e, "could not renew this host's lease; its work may be taken over");
         }
@@ -369,6 +423,20 @@ impl Store {
             Some(hub) => notify(self.pool(), &hub.channel, &hub.sessions_payload()).await,
             None => Ok(()),
         }
+    }
+
+    /// Why this host may no longer hold its lease on a shared hub (its last
+    /// renewal is older than the lease), if so.
+    pub fn lease_problem(&self) -> Option<String> {
+        let hub = self.shared()?;
+        let age = now_ms() - hub.renewed_at.load(Ordering::Relaxed);
+        (age > hub.lease_ms).then(|| {
+            format!(
+                "this host has not renewed its lease on the task hub for {:.1} s (lease {} ms): other hosts may take its work over",
+                age as f64 / 1000.0,
+                hub.lease_ms
+            )
+        })
     }
 
     /// This host's owner id on a shared hub, when it runs work.

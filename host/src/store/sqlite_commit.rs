@@ -42,10 +42,12 @@ fn write_loop(
     mut queue: mpsc::UnboundedReceiver<Job>,
     shared: &Shared,
 ) {
+    let _alive = shared.health.guard();
     while let Some(job) = queue.blocking_recv() {
         let taken = Taken::from(job, &mut queue);
         // Reads are answered after the batch commits, so they see it whole.
         if !taken.writes.is_empty() {
+            shared.health.batch_started();
             let (writes, replies): (Vec<_>, Vec<_>) = taken.writes.into_iter().unzip();
             let results = write_batch(&mut connection, writes);
             shared.answer(replies, results);
@@ -54,6 +56,7 @@ fn write_loop(
             let _ = reply.send(run_now(read_one(&mut SqliteTx(&connection), read)));
         }
         if let Some(reply) = taken.close {
+            shared.health.closed();
             queue.close();
             drop(connection);
             let _ = reply.send(());

@@ -5,6 +5,7 @@ use rusqlite::params;
 use super::run_tx::{RunEndRow, RunRow, RunTx};
 use super::sqlite_tx::SqliteTx;
 use super::StoreError;
+use crate::core::fence::SessionHolder;
 
 impl RunTx for SqliteTx<'_> {
     async fn expire_idle_session(
@@ -16,7 +17,9 @@ impl RunTx for SqliteTx<'_> {
         let deleted = self
             .0
             .prepare_cached(
-                "DELETE FROM sessions WHERE agent = ? AND id = ? AND last_active_at < ?",
+                "DELETE FROM sessions WHERE agent = ?1 AND id = ?2 AND last_active_at < ?3 \
+                 AND NOT EXISTS (SELECT 1 FROM runs WHERE agent = ?1 AND session_id = ?2 \
+                 AND status IN ('pending', 'running', 'awaiting_approval'))",
             )?
             .execute(params![agent, id, cutoff])?;
         if deleted > 0 {
@@ -45,6 +48,16 @@ impl RunTx for SqliteTx<'_> {
 
     async fn claim_session(&mut self, _agent: &str, _id: &str) -> Result<bool, StoreError> {
         Ok(true)
+    }
+
+    /// A SQLite file is served by one process (an OS lock): sessions have
+    /// no owners, and no write is ever fenced.
+    async fn session_holder(
+        &mut self,
+        _agent: &str,
+        _id: &str,
+    ) -> Result<Option<SessionHolder>, StoreError> {
+        Ok(None)
     }
 
     async fn has_unfinished_run(&mut self, agent: &str, id: &str) -> Result<bool, StoreError> {
@@ -129,17 +142,24 @@ impl RunTx for SqliteTx<'_> {
 
     async fn insert_stream_rows(
         &mut self,
-        rows: &[(String, &'static str, String)],
+        rows: &[super::NewStreamRow],
         now: i64,
         expires_at: i64,
     ) -> Result<Vec<i64>, StoreError> {
         let mut insert = self.0.prepare_cached(
-            "INSERT INTO stream_entries (correlation_id, kind, data, created_at, expires_at) \
-             VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO stream_entries (correlation_id, kind, data, created_at, expires_at, attempt) \
+             VALUES (?, ?, ?, ?, ?, ?)",
         )?;
         let mut ids = Vec::with_capacity(rows.len());
-        for (correlation_id, kind, data) in rows {
-            insert.execute(params![correlation_id, kind, data, now, expires_at])?;
+        for row in rows {
+            insert.execute(params![
+                row.correlation_id,
+                row.kind,
+                row.data,
+                now,
+                expires_at,
+                row.attempt
+            ])?;
             ids.push(self.0.last_insert_rowid());
         }
         Ok(ids)

@@ -106,7 +106,7 @@ impl Tx for SqliteTx<'_> {
 
     async fn inbox(&mut self, id: &str) -> Result<Vec<InboxRow>, StoreError> {
         let mut statement = self.0.prepare_cached(
-            "SELECT id, execution, event, visible_at FROM inbox WHERE instance_id = ? ORDER BY id",
+            "SELECT id, execution, event, visible_at, parked FROM inbox WHERE instance_id = ? ORDER BY id",
         )?;
         let mut rows = statement.query(params![id])?;
         let mut inbox = Vec::new();
@@ -117,9 +117,23 @@ impl Tx for SqliteTx<'_> {
                 execution: row.get(1)?,
                 event: from_json(&event, "inbox event")?,
                 visible_at: row.get(3)?,
+                parked: row.get::<_, i64>(4)? != 0,
             });
         }
         Ok(inbox)
+    }
+
+    async fn park_inbox_rows(&mut self, rows: &[i64]) -> Result<(), StoreError> {
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            let sql = format!(
+                "UPDATE inbox SET parked = 1 WHERE id IN ({})",
+                marks(chunk.len(), 1)
+            );
+            self.0
+                .prepare_cached(&sql)?
+                .execute(params_from_iter(chunk))?;
+        }
+        Ok(())
     }
 
     async fn delete_inbox_rows(&mut self, rows: &[i64]) -> Result<(), StoreError> {

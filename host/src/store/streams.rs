@@ -15,10 +15,20 @@ pub struct StreamRow {
     pub kind: String,
     pub data: String,
     pub created_at: i64,
+    /// The run attempt that wrote it.
+    pub attempt: i64,
 }
 
-/// An entry to append: (correlation id, kind, data).
-pub type NewStreamRow = (String, &'static str, String);
+/// An entry to append.
+#[derive(Debug, Clone)]
+pub struct NewStreamRow {
+    pub correlation_id: String,
+    /// The run attempt that writes it (when that execution began, ms).
+    pub attempt: i64,
+    /// `chunk`, `complete` or `failed`.
+    pub kind: &'static str,
+    pub data: String,
+}
 
 impl Store {
     /// Appends entries (many runs' at once), through the store's one writer
@@ -49,7 +59,7 @@ impl Store {
         now: i64,
     ) -> Result<Vec<StreamRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, kind, data, created_at FROM stream_entries \
+            "SELECT id, kind, data, created_at, attempt FROM stream_entries \
              WHERE correlation_id = $1 AND id > $2 AND expires_at > $3 ORDER BY id LIMIT $4",
         )
         .bind(correlation_id)
@@ -65,6 +75,7 @@ impl Store {
                     kind: r.try_get("kind")?,
                     data: r.try_get("data")?,
                     created_at: r.try_get("created_at")?,
+                    attempt: r.try_get("attempt")?,
                 })
             })
             .collect()

@@ -25,11 +25,21 @@ pub struct TaskRow {
 
 impl Store {
     /// Tasks due now that this host should run (on a shared hub: its own
-    /// and those no live host owns, which it claims).
-    pub async fn due_tasks(&self, now: i64, limit: usize) -> Result<Vec<TaskRow>, StoreError> {
+    /// and those no live host owns, which it claims), `limit` of them
+    /// besides the `running_here` tasks this host already runs: those stay
+    /// due until they end (an agent call waiting for a human's approval,
+    /// for hours), and a read of only `limit` rows would find nothing else
+    /// behind a thousand of them.
+    pub async fn due_tasks(
+        &self,
+        now: i64,
+        limit: usize,
+        running_here: usize,
+    ) -> Result<Vec<TaskRow>, StoreError> {
         if let Some(hub) = self.shared() {
-            return self.claim_tasks(hub, now, limit).await;
+            return self.claim_tasks(hub, now, limit, running_here).await;
         }
+        let limit = limit.saturating_add(running_here);
         let rows = sqlx::query(
             "SELECT t.instance_id, t.execution, i.name, i.component_digest, t.task, t.call, t.attempt \
              FROM tasks t JOIN instances i ON i.id = t.instance_id AND i.execution = t.execution \

@@ -59,6 +59,7 @@ pub(super) trait Tx {
     fn inbox(&mut self, id: &str) -> impl Future<Output = Result<Vec<InboxRow>, StoreError>>;
 
     fn delete_inbox_rows(&mut self, rows: &[i64]) -> impl Future<Output = Result<(), StoreError>>;
+    fn park_inbox_rows(&mut self, rows: &[i64]) -> impl Future<Output = Result<(), StoreError>>;
     /// Journal rows `(seq, entry as JSON)`.
     fn append_journal(
         &mut self,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Entry, EntryId, Stored, StreamBackend, StreamError};
+use super::{Entry, EntryId, Outgoing, Stored, StreamBackend, StreamError};
 use crate::store::{now_ms, NewStreamRow, Store};
 
 pub(super) struct Embedded {
@@ -21,20 +21,26 @@ fn kind_and_data(entry: &Entry) -> (&'static str, &str) {
         Entry::Chunk(text) => ("chunk", text),
         Entry::Complete => ("complete", ""),
         Entry::Failed(error) => ("failed", error),
+        Entry::Restart => ("restart", ""),
     }
 }
 
 impl StreamBackend for Embedded {
     async fn append(
         &self,
-        entries: &[(String, Entry)],
+        entries: &[Outgoing],
         ttl: Duration,
     ) -> Result<Vec<EntryId>, StreamError> {
         let rows: Vec<NewStreamRow> = entries
             .iter()
-            .map(|(id, entry)| {
-                let (kind, data) = kind_and_data(entry);
-                (id.clone(), kind, data.to_string())
+            .map(|outgoing| {
+                let (kind, data) = kind_and_data(&outgoing.entry);
+                NewStreamRow {
+                    correlation_id: outgoing.correlation_id.clone(),
+                    attempt: outgoing.attempt,
+                    kind,
+                    data: data.to_string(),
+                }
             })
             .collect();
         let expires = now_ms().saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
@@ -60,18 +66,23 @@ impl StreamBackend for Embedded {
                     "chunk" => Entry::Chunk(row.data),
                     "complete" => Entry::Complete,
                     "failed" => Entry::Failed(row.data),
+                    "restart" => Entry::Restart,
                     other => return Err(StreamError::Corrupt(format!("entry kind '{other}'"))),
                 };
                 Ok(Stored {
                     id: EntryId(row.id.to_string()),
                     entry,
                     at_ms: row.created_at,
+                    attempt: row.attempt,
                 })
             })
             .collect()
     }
 
     async fn sweep(&self) -> Result<u64, StreamError> {
-        Ok(self.store.expire_stream_rows(now_ms()).await?)
+        let store = &self.store;
+        Ok(store
+            .within("expired stream entries", store.expire_stream_rows(now_ms()))
+            .await?)
     }
 }

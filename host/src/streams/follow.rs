@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc};
 
-use super::{EntryId, ResponseStreams, Stored, StreamError, READ_LIMIT};
+use super::{Entry, EntryId, ResponseStreams, Stored, StreamError, READ_LIMIT};
 
 /// The entries of a followed stream, in order; it ends after the last one.
 pub type Follow = mpsc::Receiver<Result<Stored, StreamError>>;
@@ -52,6 +52,7 @@ impl ResponseStreams {
         sender: mpsc::Sender<Result<Stored, StreamError>>,
     ) {
         let mut idle = tokio::time::Instant::now() + idle_limit;
+        let mut attempt = Attempt::default();
         loop {
             let stored = match self.read_after(correlation_id, &last).await {
                 Ok(stored) => stored,
@@ -62,7 +63,7 @@ impl ResponseStreams {
             };
             let full = stored.len() >= READ_LIMIT;
             for entry in stored {
-                if !send(&sender, &mut last, entry).await {
+                if !send(&sender, &mut last, &mut attempt, entry).await {
                     return;
                 }
                 idle = tokio::time::Instant::now() + idle_limit;
@@ -77,7 +78,7 @@ impl ResponseStreams {
                     published = live.recv() => match published {
                         Ok(published) if published.0 == correlation_id => {
                             if published.1.id > last {
-                                if !send(&sender, &mut last, published.1.clone()).await {
+                                if !send(&sender, &mut last, &mut attempt, published.1.clone()).await {
                                     return;
                                 }
                                 idle = tokio::time::Instant::now() + idle_limit;
@@ -97,14 +98,41 @@ impl ResponseStreams {
     }
 }
 
+/// The attempt a reader follows, and whether it sent anything of it.
+#[derive(Default)]
+struct Attempt {
+    newest: i64,
+    sent: bool,
+}
+
 /// Sends one entry on; false when the stream is over (the last entry was
-/// sent, or the reader went away).
+/// sent, or the reader went away). An entry of an older attempt than one
+/// already read (a late writer, a host that lost the run) is skipped; the
+/// first entry of a newer attempt is preceded by [`Entry::Restart`] when
+/// something of an older one was sent.
 async fn send(
     sender: &mpsc::Sender<Result<Stored, StreamError>>,
     last: &mut EntryId,
+    attempt: &mut Attempt,
     entry: Stored,
 ) -> bool {
     *last = entry.id.clone();
+    if entry.attempt < attempt.newest {
+        return true;
+    }
+    if entry.attempt > attempt.newest {
+        if attempt.sent {
+            let restart = Stored {
+                entry: Entry::Restart,
+                ..entry.clone()
+            };
+            if sender.send(Ok(restart)).await.is_err() {
+                return false;
+            }
+        }
+        attempt.newest = entry.attempt;
+    }
+    attempt.sent = true;
     let end = entry.entry.is_last();
     sender.send(Ok(entry)).await.is_ok() && !end
 }

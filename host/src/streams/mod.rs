@@ -40,12 +40,15 @@ pub enum Entry {
     Chunk(String),
     Complete,
     Failed(String),
+    /// Made by a reader, never stored: the run began again (a newer
+    /// attempt); what was read of the older one is not its answer.
+    Restart,
 }
 
 impl Entry {
     /// The entry after which nothing more comes.
     pub fn is_last(&self) -> bool {
-        !matches!(self, Entry::Chunk(_))
+        matches!(self, Entry::Complete | Entry::Failed(_))
     }
 }
 
@@ -101,6 +104,16 @@ pub struct Stored {
     pub entry: Entry,
     /// When it was written, Unix milliseconds.
     pub at_ms: i64,
+    /// The run attempt that wrote it ([`ResponseStreams::writer`]).
+    pub attempt: i64,
+}
+
+/// One entry on its way to the backend: its run, the attempt, the entry.
+#[derive(Debug, Clone)]
+pub(crate) struct Outgoing {
+    pub correlation_id: String,
+    pub attempt: i64,
+    pub entry: Entry,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,7 +133,7 @@ pub(crate) trait StreamBackend {
     /// Appends entries of any runs, in order; returns their ids.
     fn append(
         &self,
-        entries: &[(String, Entry)],
+        entries: &[Outgoing],
         ttl: Duration,
     ) -> impl Future<Output = Result<Vec<EntryId>, StreamError>> + Send;
     /// The run's entries after `after`, oldest first, `limit` at most.
@@ -142,7 +155,7 @@ enum Backend {
 impl Backend {
     async fn append(
         &self,
-        entries: &[(String, Entry)],
+        entries: &[Outgoing],
         ttl: Duration,
     ) -> Result<Vec<EntryId>, StreamError> {
         match self {
@@ -183,7 +196,7 @@ pub struct StreamSettings {
 }
 
 enum Job {
-    Entry(String, Entry),
+    Entry(Outgoing),
     /// Answered once everything queued before it is written.
     Flush(oneshot::Sender<()>),
 }
@@ -234,10 +247,15 @@ impl ResponseStreams {
         }))
     }
 
-    /// The writer of one run's stream.
-    pub fn writer(&self, correlation_id: &str) -> StreamWriter {
+    /// The writer of one execution of a run. `attempt` orders executions
+    /// of one run (when it began, in ms: a run executed again after a crash
+    /// or on another host begins later): readers start over at a newer
+    /// attempt and ignore entries of older ones, so a stream's text is
+    /// always one execution's, the one whose answer is stored.
+    pub fn writer(&self, correlation_id: &str, attempt: i64) -> StreamWriter {
         StreamWriter {
             correlation_id: correlation_id.to_string(),
+            attempt,
             queue: self.queue.clone(),
         }
     }
@@ -271,6 +289,7 @@ impl ResponseStreams {
 #[derive(Clone)]
 pub struct StreamWriter {
     correlation_id: String,
+    attempt: i64,
     queue: mpsc::UnboundedSender<Job>,
 }
 
@@ -290,9 +309,11 @@ impl StreamWriter {
     fn push(&self, entry: Entry) {
         // Closed only when the host stops: the run's record still holds
         // its answer.
-        let _ = self
-            .queue
-            .send(Job::Entry(self.correlation_id.clone(), entry));
+        let _ = self.queue.send(Job::Entry(Outgoing {
+            correlation_id: self.correlation_id.clone(),
+            attempt: self.attempt,
+            entry,
+        }));
     }
 }
 
@@ -305,14 +326,22 @@ async fn write_loop(
     live: broadcast::Sender<Arc<(String, Stored)>>,
     ttl: Duration,
 ) {
-    let mut failing = false;
+    let mut gaps = Gaps::default();
     let mut sweep = tokio::time::interval(SWEEP);
     loop {
+        // Markers of streams that lost entries are retried on their own
+        // while nothing else comes.
+        let retry = tokio::time::sleep(if gaps.markers.is_empty() {
+            SWEEP
+        } else {
+            MARKER_RETRY
+        });
         let first = tokio::select! {
             job = jobs.recv() => match job {
                 Some(job) => job,
                 None => return,
             },
+            () = retry, if !gaps.markers.is_empty() => Job::Flush(oneshot::channel().0),
             _ = sweep.tick() => {
                 match backend.sweep().await {
                     Ok(0) => {}
@@ -327,36 +356,132 @@ async fn write_loop(
         let mut next = Some(first);
         while let Some(job) = next.take() {
             match job {
-                Job::Entry(id, entry) => batch.push((id, entry)),
+                Job::Entry(outgoing) => batch.push(outgoing),
                 Job::Flush(reply) => flushed.push(reply),
             }
             if batch.len() < WRITE_BATCH {
                 next = jobs.try_recv().ok();
             }
         }
+        let batch = gaps.admit(batch);
         if !batch.is_empty() {
-            match backend.append(&batch, ttl).await {
+            match append_retrying(&backend, &batch, ttl).await {
                 Ok(ids) => {
-                    if failing {
-                        tracing::info!("response streams are written again");
-                        failing = false;
-                    }
+                    gaps.written(&batch);
                     let at_ms = crate::store::now_ms();
-                    for ((correlation_id, entry), id) in batch.into_iter().zip(ids) {
-                        let _ = live.send(Arc::new((correlation_id, Stored { id, entry, at_ms })));
+                    for (outgoing, id) in batch.into_iter().zip(ids) {
+                        let stored = Stored {
+                            id,
+                            entry: outgoing.entry,
+                            at_ms,
+                            attempt: outgoing.attempt,
+                        };
+                        let _ = live.send(Arc::new((outgoing.correlation_id, stored)));
                     }
                 }
-                Err(e) => {
-                    // The runs go on: their answers are in their records.
-                    if !failing {
-                        tracing::warn!(error = %e, "response streams degraded: entries could not be written; the runs go on");
-                        failing = true;
-                    }
-                }
+                // The runs go on (their answers are in their records); their
+                // streams are marked failed as soon as the backend takes it.
+                Err(e) => gaps.lost(&batch, &e),
             }
         }
         for reply in flushed {
             let _ = reply.send(());
+        }
+    }
+}
+
+/// How often pending failure markers are tried when no entry comes.
+const MARKER_RETRY: Duration = Duration::from_secs(1);
+
+/// How often a failed append is tried again before its entries count as lost.
+const APPEND_TRIES: u32 = 3;
+
+async fn append_retrying(
+    backend: &Backend,
+    batch: &[Outgoing],
+    ttl: Duration,
+) -> Result<Vec<EntryId>, StreamError> {
+    let mut pause = Duration::from_millis(100);
+    let mut tries = 1;
+    loop {
+        match backend.append(batch, ttl).await {
+            Ok(ids) => return Ok(ids),
+            Err(e) if tries >= APPEND_TRIES => return Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, tries, "a response stream append failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause *= 3;
+                tries += 1;
+            }
+        }
+    }
+}
+
+/// Streams that lost entries. A stream with a hole must not read as whole:
+/// its later entries are dropped and it gets a `failed` entry naming the
+/// reason, written first in every batch until the backend takes it.
+#[derive(Default)]
+struct Gaps {
+    /// (run, attempt) → its `failed` marker is written.
+    broken: std::collections::HashMap<(String, i64), bool>,
+    /// Markers not written yet.
+    markers: Vec<Outgoing>,
+}
+
+impl Gaps {
+    /// The batch to write: the pending markers, then what is not from a
+    /// broken stream.
+    fn admit(&mut self, batch: Vec<Outgoing>) -> Vec<Outgoing> {
+        let mut out = self.markers.clone();
+        for outgoing in batch {
+            let key = (outgoing.correlation_id.clone(), outgoing.attempt);
+            match self.broken.get(&key) {
+                None => out.push(outgoing),
+                // The run ended: once its marker is written it is forgotten.
+                Some(true) if outgoing.entry.is_last() => {
+                    self.broken.remove(&key);
+                }
+                Some(_) => {}
+            }
+        }
+        out
+    }
+
+    fn written(&mut self, batch: &[Outgoing]) {
+        if self.markers.is_empty() {
+            return;
+        }
+        tracing::info!(
+            streams = self.markers.len(),
+            "response streams are written again; those that lost entries are marked failed"
+        );
+        for marker in std::mem::take(&mut self.markers) {
+            self.broken
+                .insert((marker.correlation_id, marker.attempt), true);
+        }
+        debug_assert!(!batch.is_empty());
+    }
+
+    fn lost(&mut self, batch: &[Outgoing], error: &StreamError) {
+        let mut newly = 0;
+        for outgoing in batch {
+            let key = (outgoing.correlation_id.clone(), outgoing.attempt);
+            if self.broken.contains_key(&key) {
+                continue;
+            }
+            self.broken.insert(key, false);
+            newly += 1;
+            self.markers.push(Outgoing {
+                correlation_id: outgoing.correlation_id.clone(),
+                attempt: outgoing.attempt,
+                entry: Entry::Failed(format!(
+                    "the response stream lost entries ({error}); the run's answer is in its record (GET …/runs/{})",
+                    outgoing.correlation_id
+                )),
+            });
+        }
+        if newly > 0 {
+            tracing::warn!(error = %error, streams = newly, "response streams degraded: entries could not be written after {APPEND_TRIES} tries; those streams will read as failed, the runs go on");
         }
     }
 }

@@ -13,7 +13,7 @@ use redis::aio::ConnectionManager;
 use redis::streams::StreamRangeReply;
 use redis::AsyncCommands;
 
-use super::{Entry, EntryId, Stored, StreamBackend, StreamError};
+use super::{Entry, EntryId, Outgoing, Stored, StreamBackend, StreamError};
 
 /// The key of a run's stream.
 pub fn key(correlation_id: &str) -> String {
@@ -83,21 +83,25 @@ fn text_of(map: &std::collections::HashMap<String, redis::Value>, field: &str) -
 impl StreamBackend for RedisBackend {
     fn append(
         &self,
-        entries: &[(String, Entry)],
+        entries: &[Outgoing],
         ttl: Duration,
     ) -> impl Future<Output = Result<Vec<EntryId>, StreamError>> + Send {
         let mut pipe = redis::pipe();
         let now = timestamp();
         let mut keys = BTreeSet::new();
-        for (correlation_id, entry) in entries {
-            let key = key(correlation_id);
-            let fields: Vec<(&str, &str)> = match entry {
+        for outgoing in entries {
+            let key = key(&outgoing.correlation_id);
+            let attempt = outgoing.attempt.to_string();
+            let mut fields: Vec<(&str, &str)> = match &outgoing.entry {
                 Entry::Chunk(text) => vec![("chunk", text), ("timestamp", &now)],
                 Entry::Complete => vec![("status", "complete"), ("timestamp", &now)],
                 Entry::Failed(error) => {
                     vec![("status", "failed"), ("error", error), ("timestamp", &now)]
                 }
+                // Made by readers, never written.
+                Entry::Restart => continue,
             };
+            fields.push(("attempt", &attempt));
             pipe.xadd(&key, "*", &fields);
             keys.insert(key);
         }
@@ -149,9 +153,17 @@ impl StreamBackend for RedisBackend {
                         }
                     }
                 };
+                let attempt = text_of(&found.map, "attempt")
+                    .and_then(|a| a.parse().ok())
+                    .unwrap_or(0);
                 let id = EntryId(found.id);
                 let at_ms = i64::try_from(id.key().0).unwrap_or(0);
-                Ok(Stored { id, entry, at_ms })
+                Ok(Stored {
+                    id,
+                    entry,
+                    at_ms,
+                    attempt,
+                })
             })
             .collect()
     }

@@ -23,12 +23,24 @@ pub enum Ending {
     Broken(String),
 }
 
+/// An inbox row the episode offered to the code.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrived {
+    pub row: i64,
+    pub event: Event,
+    /// The code used it: a task's outcome, or a raised event a wait took.
+    pub heard: bool,
+    /// Parked by an earlier episode (see [`Effect::ParkInbox`]).
+    pub parked: bool,
+}
+
 /// Everything an episode produced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Episode {
-    /// Inbox rows taken (their events are in `events`) and stale ones.
-    pub consumed: Vec<i64>,
-    pub events: Vec<Event>,
+    /// Inbox rows addressed to an older execution.
+    pub stale: Vec<i64>,
+    /// The rows offered to the code, in arrival order.
+    pub arrived: Vec<Arrived>,
     pub calls: Vec<Call>,
     /// The task number of the first of `calls`.
     pub first_task: u32,
@@ -46,10 +58,15 @@ pub struct Episode {
     pub at: i64,
 }
 
+/// Raised events no wait took are never journaled: anyone who may raise
+/// events could otherwise fill an instance's history with names its code
+/// never waits for and fail it. While the code waits they stay in the
+/// (bounded) inbox, parked; once the execution is over they are consumed
+/// (continue-as-new carries them in `untaken`).
 pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<Effect> {
     let Episode {
-        consumed,
-        events,
+        stale,
+        arrived,
         calls,
         first_task,
         ending,
@@ -59,12 +76,29 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
         continue_on,
         at,
     } = episode;
+    let waiting = ending == Ending::Waiting;
+    let mut consumed = stale;
+    let mut park = Vec::new();
+    let mut events = Vec::new();
+    for arrival in arrived {
+        if arrival.heard {
+            consumed.push(arrival.row);
+            events.push(arrival.event);
+        } else if !waiting {
+            consumed.push(arrival.row);
+        } else if !arrival.parked {
+            park.push(arrival.row);
+        }
+    }
     let mut effects = Vec::new();
     if !consumed.is_empty() {
         effects.push(Effect::ConsumeInbox(consumed));
     }
     if let Err(reason) = check(state, &events, &calls, limits) {
         return fail(state, effects, reason);
+    }
+    if !park.is_empty() {
+        effects.push(Effect::ParkInbox(park));
     }
     let custom_status = calls.iter().rev().find_map(|c| match c {
         Call::SetCustomStatus { status } => Some(status.clone()),
@@ -211,8 +245,13 @@ mod tests {
 
     fn episode(calls: Vec<Call>, ending: Ending) -> Episode {
         Episode {
-            consumed: vec![1],
-            events: vec![Event::TimerFired { task: 0 }],
+            stale: Vec::new(),
+            arrived: vec![Arrived {
+                row: 1,
+                event: Event::TimerFired { task: 0 },
+                heard: true,
+                parked: false,
+            }],
             calls,
             first_task: 1,
             ending,
@@ -363,6 +402,57 @@ mod tests {
         );
         let failed = Effect::failure(&effects);
         assert!(failed.is_some_and(|o| o.contains("activity input of call-activity(a) is 4 bytes")));
+    }
+
+    fn raised(row: i64, heard: bool, parked: bool) -> Arrived {
+        Arrived {
+            row,
+            event: Event::EventRaised {
+                name: format!("e{row}"),
+                payload: "1".into(),
+            },
+            heard,
+            parked,
+        }
+    }
+
+    #[test]
+    fn events_no_wait_took_are_parked_not_journaled_and_cannot_fill_the_history() {
+        let limits = Limits {
+            max_history_events: 3,
+            ..Limits::default()
+        };
+        let mut e = episode(vec![], Ending::Waiting);
+        e.stale = vec![9];
+        e.arrived = vec![raised(2, false, false), raised(3, true, false)];
+        e.arrived
+            .extend((4..40).map(|row| raised(row, false, row < 20)));
+        let effects = decide(&instance(RuntimeStatus::Running), e, &limits);
+        assert_eq!(effects[0], Effect::ConsumeInbox(vec![9, 3]));
+        let appended: Vec<_> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Append { entries, .. } => Some(entries.len()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(appended, vec![1], "only the event a wait took");
+        assert!(
+            effects.contains(&Effect::ParkInbox([2].into_iter().chain(20..40).collect())),
+            "parked once: rows parked earlier are left as they are"
+        );
+        assert!(Effect::failure(&effects).is_none());
+    }
+
+    #[test]
+    fn an_execution_that_ends_consumes_the_events_nobody_heard() {
+        let mut e = episode(vec![], Ending::Returned(Ok("1".into())));
+        e.arrived = vec![raised(2, false, true), raised(3, false, false)];
+        let effects = decide(&instance(RuntimeStatus::Running), e, &Limits::default());
+        assert_eq!(effects[0], Effect::ConsumeInbox(vec![2, 3]));
+        assert!(!effects
+            .iter()
+            .any(|e| matches!(e, Effect::Append { .. } | Effect::ParkInbox(_))));
     }
 
     #[test]

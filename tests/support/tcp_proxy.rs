@@ -1,0 +1,185 @@
+//! A TCP proxy between a host and its database, for faults a test injects
+//! on command: cut every connection (both sides see it end), make every
+//! connection go silent (nothing flows, nothing is closed: a silent
+//! partition, a dropped NAT entry), or cut a connection right after the
+//! client sent some bytes (the answer to a COMMIT lost on the way back).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+pub struct TcpProxy {
+    pub port: u16,
+    state: Arc<State>,
+}
+
+struct State {
+    target: SocketAddr,
+    /// While set, nothing is forwarded either way and no connection closes.
+    silent: AtomicBool,
+    /// Bumped to end every open connection.
+    cuts: watch::Sender<u64>,
+    /// Once a client sends these bytes, they are forwarded and the
+    /// connection is cut before any answer comes back.
+    cut_after: Mutex<Option<Vec<u8>>>,
+    /// How many connections were cut by `cut_after`.
+    cut_after_count: AtomicU64,
+    /// Connections accepted so far (each one's number).
+    accepted: AtomicU64,
+    /// Connections numbered below this are silent (a NAT entry dropped:
+    /// the peer never hears of it), whatever `silent` says, until the
+    /// server's keepalive gives up on them, [`ABANDONED_FOR`] after
+    /// `abandoned_at`: then they are closed.
+    abandoned_below: AtomicU64,
+    abandoned_at: Mutex<Option<std::time::Instant>>,
+}
+
+/// How long an abandoned connection stays open (silent) before it closes,
+/// as a server's TCP keepalive would close it.
+const ABANDONED_FOR: Duration = Duration::from_secs(10);
+
+impl TcpProxy {
+    /// A proxy on a free loopback port to `target`.
+    pub async fn start(target: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cuts, _) = watch::channel(0);
+        let state = Arc::new(State {
+            target,
+            silent: AtomicBool::new(false),
+            cuts,
+            cut_after: Mutex::new(None),
+            cut_after_count: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            abandoned_below: AtomicU64::new(0),
+            abandoned_at: Mutex::new(None),
+        });
+        let accepting = state.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let state = accepting.clone();
+                let number = state.accepted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    if let Ok(server) = TcpStream::connect(state.target).await {
+                        relay(state, number, client, server).await;
+                    }
+                });
+            }
+        });
+        Self { port, state }
+    }
+
+    /// The same PostgreSQL URL with this proxy's address in place of the
+    /// database's (`postgres://USER@HOST:PORT/DB` → `…@127.0.0.1:PROXY/DB`).
+    pub fn postgres_url(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let (user, rest) = rest.split_once('@').unwrap();
+        let (_, path) = rest.split_once('/').unwrap();
+        format!("{scheme}://{user}@127.0.0.1:{}/{path}", self.port)
+    }
+
+    pub fn cut_all(&self) {
+        self.state.cuts.send_modify(|n| *n += 1);
+    }
+
+    pub fn set_silent(&self, silent: bool) {
+        self.state.silent.store(silent, Ordering::SeqCst);
+    }
+
+    /// Every connection open now goes silent, and closes only after
+    /// [`ABANDONED_FOR`]; later ones work (as `silent` says).
+    pub fn abandon_open_connections(&self) {
+        let open = self.state.accepted.load(Ordering::SeqCst);
+        *self.state.abandoned_at.lock().unwrap() = Some(std::time::Instant::now());
+        self.state.abandoned_below.store(open, Ordering::SeqCst);
+    }
+
+    /// Arms a cut after the next client packet that contains `bytes`.
+    pub fn cut_after(&self, bytes: &[u8]) {
+        *self.state.cut_after.lock().unwrap() = Some(bytes.to_vec());
+    }
+
+    pub fn cuts_after_done(&self) -> u64 {
+        self.state.cut_after_count.load(Ordering::SeqCst)
+    }
+}
+
+async fn relay(state: Arc<State>, number: u64, client: TcpStream, server: TcpStream) {
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let mut cuts = state.cuts.subscribe();
+    let mut up = [0u8; 64 << 10];
+    let mut down = [0u8; 64 << 10];
+    loop {
+        if !hold(&state, number, &mut cuts).await {
+            return;
+        }
+        tokio::select! {
+            _ = cuts.changed() => return,
+            read = client_read.read(&mut up) => {
+                let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
+                if !hold(&state, number, &mut cuts).await {
+                    return;
+                }
+                let cut = {
+                    let mut armed = state.cut_after.lock().unwrap();
+                    let hit = armed
+                        .as_ref()
+                        .is_some_and(|pattern| up[..n].windows(pattern.len()).any(|w| w == pattern.as_slice()));
+                    if hit {
+                        *armed = None;
+                    }
+                    hit
+                };
+                if server_write.write_all(&up[..n]).await.is_err() {
+                    return;
+                }
+                if cut {
+                    state.cut_after_count.fetch_add(1, Ordering::SeqCst);
+                    // The server has the bytes; the client never hears back.
+                    let _ = server_write.flush().await;
+                    return;
+                }
+            }
+            read = server_read.read(&mut down) => {
+                let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
+                if !hold(&state, number, &mut cuts).await {
+                    return;
+                }
+                if client_write.write_all(&down[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Holds the connection while the proxy is silent (bytes already read wait,
+/// as a partition delays them); false when it is cut meanwhile.
+async fn hold(state: &State, number: u64, cuts: &mut watch::Receiver<u64>) -> bool {
+    while state.silent.load(Ordering::SeqCst)
+        || number < state.abandoned_below.load(Ordering::SeqCst)
+    {
+        let given_up = number < state.abandoned_below.load(Ordering::SeqCst)
+            && state
+                .abandoned_at
+                .lock()
+                .unwrap()
+                .is_some_and(|at| at.elapsed() >= ABANDONED_FOR);
+        if given_up {
+            return false;
+        }
+        tokio::select! {
+            _ = cuts.changed() => return false,
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+    true
+}
