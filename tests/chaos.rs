@@ -624,7 +624,7 @@ async fn run_done(
         .timeout(Duration::from_secs(60))
         .send()
         .await
-        .map_err(|e| format!("stream of {id}: {e}"))?;
+        .map_err(|e| format!("stream of {id}: {e:?}"))?;
     match stream.status().as_u16() {
         200 => {
             let text = stream.text().await.unwrap_or_default();

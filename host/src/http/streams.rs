@@ -23,6 +23,7 @@ use serde_json::json;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{ApiError, AppState};
+use crate::store::{RunRecord, RunStatus};
 use crate::streams::{Entry, EntryId, Stored, StreamError};
 
 /// How long a follower waits for a next entry before it ends the stream
@@ -75,13 +76,8 @@ pub async fn get(
     match &run {
         Some(run) if run.agent != name => return Err(not_found("no such run")),
         Some(run) if run.status.is_finished() => {
-            // A finished run whose stream is gone has expired.
-            if state
-                .streams
-                .read_after(&correlation_id, &EntryId::start())
-                .await?
-                .is_empty()
-            {
+            if !settled(&state, run).await? {
+                // A finished run whose stream is gone has expired.
                 return Err(not_found("it has expired"));
             }
         }
@@ -92,6 +88,39 @@ pub async fn get(
         return whole_text(&state, &correlation_id).await;
     }
     Ok(sse(&state, &correlation_id, cursor))
+}
+
+/// How long after a run's end its stream may still lack its last entry
+/// (the entries are written after the run's record, by the host that ran
+/// it); past it, that host is taken to have died in between.
+const END_WRITTEN_WITHIN: Duration = Duration::from_secs(2);
+
+/// Makes sure the stream of finished `run` ends as its record says (see
+/// [`crate::streams::ResponseStreams::seal`]); false when the stream holds
+/// nothing (expired).
+async fn settled(state: &AppState, run: &RunRecord) -> Result<bool, ApiError> {
+    let id = &run.correlation_id;
+    let written_by = run.updated_at.saturating_add(
+        i64::try_from(END_WRITTEN_WITHIN.as_millis()).unwrap_or(i64::MAX),
+    );
+    loop {
+        match state.streams.ended(id).await? {
+            None => return Ok(false),
+            Some(true) => return Ok(true),
+            Some(false) if crate::store::now_ms() < written_by => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Some(false) => {
+                tracing::warn!(correlation_id = %id, "the run ended but its stream did not say so (its host died in between); the stream is ended with the stored outcome");
+                let ending = match run.status {
+                    RunStatus::Completed => Ok(run.response.as_deref().unwrap_or_default()),
+                    _ => Err(run.error.as_deref().unwrap_or("the run failed")),
+                };
+                state.streams.seal(id, ending);
+                return Ok(true);
+            }
+        }
+    }
 }
 
 /// Server-sent events of the stream after `cursor`.

@@ -271,6 +271,50 @@ impl ResponseStreams {
             .await
     }
 
+    /// Whether the newest attempt of the stream has its last entry; `None`
+    /// when the stream holds nothing (it expired, or nothing was written).
+    pub async fn ended(&self, correlation_id: &str) -> Result<Option<bool>, StreamError> {
+        let mut after = EntryId::start();
+        let (mut newest, mut ended, mut any) = (i64::MIN, false, false);
+        loop {
+            let page = self.read_after(correlation_id, &after).await?;
+            for stored in &page {
+                any = true;
+                if stored.attempt > newest {
+                    (newest, ended) = (stored.attempt, false);
+                }
+                ended |= stored.attempt == newest && stored.entry.is_last();
+            }
+            match page.last() {
+                Some(last) if page.len() >= READ_LIMIT => after = last.id.clone(),
+                _ => return Ok(any.then_some(ended)),
+            }
+        }
+    }
+
+    /// Ends the stream of a run whose end is stored but whose stream does
+    /// not say so: its host died between the two writes (the run's record
+    /// is the truth; the stream's entries are written after it). The
+    /// stored outcome is written whole as a newer attempt, so readers see
+    /// `restart`, the answer, and the end: the stream reads as the record.
+    pub fn seal(&self, correlation_id: &str, ending: Result<&str, &str>) {
+        let attempt = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(i64::MAX);
+        let writer = self.writer(correlation_id, attempt);
+        match ending {
+            Ok(answer) => {
+                writer.chunk(answer);
+                writer.complete();
+            }
+            Err(error) => writer.fail(error),
+        }
+    }
+
     /// Entries as they are published, of every run.
     fn subscribe(&self) -> broadcast::Receiver<Arc<(String, Stored)>> {
         self.live.subscribe()
