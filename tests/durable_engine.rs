@@ -275,6 +275,33 @@ async fn an_orchestration_that_sleeps_in_its_code_traps_at_once_naming_the_durab
     }
 }
 
+/// Orchestration code that spins is stopped by the episode's CPU budget
+/// (1 s by default), long before the component's own CPU limit (10 s) or
+/// the wall-clock limit: its instance fails naming the budget, and the
+/// slots it held serve the others.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_orchestration_that_spins_is_stopped_by_the_episode_cpu_budget_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = engine(dir.path(), &[("--episode-timeout", "120s")]).start();
+    let started = std::time::Instant::now();
+    let spinners: Vec<String> =
+        futures::future::join_all((0..2).map(|_| start(&host, "spinner", &json!(null)))).await;
+    let other = start(&host, "sequence", &json!({"n": 3})).await;
+    let done = wait_for(&host, &other, &["Completed", "Failed"]).await;
+    assert_eq!(done["output"], json!(3), "{done}");
+    for id in &spinners {
+        let failed = wait_for(&host, id, &["Completed", "Failed"]).await;
+        assert_eq!(failed["runtimeStatus"], "Failed", "{failed}");
+        let reason = failed["output"].as_str().unwrap_or_default();
+        assert!(reason.contains("--episode-cpu-time"), "{reason}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "stopped only after {:?}: not by a 1 s budget",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guest_retry_policy_of_endless_instant_retries_is_capped() {
     let dir = tempfile::tempdir().unwrap();

@@ -55,6 +55,7 @@ fn runtime(cache: &Path) -> anyhow::Result<Runtime> {
         limits: Limits::default(),
         max_instances: 64,
         describe_timeout: std::time::Duration::from_secs(30),
+        episode_cpu_time: std::time::Duration::from_secs(1),
     })
     .map_err(|e| anyhow::anyhow!("{e}"))
 }

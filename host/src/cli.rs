@@ -259,6 +259,12 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_EPISODE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub episode_timeout: Duration,
 
+    /// CPU time one episode of orchestration code may use (replaying and
+    /// deciding what comes next takes milliseconds). Code that spins past it
+    /// fails its instance with the reason, and frees its slot for others.
+    #[arg(long, env = "AGENTHOST_EPISODE_CPU_TIME", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub episode_cpu_time: Duration,
+
     /// Memory for hot orchestration instances (their state and journal kept
     /// between episodes), in MiB; the least recently used are evicted past it
     /// and rebuilt from the store when they next run.

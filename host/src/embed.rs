@@ -141,6 +141,7 @@ impl AgentHost {
                 },
                 max_instances: args.max_instances,
                 describe_timeout: args.describe_timeout,
+                episode_cpu_time: args.episode_cpu_time,
             })
             .context("could not start the wasm runtime")?,
         );

@@ -99,6 +99,7 @@ pub async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
         limits: Limits::default(),
         max_instances: 4,
         describe_timeout: Duration::from_secs(30),
+        episode_cpu_time: Duration::from_secs(1),
     })
     .context("could not start the wasm runtime")?;
     let loaded = runtime.load(file).await;

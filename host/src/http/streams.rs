@@ -100,9 +100,9 @@ const END_WRITTEN_WITHIN: Duration = Duration::from_secs(2);
 /// nothing (expired).
 async fn settled(state: &AppState, run: &RunRecord) -> Result<bool, ApiError> {
     let id = &run.correlation_id;
-    let written_by = run.updated_at.saturating_add(
-        i64::try_from(END_WRITTEN_WITHIN.as_millis()).unwrap_or(i64::MAX),
-    );
+    let written_by = run
+        .updated_at
+        .saturating_add(i64::try_from(END_WRITTEN_WITHIN.as_millis()).unwrap_or(i64::MAX));
     loop {
         match state.streams.ended(id).await? {
             None => return Ok(false),

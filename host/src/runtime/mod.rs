@@ -69,6 +69,10 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// Longest `describe()` may run (wall clock) when a component loads.
     pub describe_timeout: Duration,
+    /// CPU time one episode of orchestration code may use (at most the
+    /// component's own CPU limit): an episode only replays and decides, so
+    /// code that spins is stopped long before it holds a slot for seconds.
+    pub episode_cpu_time: Duration,
 }
 
 /// Why an activity call produced no result, as the guest reported it.
@@ -105,6 +109,7 @@ pub struct Runtime {
     cache: ArtifactCache,
     ceilings: Ceilings,
     describe_timeout: Duration,
+    episode_cpu_time: Duration,
     _ticker: engine::EpochTicker,
 }
 
@@ -166,6 +171,7 @@ impl Runtime {
                 max_instances: config.max_instances.max(1),
             },
             describe_timeout: config.describe_timeout,
+            episode_cpu_time: config.episode_cpu_time,
             _ticker: ticker,
         })
     }
@@ -344,10 +350,12 @@ impl Runtime {
         replay: Replay,
     ) -> Result<(EpisodeEnd, Replay), GuestError> {
         let _slot = self.slot(component).await?;
+        let cpu_time = self.episode_cpu_time.min(component.grants.limits.cpu_time);
         let mut store = state::new_orchestration_store(
             &self.engine,
             &component.name,
             &component.grants,
+            cpu_time,
             instance_id,
             replay,
         );
@@ -368,6 +376,17 @@ impl Runtime {
             Err(e) => match e.downcast_ref::<Stop>() {
                 Some(Stop::Waiting) => EpisodeEnd::Waiting,
                 Some(stop) => EpisodeEnd::Broken(stop.to_string()),
+                None if matches!(
+                    e.downcast_ref::<wasmtime::Trap>(),
+                    Some(wasmtime::Trap::Interrupt)
+                ) =>
+                {
+                    EpisodeEnd::Broken(format!(
+                        "the orchestration code used more than {cpu_time:?} of CPU in one episode \
+                         (--episode-cpu-time): an episode must only decide what comes next; \
+                         do heavy work in an activity"
+                    ))
+                }
                 None => return Err(GuestError::from_call(&component.name, &e, &store)),
             },
         };

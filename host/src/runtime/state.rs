@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -116,6 +117,7 @@ pub fn new_store(engine: &Engine, component: &str, grants: &Arc<Grants>) -> Stor
         engine,
         component,
         grants,
+        grants.limits.cpu_time,
         WasiCtx::builder(),
         outbound,
         None,
@@ -131,6 +133,7 @@ pub fn new_orchestration_store(
     engine: &Engine,
     component: &str,
     grants: &Arc<Grants>,
+    cpu_time: Duration,
     instance_id: &str,
     replay: Replay,
 ) -> Store<GuestState> {
@@ -152,13 +155,22 @@ pub fn new_orchestration_store(
         clock,
     };
     let outbound = OutboundHttp::refused(component);
-    store_with(engine, component, grants, wasi, outbound, Some(scope))
+    store_with(
+        engine,
+        component,
+        grants,
+        cpu_time,
+        wasi,
+        outbound,
+        Some(scope),
+    )
 }
 
 fn store_with(
     engine: &Engine,
     component: &str,
     grants: &Grants,
+    cpu_time: Duration,
     mut wasi: WasiCtxBuilder,
     outbound: OutboundHttp,
     orchestration: Option<OrchestrationScope>,
@@ -179,7 +191,7 @@ fn store_with(
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.memory);
-    let budget = (limits.cpu_time.as_millis() / TICK.as_millis()).max(1) as u64;
+    let budget = (cpu_time.as_millis() / TICK.as_millis()).max(1) as u64;
     let mut used = 0u64;
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {

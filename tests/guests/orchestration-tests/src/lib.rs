@@ -183,6 +183,17 @@ fn sleeper(_ctx: &Context, _input: Value) -> Result<Value, String> {
     Ok(json!("woke up"))
 }
 
+/// Spins in its code: the episode's CPU budget must stop it.
+fn spinner(_ctx: &Context, _input: Value) -> Result<Value, String> {
+    let mut n: u64 = 0;
+    loop {
+        n = std::hint::black_box(n.wrapping_add(1));
+        if n == u64::MAX {
+            return Ok(json!(n));
+        }
+    }
+}
+
 /// Asks for endless, instant retries: the host must cap them.
 fn greedy_retry(ctx: &Context, _input: Value) -> Result<Value, String> {
     let policy = RetryPolicy {
@@ -281,6 +292,7 @@ fn component() -> Component {
         .orchestration(Orchestration::new("ask_clerk", ask_clerk))
         .orchestration(Orchestration::new("agent_loop", agent_loop))
         .orchestration(Orchestration::new("sleeper", sleeper))
+        .orchestration(Orchestration::new("spinner", spinner))
         .orchestration(Orchestration::new("greedy_retry", greedy_retry))
         .orchestration(Orchestration::new("both_waits", both_waits))
 }
