@@ -62,6 +62,50 @@ enum Fault {
     ConnectionsCut,
     ConnectionsSilent,
     RedisRefuses,
+    DiskFull,
+}
+
+/// The test's directory as a tmpfs of its own, so that a full disk can be
+/// made (and unmade) under the SQLite store; `None` where mounting is not
+/// allowed (not root): full-disk faults are then left out, and said so.
+struct OwnDisk {
+    path: std::path::PathBuf,
+}
+
+impl OwnDisk {
+    fn mount(path: &std::path::Path) -> Option<Self> {
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1g", "tmpfs"])
+            .arg(path)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then(|| Self {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Fills the disk at `path` for `pause`, then frees it.
+    fn fill_for(path: &std::path::Path, pause: Duration) {
+        use std::io::Write;
+        let filler = path.join("filler");
+        if let Ok(mut file) = std::fs::File::create(&filler) {
+            let block = vec![0u8; 1 << 20];
+            while file.write_all(&block).is_ok() {}
+            let _ = file.sync_all();
+        }
+        std::thread::sleep(pause);
+        let _ = std::fs::remove_file(&filler);
+    }
+}
+
+impl Drop for OwnDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
+    }
 }
 
 /// One acknowledged piece of work and what it must end as.
@@ -105,6 +149,14 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
     let settings = Settings::from_env();
     let mut rng = rand::rngs::StdRng::seed_from_u64(settings.seed);
     let dir = tempfile::tempdir().unwrap();
+    let store = test_store();
+    let disk = match store {
+        None => OwnDisk::mount(dir.path()),
+        Some(_) => None,
+    };
+    if store.is_none() && disk.is_none() {
+        println!("full-disk faults left out: a tmpfs cannot be mounted here (root is needed)");
+    }
     let model = FakeModel::start().await;
     model.respond_with(Arc::new(|request| {
         let messages = request.messages();
@@ -137,7 +189,6 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
     )
     .unwrap();
     let mut redis = PrivateRedis::start().await;
-    let store = test_store();
     let proxy = match &store {
         Some(_) => Some(TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await),
         None => None,
@@ -180,12 +231,16 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
             Fault::RedisRefuses,
         ]
     } else {
-        vec![
+        let mut kinds = vec![
             Fault::Kill,
             Fault::Pause,
             Fault::StoreLocked,
             Fault::RedisRefuses,
-        ]
+        ];
+        if disk.is_some() {
+            kinds.push(Fault::DiskFull);
+        }
+        kinds
     };
 
     let started = Instant::now();
@@ -204,7 +259,8 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
                 tokio::time::sleep(Duration::from_millis(rng.random_range(20..400))).await;
                 let kind = kinds[rng.random_range(0..kinds.len())];
                 let which = rng.random_range(0..2usize);
-                let recovery = inject(&mut cluster, &mut redis, &dir, kind, which).await;
+                let recovery =
+                    inject(&mut cluster, &mut redis, &dir, disk.as_ref(), kind, which).await;
                 *injected.entry(kind).or_default() += 1;
                 if let Some(recovery) = recovery {
                     recoveries.push(recovery);
@@ -295,6 +351,7 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
     );
     assert!(report.injected.values().sum::<usize>() >= settings.faults);
     drop(cluster);
+    drop(disk);
 }
 
 /// Submits items `range` (up to 24 at once); returns those acknowledged
@@ -439,10 +496,21 @@ async fn inject(
     cluster: &mut Cluster,
     redis: &mut PrivateRedis,
     dir: &tempfile::TempDir,
+    disk: Option<&OwnDisk>,
     kind: Fault,
     which: usize,
 ) -> Option<Duration> {
     match kind {
+        Fault::DiskFull => {
+            if let Some(disk) = disk {
+                let path = disk.path.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    OwnDisk::fill_for(&path, Duration::from_millis(1500));
+                })
+                .await;
+            }
+            None
+        }
         Fault::Kill if cluster.shared => {
             let worker = which % cluster.workers.len();
             cluster.workers[worker].kill();

@@ -651,3 +651,70 @@ async fn a_stream_that_lost_entries_ends_failed_with_the_reason_never_with_a_sil
         "{error}"
     );
 }
+
+/// Followers hold a place each, up to `--max-stream-followers`: past it a
+/// reader gets 429 JSON (a run asked for with SSE is then not started),
+/// and a place is given back when its reader goes away.
+#[tokio::test(flavor = "multi_thread")]
+async fn followers_past_the_cap_get_429_and_a_place_comes_back_when_one_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    model.push(Reply::Delay(Duration::from_secs(30), Box::new(Reply::Echo)));
+    let host = HostBuilder::new(dir.path())
+        .components(&["writer"])
+        .openai(&model, "sk")
+        .arg("--max-stream-followers")
+        .arg("2")
+        .start();
+    let http = client();
+    let accepted: Value = http
+        .post(host.url("/api/agents/writer/run"))
+        .json(&json!({"message": "slow", "waitForResponse": false}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = accepted["correlationId"].as_str().unwrap().to_string();
+    let stream_url = host.url(&format!("/api/agents/writer/runs/{id}/stream"));
+    let follow = || {
+        http.get(&stream_url)
+            .header("accept", "text/event-stream")
+            .send()
+    };
+    let first = follow().await.unwrap();
+    let second = follow().await.unwrap();
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    let third = follow().await.unwrap();
+    assert_eq!(third.status(), 429);
+    let body: Value = third.json().await.unwrap();
+    assert_eq!(body["errorCode"], "too_many_followers", "{body}");
+    let runs_before = model.requests().len();
+    let refused = http
+        .post(host.url("/api/agents/writer/run"))
+        .header("accept", "text/event-stream")
+        .body("not started")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(model.requests().len(), runs_before, "a refused run started");
+    drop(first);
+    let started = std::time::Instant::now();
+    loop {
+        let again = follow().await.unwrap();
+        if again.status() == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the place of a reader that left never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -182,6 +182,11 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_STREAM_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub stream_ttl: Duration,
 
+    /// Readers that may follow response streams at once on this host
+    /// (SSE and text/plain); past it they get 429 `too_many_followers`.
+    #[arg(long, env = "AGENTHOST_MAX_STREAM_FOLLOWERS", default_value_t = 4096)]
+    pub max_stream_followers: usize,
+
     /// Per-agent settings (model, temperature, max_output_tokens, timeout,
     /// session_ttl, history_budget_tokens), a TOML file with one
     /// `[agents.NAME]` table per agent; they override the agents' own.

@@ -188,6 +188,7 @@ impl AgentHost {
                 redis: args.redis.clone().filter(|r| !r.trim().is_empty()),
                 require_redis: args.require_redis,
                 ttl: args.stream_ttl,
+                max_followers: args.max_stream_followers,
             },
         )
         .await

@@ -80,9 +80,13 @@ pub async fn run(
         response_format: request.response_format,
     };
     let answer = if streams::wants_events(&headers) || !wait {
+        // A follower's place first: refused, the run is not started.
+        let follower = streams::wants_events(&headers)
+            .then(|| state.streams.admit())
+            .transpose()?;
         let run = state.runs.submit(new_run).await?;
-        if streams::wants_events(&headers) {
-            let response = streams::sse(&state, &run.correlation_id, EntryId::start());
+        if let Some(follower) = follower {
+            let response = streams::sse(&state, follower, &run.correlation_id, EntryId::start());
             with_run_headers(response, &run)
         } else {
             accepted(&run, "Agent request accepted")

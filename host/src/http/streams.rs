@@ -24,7 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::{ApiError, AppState};
 use crate::store::{RunRecord, RunStatus};
-use crate::streams::{Entry, EntryId, Stored, StreamError};
+use crate::streams::{Entry, EntryId, Follower, Stored, StreamError};
 
 /// How long a follower waits for a next entry before it ends the stream
 /// (a run queued behind a long one, a model that stalls).
@@ -37,6 +37,13 @@ pub struct StreamQuery {
 
 impl From<StreamError> for ApiError {
     fn from(e: StreamError) -> Self {
+        if let StreamError::TooManyFollowers(_) = e {
+            return ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_followers",
+                e.to_string(),
+            );
+        }
         tracing::error!(error = %e, "response stream error while answering a request");
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -85,9 +92,11 @@ pub async fn get(
         None => return Err(not_found("no such run")),
     }
     if accepts(&headers, "text/plain") && !accepts(&headers, "text/event-stream") {
-        return whole_text(&state, &correlation_id).await;
+        let follower = state.streams.admit()?;
+        return whole_text(&state, follower, &correlation_id).await;
     }
-    Ok(sse(&state, &correlation_id, cursor))
+    let follower = state.streams.admit()?;
+    Ok(sse(&state, follower, &correlation_id, cursor))
 }
 
 /// How long after a run's end its stream may still lack its last entry
@@ -124,8 +133,15 @@ async fn settled(state: &AppState, run: &RunRecord) -> Result<bool, ApiError> {
 }
 
 /// Server-sent events of the stream after `cursor`.
-pub(super) fn sse(state: &AppState, correlation_id: &str, cursor: EntryId) -> Response {
-    let follow = state.streams.follow(correlation_id, cursor, IDLE_LIMIT);
+pub(super) fn sse(
+    state: &AppState,
+    follower: Follower,
+    correlation_id: &str,
+    cursor: EntryId,
+) -> Response {
+    let follow = state
+        .streams
+        .follow(follower, correlation_id, cursor, IDLE_LIMIT);
     let correlation_id = correlation_id.to_string();
     let events = ReceiverStream::new(follow)
         .map(move |entry| Ok::<_, Infallible>(event(&correlation_id, entry)));
@@ -167,10 +183,14 @@ fn event(correlation_id: &str, entry: Result<Stored, StreamError>) -> Event {
 }
 
 /// The answer as one text, once the stream is complete.
-async fn whole_text(state: &AppState, correlation_id: &str) -> Result<Response, ApiError> {
+async fn whole_text(
+    state: &AppState,
+    follower: Follower,
+    correlation_id: &str,
+) -> Result<Response, ApiError> {
     let mut follow = state
         .streams
-        .follow(correlation_id, EntryId::start(), IDLE_LIMIT);
+        .follow(follower, correlation_id, EntryId::start(), IDLE_LIMIT);
     let mut text = String::new();
     while let Some(entry) = follow.recv().await {
         match entry?.entry {

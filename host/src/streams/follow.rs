@@ -3,31 +3,37 @@
 //! duplicates: the reader subscribes to published entries before it reads
 //! the backend, entries are published only once stored and in order, so a
 //! published entry newer than the last one read is always the next one.
-//! A writer in another process publishes nothing here: a short poll of the
-//! backend covers it, as it covers a reader that fell behind.
+//! A writer in another process publishes nothing here: a poll of the
+//! backend covers it, as it covers a reader that fell behind; the poll
+//! backs off while nothing comes (an idle follower reads once a second,
+//! not twenty times).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc};
 
-use super::{Entry, EntryId, ResponseStreams, Stored, StreamError, READ_LIMIT};
+use super::{Entry, EntryId, Follower, ResponseStreams, Stored, StreamError, READ_LIMIT};
 
 /// The entries of a followed stream, in order; it ends after the last one.
 pub type Follow = mpsc::Receiver<Result<Stored, StreamError>>;
 
-/// How often the backend is read again when nothing is published here.
+/// How soon the backend is read again when nothing is published here,
+/// right after an entry came; doubled after each empty read up to
+/// [`POLL_LONGEST`].
 const POLL: Duration = Duration::from_millis(50);
+const POLL_LONGEST: Duration = Duration::from_secs(1);
 
 /// Entries held for a slow reader before the follower waits for it (only
 /// that reader waits: the writer and the others never do).
 const BUFFER: usize = 64;
 
 impl ResponseStreams {
-    /// Follows the stream of `correlation_id` from after `after`. Gives up
-    /// when no entry came for `idle_limit`.
+    /// Follows the stream of `correlation_id` from after `after`, in the
+    /// place `follower` holds. Gives up when no entry came for `idle_limit`.
     pub fn follow(
         self: &Arc<Self>,
+        follower: Follower,
         correlation_id: &str,
         after: EntryId,
         idle_limit: Duration,
@@ -38,7 +44,8 @@ impl ResponseStreams {
         let correlation_id = correlation_id.to_string();
         tokio::spawn(async move {
             this.feed(&correlation_id, after, idle_limit, live, sender)
-                .await
+                .await;
+            drop(follower);
         });
         receiver
     }
@@ -53,6 +60,7 @@ impl ResponseStreams {
     ) {
         let mut idle = tokio::time::Instant::now() + idle_limit;
         let mut attempt = Attempt::default();
+        let mut poll_every = POLL;
         loop {
             let stored = match self.read_after(correlation_id, &last).await {
                 Ok(stored) => stored,
@@ -62,6 +70,11 @@ impl ResponseStreams {
                 }
             };
             let full = stored.len() >= READ_LIMIT;
+            poll_every = if stored.is_empty() {
+                (poll_every * 2).min(POLL_LONGEST)
+            } else {
+                POLL
+            };
             for entry in stored {
                 if !send(&sender, &mut last, &mut attempt, entry).await {
                     return;
@@ -71,7 +84,7 @@ impl ResponseStreams {
             if full {
                 continue;
             }
-            let poll = tokio::time::sleep(POLL);
+            let poll = tokio::time::sleep(poll_every);
             tokio::pin!(poll);
             loop {
                 tokio::select! {
@@ -82,6 +95,7 @@ impl ResponseStreams {
                                     return;
                                 }
                                 idle = tokio::time::Instant::now() + idle_limit;
+                                poll_every = POLL;
                             }
                         }
                         Ok(_) => {}

@@ -126,6 +126,8 @@ pub enum StreamError {
     RedisUnreachable { address: String, reason: String },
     #[error("a stored stream entry is not valid: {0}")]
     Corrupt(String),
+    #[error("{0} readers already follow response streams on this host (--max-stream-followers); retry later")]
+    TooManyFollowers(usize),
 }
 
 /// Where streams are kept.
@@ -193,6 +195,9 @@ pub struct StreamSettings {
     /// falling back to the embedded backend.
     pub require_redis: bool,
     pub ttl: Duration,
+    /// Readers following streams at once at most (each one holds a task
+    /// and reads the backend when it wakes): past it, a reader is refused.
+    pub max_followers: usize,
 }
 
 enum Job {
@@ -206,6 +211,9 @@ pub struct ResponseStreams {
     backend: Arc<Backend>,
     queue: mpsc::UnboundedSender<Job>,
     live: broadcast::Sender<Arc<(String, Stored)>>,
+    /// One permit per reader following a stream.
+    followers: Arc<tokio::sync::Semaphore>,
+    max_followers: usize,
 }
 
 impl ResponseStreams {
@@ -244,6 +252,8 @@ impl ResponseStreams {
             backend,
             queue,
             live,
+            followers: Arc::new(tokio::sync::Semaphore::new(settings.max_followers)),
+            max_followers: settings.max_followers,
         }))
     }
 
@@ -258,6 +268,17 @@ impl ResponseStreams {
             attempt,
             queue: self.queue.clone(),
         }
+    }
+
+    /// A place for one more reader to follow a stream, or
+    /// [`StreamError::TooManyFollowers`]: asked before a run is submitted
+    /// for a caller who follows its answer, so a refusal starts nothing.
+    pub fn admit(&self) -> Result<Follower, StreamError> {
+        self.followers
+            .clone()
+            .try_acquire_owned()
+            .map(|place| Follower { _place: place })
+            .map_err(|_| StreamError::TooManyFollowers(self.max_followers))
     }
 
     /// The run's stored entries after `after`.
@@ -327,6 +348,12 @@ impl ResponseStreams {
             let _ = done.await;
         }
     }
+}
+
+/// A reader's place among the followers ([`ResponseStreams::admit`]),
+/// given back when its follow ends.
+pub struct Follower {
+    _place: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Hands one run's entries to the stream writer; never waits.
