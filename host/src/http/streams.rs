@@ -105,22 +105,24 @@ pub async fn get(
 const END_WRITTEN_WITHIN: Duration = Duration::from_secs(2);
 
 /// Makes sure the stream of finished `run` ends as its record says (see
-/// [`crate::streams::ResponseStreams::seal`]); false when the stream holds
-/// nothing (expired).
+/// [`crate::streams::ResponseStreams::seal`]); false when it has expired.
+/// A stream that holds nothing although the run ended within the streams'
+/// TTL lost every entry (its host died before writing any, or the backend
+/// refused them all): it too is sealed from the record.
 async fn settled(state: &AppState, run: &RunRecord) -> Result<bool, ApiError> {
     let id = &run.correlation_id;
-    let written_by = run
-        .updated_at
-        .saturating_add(i64::try_from(END_WRITTEN_WITHIN.as_millis()).unwrap_or(i64::MAX));
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let written_by = run.updated_at.saturating_add(ms(END_WRITTEN_WITHIN));
+    let expired = crate::store::now_ms() >= run.updated_at.saturating_add(ms(state.streams.ttl()));
     loop {
         match state.streams.ended(id).await? {
-            None => return Ok(false),
+            None if expired => return Ok(false),
             Some(true) => return Ok(true),
-            Some(false) if crate::store::now_ms() < written_by => {
+            None | Some(false) if crate::store::now_ms() < written_by => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Some(false) => {
-                tracing::warn!(correlation_id = %id, "the run ended but its stream did not say so (its host died in between); the stream is ended with the stored outcome");
+            None | Some(false) => {
+                tracing::warn!(correlation_id = %id, "the run ended but its stream did not say so (its host died in between, or the backend lost the entries); the stream is ended with the stored outcome");
                 let ending = match run.status {
                     RunStatus::Completed => Ok(run.response.as_deref().unwrap_or_default()),
                     _ => Err(run.error.as_deref().unwrap_or("the run failed")),

@@ -363,10 +363,7 @@ impl Runtime {
             .orchestration_pre
             .instantiate_async(&mut store)
             .await
-            .map_err(|e| GuestError::Instantiate {
-                component: component.name.clone(),
-                reason: error::describe(&e),
-            })?;
+            .map_err(|e| instantiate_failed(component, &e))?;
         let result = instance
             .agenthost_host_component()
             .call_run_orchestration(&mut store, name, input)
@@ -437,11 +434,15 @@ impl Runtime {
             .pre
             .instantiate_async(&mut store)
             .await
-            .map_err(|e| GuestError::Instantiate {
-                component: component.name.clone(),
-                reason: error::describe(&e),
-            })?;
+            .map_err(|e| instantiate_failed(component, &e))?;
         Ok((store, instance))
+    }
+}
+
+fn instantiate_failed(component: &LoadedComponent, error: &wasmtime::Error) -> GuestError {
+    GuestError::Instantiate {
+        component: component.name.clone(),
+        reason: error::describe(error),
     }
 }
 

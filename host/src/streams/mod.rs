@@ -214,6 +214,8 @@ pub struct ResponseStreams {
     /// One permit per reader following a stream.
     followers: Arc<tokio::sync::Semaphore>,
     max_followers: usize,
+    /// How long entries are kept.
+    ttl: Duration,
 }
 
 impl ResponseStreams {
@@ -254,6 +256,7 @@ impl ResponseStreams {
             live,
             followers: Arc::new(tokio::sync::Semaphore::new(settings.max_followers)),
             max_followers: settings.max_followers,
+            ttl: settings.ttl,
         }))
     }
 
@@ -290,6 +293,12 @@ impl ResponseStreams {
         self.backend
             .read_after(correlation_id, after, READ_LIMIT)
             .await
+    }
+
+    /// How long a stream's entries are kept: a finished run's stream is
+    /// expired only once this long has passed since the run ended.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 
     /// Whether the newest attempt of the stream has its last entry; `None`
