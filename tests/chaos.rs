@@ -246,6 +246,7 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
     let started = Instant::now();
     let mut acknowledged: Vec<Item> = Vec::new();
     let mut refused = 0usize;
+    let mut unacknowledged = 0usize;
     let mut injected: BTreeMap<Fault, usize> = BTreeMap::new();
     let mut recoveries: Vec<Duration> = Vec::new();
     let chunks = settings.faults + 1;
@@ -253,7 +254,7 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
     let mut next = 0usize;
     for chunk in 0..chunks {
         let end = (next + per_chunk).min(settings.items);
-        let submitting = submit(cluster.base.clone(), run_log.port, next..end);
+        let submitting = submit(cluster.base.clone(), run_log.port, (next..end).collect(), 0);
         let faulting = async {
             if chunk < settings.faults {
                 tokio::time::sleep(Duration::from_millis(rng.random_range(20..400))).await;
@@ -267,9 +268,21 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
                 }
             }
         };
-        let ((items, failed), ()) = tokio::join!(submitting, faulting);
+        let ((items, mut failed), ()) = tokio::join!(submitting, faulting);
         acknowledged.extend(items);
-        refused += failed;
+        refused += failed.len();
+        // As a client would: what a fault refused is asked again once it
+        // healed (an instance by the same id, a run as a new message).
+        for again in 1..=40 {
+            if failed.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let (items, still) = submit(cluster.base.clone(), run_log.port, failed, again).await;
+            acknowledged.extend(items);
+            failed = still;
+        }
+        unacknowledged += failed.len();
         next = end;
     }
 
@@ -327,6 +340,7 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
         items: settings.items,
         acknowledged: acknowledged.len(),
         refused,
+        unacknowledged,
         injected,
         lost: lost.len(),
         duplicated: activities_repeated.len() + turns_repeated.len(),
@@ -337,6 +351,10 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
     };
     report.write();
     assert!(lost.is_empty(), "lost: {lost:#?}");
+    assert_eq!(
+        unacknowledged, 0,
+        "work refused even 10 s after its fault healed"
+    );
     assert!(
         activities_repeated.is_empty(),
         "activities run again: {activities_repeated:#?}"
@@ -354,27 +372,43 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
     drop(disk);
 }
 
-/// Submits items `range` (up to 24 at once); returns those acknowledged
-/// and how many were refused (a fault was under way).
+/// Submits items `indices` (up to 24 at once), the `again`-th time;
+/// returns those acknowledged and the indices refused (a fault was under
+/// way).
 async fn submit(
     base: Arc<RwLock<String>>,
     run_log: u16,
-    range: std::ops::Range<usize>,
-) -> (Vec<Item>, usize) {
+    indices: Vec<usize>,
+    again: u32,
+) -> (Vec<Item>, Vec<usize>) {
     use futures::StreamExt;
-    let results: Vec<Option<Item>> = futures::stream::iter(range)
+    let results: Vec<(usize, Option<Item>)> = futures::stream::iter(indices)
         .map(|i| {
             let base = base.clone();
-            async move { submit_one(&base, run_log, i).await }
+            async move { (i, submit_one(&base, run_log, i, again).await) }
         })
         .buffer_unordered(24)
         .collect()
         .await;
-    let refused = results.iter().filter(|r| r.is_none()).count();
-    (results.into_iter().flatten().collect(), refused)
+    let mut items = Vec::new();
+    let mut refused = Vec::new();
+    for (i, item) in results {
+        match item {
+            Some(item) => items.push(item),
+            None => refused.push(i),
+        }
+    }
+    (items, refused)
 }
 
-async fn submit_one(base: &RwLock<String>, run_log: u16, i: usize) -> Option<Item> {
+/// A run asked again is a new message (`… again N`): the refused try may
+/// have been stored, and its turns must not count as this one's.
+async fn submit_one(base: &RwLock<String>, run_log: u16, i: usize, again: u32) -> Option<Item> {
+    let suffix = if again == 0 {
+        String::new()
+    } else {
+        format!(" again {again}")
+    };
     let base = base.read().unwrap().clone();
     let id = format!("chaos-{i}");
     let start = |name: &str, input: Value| {
@@ -430,7 +464,7 @@ async fn submit_one(base: &RwLock<String>, run_log: u16, i: usize) -> Option<Ite
             })
         }
         5 | 6 => {
-            let message = format!("chaos run {i}");
+            let message = format!("chaos run {i}{suffix}");
             let id = run_async(&base, "writer", &message, None).await?;
             Some(Item::Run {
                 agent: "writer",
@@ -440,8 +474,8 @@ async fn submit_one(base: &RwLock<String>, run_log: u16, i: usize) -> Option<Ite
             })
         }
         _ => {
-            let message = format!("[tool] weather {i}");
-            let session = format!("s-{i}");
+            let message = format!("[tool] weather {i}{suffix}");
+            let session = format!("s-{i}-{again}");
             let id = run_async(&base, "weather", &message, Some(&session)).await?;
             Some(Item::Run {
                 agent: "weather",
@@ -763,6 +797,7 @@ struct Report {
     items: usize,
     acknowledged: usize,
     refused: usize,
+    unacknowledged: usize,
     injected: BTreeMap<Fault, usize>,
     lost: usize,
     duplicated: usize,
@@ -780,12 +815,13 @@ impl Report {
             .map(|(kind, n)| format!("{kind:?} {n}"))
             .collect();
         let row = format!(
-            "| {} | {} | {} | {} acknowledged, {} refused during faults | {} ({}) | {} | {} | {} | {} | {} | {:.0} s |\n",
+            "| {} | {} | {} | {} ({} refused during a fault and asked again, {} never acknowledged) | {} ({}) | {} | {} | {} | {} | {} | {:.0} s |\n",
             self.store,
             self.seed,
             self.items,
             self.acknowledged,
             self.refused,
+            self.unacknowledged,
             self.injected.values().sum::<usize>(),
             faults.join(", "),
             self.lost,

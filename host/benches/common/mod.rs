@@ -66,7 +66,13 @@ impl BenchHost {
                 std::fs::copy(component(name)?, target)?;
             }
         }
-        let mut command = Command::new(env!("CARGO_BIN_EXE_agenthost"));
+        // `AGENTHOST_BENCH_BINARY`: another build of the host (an earlier
+        // commit's) measured by the same harness, for an A/B.
+        let binary = std::env::var_os("AGENTHOST_BENCH_BINARY").map_or_else(
+            || env!("CARGO_BIN_EXE_agenthost").into(),
+            std::path::PathBuf::from,
+        );
+        let mut command = Command::new(binary);
         command.arg(mode);
         if mode == "serve" {
             command.args(["--port", "0"]);

@@ -264,6 +264,17 @@ impl AgentRunner {
                 );
             }
             messages.extend(all.into_iter().skip(from));
+            // A host paused past its lease must not ask the model a turn
+            // that the session's new owner asks too: the writes after it
+            // would be refused, but the turn itself would be spent twice.
+            if let Some(held) = fence {
+                if !self.store.still_holds(&session, held).await? {
+                    return Err(StoreError::Fenced {
+                        session: session.session_id.clone(),
+                    }
+                    .into());
+                }
+            }
             let response = self
                 .model
                 .complete(

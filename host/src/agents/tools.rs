@@ -15,7 +15,7 @@ use crate::core::chat::{ChatMessage, Role, ToolCall};
 use crate::core::fence::SessionFence;
 use crate::registry::ServedAgent;
 use crate::runtime::Approval;
-use crate::store::{Decision, PendingCall, SessionKey};
+use crate::store::{Decision, PendingCall, SessionKey, StoreError};
 
 impl AgentRunner {
     /// Runs the calls of the last assistant message that have no result
@@ -57,6 +57,16 @@ impl AgentRunner {
             HashMap::new()
         };
         for call in calls {
+            // A tool acts outside the store: a host that lost the session
+            // (paused past its lease) must not run it after the new owner.
+            if let Some(held) = fence {
+                if !self.store.still_holds(session, held).await? {
+                    return Err(StoreError::Fenced {
+                        session: session.session_id.clone(),
+                    }
+                    .into());
+                }
+            }
             let content = if needs_approval(call) {
                 match decisions.get(&call.id) {
                     Some(Decision { approved: true, .. }) => self.call_tool(agent, call).await?,

@@ -13,7 +13,7 @@ use super::run_writes::{RunWrite, RunWritten};
 use super::writes::{Write, Written};
 use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, Store, StoreError, StoredMessage};
 use crate::core::chat::{ChatMessage, Usage};
-use crate::core::fence::SessionFence;
+use crate::core::fence::{self, SessionFence, SessionHolder};
 
 const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
                            response, error, error_code, usage, created_at, updated_at";
@@ -178,6 +178,31 @@ impl Store {
                 session: session.session_id.clone(),
             }),
         }
+    }
+
+    /// Whether `held` (what this host held when it began a run) still holds
+    /// the session, by the rule the writes are fenced with
+    /// ([`fence::admits`]): asked before an action whose effect is outside
+    /// the store (a model turn), which no transaction can refuse afterwards.
+    pub async fn still_holds(
+        &self,
+        session: &SessionKey,
+        held: &SessionFence,
+    ) -> Result<bool, StoreError> {
+        let row = sqlx::query("SELECT owner, epoch FROM sessions WHERE agent = $1 AND id = $2")
+            .bind(&session.agent)
+            .bind(&session.session_id)
+            .fetch_optional(self.pool())
+            .await?;
+        let holder = row
+            .map(|r| -> Result<SessionHolder, StoreError> {
+                Ok(SessionHolder {
+                    owner: r.try_get("owner")?,
+                    epoch: r.try_get("epoch")?,
+                })
+            })
+            .transpose()?;
+        Ok(fence::admits(holder.as_ref(), Some(held)))
     }
 
     pub async fn run(&self, correlation_id: &str) -> Result<Option<RunRecord>, StoreError> {
