@@ -413,7 +413,24 @@ async fn submit_one(base: &RwLock<String>, run_log: u16, i: usize, again: u32) -
     let id = format!("chaos-{i}");
     let start = |name: &str, input: Value| {
         let url = format!("{base}/api/orchestrators/{name}/{id}");
+        let status = format!("{base}/runtime/webhooks/durabletask/instances/{id}");
         async move {
+            // Asked again, a client first looks whether the refused try got
+            // through: a start with the id of a finished instance would
+            // begin it anew (and run its activities again, rightly).
+            if again > 0 {
+                let known = client()
+                    .get(status)
+                    .timeout(Duration::from_secs(20))
+                    .send()
+                    .await
+                    .ok()?;
+                match known.status().as_u16() {
+                    200 => return Some(()),
+                    404 => {}
+                    _ => return None,
+                }
+            }
             let response = client()
                 .post(url)
                 .json(&input)
