@@ -424,11 +424,16 @@ async fn submit_one(base: &RwLock<String>, run_log: u16, i: usize, again: u32) -
                     .timeout(Duration::from_secs(20))
                     .send()
                     .await
+                    .map_err(|e| eprintln!("status: {e:?}"))
                     .ok()?;
                 match known.status().as_u16() {
-                    200 => return Some(()),
+                    // 200 when it finished, 202 while it runs.
+                    200 | 202 => return Some(()),
                     404 => {}
-                    _ => return None,
+                    other => {
+                        eprintln!("status: {other} {}", known.text().await.unwrap_or_default());
+                        return None;
+                    }
                 }
             }
             let response = client()
@@ -437,9 +442,18 @@ async fn submit_one(base: &RwLock<String>, run_log: u16, i: usize, again: u32) -
                 .timeout(Duration::from_secs(20))
                 .send()
                 .await
+                .map_err(|e| eprintln!("start refused: {e:?}"))
                 .ok()?;
             // 409: an earlier try of this very start got through.
-            matches!(response.status().as_u16(), 202 | 409).then_some(())
+            let status = response.status().as_u16();
+            if !matches!(status, 202 | 409) {
+                eprintln!(
+                    "start refused: {status} {}",
+                    response.text().await.unwrap_or_default()
+                );
+                return None;
+            }
+            Some(())
         }
     };
     match i % 8 {
@@ -520,8 +534,14 @@ async fn run_async(
         .timeout(Duration::from_secs(20))
         .send()
         .await
+        .map_err(|e| eprintln!("run refused: {e:?}"))
         .ok()?;
     if response.status() != 202 {
+        let status = response.status();
+        eprintln!(
+            "run refused: {status} {}",
+            response.text().await.unwrap_or_default()
+        );
         return None;
     }
     let body: Value = response.json().await.ok()?;
