@@ -2,11 +2,10 @@
 //! sample components and a fake OpenAI-compatible model server. One binary,
 //! one file per scenario.
 
-mod support;
-
 mod agent_runs;
 mod approvals;
 mod async_runs;
+mod bounded_work;
 mod chaos;
 mod client_cli;
 mod components_dir;
@@ -15,6 +14,7 @@ mod credentials;
 mod determinism;
 mod durable_engine;
 mod embedding;
+mod hostile_input;
 mod hot_reload;
 mod long_threads;
 mod management_api;
@@ -27,7 +27,9 @@ mod sandbox;
 mod session_contract;
 mod sessions_ttl;
 mod shared_hub;
+mod shared_hub_faults;
+mod store_faults;
 mod streaming;
+mod support;
 mod task_hubs;
 mod tools;
-mod trust;

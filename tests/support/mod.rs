@@ -9,6 +9,7 @@ pub mod fake_model;
 pub mod host;
 pub mod redis;
 pub mod run_log;
+pub mod sqlite_lock;
 pub mod tcp_proxy;
 
 pub use fake_model::{FakeModel, Reply};
@@ -65,4 +66,11 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(url: impl reqwest::IntoUrl
         .json()
         .await
         .unwrap()
+}
+
+/// `GET base+path` (a health endpoint): its status and JSON body.
+pub async fn health(base: &str, path: &str) -> (u16, serde_json::Value) {
+    let response = client().get(format!("{base}{path}")).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
 }

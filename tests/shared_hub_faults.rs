@@ -1,0 +1,263 @@
+//! Several hosts on one PostgreSQL hub under faults (issue 18): a worker
+//! paused past its lease, a COMMIT whose answer is lost, connections that
+//! go silent. Every write of a host that lost its work is refused, nothing
+//! is applied twice, and the hosts serve again without a restart.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::host::test_store;
+use crate::support::{client, health, FakeModel, HostBuilder};
+
+/// A worker paused past its lease mid-run (SIGSTOP) loses the session to
+/// another worker, which runs the run to its end; when the paused worker
+/// wakes (SIGCONT), its model turn answers with a tool call, and every write
+/// it then tries is refused by the session fence: the conversation holds one
+/// answer, with no tool result after it, and the answer stays the other
+/// worker's. PostgreSQL only (several hosts on one hub).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_paused_past_its_lease_mid_run_writes_nothing_after_the_take_over() {
+    if test_store().is_none() {
+        return;
+    }
+    use crate::support::Reply;
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let builder = || {
+        HostBuilder::new(dir.path())
+            .components(&["weather"])
+            .openai(&model, "sk")
+            .arg("--lease")
+            .arg("2s")
+    };
+    let front = builder().arg("--no-worker").start();
+    let first = builder().start_worker();
+    let city = serde_json::json!({"city": "Lisbon"});
+    // The first worker's first turn is slow: it is paused while it waits.
+    model.push(Reply::Delay(
+        Duration::from_secs(6),
+        Box::new(Reply::ToolCall("get_weather".into(), city.clone())),
+    ));
+    model.push(Reply::ToolCall("get_weather".into(), city.clone()));
+    model.push(Reply::Text("It is sunny in Lisbon.".into()));
+    model.push(Reply::Text("A stale answer.".into()));
+    let queued = client()
+        .post(front.url("/api/agents/weather/run"))
+        .json(&serde_json::json!({"message": "Weather in Lisbon?", "sessionId": "fenced", "waitForResponse": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(queued.status(), 202);
+    let body: Value = queued.json().await.unwrap();
+    let id = body["correlationId"].as_str().unwrap().to_string();
+    model.wait_for_requests(1, Duration::from_secs(20)).await;
+    first.pause();
+    let second = builder().start_worker();
+    let run =
+        crate::support::wait_run_finished(&front.url(&format!("/api/agents/weather/runs/{id}")))
+            .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["response"], "It is sunny in Lisbon.", "{run}");
+    // The paused worker wakes: its slow turn answers, it runs the tool and
+    // tries to store the round, then to end the run.
+    first.resume();
+    model.wait_for_requests(3, Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let session: Value = client()
+        .get(front.url("/api/agents/weather/sessions/fenced"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let roles: Vec<&str> = session["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "tool", "assistant"],
+        "{session}\n--- paused worker ---\n{}\n--- other worker ---\n{}",
+        first.output(),
+        second.output()
+    );
+    let run: Value = client()
+        .get(front.url(&format!("/api/agents/weather/runs/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["response"], "It is sunny in Lisbon.", "{run}");
+    assert!(
+        first.output().contains("no longer owns session 'fenced'"),
+        "{}",
+        first.output()
+    );
+}
+
+/// The answer to a COMMIT lost with its connection (the proxy cuts it right
+/// after the host sent COMMIT): the writer asks the database whether the
+/// batch committed instead of writing it again. A raised event is
+/// delivered once (a second delivery would complete `two_events` with the
+/// same payload twice), and a start is answered 202, not 409 by its own
+/// instance. PostgreSQL only.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice() {
+    use crate::support::durable::{raise, start_with_id, status, wait_for};
+    use crate::support::tcp_proxy::TcpProxy;
+    let Some(url) = test_store() else {
+        return;
+    };
+    let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .store(&proxy.postgres_url(&url))
+        .start();
+    let id = start_with_id(&host, "two_events", "ambiguous", &serde_json::json!(null)).await;
+    wait_for(&host, &id, &["Running"]).await;
+
+    proxy.cut_after(b"COMMIT");
+    assert_eq!(raise(&host, &id, "step", &serde_json::json!(1)).await, 202);
+    assert_eq!(proxy.cuts_after_done(), 1, "the COMMIT's answer was lost");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, running) = status(&host, &id).await;
+    assert_eq!(
+        running["runtimeStatus"], "Running",
+        "delivered twice: {running}"
+    );
+    assert_eq!(raise(&host, &id, "step", &serde_json::json!(2)).await, 202);
+    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+    assert_eq!(done["output"], serde_json::json!([1, 2]), "{done}");
+
+    proxy.cut_after(b"COMMIT");
+    let started = client()
+        .post(host.url("/api/orchestrators/two_events/second"))
+        .json(&serde_json::json!(null))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proxy.cuts_after_done(), 2);
+    assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
+    assert!(
+        host.output().contains("the batch had committed"),
+        "{}",
+        host.output()
+    );
+}
+
+/// PostgreSQL connections that go silent (no reset, nothing flows: a silent
+/// partition, a dropped NAT entry) for longer than the lease and every
+/// deadline: once the database can be reached again the host serves again
+/// within seconds, without a restart, and every start it acknowledged
+/// completes once. PostgreSQL only.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_whose_database_connections_went_silent_serves_again_without_a_restart() {
+    use crate::support::durable::{start, wait_for_within};
+    use crate::support::tcp_proxy::TcpProxy;
+    let Some(url) = test_store() else {
+        return;
+    };
+    let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests", "writer"])
+        .openai(&model, "sk")
+        .store(&proxy.postgres_url(&url))
+        .arg("--lease")
+        .arg("2s")
+        .start();
+    let input = serde_json::json!({"n": 3});
+    let warm = start(&host, "sequence", &input).await;
+    wait_for_within(&host, &warm, &["Completed"], Duration::from_secs(20)).await;
+
+    // Silence: every open connection for good, new ones while it lasts.
+    proxy.set_silent(true);
+    proxy.abandon_open_connections();
+    let during = {
+        let url = host.url("/api/orchestrators/sequence");
+        tokio::spawn(async move {
+            client()
+                .post(url)
+                .json(&serde_json::json!({"n": 3}))
+                .timeout(Duration::from_secs(40))
+                .send()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let (status, body) = health(&host.base, "/api/health/ready").await;
+    assert_eq!(
+        status, 503,
+        "ready while the database is unreachable: {body}"
+    );
+    proxy.set_silent(false);
+
+    // Serving again within seconds, on new connections.
+    let healed = Instant::now();
+    let after = loop {
+        let response = client()
+            .post(host.url("/api/orchestrators/sequence"))
+            .json(&input)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        if let Ok(response) = response {
+            if response.status() == 202 {
+                let body: Value = response.json().await.unwrap();
+                break body["id"].as_str().unwrap().to_string();
+            }
+        }
+        assert!(
+            healed.elapsed() < Duration::from_secs(30),
+            "no start answered 30 s after the database came back\n{}",
+            host.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let done = wait_for_within(
+        &host,
+        &after,
+        &["Completed", "Failed"],
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(done["output"], serde_json::json!(3), "{done}");
+    let answer = client()
+        .post(host.url("/api/agents/writer/run"))
+        .body("Back again?")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // What was acknowledged during the fault completes too.
+    if let Ok(Ok(response)) = during.await {
+        if response.status() == 202 {
+            let body: Value = response.json().await.unwrap();
+            let id = body["id"].as_str().unwrap().to_string();
+            let done = wait_for_within(
+                &host,
+                &id,
+                &["Completed", "Failed"],
+                Duration::from_secs(30),
+            )
+            .await;
+            assert_eq!(done["output"], serde_json::json!(3), "{done}");
+        }
+    }
+    let started = Instant::now();
+    while health(&host.base, "/api/health").await.0 != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "health stayed 503"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
