@@ -192,7 +192,10 @@ async fn a_run_whose_end_the_store_refused_completes_once_it_writes_again_withou
     model.wait_for_requests(1, Duration::from_secs(10)).await;
     // The model answers while the file is locked for longer than the
     // writer waits: the first try to store the run's end fails.
-    let mut locker = lock_sqlite(&sqlite_file(dir.path()), 16.0);
+    // Longer than two busy timeouts (10 s each): a batch of stream entries
+    // queued before the end may wait out the first, and the end's own
+    // try must still meet a locked file.
+    let mut locker = lock_sqlite(&sqlite_file(dir.path()), 30.0);
     tokio::task::spawn_blocking(move || locker.wait())
         .await
         .unwrap()

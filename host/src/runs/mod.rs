@@ -85,7 +85,7 @@ fn ended_record(run: &RunRecord, result: Result<&AgentOutcome, &AgentError>) -> 
     record
 }
 
-/// The first and the longest pause between tries to store a run's end.
+/// The first and the longest pause between tries over a store error.
 const END_RETRY_FIRST: Duration = Duration::from_millis(100);
 const END_RETRY_LONGEST: Duration = Duration::from_secs(5);
 
@@ -478,11 +478,7 @@ impl Runs {
                     if !matches!(e, StoreError::Fenced { .. }) && !self.stopping.is_cancelled() =>
                 {
                     tracing::warn!(error = %e, retry_in = ?pause, "the store failed during the run; it goes on from what was stored");
-                    tokio::select! {
-                        () = tokio::time::sleep(pause) => {}
-                        () = self.stopping.cancelled() => {}
-                    }
-                    pause = (pause * 2).min(END_RETRY_LONGEST);
+                    self.back_off(&mut pause).await;
                     self.attempts
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -553,6 +549,16 @@ impl Runs {
         true
     }
 
+    /// Waits `pause` (less if the host stops meanwhile), then doubles it
+    /// for the next try, up to [`END_RETRY_LONGEST`].
+    async fn back_off(&self, pause: &mut Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(*pause) => {}
+            () = self.stopping.cancelled() => {}
+        }
+        *pause = (*pause * 2).min(END_RETRY_LONGEST);
+    }
+
     /// One try of the run: on the history kept in memory, else as stored.
     async fn attempt(
         &self,
@@ -616,11 +622,7 @@ impl Runs {
                 Err(e) if self.stopping.is_cancelled() => return Err(e),
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in = ?pause, "could not store the run's outcome; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(pause) => {}
-                        () = self.stopping.cancelled() => {}
-                    }
-                    pause = (pause * 2).min(END_RETRY_LONGEST);
+                    self.back_off(&mut pause).await;
                 }
             }
         }
