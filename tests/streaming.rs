@@ -693,7 +693,11 @@ async fn followers_past_the_cap_get_429_and_a_place_comes_back_when_one_leaves()
     assert_eq!(third.status(), 429);
     let body: Value = third.json().await.unwrap();
     assert_eq!(body["errorCode"], "too_many_followers", "{body}");
-    let runs_before = model.requests().len();
+    // The slow run has asked the model: what comes later is another run's.
+    let runs_before = model
+        .wait_for_requests(1, Duration::from_secs(10))
+        .await
+        .len();
     let refused = http
         .post(host.url("/api/agents/writer/run"))
         .header("accept", "text/event-stream")
