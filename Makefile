@@ -29,7 +29,7 @@ test: components test-components lint
 CHAOS_ITEMS  ?= 10000
 CHAOS_FAULTS ?= 200
 CHAOS_SEED   ?= 18
-CHAOS_ENV = AGENTHOST_CHAOS_STRICT=1 AGENTHOST_CHAOS_ITEMS=$(CHAOS_ITEMS) AGENTHOST_CHAOS_FAULTS=$(CHAOS_FAULTS) AGENTHOST_CHAOS_SEED=$(CHAOS_SEED)
+CHAOS_ENV = AGENTHOST_CHAOS_ITEMS=$(CHAOS_ITEMS) AGENTHOST_CHAOS_FAULTS=$(CHAOS_FAULTS) AGENTHOST_CHAOS_SEED=$(CHAOS_SEED)
 chaos: components test-components
 	@scripts/redis-up.sh >/dev/null
 	$(CHAOS_ENV) $(CARGO) test -p agenthost --test integration chaos:: -- --nocapture

@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use crate::support::fake_model::echo_of;
 use crate::support::host::test_store;
 use crate::support::redis::PrivateRedis;
-use crate::support::run_log::RunLog;
+use crate::support::run_log::{completed_activities_run_again, RunLog};
 use crate::support::tcp_proxy::TcpProxy;
 use crate::support::{client, FakeModel, HostBuilder, Reply};
 
@@ -36,7 +36,7 @@ mod checks;
 mod faults;
 mod report;
 
-use checks::{check, completed_activities_run_again};
+use checks::check;
 use faults::{inject, Cluster, Fault, OwnDisk};
 use report::Report;
 
@@ -296,20 +296,10 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
         activities_repeated.is_empty(),
         "activities run again: {activities_repeated:#?}"
     );
-    // A host paused between its owner check and sending a model request
-    // can still send it (docs/reliability.md, "Not yet covered"): on
-    // PostgreSQL that open problem is asserted by `make chaos`
-    // (AGENTHOST_CHAOS_STRICT), and only reported at the smoke size of
-    // `make test`, whose result must not hang on a known gap.
-    let strict = !shared || std::env::var_os("AGENTHOST_CHAOS_STRICT").is_some();
-    if strict {
-        assert!(
-            turns_repeated.is_empty(),
-            "model turns asked again: {turns_repeated:#?}"
-        );
-    } else if !turns_repeated.is_empty() {
-        eprintln!("model turns asked again (the known gap): {turns_repeated:#?}");
-    }
+    assert!(
+        turns_repeated.is_empty(),
+        "model turns asked again: {turns_repeated:#?}"
+    );
     assert!(
         broken_sessions.is_empty(),
         "sessions with a tool result after the answer: {broken_sessions:#?}"

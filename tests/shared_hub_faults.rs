@@ -101,6 +101,203 @@ async fn a_worker_paused_past_its_lease_mid_run_writes_nothing_after_the_take_ov
     );
 }
 
+/// A worker paused after its owner check but before its model request has
+/// left (here: the request is under way, held up by a network that went
+/// silent, when the worker is paused) loses the session to another worker,
+/// which asks the turn and ends the run. When the first wakes and the network
+/// comes back, its request is past its send-by moment: the last byte is held
+/// back and the connection cut, so the model never gets that turn whole.
+/// The model is asked the turn once, by the new owner, and nothing after the
+/// run ended. PostgreSQL only (several hosts on one hub).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_paused_before_its_model_request_left_never_sends_it_after_the_take_over() {
+    use crate::support::tcp_proxy::TcpProxy;
+    use crate::support::Reply;
+    if test_store().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let proxy = TcpProxy::start(model.addr).await;
+    let builder = || {
+        HostBuilder::new(dir.path())
+            .components(&["writer"])
+            .openai(&model, "sk")
+            .arg("--lease")
+            .arg("2s")
+            .arg("--max-body-bytes")
+            .arg("67108864")
+    };
+    let front = builder().arg("--no-worker").start();
+    // The first worker reaches the model through the proxy, the second
+    // directly.
+    let first = builder()
+        .env(
+            "OPENAI_BASE_URL",
+            &format!("http://127.0.0.1:{}/v1", proxy.port),
+        )
+        .start_worker();
+    // Far more than loopback's socket buffers hold: the first worker's
+    // request is still being written when the proxy stops reading.
+    let message = format!("Summarize: {}", "lorem ipsum ".repeat(2 << 20));
+    model.push(Reply::Text("The summary.".into()));
+    proxy.set_silent(true);
+    let queued = client()
+        .post(front.url("/api/agents/writer/run"))
+        .json(
+            &serde_json::json!({"message": message, "sessionId": "late", "waitForResponse": false}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(queued.status(), 202);
+    let body: Value = queued.json().await.unwrap();
+    let id = body["correlationId"].as_str().unwrap().to_string();
+    // The first worker checked it holds the session and began to send.
+    let began = Instant::now();
+    while proxy.accepted() == 0 {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "no model request began"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(model.requests().is_empty(), "the first request got through");
+    first.pause();
+    let second = builder().start_worker();
+    let run =
+        crate::support::wait_run_finished(&front.url(&format!("/api/agents/writer/runs/{id}")))
+            .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["response"], "The summary.", "{run}");
+    let ended = Instant::now();
+    // The network comes back and the first worker wakes, mid-send.
+    proxy.set_silent(false);
+    first.resume();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let asked = model.requests();
+    assert_eq!(
+        asked.len(),
+        1,
+        "the model was asked {} times ({:.1} s after the run ended: {:?})\n--- paused worker ---\n{}\n--- other worker ---\n{}",
+        asked.len(),
+        ended.elapsed().as_secs_f64(),
+        asked.iter().map(|r| r.at_ms).collect::<Vec<_>>(),
+        first.output(),
+        second.output()
+    );
+    assert!(first.output().contains("cut short"), "{}", first.output());
+    let session: Value = client()
+        .get(front.url("/api/agents/writer/sessions/late"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let roles: Vec<&str> = session["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant"], "{session}");
+}
+
+/// A worker paused past its lease mid-activity (SIGSTOP while the activity
+/// waits for its server) loses the instance to another worker, which runs
+/// the unfinished activity again and the rest to the end. When the paused
+/// worker wakes, its activity returns and it tries to deliver the result:
+/// refused (the task is no longer pending, the instance no longer its).
+/// The output is right, no completed step ran again, and the journal does
+/// not grow after the instance completed. PostgreSQL only.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_paused_past_its_lease_mid_activity_commits_nothing_after_the_take_over() {
+    use crate::support::durable::{start_with_id, wait_for};
+    use crate::support::run_log::RunLog;
+    if test_store().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = RunLog::serve_slow_once(1, Duration::from_secs(6)).await;
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(
+        components.join("orchestration-tests.toml"),
+        format!("allowed_hosts = [\"127.0.0.1:{}\"]\n", log.port),
+    )
+    .unwrap();
+    let builder = || {
+        HostBuilder::new(dir.path())
+            .components(&["orchestration-tests"])
+            .arg("--lease")
+            .arg("2s")
+    };
+    let front = builder().arg("--no-worker").start();
+    let first = builder().start_worker();
+    let url = format!("http://127.0.0.1:{}/paused", log.port);
+    let id = "paused-mid-activity";
+    start_with_id(
+        &front,
+        "counted",
+        id,
+        &serde_json::json!({"n": 3, "url": url}),
+    )
+    .await;
+    // Step 1 is under way on the first worker: pause it there.
+    let began = Instant::now();
+    while !log.runs().iter().any(|(_, step)| *step == 1) {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "step 1 never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.pause();
+    let second = builder().start_worker();
+    let done = wait_for(&front, id, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    assert_eq!(done["output"], 3, "{done}");
+    let history = |body: &Value| body["historyEvents"].as_array().map(Vec::len);
+    let url = crate::support::durable::instance_url(&front, id);
+    async fn with_history(url: &str) -> Value {
+        client()
+            .get(format!("{url}?showHistory=true"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+    let before = with_history(&url).await;
+    // The paused worker wakes; its slow step answers and it tries to
+    // deliver the result.
+    first.resume();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = with_history(&url).await;
+    assert_eq!(after["runtimeStatus"], "Completed", "{after}");
+    assert_eq!(after["output"], 3, "{after}");
+    assert_eq!(
+        history(&after),
+        history(&before),
+        "the journal grew after the instance completed\n--- paused worker ---\n{}\n--- other worker ---\n{}",
+        first.output(),
+        second.output()
+    );
+    let runs = log.runs();
+    let steps: Vec<u32> = runs.iter().map(|(_, step)| *step).collect();
+    let again = crate::support::run_log::completed_activities_run_again(&runs);
+    assert!(
+        again.is_empty(),
+        "completed steps ran again: {again:?} ({steps:?})"
+    );
+    // Step 1 ran on both workers (it had not completed); 0 and 2 once.
+    assert_eq!(steps.iter().filter(|s| **s == 0).count(), 1, "{steps:?}");
+    assert_eq!(steps.iter().filter(|s| **s == 2).count(), 1, "{steps:?}");
+}
+
 /// The answer to a COMMIT lost with its connection (the proxy cuts it right
 /// after the host sent COMMIT): the writer asks the database whether the
 /// batch committed instead of writing it again. A raised event is

@@ -1,6 +1,5 @@
 //! What the suite checks of each acknowledged item, from outside.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -164,20 +163,4 @@ pub(super) fn chrono_ms(text: &str) -> Option<i64> {
     chrono::DateTime::parse_from_rfc3339(text)
         .ok()
         .map(|t| t.timestamp_millis())
-}
-
-/// Runs of `counted` activities, `(tag, step)` in arrival order: step `k`
-/// running after step `k + 1` began means step `k`'s committed result was
-/// thrown away and it ran again.
-pub(super) fn completed_activities_run_again(runs: &[(String, u32)]) -> Vec<String> {
-    let mut highest: HashMap<&str, u32> = HashMap::new();
-    let mut again = Vec::new();
-    for (tag, step) in runs {
-        let top = highest.entry(tag).or_insert(*step);
-        if *step < *top {
-            again.push(format!("{tag} step {step} after step {top}"));
-        }
-        *top = (*top).max(*step);
-    }
-    again
 }

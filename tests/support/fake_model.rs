@@ -120,6 +120,8 @@ impl FakeModel {
                 "/openai/deployments/{deployment}/chat/completions",
                 post(azure),
             )
+            // A model endpoint takes long conversations (axum's default is 2 MB).
+            .layer(axum::extract::DefaultBodyLimit::max(256 << 20))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

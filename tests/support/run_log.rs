@@ -1,5 +1,6 @@
 //! A local server that the `counted` orchestration's activities report to.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// A local server that logs, in arrival order, every `GET /{tag}/{step}` the
@@ -11,14 +12,31 @@ pub struct RunLog {
 
 impl RunLog {
     pub async fn serve() -> Self {
+        Self::serve_slow_once(u32::MAX, std::time::Duration::ZERO).await
+    }
+
+    /// Like [`Self::serve`], but the first run of step `slow` is answered
+    /// only after `delay`: an activity that is still under way when a test
+    /// pauses its host.
+    pub async fn serve_slow_once(slow: u32, delay: std::time::Duration) -> Self {
         let runs = Arc::new(Mutex::new(Vec::new()));
         let log = runs.clone();
         let app = axum::Router::new().route(
             "/{tag}/{step}",
             axum::routing::get(
                 move |axum::extract::Path((tag, step)): axum::extract::Path<(String, u32)>| {
-                    log.lock().unwrap().push((tag, step));
-                    async { "ran" }
+                    let first = {
+                        let mut runs = log.lock().unwrap();
+                        let first = !runs.iter().any(|(t, s)| *t == tag && *s == step);
+                        runs.push((tag, step));
+                        first
+                    };
+                    async move {
+                        if first && step == slow {
+                            tokio::time::sleep(delay).await;
+                        }
+                        "ran"
+                    }
                 },
             ),
         );
@@ -31,4 +49,20 @@ impl RunLog {
     pub fn runs(&self) -> Vec<(String, u32)> {
         self.runs.lock().unwrap().clone()
     }
+}
+
+/// Runs of `counted` activities, `(tag, step)` in arrival order: step `k`
+/// running after step `k + 1` began means step `k`'s committed result was
+/// thrown away and it ran again.
+pub fn completed_activities_run_again(runs: &[(String, u32)]) -> Vec<String> {
+    let mut highest: HashMap<&str, u32> = HashMap::new();
+    let mut again = Vec::new();
+    for (tag, step) in runs {
+        let top = highest.entry(tag).or_insert(*step);
+        if *step < *top {
+            again.push(format!("{tag} step {step} after step {top}"));
+        }
+        *top = (*top).max(*step);
+    }
+    again
 }

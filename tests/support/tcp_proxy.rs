@@ -1,4 +1,4 @@
-//! A TCP proxy between a host and its database, for faults a test injects
+//! A TCP proxy between a host and its database (or its model), for faults a test injects
 //! on command: cut every connection (both sides see it end), make every
 //! connection go silent (nothing flows, nothing is closed: a silent
 //! partition, a dropped NAT entry), or cut a connection right after the
@@ -102,6 +102,11 @@ impl TcpProxy {
     /// Arms a cut after the next client packet that contains `bytes`.
     pub fn cut_after(&self, bytes: &[u8]) {
         *self.state.cut_after.lock().unwrap() = Some(bytes.to_vec());
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.state.accepted.load(Ordering::SeqCst)
     }
 
     pub fn cuts_after_done(&self) -> u64 {

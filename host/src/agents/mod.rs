@@ -21,10 +21,17 @@ use serde_json::Value;
 
 use crate::core::fence::SessionFence;
 use crate::core::history_window;
-use crate::model::{ChatMessage, ChatRequest, Deltas, ModelClient, ModelError, Role, Usage};
+use crate::model::{
+    ChatMessage, ChatRequest, ChatResponse, Deltas, ModelClient, ModelError, Role, Usage,
+};
 use crate::registry::ServedAgent;
 use crate::runtime::{GuestError, Runtime};
 use crate::store::{now_ms, PendingCall, RunRecord, SessionKey, Store, StoreError, StoredMessage};
+
+/// How many times a model request cut short for being late is tried again
+/// (each after the session's owner is checked again) before the run waits
+/// for this host's lease.
+const LATE_TRIES: usize = 3;
 
 /// Why a run ended without an answer. `code()` is the stable machine-readable
 /// name returned to HTTP callers.
@@ -239,7 +246,13 @@ impl AgentRunner {
                             i64::try_from(self.approval_timeout.as_millis()).unwrap_or(i64::MAX),
                         );
                         self.store
-                            .request_approvals(&run.correlation_id, &pending, deadline)
+                            .request_approvals(
+                                &session,
+                                &run.correlation_id,
+                                &pending,
+                                deadline,
+                                fence,
+                            )
                             .await?;
                         tracing::info!(
                             calls = pending.len(),
@@ -264,21 +277,11 @@ impl AgentRunner {
                 );
             }
             messages.extend(all.into_iter().skip(from));
-            // A host paused past its lease must not ask the model a turn
-            // that the session's new owner asks too: the writes after it
-            // would be refused, but the turn itself would be spent twice.
-            if let Some(held) = fence {
-                if !self.store.still_holds(&session, held).await? {
-                    return Err(StoreError::Fenced {
-                        session: session.session_id.clone(),
-                    }
-                    .into());
-                }
-            }
             let response = self
-                .model
-                .complete(
-                    ChatRequest {
+                .ask(
+                    &session,
+                    fence,
+                    |send_by| ChatRequest {
                         model: settings.model.as_deref().or(agent.spec.model.as_deref()),
                         messages: &messages,
                         tools: &tools,
@@ -286,6 +289,7 @@ impl AgentRunner {
                         temperature: settings.temperature,
                         max_output_tokens: settings.max_output_tokens,
                         timeout: settings.timeout,
+                        send_by,
                     },
                     live,
                 )
@@ -299,7 +303,9 @@ impl AgentRunner {
             let done = answer.tool_calls.is_empty();
             if let (true, Some(format)) = (done, format) {
                 let checked = self
-                    .checked(agent, &messages, answer, format, &mut usage)
+                    .checked(
+                        agent, &session, fence, &messages, answer, format, &mut usage,
+                    )
                     .await?;
                 deltas(checked.content.as_deref().unwrap_or_default());
                 turn.push(checked);
@@ -343,9 +349,61 @@ impl AgentRunner {
     /// The answer if it matches the response format; else one repair round
     /// that shows the model what is wrong (the exchange is not kept in the
     /// session); still wrong, the run fails naming the first errors.
+    /// Asks the model one turn of a run. On a shared hub only while this
+    /// host provably still holds the session, and the request is cut short
+    /// if it cannot leave before the lease that admitted it can have run out
+    /// ([`crate::core::fence::send_by`]): a host paused past its lease must
+    /// not ask a turn that the session's new owner asks too (the writes
+    /// after it would be refused, but the turn would be spent twice). A
+    /// request cut short (the host was starved, not necessarily replaced)
+    /// is asked again once the hold is confirmed again, [`LATE_TRIES`] times
+    /// at most; then the run waits for the lease ([`StoreError::LeaseLapsed`]).
+    async fn ask<'r>(
+        &self,
+        session: &SessionKey,
+        fence: Option<&SessionFence>,
+        request: impl Fn(Option<i64>) -> ChatRequest<'r>,
+        deltas: &Deltas<'_>,
+    ) -> Result<ChatResponse, AgentError> {
+        let mut late_tries = 0;
+        loop {
+            let send_by = match fence {
+                None => None,
+                Some(held) => match self.store.send_by(session, held).await? {
+                    Some(moment) => Some(moment),
+                    None => {
+                        return Err(StoreError::Fenced {
+                            session: session.session_id.clone(),
+                        }
+                        .into())
+                    }
+                },
+            };
+            match self.model.complete(request(send_by), deltas).await {
+                Err(ModelError::Late { late_ms }) => {
+                    late_tries += 1;
+                    if late_tries >= LATE_TRIES {
+                        return Err(StoreError::LeaseLapsed {
+                            session: session.session_id.clone(),
+                        }
+                        .into());
+                    }
+                    tracing::warn!(
+                        late_ms,
+                        "the model request could not leave in time; checking the session's owner again"
+                    );
+                }
+                answered => return Ok(answered?),
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn checked(
         &self,
         agent: &ServedAgent,
+        session: &SessionKey,
+        fence: Option<&SessionFence>,
         asked: &[ChatMessage],
         answer: ChatMessage,
         format: &Value,
@@ -365,9 +423,10 @@ impl AgentRunner {
             errors.join("; ")
         )));
         let response = self
-            .model
-            .complete(
-                ChatRequest {
+            .ask(
+                session,
+                fence,
+                |send_by| ChatRequest {
                     model: settings.model.as_deref().or(agent.spec.model.as_deref()),
                     messages: &messages,
                     tools: &[],
@@ -375,6 +434,7 @@ impl AgentRunner {
                     temperature: settings.temperature,
                     max_output_tokens: settings.max_output_tokens,
                     timeout: settings.timeout,
+                    send_by,
                 },
                 &|_| {},
             )

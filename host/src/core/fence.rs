@@ -41,6 +41,62 @@ pub fn admits(holder: Option<&SessionHolder>, fence: Option<&SessionFence>) -> b
         .is_some_and(|h| h.owner.as_deref() == Some(fence.owner.as_str()) && h.epoch == fence.epoch)
 }
 
+/// An instance as an episode's writing transaction reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstanceHolder<'a> {
+    pub execution: i64,
+    /// Whether its status still lets an episode run (not finished,
+    /// terminated or suspended).
+    pub active: bool,
+    /// The host that owns it on a shared hub.
+    pub owner: Option<&'a str>,
+    /// Entries in the execution's journal.
+    pub journal_len: u64,
+}
+
+/// What an episode ran on: the execution, the journal length it replayed,
+/// and the host that ran it (`None` on a store one process serves alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpisodeFence<'a> {
+    pub execution: i64,
+    pub replayed: u64,
+    pub writer: Option<&'a str>,
+}
+
+/// The rule for instance writes: an episode's effects are committed only
+/// onto the very state it replayed. The same execution, still active, still
+/// owned by its writer, and a journal neither longer nor shorter than the
+/// one it replayed: only episodes append to a journal, so a journal that
+/// grew means another episode (another host's, after a take-over, even one
+/// that came back since) decided from it, and this one's decisions are
+/// stale. Refused, the episode is simply run again on what is stored.
+pub fn admits_episode(holder: &InstanceHolder<'_>, fence: &EpisodeFence<'_>) -> bool {
+    holder.active
+        && holder.execution == fence.execution
+        && holder.journal_len == fence.replayed
+        && fence.writer.is_none_or(|me| holder.owner == Some(me))
+}
+
+/// The share of a lease kept back for the clocks of the host and the
+/// database not agreeing exactly: a fifth.
+const SKEW_SHARE: i64 = 5;
+
+/// Until when (ms, the host's clock) an effect outside the store, a model
+/// request, may still be *sent* by a host whose owner check passed, the
+/// host having last renewed its lease (begun at `renewed_at`, lasting
+/// `lease_ms`) before that check. Another host takes a session over only
+/// once that lease has run out, so a request whose last byte leaves before
+/// this moment is on its way before any new owner can ask the same turn;
+/// a host paused between the check and the send (SIGSTOP, a stall) finds
+/// the moment past when it wakes and does not send. No transaction can
+/// refuse a request once the model has it: the check and this deadline are
+/// all there is, short of the endpoint's own idempotency.
+pub fn send_by(renewed_at: i64, lease_ms: i64) -> i64 {
+    renewed_at
+        .saturating_add(lease_ms)
+        .saturating_sub(lease_ms / SKEW_SHARE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +135,64 @@ mod tests {
     fn a_deleted_session_admits_no_fenced_write_and_an_unfenced_store_admits_all() {
         assert!(!admits(None, Some(&fence("a", 3))));
         assert!(admits(None, None));
+    }
+
+    #[test]
+    fn a_request_must_leave_before_the_lease_that_admitted_it_can_have_run_out() {
+        // Renewed at 10 000 ms with a 1 s lease: another host may take the
+        // session from 11 000 on; a fifth is kept back for clock skew.
+        assert_eq!(send_by(10_000, 1_000), 10_800);
+        assert!(send_by(10_000, 1_000) < 10_000 + 1_000);
+        assert_eq!(send_by(i64::MAX - 5, 1_000), i64::MAX - 200);
+    }
+
+    fn instance(owner: Option<&str>, journal_len: u64) -> InstanceHolder<'_> {
+        InstanceHolder {
+            execution: 2,
+            active: true,
+            owner,
+            journal_len,
+        }
+    }
+
+    #[test]
+    fn an_episode_commits_onto_the_state_it_replayed() {
+        let ran = EpisodeFence {
+            execution: 2,
+            replayed: 7,
+            writer: Some("a"),
+        };
+        assert!(admits_episode(&instance(Some("a"), 7), &ran));
+        let alone = EpisodeFence {
+            writer: None,
+            ..ran
+        };
+        assert!(admits_episode(&instance(None, 7), &alone));
+    }
+
+    #[test]
+    fn an_episode_whose_journal_moved_on_is_refused_even_on_its_own_host() {
+        let ran = EpisodeFence {
+            execution: 2,
+            replayed: 7,
+            writer: Some("a"),
+        };
+        // A → B → A: B appended while A was paused, and A holds it again.
+        assert!(!admits_episode(&instance(Some("a"), 9), &ran));
+        assert!(!admits_episode(&instance(Some("b"), 7), &ran));
+        assert!(!admits_episode(
+            &InstanceHolder {
+                execution: 3,
+                ..instance(Some("a"), 7)
+            },
+            &ran
+        ));
+        assert!(!admits_episode(
+            &InstanceHolder {
+                active: false,
+                ..instance(Some("a"), 7)
+            },
+            &ran
+        ));
     }
 }

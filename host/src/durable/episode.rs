@@ -67,6 +67,9 @@ async fn run_once(
     };
     let read: HashSet<i64> = hot.inbox.iter().map(|row| row.id).collect();
     let state = hot.loaded.state.clone();
+    // The journal this episode replays: its commit is refused if another
+    // episode appended meanwhile (a take-over while this host was paused).
+    let replayed = state.history.events;
     let target = Target {
         id: id.to_string(),
         execution: state.execution,
@@ -100,7 +103,7 @@ async fn run_once(
             Some(Applied::default())
         } else {
             let consume = vec![Effect::ConsumeInbox(consumed.clone())];
-            store.commit_episode(target, consume).await?
+            store.commit_episode(target, replayed, consume).await?
         };
         return Ok(match applied {
             Some(applied) => {
@@ -189,16 +192,18 @@ async fn run_once(
         tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }
     let next = hot.after(&effects);
-    Ok(match store.commit_episode(target, effects).await? {
-        Some(applied) => {
-            if let Some(next) = next {
-                claim.put(next, &read);
+    Ok(
+        match store.commit_episode(target, replayed, effects).await? {
+            Some(applied) => {
+                if let Some(next) = next {
+                    claim.put(next, &read);
+                }
+                Some(applied)
             }
-            Some(applied)
-        }
-        None if was_hot => None,
-        None => Some(Applied::default()),
-    })
+            None if was_hot => None,
+            None => Some(Applied::default()),
+        },
+    )
 }
 
 /// Runs the guest under the episode's wall-clock limit. The CPU limit stops

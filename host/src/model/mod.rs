@@ -8,6 +8,7 @@
 mod credential;
 mod offline;
 mod openai;
+mod send_by;
 mod settings;
 mod stream;
 
@@ -30,6 +31,11 @@ pub struct ChatRequest<'a> {
     pub max_output_tokens: Option<u32>,
     /// Longest this call may take (the host's `--model-timeout` otherwise).
     pub timeout: Option<Duration>,
+    /// The moment (ms since the Unix epoch) by which the request must have
+    /// left whole, else it is not sent at all ([`ModelError::Late`]): set on
+    /// a shared hub from the lease that admitted the turn
+    /// (`core::fence::send_by`).
+    pub send_by: Option<i64>,
 }
 
 /// Where the text of an answer goes, piece by piece, as the model produces
@@ -57,6 +63,12 @@ pub enum ModelError {
     RateLimited { attempts: usize },
     #[error("the model's answer could not be read: {0}")]
     BadResponse(String),
+    /// The request's send-by moment passed before its last byte left (the
+    /// host was paused or starved): it was cut short, so the endpoint never
+    /// had it whole, and whether the turn may still be asked is for the
+    /// caller to find out again.
+    #[error("the model request was not sent: its send-by moment passed {late_ms} ms before it could leave whole")]
+    Late { late_ms: i64 },
     /// The message callers of Agent Framework hosting know, with the
     /// credential tried and why it failed (never a secret).
     #[error(

@@ -134,6 +134,7 @@ mod tests {
             temperature: None,
             max_output_tokens: None,
             timeout: None,
+            send_by: None,
         };
         let answer: Value = serde_json::from_str(
             complete(&request, &|_| {})
@@ -164,6 +165,7 @@ mod tests {
             temperature: None,
             max_output_tokens: None,
             timeout: None,
+            send_by: None,
         };
         let streamed = std::sync::Mutex::new(Vec::new());
         let text = complete(&request, &|piece| {

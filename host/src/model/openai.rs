@@ -11,11 +11,12 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use reqwest::header::{HeaderMap, HeaderName, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::credential::Credential;
+use super::send_by as gate;
 use super::stream::{Assembly, Chunk};
 use super::{ChatMessage, ChatRequest, ChatResponse, Deltas, ModelError, ModelSettings, Usage};
 
@@ -191,7 +192,7 @@ impl RemoteModel {
         let handed_on = AtomicBool::new(false);
         let result = (|| {
             attempts += 1;
-            self.attempt(&url, &body, timeout, deltas, &handed_on)
+            self.attempt(&url, &body, timeout, request.send_by, deltas, &handed_on)
         })
         .retry(backoff)
         .when(|a: &Attempt| !handed_on.load(Ordering::Relaxed) && is_retryable(&a.error))
@@ -212,6 +213,7 @@ impl RemoteModel {
         url: &str,
         body: &Value,
         timeout: Option<Duration>,
+        send_by: Option<i64>,
         deltas: &Deltas<'_>,
         handed_on: &AtomicBool,
     ) -> Result<ChatResponse, Attempt> {
@@ -219,14 +221,40 @@ impl RemoteModel {
             error,
             retry_after: None,
         };
-        let mut request = self.http.post(url).json(body);
+        let late = |send_by: i64| {
+            let late_ms = gate::now_ms() - send_by;
+            (late_ms > 0).then_some(ModelError::Late { late_ms })
+        };
+        let mut request = self.http.post(url);
         if let Some(timeout) = timeout {
             request = request.timeout(timeout);
         }
         if let Some((name, value)) = self.credential.header().await.map_err(fail)? {
             request = request.header(name, value);
         }
+        let lateness = gate::Lateness::default();
+        request = match send_by {
+            None => request.json(body),
+            Some(send_by) => {
+                // A retry after a pause (or a token fetched slowly) may
+                // already be past it: not even begun.
+                if let Some(error) = late(send_by) {
+                    return Err(fail(error));
+                }
+                let bytes = serde_json::to_vec(body)
+                    .map_err(|e| fail(ModelError::BadResponse(e.to_string())))?;
+                request
+                    .header(CONTENT_TYPE, "application/json")
+                    .header(CONTENT_LENGTH, bytes.len())
+                    .body(gate::gated(bytes, send_by, lateness.clone()))
+            }
+        };
         let response = request.send().await.map_err(|e| {
+            if lateness.get() > 0 {
+                return fail(ModelError::Late {
+                    late_ms: lateness.get(),
+                });
+            }
             fail(ModelError::Unreachable {
                 url: redact_query(url),
                 reason: error_chain(&e),
@@ -397,5 +425,116 @@ mod tests {
             status: 401,
             body: String::new()
         }));
+    }
+
+    /// A server on loopback that reads nothing until `stall` has passed,
+    /// then reads one request, to its declared length or to the end of the
+    /// connection: the body's bytes it got, and the length declared.
+    async fn stalling_server(stall: Duration) -> (String, tokio::task::JoinHandle<(usize, usize)>) {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(stall).await;
+            let mut got = Vec::new();
+            let mut buffer = vec![0u8; 1 << 16];
+            let mut framing: Option<(usize, usize)> = None;
+            loop {
+                let n = socket.read(&mut buffer).await.unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buffer[..n]);
+                if framing.is_none() {
+                    if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+                        let declared = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length: "))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(usize::MAX);
+                        framing = Some((end + 4, declared));
+                    }
+                }
+                if let Some((start, declared)) = framing {
+                    if got.len() - start >= declared {
+                        break;
+                    }
+                }
+            }
+            let (start, declared) = framing.unwrap();
+            (got.len() - start, declared)
+        });
+        (base, server)
+    }
+
+    fn remote(base: &str) -> RemoteModel {
+        let settings = ModelSettings::OpenAi {
+            base_url: base.into(),
+            api_key: Some("k".into()),
+            model: "m".into(),
+        };
+        RemoteModel::new(settings, Duration::from_secs(30), &HashMap::new()).unwrap()
+    }
+
+    fn request(messages: &[ChatMessage], send_by: i64) -> ChatRequest<'_> {
+        ChatRequest {
+            model: None,
+            messages,
+            tools: &[],
+            response_format: None,
+            temperature: None,
+            max_output_tokens: None,
+            timeout: None,
+            send_by: Some(send_by),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_that_cannot_leave_whole_before_its_send_by_moment_is_cut_short() {
+        // 32 MiB cannot sit in loopback's socket buffers: the send is still
+        // under way when the moment passes, as for a host paused mid-send.
+        let (base, server) = stalling_server(Duration::from_millis(800)).await;
+        let messages = [ChatMessage::user("x".repeat(32 << 20))];
+        let send_by = gate::now_ms() + 300;
+        let error = remote(&base)
+            .complete(&request(&messages, send_by), &|_| {})
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ModelError::Late { late_ms } if late_ms > 0),
+            "{error}"
+        );
+        let (got, declared) = server.await.unwrap();
+        assert!(
+            got < declared,
+            "the server got the whole body: {got} of {declared} bytes"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_past_its_send_by_moment_is_not_begun_and_one_in_time_arrives_whole() {
+        let (base, server) = stalling_server(Duration::ZERO).await;
+        let messages = [ChatMessage::user("hello")];
+        let error = remote(&base)
+            .complete(&request(&messages, gate::now_ms() - 1), &|_| {})
+            .await
+            .unwrap_err();
+        assert!(matches!(error, ModelError::Late { .. }), "{error}");
+        // No connection was made for it: the next one is the one in time.
+        let model = remote(&base);
+        let asked = tokio::spawn(async move {
+            let messages = [ChatMessage::user("hello")];
+            let _ = model
+                .complete(&request(&messages, gate::now_ms() + 60_000), &|_| {})
+                .await;
+        });
+        let (got, declared) = tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .unwrap()
+            .unwrap();
+        asked.abort();
+        assert_eq!(got, declared, "the request in time arrived whole");
     }
 }

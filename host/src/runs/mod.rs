@@ -48,6 +48,9 @@ pub struct Runs {
     attempts: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     workers: KeyedWorkers<SessionKey>,
     finished: broadcast::Sender<Finished>,
+    /// On a shared hub, the runs somebody here waits for (how many wait for
+    /// each): the backstop reads them all at once.
+    waited: std::sync::Mutex<std::collections::HashMap<String, usize>>,
     stopping: CancellationToken,
     tracker: TaskTracker,
 }
@@ -121,6 +124,7 @@ impl Runs {
             attempts: std::sync::Mutex::default(),
             workers: KeyedWorkers::default(),
             finished,
+            waited: std::sync::Mutex::default(),
             stopping: CancellationToken::new(),
             tracker: TaskTracker::new(),
         })
@@ -247,6 +251,10 @@ impl Runs {
     pub fn start(self: &Arc<Self>) {
         let this = self.clone();
         self.tracker.spawn(async move { this.follow().await });
+        if self.store.is_shared() {
+            let this = self.clone();
+            self.tracker.spawn(async move { this.backstop().await });
+        }
         if self.works {
             let this = self.clone();
             self.tracker
@@ -342,6 +350,13 @@ impl Runs {
         mut read: bool,
     ) -> Result<Option<RunRecord>, StoreError> {
         let deadline = tokio::time::Instant::now() + budget;
+        // Alone on its store, this process hears every end. On a shared hub
+        // another host's notification can be lost: the backstop reads every
+        // waited run once a pass, in one query for all of them.
+        let _waiting = self
+            .store
+            .is_shared()
+            .then(|| Waiting::new(self, correlation_id));
         loop {
             if read {
                 if let Some(run) = self.store.run(correlation_id).await? {
@@ -351,19 +366,9 @@ impl Runs {
                 }
             }
             read = true;
-            // On a shared hub, read again at least every pass: a
-            // notification from another host can be lost. Alone on its
-            // store, this process hears every end (a run awaiting a
-            // human's decision costs nothing while it waits).
-            let look_again = if self.store.is_shared() {
-                deadline.min(tokio::time::Instant::now() + PASS)
-            } else {
-                deadline
-            };
             loop {
-                match tokio::time::timeout_at(look_again, finished.recv()).await {
-                    Err(_) if look_again >= deadline => return Ok(None),
-                    Err(_) => break,
+                match tokio::time::timeout_at(deadline, finished.recv()).await {
+                    Err(_) => return Ok(None),
                     Ok(Ok(done)) if done.correlation_id == correlation_id => match done.record {
                         Some(record) => return Ok(Some(RunRecord::clone(&record))),
                         None => break,
@@ -372,6 +377,46 @@ impl Runs {
                     // Lagged or closed: re-read the store.
                     Ok(Err(_)) => break,
                 }
+            }
+        }
+    }
+
+    /// On a shared hub: once a pass, the runs waited for here that ended
+    /// without this host hearing of it (a notification lost with a
+    /// connection, a host that died between its commit and its NOTIFY), in
+    /// one read for all of them, however many wait.
+    async fn backstop(self: Arc<Self>) {
+        let mut ticker = tokio::time::interval(PASS);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                () = self.stopping.cancelled() => return,
+            }
+            let ids: Vec<String> = self
+                .waited
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned()
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let store = &self.store;
+            match store
+                .within("the runs waited for", store.finished_runs(&ids))
+                .await
+            {
+                Ok(ended) => {
+                    for run in ended {
+                        let _ = self.finished.send(Finished {
+                            correlation_id: run.correlation_id.clone(),
+                            record: Some(Arc::new(run)),
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not read the runs waited for"),
             }
         }
     }
@@ -633,6 +678,39 @@ impl Runs {
     pub async fn shutdown(&self, grace: Duration) {
         if !drain(&self.stopping, &self.tracker, grace).await {
             tracing::warn!(grace = ?grace, "runs still executing after the grace period; they resume at next start");
+        }
+    }
+}
+
+/// A run waited for on a shared hub, counted while the waiter waits.
+struct Waiting<'a> {
+    runs: &'a Runs,
+    id: String,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(runs: &'a Runs, id: &str) -> Self {
+        *runs
+            .waited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.to_string())
+            .or_default() += 1;
+        Self {
+            runs,
+            id: id.to_string(),
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut waited = self.runs.waited.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = waited.get_mut(&self.id) {
+            *count -= 1;
+            if *count == 0 {
+                waited.remove(&self.id);
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{now_ms, SessionKey, Store, StoreError};
+use crate::core::fence::{self, SessionFence, SessionHolder};
 
 /// A tool call that needs a decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -37,15 +38,42 @@ pub enum Decided {
 
 impl Store {
     /// Asks for decisions on `calls` of a run (calls asked before keep their
-    /// first request and deadline).
+    /// first request and deadline). On a shared hub the request carries the
+    /// run's session fence, checked in the writing transaction with the
+    /// session's row locked ([`fence::admits`]): a host that lost the
+    /// session asks no human anything.
     pub async fn request_approvals(
         &self,
+        session: &SessionKey,
         correlation_id: &str,
         calls: &[PendingCall],
         deadline: i64,
+        held: Option<&SessionFence>,
     ) -> Result<(), StoreError> {
         let now = now_ms();
         let mut tx = self.pool().begin().await?;
+        if let Some(held) = held {
+            let row = sqlx::query(
+                "SELECT owner, epoch FROM sessions WHERE agent = $1 AND id = $2 FOR UPDATE",
+            )
+            .bind(&session.agent)
+            .bind(&session.session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let holder = row
+                .map(|r| -> Result<SessionHolder, StoreError> {
+                    Ok(SessionHolder {
+                        owner: r.try_get("owner")?,
+                        epoch: r.try_get("epoch")?,
+                    })
+                })
+                .transpose()?;
+            if !fence::admits(holder.as_ref(), Some(held)) {
+                return Err(StoreError::Fenced {
+                    session: session.session_id.clone(),
+                });
+            }
+        }
         for call in calls {
             sqlx::query(
                 "INSERT INTO approvals (correlation_id, call_id, tool, arguments, requested_at, deadline) \

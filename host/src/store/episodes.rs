@@ -68,17 +68,23 @@ impl Store {
         Ok(image)
     }
 
-    /// Commits an episode's effects if the instance is still in the execution
-    /// and an active status it ran on; `None` (nothing written) otherwise.
-    /// Concurrent commits of many instances share one transaction.
+    /// Commits an episode's effects if the instance is still as the episode
+    /// ran on it: the execution, an active status, this host's, and the
+    /// journal length it replayed (`replayed`); `None` (nothing written)
+    /// otherwise. Concurrent commits of many instances share one transaction.
     pub async fn commit_episode(
         &self,
         target: Target,
+        replayed: u64,
         effects: Vec<Effect>,
     ) -> Result<Option<Applied>, StoreError> {
         match self
             .committer()
-            .commit(Write::Episode { target, effects })
+            .commit(Write::Episode {
+                target,
+                replayed,
+                effects,
+            })
             .await?
         {
             Written::Episode(applied) => Ok(applied),

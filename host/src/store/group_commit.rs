@@ -319,7 +319,7 @@ mod tests {
             output: Some("1".into()),
             custom_status: None,
         }];
-        assert!(store.commit_episode(target, complete).await?.is_none());
+        assert!(store.commit_episode(target, 0, complete).await?.is_none());
         let status = store.load("x").await?.map(|l| l.state.status);
         assert_eq!(
             status,
@@ -338,6 +338,48 @@ mod tests {
             .await?;
         assert_eq!(outcome, TaskOutcome::Dropped);
         assert!(applied.wake.is_empty());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn an_episode_whose_journal_moved_on_meanwhile_is_not_applied() -> Result<(), StoreError>
+    {
+        use crate::core::journal::{Call, Entry};
+        let (_dir, store) = store().await?;
+        store.start(new("x")).await?;
+        let execution = store.load("x").await?.map_or(0, |l| l.state.execution);
+        let target = || crate::store::Target {
+            id: "x".into(),
+            execution,
+            name: "o".into(),
+            digest: "d".into(),
+        };
+        // Two episodes that both replayed the empty journal: the first to
+        // commit appends; the other decided from a journal that is gone.
+        let first = vec![Effect::Append {
+            entries: vec![Entry::Call(Call::Now { value: 1 })],
+            at: 1,
+        }];
+        assert!(store.commit_episode(target(), 0, first).await?.is_some());
+        let stale = vec![Effect::SetStatus {
+            status: RuntimeStatus::Completed,
+            output: Some("stale".into()),
+            custom_status: None,
+        }];
+        assert!(store.commit_episode(target(), 0, stale).await?.is_none());
+        let loaded = store.load("x").await?;
+        assert_eq!(loaded.as_ref().map(|l| l.state.history.events), Some(1));
+        assert_ne!(
+            loaded.map(|l| l.state.status),
+            Some(RuntimeStatus::Completed)
+        );
+        // One that replayed what is stored commits.
+        let done = vec![Effect::SetStatus {
+            status: RuntimeStatus::Completed,
+            output: Some("1".into()),
+            custom_status: None,
+        }];
+        assert!(store.commit_episode(target(), 1, done).await?.is_some());
         Ok(())
     }
 
@@ -367,13 +409,13 @@ mod tests {
         let mut handles = vec![{
             let store = store.clone();
             let t = target("bad", execution("bad").await?);
-            tokio::spawn(async move { store.commit_episode(t, bad).await })
+            tokio::spawn(async move { store.commit_episode(t, 0, bad).await })
         }];
         for id in ["g0", "g1", "g2", "g3"] {
             let store = store.clone();
             let t = target(id, execution(id).await?);
             handles.push(tokio::spawn(async move {
-                store.commit_episode(t, vec![done()]).await
+                store.commit_episode(t, 0, vec![done()]).await
             }));
         }
         let mut results = Vec::new();

@@ -205,6 +205,26 @@ impl Store {
         Ok(fence::admits(holder.as_ref(), Some(held)))
     }
 
+    /// Until when (ms, [`now_ms`]'s clock) this host may send a model
+    /// request for `session`, by the rule of [`fence::send_by`]; `None`
+    /// when `held` no longer holds the session. The lease is read before
+    /// the owner check: the check proves the session was this host's while
+    /// that lease ran, and no longer. No deadline on a store that no other
+    /// host shares.
+    pub async fn send_by(
+        &self,
+        session: &SessionKey,
+        held: &SessionFence,
+    ) -> Result<Option<i64>, StoreError> {
+        let lease = self.shared().map(|hub| hub.lease());
+        if !self.still_holds(session, held).await? {
+            return Ok(None);
+        }
+        Ok(Some(lease.map_or(i64::MAX, |(renewed_at, lease_ms)| {
+            fence::send_by(renewed_at, lease_ms)
+        })))
+    }
+
     pub async fn run(&self, correlation_id: &str) -> Result<Option<RunRecord>, StoreError> {
         let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE correlation_id = $1");
         let row = sqlx::query(&sql)
@@ -212,6 +232,31 @@ impl Store {
             .fetch_optional(self.pool())
             .await?;
         row.map(|r| run_from_row(&r)).transpose()
+    }
+
+    /// Those of `ids` whose runs have ended, in one read per 500 ids: how
+    /// the waiters of a host on a shared hub learn of an end whose
+    /// notification was lost, without a read per waiter.
+    pub async fn finished_runs(&self, ids: &[String]) -> Result<Vec<RunRecord>, StoreError> {
+        let mut finished = Vec::new();
+        for chunk in ids.chunks(500) {
+            let places: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE correlation_id IN ({})",
+                places.join(", ")
+            );
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(id);
+            }
+            for row in query.fetch_all(self.pool()).await? {
+                let run = run_from_row(&row)?;
+                if run.status.is_finished() {
+                    finished.push(run);
+                }
+            }
+        }
+        Ok(finished)
     }
 
     /// The agent runs of an orchestration instance's execution, oldest
@@ -524,4 +569,55 @@ pub enum Deletion {
     /// A run of the session has not ended.
     Busy,
     Missing,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_fixtures;
+
+    fn new_run(id: &str) -> NewRun {
+        NewRun {
+            correlation_id: id.into(),
+            session: SessionKey {
+                agent: "a".into(),
+                session_id: format!("s-{id}"),
+            },
+            message: "hi".into(),
+            response_format: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_runs_waited_for_are_read_at_once_and_only_the_ended_ones_come_back(
+    ) -> Result<(), StoreError> {
+        let (_dir, store) = test_fixtures::sqlite().await?;
+        let ids: Vec<String> = (0..1_200).map(|i| format!("r{i}")).collect();
+        for id in &ids {
+            store.enqueue_run(&new_run(id), None).await?;
+        }
+        // Ended in the first, second and third chunk of the read.
+        for id in ["r3", "r700", "r1100"] {
+            let run = new_run(id);
+            let completed = RunOutcome::Completed {
+                response: "done",
+                usage: Usage::default(),
+            };
+            assert!(
+                store
+                    .end_run(&run.session, id, &[], completed, None)
+                    .await?
+            );
+        }
+        let mut ended: Vec<String> = store
+            .finished_runs(&ids)
+            .await?
+            .into_iter()
+            .map(|r| r.correlation_id)
+            .collect();
+        ended.sort();
+        assert_eq!(ended, ["r1100", "r3", "r700"]);
+        assert!(store.finished_runs(&[]).await?.is_empty());
+        Ok(())
+    }
 }

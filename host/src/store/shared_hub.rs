@@ -212,6 +212,13 @@ impl SharedHub {
         Ok(hub)
     }
 
+    /// When this host last renewed its lease (ms, its own clock) and the
+    /// lease's length: together, until when no other host can take its
+    /// work over.
+    pub fn lease(&self) -> (i64, i64) {
+        (self.renewed_at.load(Ordering::Relaxed), self.lease_ms)
+    }
+
     /// Whether this host's lease has lapsed (its last renewal is older than
     /// the lease): it then claims nothing new.
     pub fn lease_lapsed(&self) -> bool {

@@ -13,6 +13,7 @@ use super::run_writes::{write_run, RunWrite, RunWritten};
 use super::tx::Tx;
 use super::StoreError;
 use crate::core::effects::Effect;
+use crate::core::fence::{self, EpisodeFence, InstanceHolder};
 use crate::core::instance::NewInstance;
 use crate::core::lifecycle::task_done::{self, Attempt, Settled};
 use crate::core::lifecycle::{purge, raise, resume, suspend, terminate, Change, Decision};
@@ -30,10 +31,12 @@ pub enum Operation {
 /// One write, decided inside the transaction that commits it.
 #[derive(Clone)]
 pub enum Write {
-    /// An episode's effects, applied only if the instance is still in the
-    /// execution and an active status the episode ran on.
+    /// An episode's effects, applied only onto the state the episode ran
+    /// on ([`fence::admits_episode`]): its execution, still active, still
+    /// this host's, with the journal length it replayed.
     Episode {
         target: Target,
+        replayed: u64,
         effects: Vec<Effect>,
     },
     TaskDone {
@@ -122,15 +125,27 @@ pub(super) async fn write_one(
 ) -> Result<Written, StoreError> {
     match write {
         Write::Run(write) => Ok(Written::Run(write_run(tx, write, now).await?)),
-        Write::Episode { target, effects } => {
+        Write::Episode {
+            target,
+            replayed,
+            effects,
+        } => {
             let current = tx.load(&target.id).await?;
-            let me = tx.me();
-            // The fence: a host whose lease lapsed, and whose instance
-            // another host took over, commits nothing more on it.
+            let fence = EpisodeFence {
+                execution: target.execution,
+                replayed,
+                writer: tx.me(),
+            };
             let Some(current) = current.filter(|c| {
-                c.state.execution == target.execution
-                    && c.state.status.is_active()
-                    && me.is_none_or(|me| c.owner.as_deref() == Some(me))
+                fence::admits_episode(
+                    &InstanceHolder {
+                        execution: c.state.execution,
+                        active: c.state.status.is_active(),
+                        owner: c.owner.as_deref(),
+                        journal_len: c.state.history.events,
+                    },
+                    &fence,
+                )
             }) else {
                 return Ok(Written::Episode(None));
             };

@@ -3,10 +3,12 @@
 //! duplicates: the reader subscribes to published entries before it reads
 //! the backend, entries are published only once stored and in order, so a
 //! published entry newer than the last one read is always the next one.
-//! A writer in another process publishes nothing here: a poll of the
-//! backend covers it, as it covers a reader that fell behind; the poll
-//! backs off while nothing comes (an idle follower reads once a second,
-//! not twenty times).
+//! Alone on its store, this process writes every stream it serves and
+//! publishes every entry: a follower reads the backend when it begins and
+//! when it fell behind, never on a timer. On a shared hub a writer in
+//! another process publishes nothing here: a poll of the backend covers
+//! it; the poll backs off while nothing comes (an idle follower reads once
+//! a second, not twenty times).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,7 +72,9 @@ impl ResponseStreams {
                 }
             };
             let full = stored.len() >= READ_LIMIT;
-            poll_every = if stored.is_empty() {
+            poll_every = if self.written_here {
+                idle_limit
+            } else if stored.is_empty() {
                 (poll_every * 2).min(POLL_LONGEST)
             } else {
                 POLL
@@ -95,7 +99,9 @@ impl ResponseStreams {
                                     return;
                                 }
                                 idle = tokio::time::Instant::now() + idle_limit;
-                                poll_every = POLL;
+                                if !self.written_here {
+                                    poll_every = POLL;
+                                }
                             }
                         }
                         Ok(_) => {}

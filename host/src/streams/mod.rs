@@ -216,6 +216,11 @@ pub struct ResponseStreams {
     max_followers: usize,
     /// How long entries are kept.
     ttl: Duration,
+    /// Whether every stream a reader here can follow is written by this
+    /// process (its store is not shared): each entry is then published
+    /// here, and followers read the backend only when woken, never on a
+    /// timer.
+    written_here: bool,
 }
 
 impl ResponseStreams {
@@ -223,6 +228,7 @@ impl ResponseStreams {
     /// writer. Redis that cannot be reached falls back to the store, with
     /// a warning, unless `require_redis`.
     pub async fn open(store: Store, settings: StreamSettings) -> Result<Arc<Self>, StreamError> {
+        let store_is_shared = store.is_shared();
         let backend = match &settings.redis {
             Some(address) => match redis_backend::RedisBackend::connect(address).await {
                 Ok(redis) => Backend::Redis(redis),
@@ -241,6 +247,7 @@ impl ResponseStreams {
             _ => "the store".to_string(),
         };
         tracing::info!(backend = %description, ttl = ?settings.ttl, "response streams");
+        let written_here = !store_is_shared;
         let backend = Arc::new(backend);
         let (queue, jobs) = mpsc::unbounded_channel();
         let (live, _) = broadcast::channel(4096);
@@ -257,6 +264,7 @@ impl ResponseStreams {
             followers: Arc::new(tokio::sync::Semaphore::new(settings.max_followers)),
             max_followers: settings.max_followers,
             ttl: settings.ttl,
+            written_here,
         }))
     }
 
