@@ -14,6 +14,7 @@ mod credentials;
 mod determinism;
 mod durable_engine;
 mod embedding;
+mod endpoint_keys;
 mod hostile_input;
 mod hot_reload;
 mod long_threads;

@@ -49,6 +49,10 @@ pub struct ClientArgs {
     #[arg(long, env = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING")]
     pub connection_string: Option<ConnectionString>,
 
+    /// The host's endpoint key (the key alone, no scope), when it requires one.
+    #[arg(long, env = "AGENTHOST_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
     #[command(subcommand)]
     pub command: ClientCommand,
 }
@@ -204,6 +208,29 @@ pub struct ServeArgs {
     /// Port to listen on (0 picks a free one).
     #[arg(long, env = "AGENTHOST_PORT", default_value_t = 7071)]
     pub port: u16,
+
+    /// An endpoint key, `SCOPE:KEY` with SCOPE `invoke` (agent runs, their
+    /// streams and approvals, orchestration starts, component routes) or
+    /// `admin` (those and everything else: the management API,
+    /// conversations, components). Repeat it, or list them comma-separated
+    /// in AGENTHOST_API_KEYS; several keys per scope allow rotation. With no
+    /// key, every route is open. Health is always open.
+    #[arg(
+        long = "api-key",
+        env = "AGENTHOST_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+
+    /// A file of endpoint keys, one `SCOPE:KEY` a line (`#` comments).
+    #[arg(long = "api-key-file", env = "AGENTHOST_API_KEY_FILE")]
+    pub api_key_files: Vec<PathBuf>,
+
+    /// Refuse to start without endpoint keys (for a host reachable from
+    /// other machines).
+    #[arg(long, env = "AGENTHOST_REQUIRE_KEYS")]
+    pub require_keys: bool,
 
     /// Serve `GET /api/health`.
     #[arg(long, env = "AGENTHOST_ENABLE_HEALTH_CHECK", default_value_t = true, action = ArgAction::Set)]

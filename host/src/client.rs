@@ -118,6 +118,17 @@ pub struct Client {
     http: reqwest::Client,
     base: String,
     poll: Duration,
+    key: Option<Key>,
+}
+
+/// An endpoint key; never printed.
+#[derive(Clone)]
+struct Key(String);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(…)")
+    }
 }
 
 impl Client {
@@ -131,7 +142,15 @@ impl Client {
             http: reqwest::Client::new(),
             base,
             poll: Duration::from_millis(200),
+            key: None,
         })
+    }
+
+    /// Sends `key` (an endpoint key of the host: `invoke` or `admin`) with
+    /// every request, as `Authorization: Bearer`.
+    pub fn with_key(mut self, key: &str) -> Self {
+        self.key = Some(Key(key.to_string())).filter(|k| !k.0.is_empty());
+        self
     }
 
     /// Runs agent `name` on `message`, in `session` when given (a new one
@@ -337,6 +356,10 @@ impl Client {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ClientError> {
+        let request = match &self.key {
+            Some(key) => request.bearer_auth(&key.0),
+            None => request,
+        };
         request.send().await.map_err(|e| self.unreachable(e))
     }
 

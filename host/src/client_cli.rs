@@ -9,7 +9,10 @@ use crate::cli::{AgentCommand, ClientArgs, ClientCommand, OrchestrationCommand};
 use crate::client::Client;
 
 pub async fn run(args: ClientArgs) -> anyhow::Result<()> {
-    let client = Client::new(&args.endpoint())?;
+    let mut client = Client::new(&args.endpoint())?;
+    if let Some(key) = &args.api_key {
+        client = client.with_key(key);
+    }
     match args.command {
         ClientCommand::Agent(AgentCommand::Run {
             name,

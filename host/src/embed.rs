@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agents::{AgentRunner, AgentsSettings};
 use crate::cli::ServeArgs;
 use crate::durable::{Orchestrator, OrchestratorConfig};
-use crate::http::{self, AppState, HttpConfig};
+use crate::http::{self, ApiKeys, AppState, HttpConfig};
 use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
 use crate::runs::Runs;
@@ -81,6 +81,13 @@ impl Builder {
         self
     }
 
+    /// An endpoint key, `SCOPE:KEY` (`invoke` or `admin`): with one, the
+    /// routes answer only callers that present a key of their scope.
+    pub fn api_key(mut self, setting: &str) -> Self {
+        self.args.api_keys.push(setting.to_string());
+        self
+    }
+
     pub fn taskhub(mut self, name: &str) -> Self {
         self.args.taskhub = Some(name.to_string());
         self
@@ -110,6 +117,14 @@ pub struct AgentHost {
 impl AgentHost {
     /// Opens the store, loads the components and starts the worker.
     pub async fn from_settings(args: ServeArgs) -> anyhow::Result<Self> {
+        let keys = ApiKeys::from_settings(&args.api_keys, &args.api_key_files)
+            .context("invalid endpoint keys")?;
+        if keys.is_empty() && args.require_keys && !args.worker_only {
+            anyhow::bail!(
+                "--require-keys is set but no endpoint key is configured: give --api-key \
+                 SCOPE:KEY (SCOPE invoke or admin), AGENTHOST_API_KEYS or --api-key-file"
+            );
+        }
         let settings = ModelSettings::from_env().context("invalid model configuration")?;
         let model = ModelClient::new(settings, args.model_timeout)
             .context("could not create the model client")?;
@@ -237,6 +252,7 @@ impl AgentHost {
                 max_body_bytes: args.max_body_bytes,
                 wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
                 writer_deadline: args.writer_deadline,
+                keys,
             }),
         };
         Ok(Self {

@@ -16,6 +16,9 @@ use crate::runtime::{Limits, Runtime, RuntimeConfig};
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let grace = args.shutdown_grace;
     let (address, port) = (args.host, args.port);
+    if args.api_keys.is_empty() && args.api_key_files.is_empty() && !address.is_loopback() {
+        tracing::warn!(%address, "listening beyond this machine without endpoint keys: anyone who reaches the port can run agents, read conversations and manage instances (give --api-key SCOPE:KEY, or --require-keys to refuse to start like this)");
+    }
     let host = AgentHost::from_settings(args).await?;
     let shutdown = install_shutdown_signal()?;
     let listener = TcpListener::bind((address, port)).await.with_context(|| {

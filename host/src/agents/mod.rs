@@ -22,7 +22,7 @@ use serde_json::Value;
 use crate::core::fence::SessionFence;
 use crate::core::history_window;
 use crate::model::{
-    ChatMessage, ChatRequest, ChatResponse, Deltas, ModelClient, ModelError, Role, Usage,
+    ChatMessage, ChatRequest, ChatResponse, Deltas, ModelClient, ModelError, Role, SendBy, Usage,
 };
 use crate::registry::ServedAgent;
 use crate::runtime::{GuestError, Runtime};
@@ -277,23 +277,18 @@ impl AgentRunner {
                 );
             }
             messages.extend(all.into_iter().skip(from));
-            let response = self
-                .ask(
-                    &session,
-                    fence,
-                    |send_by| ChatRequest {
-                        model: settings.model.as_deref().or(agent.spec.model.as_deref()),
-                        messages: &messages,
-                        tools: &tools,
-                        response_format: run.response_format.as_ref(),
-                        temperature: settings.temperature,
-                        max_output_tokens: settings.max_output_tokens,
-                        timeout: settings.timeout,
-                        send_by,
-                    },
-                    live,
-                )
-                .await?;
+            let sending = self.send_check(&session, fence);
+            let request = ChatRequest {
+                model: settings.model.as_deref().or(agent.spec.model.as_deref()),
+                messages: &messages,
+                tools: &tools,
+                response_format: run.response_format.as_ref(),
+                temperature: settings.temperature,
+                max_output_tokens: settings.max_output_tokens,
+                timeout: settings.timeout,
+                send_by: sending.check.as_deref(),
+            };
+            let response = self.ask(&session, &sending, &request, live).await?;
             usage += response.usage;
             let mut answer = response.message;
             answer.role = Role::Assistant;
@@ -346,40 +341,67 @@ impl AgentRunner {
         })
     }
 
-    /// The answer if it matches the response format; else one repair round
-    /// that shows the model what is wrong (the exchange is not kept in the
-    /// session); still wrong, the run fails naming the first errors.
-    /// Asks the model one turn of a run. On a shared hub only while this
-    /// host provably still holds the session, and the request is cut short
-    /// if it cannot leave before the lease that admitted it can have run out
-    /// ([`crate::core::fence::send_by`]): a host paused past its lease must
-    /// not ask a turn that the session's new owner asks too (the writes
-    /// after it would be refused, but the turn would be spent twice). A
-    /// request cut short (the host was starved, not necessarily replaced)
-    /// is asked again once the hold is confirmed again, [`LATE_TRIES`] times
-    /// at most; then the run waits for the lease ([`StoreError::LeaseLapsed`]).
-    async fn ask<'r>(
+    /// What checks, before each attempt of a model request of a run on a
+    /// shared hub (a retry too), that this host still holds the session:
+    /// the request then leaves only while it provably does, and is cut short
+    /// if it cannot leave before the lease under which it does can have run
+    /// out ([`crate::core::fence::send_by`]). A host paused past its lease
+    /// must not ask a turn that the session's new owner asks too: the writes
+    /// after it would be refused, but the turn would be spent twice.
+    fn send_check(&self, session: &SessionKey, fence: Option<&SessionFence>) -> SendCheck {
+        let failed: Arc<std::sync::Mutex<Option<StoreError>>> = Arc::default();
+        let check = fence.map(|held| {
+            let (store, session, held, failed) = (
+                self.store.clone(),
+                session.clone(),
+                held.clone(),
+                failed.clone(),
+            );
+            Box::new(
+                move || -> futures::future::BoxFuture<'static, Option<i64>> {
+                    let (store, session, held, failed) =
+                        (store.clone(), session.clone(), held.clone(), failed.clone());
+                    Box::pin(async move {
+                        match store.send_by(&session, &held).await {
+                            Ok(moment) => moment,
+                            Err(e) => {
+                                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                                None
+                            }
+                        }
+                    })
+                },
+            ) as Box<SendBy>
+        });
+        SendCheck { check, failed }
+    }
+
+    /// Asks the model one turn of a run (`request` carries `sending`'s
+    /// check). A request cut short (the host was starved, not necessarily
+    /// replaced) is asked again, [`LATE_TRIES`] times at most; then the run
+    /// waits for the lease ([`StoreError::LeaseLapsed`]).
+    async fn ask(
         &self,
         session: &SessionKey,
-        fence: Option<&SessionFence>,
-        request: impl Fn(Option<i64>) -> ChatRequest<'r>,
+        sending: &SendCheck,
+        request: &ChatRequest<'_>,
         deltas: &Deltas<'_>,
     ) -> Result<ChatResponse, AgentError> {
         let mut late_tries = 0;
         loop {
-            let send_by = match fence {
-                None => None,
-                Some(held) => match self.store.send_by(session, held).await? {
-                    Some(moment) => Some(moment),
-                    None => {
-                        return Err(StoreError::Fenced {
+            match self.model.complete(request, deltas).await {
+                Err(ModelError::NotSent) => {
+                    let failed = sending
+                        .failed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take();
+                    return Err(failed
+                        .unwrap_or_else(|| StoreError::Fenced {
                             session: session.session_id.clone(),
-                        }
-                        .into())
-                    }
-                },
-            };
-            match self.model.complete(request(send_by), deltas).await {
+                        })
+                        .into());
+                }
                 Err(ModelError::Late { late_ms }) => {
                     late_tries += 1;
                     if late_tries >= LATE_TRIES {
@@ -398,6 +420,9 @@ impl AgentRunner {
         }
     }
 
+    /// The answer if it matches the response format; else one repair round
+    /// that shows the model what is wrong (the exchange is not kept in the
+    /// session); still wrong, the run fails naming the first errors.
     #[allow(clippy::too_many_arguments)]
     async fn checked(
         &self,
@@ -422,23 +447,18 @@ impl AgentRunner {
             "Your answer does not match the required JSON Schema: {}. Reply again with only the corrected JSON.",
             errors.join("; ")
         )));
-        let response = self
-            .ask(
-                session,
-                fence,
-                |send_by| ChatRequest {
-                    model: settings.model.as_deref().or(agent.spec.model.as_deref()),
-                    messages: &messages,
-                    tools: &[],
-                    response_format: Some(format),
-                    temperature: settings.temperature,
-                    max_output_tokens: settings.max_output_tokens,
-                    timeout: settings.timeout,
-                    send_by,
-                },
-                &|_| {},
-            )
-            .await?;
+        let sending = self.send_check(session, fence);
+        let request = ChatRequest {
+            model: settings.model.as_deref().or(agent.spec.model.as_deref()),
+            messages: &messages,
+            tools: &[],
+            response_format: Some(format),
+            temperature: settings.temperature,
+            max_output_tokens: settings.max_output_tokens,
+            timeout: settings.timeout,
+            send_by: sending.check.as_deref(),
+        };
+        let response = self.ask(session, &sending, &request, &|_| {}).await?;
         *usage += response.usage;
         let mut repaired = response.message;
         repaired.role = Role::Assistant;
@@ -450,4 +470,11 @@ impl AgentRunner {
             ))),
         }
     }
+}
+
+/// See [`AgentRunner::send_check`]: the check a run's model requests carry,
+/// and why it last refused when the store failed (else it was the fence).
+struct SendCheck {
+    check: Option<Box<SendBy>>,
+    failed: Arc<std::sync::Mutex<Option<StoreError>>>,
 }

@@ -20,6 +20,9 @@ pub struct SessionFence {
     pub owner: String,
     /// The session's epoch when it did.
     pub epoch: i64,
+    /// When (ms, the host's clock) it was read, or no later: the moment from
+    /// which an unbroken lease proves it still holds ([`unbroken`]).
+    pub taken_at: i64,
 }
 
 /// A session row as the writing transaction reads it: its owner and epoch.
@@ -39,6 +42,24 @@ pub fn admits(holder: Option<&SessionHolder>, fence: Option<&SessionFence>) -> b
     };
     holder
         .is_some_and(|h| h.owner.as_deref() == Some(fence.owner.as_str()) && h.epoch == fence.epoch)
+}
+
+/// Whether a lease renewal begun at `started` keeps the lease unbroken
+/// after the one begun at `renewed_at`: it began while that one still held,
+/// with the share kept back for clock skew ([`send_by`]). A lease that
+/// broke may have let another host take this host's sessions.
+pub fn continues(renewed_at: i64, started: i64, lease_ms: i64) -> bool {
+    started <= send_by(renewed_at, lease_ms)
+}
+
+/// Whether `fence` still holds without asking the database: another host
+/// takes a session only once its owner's lease ran out, so a fence read
+/// while this host's lease has held unbroken since (`unbroken_since`, the
+/// beginning of the current run of renewals that each [`continues`] the
+/// last) is still this host's. A session deleted meanwhile is not seen:
+/// the writes after are refused all the same.
+pub fn unbroken(unbroken_since: i64, fence: &SessionFence) -> bool {
+    unbroken_since <= fence.taken_at
 }
 
 /// An instance as an episode's writing transaction reads it.
@@ -112,6 +133,7 @@ mod tests {
         SessionFence {
             owner: owner.into(),
             epoch,
+            taken_at: 0,
         }
     }
 
@@ -194,5 +216,21 @@ mod tests {
             },
             &ran
         ));
+    }
+
+    #[test]
+    fn a_fence_read_under_an_unbroken_lease_holds_and_one_read_before_a_break_does_not() {
+        // Renewals every 300 ms of a 1 s lease continue it; one begun 900 ms
+        // after the last (past the 800 ms kept safe) breaks it.
+        assert!(continues(10_000, 10_300, 1_000));
+        assert!(continues(10_000, 10_800, 1_000));
+        assert!(!continues(10_000, 10_900, 1_000));
+        let read = SessionFence {
+            taken_at: 12_000,
+            ..fence("a", 3)
+        };
+        assert!(unbroken(11_000, &read));
+        assert!(unbroken(12_000, &read));
+        assert!(!unbroken(12_001, &read));
     }
 }

@@ -89,7 +89,7 @@ pub async fn run(
             let response = streams::sse(&state, follower, &run.correlation_id, EntryId::start());
             with_run_headers(response, &run)
         } else {
-            accepted(&run, "Agent request accepted")
+            accepted(&state, &run, "Agent request accepted")
         }
     } else {
         let (run, done) = state
@@ -110,6 +110,7 @@ pub async fn run(
             }
             Some(failed) => return Err(run_failed(&failed)),
             None => accepted(
+                &state,
                 &run,
                 "The agent is still working; poll the run for its answer",
             ),
@@ -193,9 +194,11 @@ async fn completed(state: &AppState, run: &RunRecord, json: bool) -> Result<Resp
     Ok(with_run_headers(response, run))
 }
 
-fn accepted(run: &RunRecord, note: &str) -> Response {
+fn accepted(state: &AppState, run: &RunRecord, note: &str) -> Response {
     let location = format!("/api/agents/{}/runs/{}", run.agent, run.correlation_id);
-    let mut response = (StatusCode::ACCEPTED, Json(RunAccepted::new(run, note))).into_response();
+    let token = state.config.keys.stream_token(&run.correlation_id);
+    let body = RunAccepted::new(run, note, token.as_deref());
+    let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
     if let Ok(value) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(LOCATION, value);
     }

@@ -9,6 +9,7 @@ mod error;
 mod health;
 mod instance_body;
 mod instances;
+mod keys;
 mod orchestrators;
 mod rejections;
 mod run_body;
@@ -18,6 +19,7 @@ mod sessions;
 mod streams;
 
 pub use error::ApiError;
+pub use keys::ApiKeys;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +44,8 @@ pub struct HttpConfig {
     pub wait_budget: Duration,
     /// A store batch under way for longer than this makes the host unhealthy.
     pub writer_deadline: Duration,
+    /// Endpoint keys; empty: every route is open.
+    pub keys: ApiKeys,
 }
 
 #[derive(Clone)]
@@ -114,6 +118,12 @@ pub fn router(state: AppState) -> Router {
             .route("/api/health/ready", get(health::ready));
     }
     router
+        // Keys are checked on matched routes (the route template decides
+        // the scope); unknown routes answer 404 either way.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            keys::authorize,
+        ))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::method_not_allowed)
         // Handlers read bodies with `body::read_limited` (413 in JSON); this

@@ -56,7 +56,9 @@ pub(super) struct RunAccepted<'a> {
     message: &'a str,
     session_id: &'a str,
     correlation_id: &'a str,
-    /// Where the answer can be followed as it is written (SSE).
+    /// Where the answer can be followed as it is written (SSE); with the
+    /// run's stream token when the host requires keys, so that it opens
+    /// this stream without one.
     stream_url: String,
     #[serde(rename = "thread_id")]
     thread_id_legacy: &'a str,
@@ -67,11 +69,15 @@ pub(super) struct RunAccepted<'a> {
 }
 
 impl<'a> RunAccepted<'a> {
-    pub fn new(run: &'a RunRecord, note: &'a str) -> Self {
-        let stream_url = format!(
+    pub fn new(run: &'a RunRecord, note: &'a str, stream_token: Option<&str>) -> Self {
+        let mut stream_url = format!(
             "/api/agents/{}/runs/{}/stream",
             run.agent, run.correlation_id
         );
+        if let Some(token) = stream_token {
+            stream_url.push_str("?token=");
+            stream_url.push_str(token);
+        }
         Self {
             status: "accepted",
             response: note,

@@ -31,12 +31,17 @@ pub struct ChatRequest<'a> {
     pub max_output_tokens: Option<u32>,
     /// Longest this call may take (the host's `--model-timeout` otherwise).
     pub timeout: Option<Duration>,
-    /// The moment (ms since the Unix epoch) by which the request must have
-    /// left whole, else it is not sent at all ([`ModelError::Late`]): set on
-    /// a shared hub from the lease that admitted the turn
+    /// Asked before each attempt (the first and every retry): the moment
+    /// (ms since the Unix epoch) by which that attempt must have left whole,
+    /// else it is cut short ([`ModelError::Late`]); `None` when it must not
+    /// be sent at all ([`ModelError::NotSent`]). Set on a shared hub, from
+    /// the lease under which the turn's session is still this host's
     /// (`core::fence::send_by`).
-    pub send_by: Option<i64>,
+    pub send_by: Option<&'a SendBy>,
 }
+
+/// See [`ChatRequest::send_by`].
+pub type SendBy = dyn Fn() -> futures::future::BoxFuture<'static, Option<i64>> + Send + Sync;
 
 /// Where the text of an answer goes, piece by piece, as the model produces
 /// it. It must not block: it is called on the model call's task.
@@ -69,6 +74,10 @@ pub enum ModelError {
     /// caller to find out again.
     #[error("the model request was not sent: its send-by moment passed {late_ms} ms before it could leave whole")]
     Late { late_ms: i64 },
+    /// The request's sender may no longer send it (the session is no longer
+    /// this host's, or that could not be checked): nothing was sent.
+    #[error("the model request was not sent: its sender may no longer send it")]
+    NotSent,
     /// The message callers of Agent Framework hosting know, with the
     /// credential tried and why it failed (never a secret).
     #[error(
@@ -123,12 +132,12 @@ impl ModelClient {
     /// goes to `deltas` as it comes.
     pub async fn complete(
         &self,
-        request: ChatRequest<'_>,
+        request: &ChatRequest<'_>,
         deltas: &Deltas<'_>,
     ) -> Result<ChatResponse, ModelError> {
         match &self.backend {
-            Backend::Offline => Ok(offline::complete(&request, deltas)),
-            Backend::Remote(remote) => remote.complete(&request, deltas).await,
+            Backend::Offline => Ok(offline::complete(request, deltas)),
+            Backend::Remote(remote) => remote.complete(request, deltas).await,
         }
     }
 }

@@ -18,7 +18,9 @@ use serde_json::{json, Map, Value};
 use super::credential::Credential;
 use super::send_by as gate;
 use super::stream::{Assembly, Chunk};
-use super::{ChatMessage, ChatRequest, ChatResponse, Deltas, ModelError, ModelSettings, Usage};
+use super::{
+    ChatMessage, ChatRequest, ChatResponse, Deltas, ModelError, ModelSettings, SendBy, Usage,
+};
 
 /// At most this many attempts per model turn (the first and four retries).
 const MAX_ATTEMPTS: usize = 5;
@@ -213,13 +215,18 @@ impl RemoteModel {
         url: &str,
         body: &Value,
         timeout: Option<Duration>,
-        send_by: Option<i64>,
+        send_by: Option<&SendBy>,
         deltas: &Deltas<'_>,
         handed_on: &AtomicBool,
     ) -> Result<ChatResponse, Attempt> {
         let fail = |error| Attempt {
             error,
             retry_after: None,
+        };
+        // Each attempt, a retry too, gets the moment it must leave by.
+        let send_by = match send_by {
+            None => None,
+            Some(check) => Some(check().await.ok_or_else(|| fail(ModelError::NotSent))?),
         };
         let late = |send_by: i64| {
             let late_ms = gate::now_ms() - send_by;
@@ -478,7 +485,7 @@ mod tests {
         RemoteModel::new(settings, Duration::from_secs(30), &HashMap::new()).unwrap()
     }
 
-    fn request(messages: &[ChatMessage], send_by: i64) -> ChatRequest<'_> {
+    fn request<'a>(messages: &'a [ChatMessage], send_by: &'a SendBy) -> ChatRequest<'a> {
         ChatRequest {
             model: None,
             messages,
@@ -491,15 +498,20 @@ mod tests {
         }
     }
 
+    /// A send-by check that always answers `moment`.
+    fn at(moment: i64) -> impl Fn() -> futures::future::BoxFuture<'static, Option<i64>> {
+        move || Box::pin(async move { Some(moment) })
+    }
+
     #[tokio::test]
     async fn a_request_that_cannot_leave_whole_before_its_send_by_moment_is_cut_short() {
         // 32 MiB cannot sit in loopback's socket buffers: the send is still
         // under way when the moment passes, as for a host paused mid-send.
         let (base, server) = stalling_server(Duration::from_millis(800)).await;
         let messages = [ChatMessage::user("x".repeat(32 << 20))];
-        let send_by = gate::now_ms() + 300;
+        let send_by = at(gate::now_ms() + 300);
         let error = remote(&base)
-            .complete(&request(&messages, send_by), &|_| {})
+            .complete(&request(&messages, &send_by), &|_| {})
             .await
             .unwrap_err();
         assert!(
@@ -517,8 +529,9 @@ mod tests {
     async fn a_request_past_its_send_by_moment_is_not_begun_and_one_in_time_arrives_whole() {
         let (base, server) = stalling_server(Duration::ZERO).await;
         let messages = [ChatMessage::user("hello")];
+        let past = at(gate::now_ms() - 1);
         let error = remote(&base)
-            .complete(&request(&messages, gate::now_ms() - 1), &|_| {})
+            .complete(&request(&messages, &past), &|_| {})
             .await
             .unwrap_err();
         assert!(matches!(error, ModelError::Late { .. }), "{error}");
@@ -526,9 +539,8 @@ mod tests {
         let model = remote(&base);
         let asked = tokio::spawn(async move {
             let messages = [ChatMessage::user("hello")];
-            let _ = model
-                .complete(&request(&messages, gate::now_ms() + 60_000), &|_| {})
-                .await;
+            let later = at(gate::now_ms() + 60_000);
+            let _ = model.complete(&request(&messages, &later), &|_| {}).await;
         });
         let (got, declared) = tokio::time::timeout(Duration::from_secs(10), server)
             .await

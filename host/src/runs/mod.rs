@@ -154,8 +154,11 @@ impl Runs {
         if enqueued.run_here {
             // The next in line is handed to the session's worker, which
             // then reads nothing to find it.
-            let first = enqueued.next_in_line.then(|| enqueued.record.clone());
-            self.wake_with(run.session, first);
+            let first = enqueued.next_in_line.then(|| Handed {
+                run: enqueued.record.clone(),
+                fence: enqueued.fence.clone(),
+            });
+            self.wake_with(run.session, first, None);
         }
         Ok(enqueued.record)
     }
@@ -277,7 +280,9 @@ impl Runs {
                             tracing::info!(sessions = sessions.len(), "resuming unfinished runs");
                         }
                         let full = sessions.len() >= CLAIM_AT_ONCE;
-                        sessions.into_iter().for_each(|s| self.wake(s));
+                        sessions
+                            .into_iter()
+                            .for_each(|(s, fence)| self.wake_with(s, None, fence));
                         if full {
                             continue;
                         }
@@ -422,22 +427,36 @@ impl Runs {
     }
 
     fn wake(self: &Arc<Self>, session: SessionKey) {
-        self.wake_with(session, None);
+        self.wake_with(session, None, None);
     }
 
     /// Starts the session's worker unless one runs (it is told to look
-    /// again); `first`, the session's next run if the caller knows it, is
+    /// again); `first`, the session's next run if the caller knows it, and
+    /// `known`, this host's fence of the session if the caller read it, are
     /// used only by a worker started here.
-    fn wake_with(self: &Arc<Self>, session: SessionKey, first: Option<RunRecord>) {
+    fn wake_with(
+        self: &Arc<Self>,
+        session: SessionKey,
+        first: Option<Handed>,
+        known: Option<SessionFence>,
+    ) {
         if !self.works || self.stopping.is_cancelled() || !self.workers.claim(&session) {
             return;
         }
         let this = self.clone();
         self.tracker
-            .spawn(async move { this.work(session, first).await });
+            .spawn(async move { this.work(session, first, known).await });
     }
 
-    async fn work(self: Arc<Self>, session: SessionKey, mut first: Option<RunRecord>) {
+    async fn work(
+        self: Arc<Self>,
+        session: SessionKey,
+        mut first: Option<Handed>,
+        mut known: Option<SessionFence>,
+    ) {
+        // `known`: what this host holds of the session, as the claim or the
+        // enqueue read it, kept from run to run while its lease stays
+        // unbroken (then it need not be read again).
         loop {
             if self.stopping.is_cancelled() {
                 self.workers.release(&session);
@@ -445,8 +464,11 @@ impl Runs {
             }
             let handed = first.take();
             let was_handed = handed.is_some();
+            if let Some(Handed { fence, .. }) = &handed {
+                known = fence.clone();
+            }
             let next = match handed {
-                Some(run) => Ok(Some(run)),
+                Some(Handed { run, .. }) => Ok(Some(run)),
                 None => {
                     let store = &self.store;
                     store
@@ -456,7 +478,8 @@ impl Runs {
             };
             match next {
                 Ok(Some(run)) => {
-                    let ended = self.execute(run).await;
+                    let (ended, used) = self.execute(run, known.take()).await;
+                    known = used;
                     // A run handed over was the session's only one, and a
                     // run waiting for a human holds the session up: unless
                     // something arrived meanwhile (it woke this worker: a
@@ -481,26 +504,40 @@ impl Runs {
     /// task moves between worker threads.
     /// Executes a run; false when it waits for a human's decision (it is
     /// not ended, and nothing of it stays in memory).
-    async fn execute(&self, run: RunRecord) -> bool {
+    async fn execute(
+        &self,
+        run: RunRecord,
+        known: Option<SessionFence>,
+    ) -> (bool, Option<SessionFence>) {
         let span = tracing::info_span!("run", agent = %run.agent, session = %run.thread_id, correlation_id = %run.correlation_id);
-        self.execute_in_span(run).instrument(span).await
+        self.execute_in_span(run, known).instrument(span).await
     }
 
-    async fn execute_in_span(&self, run: RunRecord) -> bool {
+    async fn execute_in_span(
+        &self,
+        run: RunRecord,
+        known: Option<SessionFence>,
+    ) -> (bool, Option<SessionFence>) {
         let id = run.correlation_id.clone();
         let session = run.session();
         // On a shared hub: what this host holds of the session, carried by
-        // every write of the run so that a take-over refuses them.
-        let fence = match self
-            .store
-            .within("the session's owner", self.store.session_fence(&session))
-            .await
-        {
-            Ok(fence) => fence,
-            Err(e) => {
-                tracing::warn!(error = %e, "not executing the run here");
-                return false;
-            }
+        // every write of the run so that a take-over refuses them. One read
+        // by the enqueue or an earlier run still holds while this host's
+        // lease has not broken since; else it is read again.
+        let known = known.filter(|held| self.store.holds_by_lease(held));
+        let fence = match known {
+            Some(held) => Some(held),
+            None => match self
+                .store
+                .within("the session's owner", self.store.session_fence(&session))
+                .await
+            {
+                Ok(fence) => fence,
+                Err(e) => {
+                    tracing::warn!(error = %e, "not executing the run here");
+                    return (false, None);
+                }
+            },
         };
         let mut kept = self.histories.as_ref().and_then(|h| h.take(&session));
         let mut pause = END_RETRY_FIRST;
@@ -533,7 +570,7 @@ impl Runs {
                 // start (or on another host); a store error is not its end.
                 Err(AgentError::Store(e)) if !matches!(e, StoreError::Fenced { .. }) => {
                     tracing::warn!(error = %e, "the store failed during the run while the host stops; it goes on at the next start");
-                    return false;
+                    return (false, fence);
                 }
                 _ => break (stream, result),
             }
@@ -546,7 +583,7 @@ impl Runs {
                 correlation_id: id,
                 record: Some(Arc::new(record)),
             });
-            return false;
+            return (false, fence);
         }
         if let Err(e) = &result {
             tracing::warn!(error = %e, code = e.code(), "run failed");
@@ -591,7 +628,7 @@ impl Runs {
             correlation_id: id,
             record: record.map(Arc::new),
         });
-        true
+        (true, fence)
     }
 
     /// Waits `pause` (less if the host stops meanwhile), then doubles it
@@ -713,4 +750,11 @@ impl Drop for Waiting<'_> {
             }
         }
     }
+}
+
+/// A run handed to its session's worker by the enqueue that stored it, with
+/// what the enqueue found this host holds of the session.
+struct Handed {
+    run: RunRecord,
+    fence: Option<SessionFence>,
 }

@@ -7,7 +7,8 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::shared_hub::SharedHub;
-use super::{SessionKey, Store, StoreError, TaskRow};
+use super::{now_ms, SessionKey, Store, StoreError, TaskRow};
+use crate::core::fence::SessionFence;
 
 impl Store {
     /// Instances this host should run an episode of now: its own with work,
@@ -113,43 +114,59 @@ impl Store {
 
     /// Sessions with runs to execute that this host should work on: its
     /// own, and those of no live host, which it claims (`claim` at most).
-    pub async fn claim_sessions(&self, claim: usize) -> Result<Vec<SessionKey>, StoreError> {
+    pub async fn claim_sessions(
+        &self,
+        claim: usize,
+    ) -> Result<Vec<(SessionKey, Option<SessionFence>)>, StoreError> {
         let Some(hub) = self.shared() else {
-            return self.sessions_with_unfinished_runs().await;
+            let sessions = self.sessions_with_unfinished_runs().await?;
+            return Ok(sessions.into_iter().map(|s| (s, None)).collect());
         };
         let Some(me) = hub.owner() else {
             return Ok(Vec::new());
         };
+        // What is read here is this host's fence of each session (its
+        // executor need not read it again): read no earlier than this.
+        let taken_at = now_ms();
         // Driven by the (small, indexed) set of unfinished runs, not by
         // every session ever opened.
         let unfinished = "(s.agent, s.id) IN (SELECT agent, session_id FROM runs \
                           WHERE status IN ('pending', 'running'))";
         let mut rows = sqlx::query(&format!(
-            "SELECT s.agent, s.id FROM sessions s WHERE s.owner = $1 AND {unfinished}"
+            "SELECT s.agent, s.id, s.epoch FROM sessions s WHERE s.owner = $1 AND {unfinished}"
         ))
         .bind(me)
         .fetch_all(self.pool())
         .await?;
-        if hub.lease_lapsed() {
-            return rows.iter().map(session_key).collect();
+        if !hub.lease_lapsed() {
+            let claimed = sqlx::query(&format!(
+                "WITH picked AS ( \
+                   SELECT s.agent, s.id, s.owner AS previous FROM sessions s \
+                   WHERE (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) AND {unfinished} \
+                   LIMIT $2 FOR UPDATE OF s SKIP LOCKED) \
+                 UPDATE sessions SET owner = $1, epoch = sessions.epoch + 1 FROM picked \
+                 WHERE sessions.agent = picked.agent AND sessions.id = picked.id \
+                 RETURNING sessions.agent AS agent, sessions.id AS id, sessions.epoch AS epoch, \
+                 picked.previous AS previous",
+                live = SharedHub::live_hosts()
+            ))
+            .bind(me)
+            .bind(limit_of(claim))
+            .fetch_all(self.pool())
+            .await?;
+            took_over(&claimed, "sessions")?;
+            rows.extend(claimed);
         }
-        let claimed = sqlx::query(&format!(
-            "WITH picked AS ( \
-               SELECT s.agent, s.id, s.owner AS previous FROM sessions s \
-               WHERE (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) AND {unfinished} \
-               LIMIT $2 FOR UPDATE OF s SKIP LOCKED) \
-             UPDATE sessions SET owner = $1, epoch = sessions.epoch + 1 FROM picked \
-             WHERE sessions.agent = picked.agent AND sessions.id = picked.id \
-             RETURNING sessions.agent AS agent, sessions.id AS id, picked.previous AS previous",
-            live = SharedHub::live_hosts()
-        ))
-        .bind(me)
-        .bind(limit_of(claim))
-        .fetch_all(self.pool())
-        .await?;
-        took_over(&claimed, "sessions")?;
-        rows.extend(claimed);
-        rows.iter().map(session_key).collect()
+        rows.iter()
+            .map(|row| {
+                let fence = SessionFence {
+                    owner: me.to_string(),
+                    epoch: row.try_get("epoch")?,
+                    taken_at,
+                };
+                Ok((session_key(row)?, Some(fence)))
+            })
+            .collect()
     }
 }
 

@@ -2,10 +2,10 @@
 //! claims a session it enqueues to unless a live host has it.
 
 use super::postgres_tx::PgTx;
-use super::run_tx::{RunEndRow, RunRow, RunTx};
+use super::run_tx::{Claimed, FencedEnd, RunEndRow, RunRow, RunTx};
 use super::shared_hub::SharedHub;
 use super::StoreError;
-use crate::core::fence::SessionHolder;
+use crate::core::fence::{SessionFence, SessionHolder};
 
 impl RunTx for PgTx<'_> {
     async fn expire_idle_session(
@@ -49,23 +49,23 @@ impl RunTx for PgTx<'_> {
         .await?)
     }
 
-    async fn claim_session(&mut self, agent: &str, id: &str) -> Result<bool, StoreError> {
+    async fn claim_session(&mut self, agent: &str, id: &str) -> Result<Claimed, StoreError> {
         let Some(me) = self.1 else {
-            return Ok(false);
+            return Ok(Claimed::Elsewhere);
         };
-        Ok(sqlx::query(&format!(
+        let epoch: Option<i64> = sqlx::query_scalar(&format!(
             "UPDATE sessions SET owner = $1, \
              epoch = CASE WHEN owner IS DISTINCT FROM $1 THEN epoch + 1 ELSE epoch END \
-             WHERE agent = $2 AND id = $3 AND (owner IS NULL OR owner = $1 OR owner NOT IN ({}))",
+             WHERE agent = $2 AND id = $3 AND (owner IS NULL OR owner = $1 OR owner NOT IN ({})) \
+             RETURNING epoch",
             SharedHub::live_hosts()
         ))
         .bind(me)
         .bind(agent)
         .bind(id)
-        .execute(&mut *self.0)
-        .await?
-        .rows_affected()
-            > 0)
+        .fetch_optional(&mut *self.0)
+        .await?;
+        Ok(epoch.map_or(Claimed::Elsewhere, |epoch| Claimed::Here(Some(epoch))))
     }
 
     async fn session_holder(
@@ -161,6 +161,46 @@ impl RunTx for PgTx<'_> {
         .await?
         .rows_affected()
             > 0)
+    }
+
+    async fn end_run_fenced(
+        &mut self,
+        session: (&str, &str),
+        correlation_id: &str,
+        end: &RunEndRow,
+        now: i64,
+        fence: &SessionFence,
+    ) -> Result<FencedEnd, StoreError> {
+        // The session's row is locked (a take-over waits for this commit),
+        // the fence checked and the run ended, in one statement.
+        let (admitted, changed): (i64, i64) = sqlx::query_as(
+            "WITH held AS ( \
+               SELECT 1 FROM sessions WHERE agent = $8 AND id = $9 AND owner = $10 AND epoch = $11 FOR UPDATE \
+             ), ended AS ( \
+               UPDATE runs SET status = $1, response = $2, error = $3, error_code = $4, usage = $5, updated_at = $6 \
+               WHERE correlation_id = $7 AND status IN ('pending', 'running') AND EXISTS (SELECT 1 FROM held) \
+               RETURNING 1 \
+             ) \
+             SELECT (SELECT count(*) FROM held), (SELECT count(*) FROM ended)",
+        )
+        .bind(end.status)
+        .bind(&end.response)
+        .bind(&end.error)
+        .bind(&end.error_code)
+        .bind(&end.usage)
+        .bind(now)
+        .bind(correlation_id)
+        .bind(session.0)
+        .bind(session.1)
+        .bind(&fence.owner)
+        .bind(fence.epoch)
+        .fetch_one(&mut *self.0)
+        .await?;
+        Ok(match (admitted > 0, changed > 0) {
+            (false, _) => FencedEnd::Fenced,
+            (true, true) => FencedEnd::Ended,
+            (true, false) => FencedEnd::AlreadyEnded,
+        })
     }
 
     async fn insert_stream_rows(

@@ -9,7 +9,7 @@
 use std::future::Future;
 
 use super::StoreError;
-use crate::core::fence::SessionHolder;
+use crate::core::fence::{SessionFence, SessionHolder};
 
 /// A run as it is inserted.
 pub(super) struct RunRow<'a> {
@@ -46,13 +46,14 @@ pub(super) trait RunTx {
         id: &str,
         now: i64,
     ) -> impl Future<Output = Result<bool, StoreError>>;
-    /// Takes the session for this host if no live host has it; true when
-    /// this host executes its runs (always on SQLite).
+    /// Takes the session for this host if no live host has it: whether this
+    /// host executes its runs (always on SQLite), and on a shared hub the
+    /// epoch it holds the session at.
     fn claim_session(
         &mut self,
         agent: &str,
         id: &str,
-    ) -> impl Future<Output = Result<bool, StoreError>>;
+    ) -> impl Future<Output = Result<Claimed, StoreError>>;
     /// The session's owner and epoch, locked until the transaction ends.
     fn session_holder(
         &mut self,
@@ -86,6 +87,18 @@ pub(super) trait RunTx {
         end: &RunEndRow,
         now: i64,
     ) -> impl Future<Output = Result<bool, StoreError>>;
+    /// Ends a run still pending or running, if `fence` still holds its
+    /// session ([`crate::core::fence::admits`]), the session's row locked
+    /// until the transaction ends: in one statement where the database
+    /// allows it, so the fence costs no round trip of its own.
+    fn end_run_fenced(
+        &mut self,
+        session: (&str, &str),
+        correlation_id: &str,
+        end: &RunEndRow,
+        now: i64,
+        fence: &SessionFence,
+    ) -> impl Future<Output = Result<FencedEnd, StoreError>>;
     /// Response stream entries; their ids.
     fn insert_stream_rows(
         &mut self,
@@ -93,4 +106,24 @@ pub(super) trait RunTx {
         now: i64,
         expires_at: i64,
     ) -> impl Future<Output = Result<Vec<i64>, StoreError>>;
+}
+
+/// Who executes a session's runs, as an enqueue found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    /// Another live host owns the session (or this one runs no work).
+    Elsewhere,
+    /// This host: with the session's epoch on a shared hub.
+    Here(Option<i64>),
+}
+
+/// What a fenced end of a run found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FencedEnd {
+    /// Ended by this write.
+    Ended,
+    /// The fence held, but the run had ended already.
+    AlreadyEnded,
+    /// The session changed hands since the fence was read: nothing written.
+    Fenced,
 }

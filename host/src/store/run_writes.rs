@@ -7,7 +7,7 @@
 //! its own. Tool rounds store their messages as they happen, so a crash
 //! never runs a tool call twice.
 
-use super::run_tx::{RunEndRow, RunRow, RunTx};
+use super::run_tx::{Claimed, FencedEnd, RunEndRow, RunRow, RunTx};
 use super::{NewRun, StoreError};
 use crate::core::fence::{self, SessionFence};
 
@@ -53,6 +53,8 @@ pub enum RunWritten {
         new_session: bool,
         /// This host executes the run (on a shared hub, it owns the session).
         run_here: bool,
+        /// On a shared hub, the epoch this host holds the session at.
+        epoch: Option<i64>,
         /// No other run of the session is waiting or running: this one is
         /// the next to execute.
         next_in_line: bool,
@@ -81,7 +83,11 @@ pub(super) async fn write_run(
                 None => false,
             };
             let new_session = tx.touch_session(agent, id, now).await?;
-            let run_here = tx.claim_session(agent, id).await?;
+            let claimed = tx.claim_session(agent, id).await?;
+            let (run_here, epoch) = match claimed {
+                Claimed::Here(epoch) => (true, epoch),
+                Claimed::Elsewhere => (false, None),
+            };
             let next_in_line = !tx.has_unfinished_run(agent, id).await?;
             let format = run.response_format.as_ref().map(|f| f.to_string());
             tx.insert_run(
@@ -99,6 +105,7 @@ pub(super) async fn write_run(
                 expired,
                 new_session,
                 run_here,
+                epoch,
                 next_in_line,
             })
         }
@@ -124,10 +131,20 @@ pub(super) async fn write_run(
             bodies,
             end,
         } => {
-            if !admitted(tx, &agent, &session_id, fence.as_ref()).await? {
-                return Ok(RunWritten::Fenced);
-            }
-            let changed = tx.end_run(&correlation_id, &end, now).await?;
+            let changed = match &fence {
+                None => tx.end_run(&correlation_id, &end, now).await?,
+                Some(fence) => {
+                    let session = (agent.as_str(), session_id.as_str());
+                    match tx
+                        .end_run_fenced(session, &correlation_id, &end, now, fence)
+                        .await?
+                    {
+                        FencedEnd::Fenced => return Ok(RunWritten::Fenced),
+                        FencedEnd::Ended => true,
+                        FencedEnd::AlreadyEnded => false,
+                    }
+                }
+            };
             // A run another host ended meanwhile keeps that host's messages.
             if changed && !bodies.is_empty() {
                 tx.append_messages(&agent, &session_id, &correlation_id, &bodies, now)

@@ -44,6 +44,7 @@ impl Store {
             expired,
             new_session,
             run_here,
+            epoch,
             next_in_line,
         }) = written
         else {
@@ -63,9 +64,16 @@ impl Store {
             created_at: now,
             updated_at: now,
         };
+        // Read in the enqueue's transaction, which began after `now`.
+        let fence = epoch.zip(self.owner_id()).map(|(epoch, me)| SessionFence {
+            owner: me.to_string(),
+            epoch,
+            taken_at: now,
+        });
         Ok(Enqueued {
             record,
             run_here,
+            fence,
             new_session: new_session || expired,
             next_in_line,
         })
@@ -150,6 +158,12 @@ impl Store {
         }
     }
 
+    /// Whether `held` still holds by this host's unbroken lease alone, so
+    /// that it need not be read again ([`crate::core::fence::unbroken`]).
+    pub fn holds_by_lease(&self, held: &SessionFence) -> bool {
+        self.shared().is_some_and(|hub| hub.holds_by_lease(held))
+    }
+
     /// What this host holds of a session it is about to execute a run of:
     /// `None` on a store one process serves (nothing to fence); on a shared
     /// hub its owner id and the session's epoch, or [`StoreError::Fenced`]
@@ -161,6 +175,7 @@ impl Store {
         let Some(me) = self.owner_id() else {
             return Ok(None);
         };
+        let taken_at = now_ms();
         let epoch: Option<i64> = sqlx::query_scalar(
             "SELECT epoch FROM sessions WHERE agent = $1 AND id = $2 AND owner = $3",
         )
@@ -173,6 +188,7 @@ impl Store {
             Some(epoch) => Ok(Some(SessionFence {
                 owner: me.to_string(),
                 epoch,
+                taken_at,
             })),
             None => Err(StoreError::Fenced {
                 session: session.session_id.clone(),
@@ -217,7 +233,9 @@ impl Store {
         held: &SessionFence,
     ) -> Result<Option<i64>, StoreError> {
         let lease = self.shared().map(|hub| hub.lease());
-        if !self.still_holds(session, held).await? {
+        // Held since the fence was read by an unbroken lease: no read.
+        let unbroken = self.shared().is_some_and(|hub| hub.holds_by_lease(held));
+        if !unbroken && !self.still_holds(session, held).await? {
             return Ok(None);
         }
         Ok(Some(lease.map_or(i64::MAX, |(renewed_at, lease_ms)| {
@@ -538,6 +556,9 @@ pub struct Enqueued {
     pub record: RunRecord,
     /// This host executes it.
     pub run_here: bool,
+    /// On a shared hub, what this host holds of the session (read by the
+    /// enqueue itself: the run's executor need not read it again).
+    pub fence: Option<SessionFence>,
     /// The session has no history before this run (it is new, or it had
     /// expired).
     pub new_session: bool,

@@ -29,6 +29,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::{now_ms, Store, StoreError};
+use crate::core::fence::{self, SessionFence};
 
 /// The database's clock, in Unix milliseconds.
 pub(super) const DB_NOW: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
@@ -153,6 +154,9 @@ pub(super) struct SharedHub {
     stop: CancellationToken,
     /// When this host last renewed its lease, on its own clock (ms).
     renewed_at: Arc<AtomicI64>,
+    /// When the current unbroken run of renewals began (ms): fences read
+    /// since still hold without a read ([`fence::unbroken`]).
+    unbroken_since: Arc<AtomicI64>,
     lease_ms: i64,
 }
 
@@ -166,6 +170,8 @@ impl SharedHub {
         membership: Membership,
     ) -> Result<Self, StoreError> {
         let host = uuid::Uuid::new_v4().simple().to_string();
+        // The lease runs from no later than this (the INSERT below).
+        let joining = now_ms();
         let lease_ms = i64::try_from(membership.lease.as_millis())
             .unwrap_or(i64::MAX)
             .max(100);
@@ -190,7 +196,8 @@ impl SharedHub {
             channel: format!("agenthost_{hub}"),
             wakes,
             stop: CancellationToken::new(),
-            renewed_at: Arc::new(AtomicI64::new(now_ms())),
+            renewed_at: Arc::new(AtomicI64::new(joining)),
+            unbroken_since: Arc::new(AtomicI64::new(joining)),
             lease_ms,
         };
         let listener = hub.listen(listen_options.clone()).await?;
@@ -207,6 +214,7 @@ impl SharedHub {
             lease_ms,
             hub.stop.clone(),
             hub.renewed_at.clone(),
+            hub.unbroken_since.clone(),
         ));
         tracing::info!(host = %hub.host, role = membership.role.as_str(), lease = ?membership.lease, "joined the shared task hub");
         Ok(hub)
@@ -217,6 +225,15 @@ impl SharedHub {
     /// work over.
     pub fn lease(&self) -> (i64, i64) {
         (self.renewed_at.load(Ordering::Relaxed), self.lease_ms)
+    }
+
+    /// Whether `held` still holds by this host's unbroken lease alone
+    /// ([`fence::unbroken`]), its lease still running now.
+    pub fn holds_by_lease(&self, held: &SessionFence) -> bool {
+        // Acquire: a renewal seen here brings the break it recorded before.
+        let renewed_at = self.renewed_at.load(Ordering::Acquire);
+        fence::unbroken(self.unbroken_since.load(Ordering::Acquire), held)
+            && now_ms() <= fence::send_by(renewed_at, self.lease_ms)
     }
 
     /// Whether this host's lease has lapsed (its last renewal is older than
@@ -364,6 +381,7 @@ async fn heartbeat(
     lease_ms: i64,
     stop: CancellationToken,
     renewed_at: Arc<AtomicI64>,
+    unbroken_since: Arc<AtomicI64>,
 ) {
     let period = Duration::from_millis(u64::try_from(lease_ms / 3).unwrap_or(1_000).max(30));
     let mut ticker = tokio::time::interval(period);
@@ -407,8 +425,14 @@ async fn heartbeat(
             tracing::info!(host = %host, "lease renewed again; taking work");
         }
         if renewed.is_ok() {
+            // A renewal begun after the last one's lease could have run
+            // out: another host may have taken this one's sessions since,
+            // and fences read before it must be read again.
+            if !fence::continues(renewed_at.load(Ordering::Relaxed), started, lease_ms) {
+                unbroken_since.store(started, Ordering::Release);
+            }
             // The renewal began at `started`: the lease runs from no later.
-            renewed_at.fetch_max(started, Ordering::Relaxed);
+            renewed_at.fetch_max(started, Ordering::Release);
         }
         if let Err(e) = renewed {
             tracing::warn!(host = %host, error = %e, "could not renew this host's lease; its work may be taken over");

@@ -2,10 +2,10 @@
 
 use rusqlite::params;
 
-use super::run_tx::{RunEndRow, RunRow, RunTx};
+use super::run_tx::{Claimed, FencedEnd, RunEndRow, RunRow, RunTx};
 use super::sqlite_tx::SqliteTx;
 use super::StoreError;
-use crate::core::fence::SessionHolder;
+use crate::core::fence::{self, SessionFence, SessionHolder};
 
 impl RunTx for SqliteTx<'_> {
     async fn expire_idle_session(
@@ -46,8 +46,8 @@ impl RunTx for SqliteTx<'_> {
         Ok(true)
     }
 
-    async fn claim_session(&mut self, _agent: &str, _id: &str) -> Result<bool, StoreError> {
-        Ok(true)
+    async fn claim_session(&mut self, _agent: &str, _id: &str) -> Result<Claimed, StoreError> {
+        Ok(Claimed::Here(None))
     }
 
     /// A SQLite file is served by one process (an OS lock): sessions have
@@ -138,6 +138,27 @@ impl RunTx for SqliteTx<'_> {
                 correlation_id
             ])?;
         Ok(changed > 0)
+    }
+
+    /// Never called with a fence on SQLite (one process, no owners); kept
+    /// to the rule all the same.
+    async fn end_run_fenced(
+        &mut self,
+        session: (&str, &str),
+        correlation_id: &str,
+        end: &RunEndRow,
+        now: i64,
+        fence: &SessionFence,
+    ) -> Result<FencedEnd, StoreError> {
+        let holder = self.session_holder(session.0, session.1).await?;
+        if !fence::admits(holder.as_ref(), Some(fence)) {
+            return Ok(FencedEnd::Fenced);
+        }
+        Ok(if self.end_run(correlation_id, end, now).await? {
+            FencedEnd::Ended
+        } else {
+            FencedEnd::AlreadyEnded
+        })
     }
 
     async fn insert_stream_rows(

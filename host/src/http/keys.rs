@@ -1,0 +1,422 @@
+//! Endpoint keys: who may call which route.
+//!
+//! Two scopes, as the function host this one stands in for has them (function
+//! keys and the master key): **invoke** runs agents (and follows the runs:
+//! their record, stream and approvals) and starts orchestrations; **admin**
+//! does that and everything else (the
+//! management API, conversations, components). Health stays open so that a
+//! load balancer needs no secret. Keys are kept as SHA-256 digests and a
+//! presented key is compared with every configured one in constant time.
+//!
+//! A stream URL handed out in a 202 carries a token of its own (an HMAC of
+//! the run's id under a secret derived from the keys): a browser can follow
+//! that one stream without holding a key, and the token opens nothing else.
+//! Hosts configured with the same keys derive the same secret, so a token
+//! from one front works on another.
+
+use axum::extract::{MatchedPath, RawPathParams, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::RequestPartsExt;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use super::AppState;
+
+/// What a key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    Invoke,
+    Admin,
+}
+
+impl Scope {
+    fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "invoke" => Some(Self::Invoke),
+            "admin" => Some(Self::Admin),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Invoke => "invoke",
+            Self::Admin => "admin",
+        }
+    }
+}
+
+/// Why a key setting was refused (at start: the host does not serve).
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("'{0}' is not a key setting: write SCOPE:KEY, with SCOPE invoke or admin (e.g. admin:{{a long random string}})")]
+    Malformed(String),
+    #[error(
+        "an {scope} key is {length} characters long: use at least 16 (e.g. `openssl rand -hex 32`)"
+    )]
+    TooShort { scope: &'static str, length: usize },
+    #[error("cannot read the key file {path}: {reason}")]
+    File { path: String, reason: String },
+}
+
+/// The configured keys; empty when the endpoints are open.
+#[derive(Clone, Default)]
+pub struct ApiKeys {
+    digests: Vec<(Scope, [u8; 32])>,
+    /// Signs stream tokens; derived from the keys.
+    stream_secret: [u8; 32],
+}
+
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeys")
+            .field("keys", &self.digests.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A key shorter than this is refused: a guessable key is no key.
+const SHORTEST_KEY: usize = 16;
+
+fn digest(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+impl ApiKeys {
+    /// From `SCOPE:KEY` settings (several per scope: rotation) and the lines
+    /// of key files (the same form; blank lines and `#` comments skipped).
+    pub fn from_settings(
+        settings: &[String],
+        files: &[std::path::PathBuf],
+    ) -> Result<Self, KeyError> {
+        let mut lines: Vec<String> = settings.to_vec();
+        for path in files {
+            let text = std::fs::read_to_string(path).map_err(|e| KeyError::File {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+            lines.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(str::to_string),
+            );
+        }
+        let mut digests = Vec::with_capacity(lines.len());
+        let mut secret = Sha256::new();
+        secret.update(b"agenthost stream tokens\0");
+        let mut sorted = Vec::with_capacity(lines.len());
+        for line in &lines {
+            let (scope, key) = line
+                .split_once(':')
+                .and_then(|(scope, key)| Some((Scope::parse(scope)?, key.trim())))
+                .ok_or_else(|| KeyError::Malformed(redact(line)))?;
+            if key.chars().count() < SHORTEST_KEY {
+                return Err(KeyError::TooShort {
+                    scope: scope.as_str(),
+                    length: key.chars().count(),
+                });
+            }
+            digests.push((scope, digest(key)));
+            sorted.push(key.to_string());
+        }
+        sorted.sort();
+        for key in &sorted {
+            secret.update(key.as_bytes());
+            secret.update(b"\0");
+        }
+        Ok(Self {
+            digests,
+            stream_secret: secret.finalize().into(),
+        })
+    }
+
+    /// True when no key is configured: every route is open.
+    pub fn is_empty(&self) -> bool {
+        self.digests.is_empty()
+    }
+
+    /// The scope of `presented`, if it is a configured key. Every
+    /// configured digest is compared, in constant time, whatever matched.
+    fn scope_of(&self, presented: &str) -> Option<Scope> {
+        let presented = digest(presented);
+        let mut found: Option<Scope> = None;
+        for (scope, known) in &self.digests {
+            if bool::from(known.ct_eq(&presented)) {
+                found = found.max(Some(*scope));
+            }
+        }
+        found
+    }
+
+    /// The token that opens the stream of run `correlation_id` alone.
+    pub fn stream_token(&self, correlation_id: &str) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.stream_secret).ok()?;
+        mac.update(correlation_id.as_bytes());
+        Some(hex::encode(mac.finalize().into_bytes()))
+    }
+
+    fn opens_stream(&self, correlation_id: &str, token: &str) -> bool {
+        let Ok(token) = hex::decode(token) else {
+            return false;
+        };
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.stream_secret) else {
+            return false;
+        };
+        mac.update(correlation_id.as_bytes());
+        mac.verify_slice(&token).is_ok()
+    }
+}
+
+/// What may be shown of a malformed setting: its scope part when it looks
+/// like one (short, letters only), never any of the key.
+fn redact(line: &str) -> String {
+    match line.split_once(':') {
+        Some((scope, _)) if scope.len() <= 12 && scope.chars().all(|c| c.is_ascii_alphabetic()) => {
+            format!("{scope}:<redacted>")
+        }
+        _ => "<redacted>".to_string(),
+    }
+}
+
+/// The one table of who may call what: `None` for routes open to anyone.
+/// Every route the router serves is here (a route missing from it is
+/// admin-only, the safe side).
+pub fn required_scope(method: &Method, route: &str) -> Option<Scope> {
+    // HEAD is served by the GET handlers: it needs what GET needs.
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    match (method, route) {
+        (_, "/api/health" | "/api/health/live" | "/api/health/ready") => None,
+        ("POST", "/api/agents/{name}/run")
+        | ("GET", "/api/agents/{name}/runs/{correlation_id}")
+        | ("GET", "/api/agents/{name}/runs/{correlation_id}/stream")
+        | ("POST", "/api/agents/{name}/runs/{correlation_id}/approvals")
+        | ("POST", "/api/orchestrators/{name}")
+        | ("POST", "/api/orchestrators/{name}/{instance_id}")
+        | ("POST", "/api/{*path}") => Some(Scope::Invoke),
+        _ => Some(Scope::Admin),
+    }
+}
+
+/// The key a request presents: `Authorization: Bearer`, `x-api-key`,
+/// `x-functions-key` (as the function host reads it) or `?code=`.
+fn presented(request: &Request) -> Option<String> {
+    let headers = request.headers();
+    let header_value = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    header_value(header::AUTHORIZATION.as_str())
+        .and_then(|v| {
+            let (scheme, key) = v.split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| key.trim().to_string())
+        })
+        .or_else(|| header_value("x-api-key"))
+        .or_else(|| header_value("x-functions-key"))
+        .or_else(|| query_value(request, "code"))
+}
+
+fn query_value(request: &Request, name: &str) -> Option<String> {
+    let query = request.uri().query()?;
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
+}
+
+/// The middleware: answers 401 (no key, or an unknown one) or 403 (a key
+/// whose scope does not cover the route) in JSON, before the handler runs.
+pub async fn authorize(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let keys = &state.config.keys;
+    if keys.is_empty() {
+        return next.run(request).await;
+    }
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_default();
+    let Some(needed) = required_scope(request.method(), &route) else {
+        return next.run(request).await;
+    };
+    if route == "/api/agents/{name}/runs/{correlation_id}/stream" {
+        if let Some(token) = query_value(&request, "token") {
+            let (mut parts, body) = request.into_parts();
+            let run = parts
+                .extract::<RawPathParams>()
+                .await
+                .ok()
+                .and_then(|params| {
+                    params
+                        .iter()
+                        .find(|(name, _)| *name == "correlation_id")
+                        .map(|(_, id)| id.to_string())
+                });
+            let request = Request::from_parts(parts, body);
+            if run.is_some_and(|run| keys.opens_stream(&run, &token)) {
+                return next.run(request).await;
+            }
+            return refuse_or_run(request, needed, &route, keys, next).await;
+        }
+    }
+    refuse_or_run(request, needed, &route, keys, next).await
+}
+
+/// Runs the handler if the request's key covers `needed`, else answers the
+/// 401 (no key, an unknown key) or 403 (a key of too narrow a scope).
+async fn refuse_or_run(
+    request: Request,
+    needed: Scope,
+    route: &str,
+    keys: &ApiKeys,
+    next: Next,
+) -> Response {
+    if presented(&request)
+        .and_then(|key| keys.scope_of(&key))
+        .is_some_and(|scope| scope >= needed)
+    {
+        return next.run(request).await;
+    }
+    refuse(&request, needed, route, keys)
+}
+
+fn refuse(request: &Request, needed: Scope, route: &str, keys: &ApiKeys) -> Response {
+    match presented(request).and_then(|key| keys.scope_of(&key)) {
+        Some(scope) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "this key's scope ({}) does not allow {} {route}: it needs an {} key",
+                scope.as_str(),
+                request.method(),
+                needed.as_str()
+            ),
+        )
+        .into_response(),
+        None => {
+            let why = if presented(request).is_some() {
+                "the key presented is not one of this host's keys"
+            } else {
+                "this host requires a key: send it as `Authorization: Bearer KEY`, `x-api-key`, `x-functions-key` or `?code=KEY`"
+            };
+            let mut response =
+                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why).into_response();
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            response
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> ApiKeys {
+        ApiKeys::from_settings(
+            &[
+                "admin:0123456789abcdef-admin".into(),
+                "invoke:0123456789abcdef-invoke".into(),
+                "invoke:0123456789abcdef-rotated".into(),
+            ],
+            &[],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn each_key_has_its_scope_and_an_unknown_one_has_none() {
+        let keys = keys();
+        assert_eq!(keys.scope_of("0123456789abcdef-admin"), Some(Scope::Admin));
+        assert_eq!(
+            keys.scope_of("0123456789abcdef-invoke"),
+            Some(Scope::Invoke)
+        );
+        assert_eq!(
+            keys.scope_of("0123456789abcdef-rotated"),
+            Some(Scope::Invoke)
+        );
+        assert_eq!(keys.scope_of("0123456789abcdef-other"), None);
+        assert_eq!(keys.scope_of(""), None);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_without_printing_the_key() {
+        let short = ApiKeys::from_settings(&["admin:short".into()], &[]).unwrap_err();
+        assert!(short.to_string().contains("at least 16"), "{short}");
+        let bad = ApiKeys::from_settings(&["root:0123456789abcdef-secret".into()], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(!bad.contains("secret") && !bad.contains("012345"), "{bad}");
+        let bare = ApiKeys::from_settings(&["0123456789abcdef-bare".into()], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(!bare.contains("0123"), "{bare}");
+        assert!(ApiKeys::from_settings(&["nocolon".into()], &[]).is_err());
+    }
+
+    #[test]
+    fn a_stream_token_opens_its_run_alone_and_follows_the_keys() {
+        let keys = keys();
+        let token = keys.stream_token("run-1").unwrap();
+        assert!(keys.opens_stream("run-1", &token));
+        assert!(!keys.opens_stream("run-2", &token));
+        assert!(!keys.opens_stream("run-1", "00"));
+        // Another host with the same keys, listed in another order.
+        let same = ApiKeys::from_settings(
+            &[
+                "invoke:0123456789abcdef-rotated".into(),
+                "invoke:0123456789abcdef-invoke".into(),
+                "admin:0123456789abcdef-admin".into(),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert!(same.opens_stream("run-1", &token));
+        let other = ApiKeys::from_settings(&["admin:another-key-entirely!".into()], &[]).unwrap();
+        assert!(!other.opens_stream("run-1", &token));
+        assert_eq!(ApiKeys::default().stream_token("run-1"), None);
+    }
+
+    #[test]
+    fn health_is_open_runs_are_invoke_and_management_is_admin() {
+        assert_eq!(required_scope(&Method::GET, "/api/health"), None);
+        assert_eq!(
+            required_scope(&Method::HEAD, "/api/agents/{name}/runs/{correlation_id}"),
+            Some(Scope::Invoke)
+        );
+        assert_eq!(
+            required_scope(&Method::POST, "/api/agents/{name}/run"),
+            Some(Scope::Invoke)
+        );
+        assert_eq!(
+            required_scope(
+                &Method::DELETE,
+                "/runtime/webhooks/durabletask/instances/{id}"
+            ),
+            Some(Scope::Admin)
+        );
+        assert_eq!(
+            required_scope(&Method::GET, "/api/agents/{name}/sessions/{session_id}"),
+            Some(Scope::Admin)
+        );
+    }
+}
