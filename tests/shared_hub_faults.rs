@@ -64,20 +64,7 @@ async fn a_worker_paused_past_its_lease_mid_run_writes_nothing_after_the_take_ov
     first.resume();
     model.wait_for_requests(3, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let session: Value = client()
-        .get(front.url("/api/agents/weather/sessions/fenced"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let roles: Vec<&str> = session["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let (roles, session) = crate::support::session_roles(&front.base, "weather", "fenced").await;
     assert_eq!(
         roles,
         ["user", "assistant", "tool", "assistant"],
@@ -188,20 +175,7 @@ async fn a_worker_paused_before_its_model_request_left_never_sends_it_after_the_
         second.output()
     );
     assert!(first.output().contains("cut short"), "{}", first.output());
-    let session: Value = client()
-        .get(front.url("/api/agents/writer/sessions/late"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let roles: Vec<&str> = session["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let (roles, session) = crate::support::session_roles(&front.base, "writer", "late").await;
     assert_eq!(roles, ["user", "assistant"], "{session}");
 }
 

@@ -42,6 +42,32 @@ pub fn client() -> reqwest::Client {
         .expect("reqwest client")
 }
 
+/// The roles of a conversation's messages, in order, and the conversation
+/// as read (`GET {base}/api/agents/{agent}/sessions/{session}`).
+pub async fn session_roles(
+    base: &str,
+    agent: &str,
+    session: &str,
+) -> (Vec<String>, serde_json::Value) {
+    let conversation: serde_json::Value = client()
+        .get(format!("{base}/api/agents/{agent}/sessions/{session}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let roles = conversation["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter_map(|m| m["role"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    (roles, conversation)
+}
+
 /// Polls `GET {url}` (a run) until it is completed or failed.
 pub async fn wait_run_finished(url: &str) -> serde_json::Value {
     for _ in 0..400 {

@@ -5,8 +5,9 @@
 use serde::Serialize;
 use sqlx::Row;
 
+use super::sessions::holder_of;
 use super::{now_ms, SessionKey, Store, StoreError};
-use crate::core::fence::{self, SessionFence, SessionHolder};
+use crate::core::fence::{self, SessionFence};
 
 /// A tool call that needs a decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -60,15 +61,7 @@ impl Store {
             .bind(&session.session_id)
             .fetch_optional(&mut *tx)
             .await?;
-            let holder = row
-                .map(|r| -> Result<SessionHolder, StoreError> {
-                    Ok(SessionHolder {
-                        owner: r.try_get("owner")?,
-                        epoch: r.try_get("epoch")?,
-                    })
-                })
-                .transpose()?;
-            if !fence::admits(holder.as_ref(), Some(held)) {
+            if !fence::admits(holder_of(row)?.as_ref(), Some(held)) {
                 return Err(StoreError::Fenced {
                     session: session.session_id.clone(),
                 });

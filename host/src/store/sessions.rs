@@ -210,15 +210,7 @@ impl Store {
             .bind(&session.session_id)
             .fetch_optional(self.pool())
             .await?;
-        let holder = row
-            .map(|r| -> Result<SessionHolder, StoreError> {
-                Ok(SessionHolder {
-                    owner: r.try_get("owner")?,
-                    epoch: r.try_get("epoch")?,
-                })
-            })
-            .transpose()?;
-        Ok(fence::admits(holder.as_ref(), Some(held)))
+        Ok(fence::admits(holder_of(row)?.as_ref(), Some(held)))
     }
 
     /// Until when (ms, [`now_ms`]'s clock) this host may send a model
@@ -520,6 +512,18 @@ async fn delete_messages(tx: &mut AnyConnection, key: &SessionKey) -> Result<(),
         .execute(&mut *tx)
         .await?;
     Ok(())
+}
+
+/// A session row's owner and epoch (`SELECT owner, epoch …`), if the
+/// session exists.
+pub(super) fn holder_of(row: Option<AnyRow>) -> Result<Option<SessionHolder>, StoreError> {
+    row.map(|r| {
+        Ok(SessionHolder {
+            owner: r.try_get("owner")?,
+            epoch: r.try_get("epoch")?,
+        })
+    })
+    .transpose()
 }
 
 fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
