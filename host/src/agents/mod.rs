@@ -378,7 +378,7 @@ impl AgentRunner {
 
     /// Asks the model one turn of a run (`request` carries `sending`'s
     /// check). A request cut short (the host was starved, not necessarily
-    /// replaced) is asked again, [`LATE_TRIES`] times at most; then the run
+    /// replaced) is asked again, [`LATE_TRIES`] tries in all; then the run
     /// waits for the lease ([`StoreError::LeaseLapsed`]).
     async fn ask(
         &self,

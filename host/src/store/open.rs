@@ -15,6 +15,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AnyPool, Connection, Executor};
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use super::file_lock::{self, StoreLock};
@@ -36,7 +37,15 @@ pub struct Store {
     /// The OS lock that makes this process the only one on a SQLite file;
     /// released when the last clone of the store is dropped.
     _lock: Option<Arc<StoreLock>>,
+    /// Until when (ms) connections coming back to the pool are in doubt (a
+    /// store call ran past its deadline: connections may have gone silent)
+    /// and are pinged under a deadline before reuse.
+    doubt_until: Arc<AtomicI64>,
 }
+
+/// How long connections stay in doubt after a store call ran past its
+/// deadline.
+const DOUBT_FOR_MS: i64 = 60_000;
 
 /// Which database a store is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,12 +119,19 @@ impl Store {
         what: &'static str,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        tokio::time::timeout(CALL_DEADLINE, call)
-            .await
-            .unwrap_or(Err(StoreError::Deadline {
-                what,
-                after: CALL_DEADLINE,
-            }))
+        tokio::select! {
+            done = call => done,
+            () = tokio::time::sleep(CALL_DEADLINE) => {
+                // Before the call (and its connection) is dropped here: the
+                // pool must test that connection under a deadline.
+                self.doubt_until
+                    .fetch_max(super::now_ms() + DOUBT_FOR_MS, Ordering::Relaxed);
+                Err(StoreError::Deadline {
+                    what,
+                    after: CALL_DEADLINE,
+                })
+            }
+        }
     }
 
     /// Whether the store's writer is alive and committing within `deadline`.
@@ -205,6 +221,7 @@ async fn open_sqlite(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
         kind: Kind::Sqlite,
         shared: None,
         _lock: Some(Arc::new(lock)),
+        doubt_until: Arc::new(AtomicI64::new(0)),
     })
 }
 
@@ -255,14 +272,22 @@ async fn open_postgres(
                 .map(|(name, value)| format!("SET {name} = '{value}'")),
         )
         .collect::<Vec<_>>();
+    let doubt_until = Arc::new(AtomicI64::new(0));
+    let released_doubt = doubt_until.clone();
     let pool = AnyPoolOptions::new()
         .max_connections(POOL_CONNECTIONS)
         .acquire_timeout(CALL_DEADLINE)
         // sqlx pings a connection when it comes back to the pool; on a silent
-        // one that ping would wait for ever and keep the pool's slot: bounded
-        // here, a connection that does not answer is closed instead.
-        .after_release(|connection, _| {
+        // one that ping would wait for ever and keep the pool's slot. While
+        // connections are in doubt (a store call ran past its deadline) a
+        // ping under a deadline goes first, and a connection that does not
+        // answer is closed instead; otherwise one ping is enough.
+        .after_release(move |connection, _| {
+            let in_doubt = super::now_ms() <= released_doubt.load(Ordering::Relaxed);
             Box::pin(async move {
+                if !in_doubt {
+                    return Ok(true);
+                }
                 match tokio::time::timeout(PING_DEADLINE, connection.ping()).await {
                     Ok(Ok(())) => Ok(true),
                     Ok(Err(e)) => Err(e),
@@ -291,6 +316,7 @@ async fn open_postgres(
         kind: Kind::Postgres,
         shared: Some(shared),
         _lock: None,
+        doubt_until,
     })
 }
 

@@ -252,7 +252,8 @@ impl Store {
         for chunk in ids.chunks(500) {
             let places: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
             let sql = format!(
-                "SELECT {RUN_COLUMNS} FROM runs WHERE correlation_id IN ({})",
+                "SELECT {RUN_COLUMNS} FROM runs WHERE correlation_id IN ({}) \
+                 AND status IN ('completed', 'failed')",
                 places.join(", ")
             );
             let mut query = sqlx::query(&sql);
