@@ -25,6 +25,7 @@ use crate::store::{
 use crate::streams::{ResponseStreams, StreamWriter};
 
 mod history;
+mod waiting;
 
 use crate::workers::{drain, KeyedWorkers};
 use history::Histories;
@@ -335,97 +336,6 @@ impl Runs {
         }
     }
 
-    /// Waits up to `budget` for the run to finish; `None` when it has not.
-    pub async fn wait_for(
-        &self,
-        correlation_id: &str,
-        budget: Duration,
-    ) -> Result<Option<RunRecord>, StoreError> {
-        // Subscribe before reading, so a completion between the read and the
-        // wait is not missed.
-        let finished = self.finished.subscribe();
-        self.wait_on(finished, correlation_id, budget, true).await
-    }
-
-    async fn wait_on(
-        &self,
-        mut finished: broadcast::Receiver<Finished>,
-        correlation_id: &str,
-        budget: Duration,
-        mut read: bool,
-    ) -> Result<Option<RunRecord>, StoreError> {
-        let deadline = tokio::time::Instant::now() + budget;
-        // Alone on its store, this process hears every end. On a shared hub
-        // another host's notification can be lost: the backstop reads every
-        // waited run once a pass, in one query for all of them.
-        let _waiting = self
-            .store
-            .is_shared()
-            .then(|| Waiting::new(self, correlation_id));
-        loop {
-            if read {
-                if let Some(run) = self.store.run(correlation_id).await? {
-                    if run.status.is_finished() {
-                        return Ok(Some(run));
-                    }
-                }
-            }
-            read = true;
-            loop {
-                match tokio::time::timeout_at(deadline, finished.recv()).await {
-                    Err(_) => return Ok(None),
-                    Ok(Ok(done)) if done.correlation_id == correlation_id => match done.record {
-                        Some(record) => return Ok(Some(RunRecord::clone(&record))),
-                        None => break,
-                    },
-                    Ok(Ok(_)) => continue,
-                    // Lagged or closed: re-read the store.
-                    Ok(Err(_)) => break,
-                }
-            }
-        }
-    }
-
-    /// On a shared hub: once a pass, the runs waited for here that ended
-    /// without this host hearing of it (a notification lost with a
-    /// connection, a host that died between its commit and its NOTIFY), in
-    /// one read for all of them, however many wait.
-    async fn backstop(self: Arc<Self>) {
-        let mut ticker = tokio::time::interval(PASS);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                () = self.stopping.cancelled() => return,
-            }
-            let ids: Vec<String> = self
-                .waited
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .cloned()
-                .collect();
-            if ids.is_empty() {
-                continue;
-            }
-            let store = &self.store;
-            match store
-                .within("the runs waited for", store.finished_runs(&ids))
-                .await
-            {
-                Ok(ended) => {
-                    for run in ended {
-                        let _ = self.finished.send(Finished {
-                            correlation_id: run.correlation_id.clone(),
-                            record: Some(Arc::new(run)),
-                        });
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "could not read the runs waited for"),
-            }
-        }
-    }
-
     fn wake(self: &Arc<Self>, session: SessionKey) {
         self.wake_with(session, None, None);
     }
@@ -715,39 +625,6 @@ impl Runs {
     pub async fn shutdown(&self, grace: Duration) {
         if !drain(&self.stopping, &self.tracker, grace).await {
             tracing::warn!(grace = ?grace, "runs still executing after the grace period; they resume at next start");
-        }
-    }
-}
-
-/// A run waited for on a shared hub, counted while the waiter waits.
-struct Waiting<'a> {
-    runs: &'a Runs,
-    id: String,
-}
-
-impl<'a> Waiting<'a> {
-    fn new(runs: &'a Runs, id: &str) -> Self {
-        *runs
-            .waited
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(id.to_string())
-            .or_default() += 1;
-        Self {
-            runs,
-            id: id.to_string(),
-        }
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let mut waited = self.runs.waited.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = waited.get_mut(&self.id) {
-            *count -= 1;
-            if *count == 0 {
-                waited.remove(&self.id);
-            }
         }
     }
 }
