@@ -68,6 +68,7 @@ fn routes(run: &str) -> Vec<(Method, String, Option<&'static str>)> {
         ),
         (Method::GET, "/api/agents/writer/s-1".into(), Some("admin")),
         (Method::GET, "/api/components".into(), Some("admin")),
+        (Method::GET, "/metrics".into(), Some("admin")),
         (Method::GET, instance.into(), Some("admin")),
         (Method::DELETE, instance.into(), Some("admin")),
         (Method::GET, format!("{instance}/keyed-1"), Some("admin")),

@@ -56,6 +56,7 @@ fn runtime(cache: &Path) -> anyhow::Result<Runtime> {
         max_instances: 64,
         describe_timeout: std::time::Duration::from_secs(30),
         episode_cpu_time: std::time::Duration::from_secs(1),
+        network: Default::default(),
     })
     .map_err(|e| anyhow::anyhow!("{e}"))
 }

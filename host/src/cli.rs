@@ -51,7 +51,7 @@ pub struct ClientArgs {
 
     /// The host's endpoint key (the key alone, no scope), when it requires one.
     #[arg(long, env = "AGENTHOST_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
 
     #[command(subcommand)]
     pub command: ClientCommand,
@@ -221,7 +221,7 @@ pub struct ServeArgs {
         value_delimiter = ',',
         hide_env_values = true
     )]
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<Secret>,
 
     /// A file of endpoint keys, one `SCOPE:KEY` a line (`#` comments).
     #[arg(long = "api-key-file", env = "AGENTHOST_API_KEY_FILE")]
@@ -312,6 +312,13 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTHOST_SESSION_TTL", default_value = "14d")]
     pub session_ttl: SessionTtl,
 
+    /// Delete finished orchestration instances (with their journals) and
+    /// ended run records this long after they finished (e.g. `30d`, `12h`);
+    /// `none` keeps them. A background sweep deletes them in bounded
+    /// batches; unfinished work is never touched.
+    #[arg(long, env = "AGENTHOST_RETAIN", default_value = "30d")]
+    pub retain: SessionTtl,
+
     /// On SIGTERM/Ctrl-C, how long in-flight runs may take to finish.
     #[arg(long, env = "AGENTHOST_SHUTDOWN_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
@@ -354,6 +361,38 @@ pub struct ServeArgs {
     /// Most guest instances alive at once.
     #[arg(long, env = "AGENTHOST_MAX_INSTANCES", default_value_t = 256)]
     pub max_instances: u32,
+
+    /// Answer a name guests' outbound requests use without DNS:
+    /// `NAME=ADDRESS[,ADDRESS…]` (repeatable; `;`-separated in
+    /// AGENTHOST_RESOLVE). The address is still checked: one inside the
+    /// host's network is reached only through a grant naming it.
+    #[arg(long = "resolve", env = "AGENTHOST_RESOLVE", value_delimiter = ';')]
+    pub resolve: Vec<String>,
+}
+
+/// A setting that must not be printed: its `Debug` shows no part of it, so
+/// logging the parsed flags cannot leak a key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(Self(text.to_string()))
+    }
 }
 
 impl ServeArgs {
@@ -396,8 +435,8 @@ impl ServeArgs {
     }
 }
 
-/// How long an idle session is kept; `none` (or `null`, `off`, `never`)
-/// keeps it forever.
+/// How long something is kept (an idle session, a finished instance);
+/// `none` (or `null`, `off`, `never`) keeps it forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionTtl(pub Option<Duration>);
 

@@ -11,7 +11,7 @@ use crate::client::Client;
 pub async fn run(args: ClientArgs) -> anyhow::Result<()> {
     let mut client = Client::new(&args.endpoint())?;
     if let Some(key) = &args.api_key {
-        client = client.with_key(key);
+        client = client.with_key(key.expose());
     }
     match args.command {
         ClientCommand::Agent(AgentCommand::Run {

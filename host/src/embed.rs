@@ -39,7 +39,7 @@ use crate::http::{self, ApiKeys, AppState, HttpConfig};
 use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
 use crate::runs::Runs;
-use crate::runtime::{Limits, Runtime, RuntimeConfig};
+use crate::runtime::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
 use crate::store::{now_ms, Kind, Membership, Store, TaskHub, WriterCheck};
 use crate::streams::{ResponseStreams, StreamSettings};
 
@@ -84,7 +84,9 @@ impl Builder {
     /// An endpoint key, `SCOPE:KEY` (`invoke` or `admin`): with one, the
     /// routes answer only callers that present a key of their scope.
     pub fn api_key(mut self, setting: &str) -> Self {
-        self.args.api_keys.push(setting.to_string());
+        self.args
+            .api_keys
+            .push(crate::cli::Secret(setting.to_string()));
         self
     }
 
@@ -117,7 +119,13 @@ pub struct AgentHost {
 impl AgentHost {
     /// Opens the store, loads the components and starts the worker.
     pub async fn from_settings(args: ServeArgs) -> anyhow::Result<Self> {
-        let keys = ApiKeys::from_settings(&args.api_keys, &args.api_key_files)
+        crate::metrics::install();
+        let key_settings: Vec<String> = args
+            .api_keys
+            .iter()
+            .map(|k| k.expose().to_string())
+            .collect();
+        let keys = ApiKeys::from_settings(&key_settings, &args.api_key_files)
             .context("invalid endpoint keys")?;
         if keys.is_empty() && args.require_keys && !args.worker_only {
             anyhow::bail!(
@@ -157,6 +165,8 @@ impl AgentHost {
                 max_instances: args.max_instances,
                 describe_timeout: args.describe_timeout,
                 episode_cpu_time: args.episode_cpu_time,
+                network: NetworkPolicy::from_settings(&args.resolve)
+                    .context("invalid --resolve")?,
             })
             .context("could not start the wasm runtime")?,
         );
@@ -240,6 +250,9 @@ impl AgentHost {
                 args.session_ttl.0,
                 background.clone(),
             ));
+        }
+        if let (true, Some(retain)) = (role.works(), args.retain.0) {
+            tokio::spawn(retain_finished(store.clone(), retain, background.clone()));
         }
         let state = AppState {
             registry,
@@ -413,6 +426,27 @@ async fn expire_sessions(
         }
         if let Some(e) = failed {
             tracing::warn!(error = %e, "could not expire idle sessions");
+        }
+    }
+}
+
+/// Deletes finished instances and ended runs older than `retain`, a sweep
+/// every tenth of it (between a second and an hour); batches are bounded by
+/// the store, so a first sweep over years of history does not hold it.
+async fn retain_finished(store: Store, retain: Duration, stop: CancellationToken) {
+    let pause = (retain / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    let ms = i64::try_from(retain.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = stop.cancelled() => return,
+        }
+        match store.sweep_finished(now_ms().saturating_sub(ms)).await {
+            Ok(swept) if swept.instances + swept.runs > 0 => {
+                tracing::info!(instances = swept.instances, runs = swept.runs, retain = %humantime::format_duration(retain), "deleted finished work past its retention");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "retention sweep failed; it runs again later"),
         }
     }
 }

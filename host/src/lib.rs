@@ -11,6 +11,7 @@ pub(crate) mod core;
 pub(crate) mod durable;
 pub mod embed;
 pub(crate) mod http;
+pub(crate) mod metrics;
 pub(crate) mod model;
 pub(crate) mod registry;
 pub(crate) mod runs;

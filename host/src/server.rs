@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
 use crate::embed::AgentHost;
-use crate::runtime::{Limits, Runtime, RuntimeConfig};
+use crate::runtime::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let grace = args.shutdown_grace;
@@ -103,6 +103,7 @@ pub async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
         max_instances: 4,
         describe_timeout: Duration::from_secs(30),
         episode_cpu_time: Duration::from_secs(1),
+        network: NetworkPolicy::default(),
     })
     .context("could not start the wasm runtime")?;
     let loaded = runtime.load(file).await;

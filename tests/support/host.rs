@@ -47,6 +47,8 @@ pub struct HostBuilder {
     connection_string: bool,
     /// A store URL in place of the suite's (a proxy to it, say).
     store: Option<String>,
+    /// 0: a free port the host picks.
+    port: u16,
 }
 
 pub struct Host {
@@ -68,7 +70,14 @@ impl HostBuilder {
             hub: None,
             connection_string: false,
             store: None,
+            port: 0,
         }
+    }
+
+    /// Listens on `port` instead of a free one the host picks.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
     }
 
     /// Uses the store at `url` (the directory's hub on it).
@@ -152,7 +161,7 @@ impl HostBuilder {
                 (None, false) => store_args(&self.dir, self.hub.as_deref()),
             })
             .arg("--port")
-            .arg("0")
+            .arg(self.port.to_string())
             .arg("--cache-dir")
             .arg(&self.cache_dir)
             .args(&self.args)

@@ -288,7 +288,9 @@ impl AgentRunner {
                 timeout: settings.timeout,
                 send_by: sending.check.as_deref(),
             };
-            let response = self.ask(&session, &sending, &request, live).await?;
+            let response = self
+                .ask(&agent.spec.name, &session, &sending, &request, live)
+                .await?;
             usage += response.usage;
             let mut answer = response.message;
             answer.role = Role::Assistant;
@@ -382,6 +384,7 @@ impl AgentRunner {
     /// waits for the lease ([`StoreError::LeaseLapsed`]).
     async fn ask(
         &self,
+        agent: &str,
         session: &SessionKey,
         sending: &SendCheck,
         request: &ChatRequest<'_>,
@@ -389,7 +392,17 @@ impl AgentRunner {
     ) -> Result<ChatResponse, AgentError> {
         let mut late_tries = 0;
         loop {
-            match self.model.complete(request, deltas).await {
+            let started = std::time::Instant::now();
+            let answer = self.model.complete(request, deltas).await;
+            if let Ok(response) = &answer {
+                crate::metrics::model_call(
+                    agent,
+                    started.elapsed(),
+                    response.usage.prompt_tokens,
+                    response.usage.completion_tokens,
+                );
+            }
+            match answer {
                 Err(ModelError::NotSent) => {
                     let failed = sending
                         .failed
@@ -458,7 +471,9 @@ impl AgentRunner {
             timeout: settings.timeout,
             send_by: sending.check.as_deref(),
         };
-        let response = self.ask(session, &sending, &request, &|_| {}).await?;
+        let response = self
+            .ask(&agent.spec.name, session, &sending, &request, &|_| {})
+            .await?;
         *usage += response.usage;
         let mut repaired = response.message;
         repaired.role = Role::Assistant;

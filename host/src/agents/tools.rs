@@ -114,11 +114,13 @@ impl AgentRunner {
         } else {
             &call.function.arguments
         };
-        match self
+        let started = std::time::Instant::now();
+        let called = self
             .runtime
             .invoke_activity(&agent.component, name, arguments)
-            .await?
-        {
+            .await;
+        crate::metrics::tool_call(name, started.elapsed(), matches!(called, Ok(Ok(_))));
+        match called? {
             Ok(result) => Ok(result),
             Err(failure) => Ok(tool_error(&failure.to_string())),
         }

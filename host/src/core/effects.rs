@@ -61,6 +61,14 @@ pub enum Effect {
 
 impl Effect {
     /// The reason, when `effects` fail their instance (its output).
+    /// The terminal status the effects give the instance, if any.
+    pub fn final_status(effects: &[Effect]) -> Option<RuntimeStatus> {
+        effects.iter().find_map(|e| match e {
+            Effect::SetStatus { status, .. } if status.is_finished() => Some(*status),
+            _ => None,
+        })
+    }
+
     pub fn failure(effects: &[Effect]) -> Option<&str> {
         effects.iter().find_map(|e| match e {
             Effect::SetStatus {

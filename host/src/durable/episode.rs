@@ -191,10 +191,20 @@ async fn run_once(
     if let Some(reason) = Effect::failure(&effects) {
         tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }
+    let ended = Effect::final_status(&effects);
+    let name = name.clone();
     let next = hot.after(&effects);
     Ok(
         match store.commit_episode(target, replayed, effects).await? {
             Some(applied) => {
+                crate::metrics::episode(&name);
+                match ended {
+                    Some(RuntimeStatus::Completed) => {
+                        crate::metrics::orchestration(&name, "completed")
+                    }
+                    Some(RuntimeStatus::Failed) => crate::metrics::orchestration(&name, "failed"),
+                    _ => {}
+                }
                 if let Some(next) = next {
                     claim.put(next, &read);
                 }

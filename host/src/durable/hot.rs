@@ -103,6 +103,7 @@ impl Inner {
                 None => break,
             }
         }
+        crate::metrics::hot_instances(self.entries.len());
     }
 }
 
@@ -132,6 +133,7 @@ impl HotInstances {
         let image = inner.entries.pop(id);
         if let Some(image) = &image {
             inner.bytes = inner.bytes.saturating_sub(image.size());
+            crate::metrics::hot_instances(inner.entries.len());
         }
         inner.claimed.insert(id.to_string(), Vec::new());
         Claim {
@@ -165,6 +167,7 @@ impl HotInstances {
         let mut inner = self.inner();
         if let Some(image) = inner.entries.pop(id) {
             inner.bytes = inner.bytes.saturating_sub(image.size());
+            crate::metrics::hot_instances(inner.entries.len());
         }
         inner.claimed.remove(id);
     }
@@ -175,6 +178,7 @@ impl HotInstances {
         inner.entries.clear();
         inner.bytes = 0;
         inner.claimed.clear();
+        crate::metrics::hot_instances(0);
     }
 
     /// (instances, bytes) held now.

@@ -330,6 +330,7 @@ impl Orchestrator {
             .await?
             .ok_or_else(|| DurableError::AlreadyExists(id.clone()))?;
         tracing::info!(instance_id = %id, orchestration = %name, "instance started");
+        crate::metrics::orchestration(name, "started");
         self.dispatch(applied);
         Ok(id)
     }

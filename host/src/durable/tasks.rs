@@ -60,17 +60,17 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
         Err(e) => return Outcome::Done(Err(e.to_string())),
     };
     tracing::debug!(instance_id = %row.instance_id, activity = name, "running activity");
-    Outcome::Done(
-        match orchestrator
-            .runtime
-            .invoke_activity(&component, name, input)
-            .await
-        {
-            Ok(Ok(output)) => Ok(output),
-            Ok(Err(failure)) => Err(format!("activity '{name}' failed: {failure}")),
-            Err(guest) => Err(guest.to_string()),
-        },
-    )
+    let started = std::time::Instant::now();
+    let ran = orchestrator
+        .runtime
+        .invoke_activity(&component, name, input)
+        .await;
+    crate::metrics::activity(name, started.elapsed(), matches!(ran, Ok(Ok(_))));
+    Outcome::Done(match ran {
+        Ok(Ok(output)) => Ok(output),
+        Ok(Err(failure)) => Err(format!("activity '{name}' failed: {failure}")),
+        Err(guest) => Err(guest.to_string()),
+    })
 }
 
 /// Agent calls are runs like any other: stored before they execute, resumed

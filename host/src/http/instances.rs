@@ -161,6 +161,7 @@ fn filter_of(query: &ListQuery) -> Result<InstanceFilter, ApiError> {
         created_from: time("createdTimeFrom", &query.created_time_from)?,
         created_to: time("createdTimeTo", &query.created_time_to)?,
         id_prefix: query.instance_id_prefix.clone(),
+        ..InstanceFilter::default()
     })
 }
 

@@ -10,6 +10,7 @@ mod health;
 mod instance_body;
 mod instances;
 mod keys;
+mod metrics;
 mod orchestrators;
 mod rejections;
 mod run_body;
@@ -77,6 +78,7 @@ pub fn router(state: AppState) -> Router {
         // Where callers of Agent Framework hosting read a conversation.
         .route("/api/agents/{name}/{session_id}", get(sessions::get))
         .route("/api/components", get(components::list))
+        .route("/metrics", get(metrics::get))
         .route("/api/orchestrators/{name}", post(orchestrators::start))
         .route(
             "/api/orchestrators/{name}/{instance_id}",
@@ -124,6 +126,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             keys::authorize,
         ))
+        .route_layer(axum::middleware::from_fn(metrics::tag_route))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::method_not_allowed)
         // Handlers read bodies with `body::read_limited` (413 in JSON); this
@@ -131,5 +134,6 @@ pub fn router(state: AppState) -> Router {
         // to buffer more than the limit.
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(axum::middleware::map_response(rejections::as_json))
+        .layer(axum::middleware::from_fn(metrics::record))
         .with_state(state)
 }

@@ -118,6 +118,7 @@ impl Registry {
                         retry.push(path.clone());
                     }
                     tracing::error!(file = %path.display(), %error, "component failed to load; the previous version, if any, keeps serving");
+                    crate::metrics::component_loaded(std::time::Duration::ZERO, false);
                     report.failed.push(path.display().to_string());
                     self.with_entries(|entries| {
                         entries.failures.insert(
@@ -162,6 +163,7 @@ impl Registry {
                 orchestrations = ?component.manifest.orchestrations.iter().map(|o| &o.name).collect::<Vec<_>>(),
                 "component loaded"
             );
+            crate::metrics::component_loaded(component.load_time, true);
             report.loaded.push(component.name.clone());
         }
         for path in &removed {

@@ -505,6 +505,9 @@ impl Runs {
                 None
             }
             (Ok(changed), result) => {
+                if changed {
+                    crate::metrics::run_ended(&run.agent, result.is_ok());
+                }
                 if !changed {
                     tracing::info!(
                         "the run had already ended elsewhere; its outcome here is dropped"

@@ -32,6 +32,7 @@ impl Runs {
         mut read: bool,
     ) -> Result<Option<RunRecord>, StoreError> {
         let deadline = tokio::time::Instant::now() + budget;
+        let _counted = crate::metrics::waiting_caller();
         // Alone on its store, this process hears every end. On a shared hub
         // another host's notification can be lost: the backstop reads every
         // waited run once a pass, in one query for all of them.

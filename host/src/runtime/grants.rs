@@ -7,8 +7,11 @@
 //! Every grant is checked when the component loads; a bad one fails the load
 //! with an error naming the component and the grant.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
+use super::destinations::NetworkPolicy;
 use super::{Limits, LoadError};
 
 /// Host settings that are credentials or control the host itself. They are
@@ -25,7 +28,8 @@ const HOST_SECRETS: &[&str] = &[
 #[serde(deny_unknown_fields)]
 struct GrantsFile {
     /// Hosts the component's activities may call over `wasi:http`:
-    /// `api.example.com`, `api.example.com:8443`, or `*.example.com`.
+    /// `api.example.com`, `api.example.com:8443`, or `*.example.com`. A
+    /// grant without a port allows 80 and 443 only.
     #[serde(default)]
     allowed_hosts: Vec<String>,
     /// Names of host environment variables passed to the guest.
@@ -51,6 +55,17 @@ pub struct Grants {
     pub memory_mb: u64,
     pub cpu_time_ms: u64,
     pub max_instances: Option<u32>,
+    /// The host's outbound rules, which every request is also checked against.
+    #[serde(skip)]
+    pub network: Arc<NetworkPolicy>,
+}
+
+/// A grant that allows an outgoing request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowed {
+    /// The grant names this very address (an IP literal) or `localhost`:
+    /// the destination may be inside the host's own network.
+    pub names_inside: bool,
 }
 
 /// Values of granted variables are the deployer's business, not the API's.
@@ -59,10 +74,11 @@ fn names_only<S: serde::Serializer>(env: &[(String, String)], s: S) -> Result<S:
 }
 
 /// The host's own limits, which grants may only lower.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Ceilings {
     pub limits: Limits,
     pub max_instances: u32,
+    pub network: Arc<NetworkPolicy>,
 }
 
 impl Grants {
@@ -165,24 +181,39 @@ impl Grants {
             memory_mb,
             cpu_time_ms: u64::try_from(cpu_time.as_millis()).unwrap_or(u64::MAX),
             max_instances: file.max_instances,
+            network: ceilings.network.clone(),
         })
     }
 
-    /// Whether an outgoing request to `host` (and `port`) is granted.
-    pub fn allows_host(&self, host: &str, port: Option<u16>) -> bool {
+    /// The grant that allows an outgoing request to `host` on `port`, if
+    /// any. A grant without a port allows the web's ports (80, 443) only: a
+    /// name granted for its API must not open the database or SSH port of
+    /// the machine it names.
+    pub fn allows(&self, host: &str, port: u16) -> Option<Allowed> {
         let host = host.to_ascii_lowercase();
-        self.allowed_hosts.iter().any(|pattern| {
+        self.allowed_hosts.iter().find_map(|pattern| {
             let pattern = pattern.to_ascii_lowercase();
             let (pattern_host, pattern_port) = split_port(&pattern);
-            if pattern_port.is_some() && pattern_port != port {
-                return false;
-            }
-            match pattern_host.strip_prefix("*.") {
+            let port_ok = match pattern_port {
+                Some(granted) => granted == port,
+                None => port == 80 || port == 443,
+            };
+            let host_ok = match pattern_host.strip_prefix("*.") {
                 Some(domain) => host.ends_with(&format!(".{domain}")),
                 None => host == pattern_host,
-            }
+            };
+            (port_ok && host_ok).then(|| Allowed {
+                names_inside: names_an_address(pattern_host),
+            })
         })
     }
+}
+
+/// A grant naming an IP address (`127.0.0.1`, `[::1]`) or `localhost` means
+/// that address, inside the host's network or not.
+fn names_an_address(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost" || bare.parse::<std::net::IpAddr>().is_ok()
 }
 
 /// `host` or `host:port` with no scheme, path or credentials.
@@ -223,6 +254,7 @@ impl Default for Ceilings {
         Self {
             limits: Limits::default(),
             max_instances: 256,
+            network: Arc::default(),
         }
     }
 }
@@ -250,7 +282,7 @@ mod tests {
         let grants = parse("")?;
         assert!(grants.allowed_hosts.is_empty() && grants.env.is_empty());
         assert_eq!(grants.memory_mb, 128);
-        assert!(!grants.allows_host("example.com", Some(443)));
+        assert!(grants.allows("example.com", 443).is_none());
         Ok(())
     }
 
@@ -266,12 +298,38 @@ mod tests {
         assert_eq!(grants.env, vec![("UNITS".into(), "metric".into())]);
         assert_eq!(grants.limits.memory_bytes, 32 << 20);
         assert_eq!(grants.limits.cpu_time, Duration::from_millis(500));
-        assert!(grants.allows_host("API.example.com", Some(443)));
-        assert!(grants.allows_host("127.0.0.1", Some(8080)));
-        assert!(!grants.allows_host("127.0.0.1", Some(8081)));
-        assert!(grants.allows_host("a.svc.local", None));
-        assert!(!grants.allows_host("svc.local.evil.com", None));
-        assert!(!grants.allows_host("example.com", None));
+        let outside = Some(Allowed {
+            names_inside: false,
+        });
+        assert_eq!(grants.allows("API.example.com", 443), outside);
+        assert_eq!(
+            grants.allows("127.0.0.1", 8080),
+            Some(Allowed { names_inside: true })
+        );
+        assert!(grants.allows("127.0.0.1", 8081).is_none());
+        assert_eq!(grants.allows("a.svc.local", 80), outside);
+        assert!(grants.allows("svc.local.evil.com", 443).is_none());
+        assert!(grants.allows("example.com", 443).is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn a_grant_without_a_port_opens_the_web_ports_only() -> Result<(), LoadError> {
+        let grants = parse(r#"allowed_hosts = ["api.example.com", "localhost", "[::1]:9000"]"#)?;
+        assert!(grants.allows("api.example.com", 80).is_some());
+        assert!(grants.allows("api.example.com", 443).is_some());
+        for port in [22, 5432, 6379, 7071] {
+            assert!(grants.allows("api.example.com", port).is_none(), "{port}");
+            assert!(grants.allows("localhost", port).is_none(), "{port}");
+        }
+        assert_eq!(
+            grants.allows("localhost", 80),
+            Some(Allowed { names_inside: true })
+        );
+        assert_eq!(
+            grants.allows("[::1]", 9000),
+            Some(Allowed { names_inside: true })
+        );
         Ok(())
     }
 

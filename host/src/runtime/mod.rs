@@ -8,6 +8,8 @@
 
 mod bindings;
 mod cache;
+mod connect;
+mod destinations;
 mod durable_imports;
 mod engine;
 mod error;
@@ -18,6 +20,7 @@ mod settings_bindings;
 mod state;
 
 pub use cache::ArtifactCache;
+pub use destinations::{NetworkPolicy, ResolveSettingError};
 pub use error::{GuestError, LoadError};
 pub use grants::{Ceilings, Grants};
 pub use manifest::{
@@ -73,6 +76,8 @@ pub struct RuntimeConfig {
     /// component's own CPU limit): an episode only replays and decides, so
     /// code that spins is stopped long before it holds a slot for seconds.
     pub episode_cpu_time: Duration,
+    /// Guests' outbound rules ([`destinations`]).
+    pub network: NetworkPolicy,
 }
 
 /// Why an activity call produced no result, as the guest reported it.
@@ -169,6 +174,7 @@ impl Runtime {
             ceilings: Ceilings {
                 limits: config.limits,
                 max_instances: config.max_instances.max(1),
+                network: Arc::new(config.network),
             },
             describe_timeout: config.describe_timeout,
             episode_cpu_time: config.episode_cpu_time,

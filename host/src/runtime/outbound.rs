@@ -1,6 +1,8 @@
 //! Outbound HTTP (`wasi:http/outgoing-handler`) as grants allow it: a request
 //! to a host the component was not granted fails in the guest with
-//! `HTTP-request-denied` and never leaves the machine.
+//! `HTTP-request-denied` and never leaves the machine; one to a granted name
+//! that resolves inside the host's network fails with
+//! `destination-IP-prohibited` ([`super::destinations`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,6 +10,8 @@ use std::time::Duration;
 
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
+use super::connect::{self, Timeouts};
+use super::destinations::Refusal;
 use super::grants::Grants;
 
 /// The `wasi:http` hooks of one guest instance.
@@ -56,22 +60,17 @@ impl OutboundHttp {
             grants: None,
         }
     }
+}
 
-    fn allows(&self, request: &http::Request<WasiBody>) -> bool {
-        let Some(grants) = &self.grants else {
-            return false;
-        };
-        let uri = request.uri();
-        let Some(host) = uri.host() else {
-            return false;
-        };
-        let port = uri.port_u16().or(match uri.scheme_str() {
-            Some("http") => Some(80),
-            Some("https") => Some(443),
-            _ => None,
-        });
-        grants.allows_host(host, port)
-    }
+/// The request's host and port (the scheme's when it names none).
+fn destination(request: &http::Request<WasiBody>) -> Option<(String, u16)> {
+    let uri = request.uri();
+    let port = uri.port_u16().or(match uri.scheme_str() {
+        Some("http") => Some(80),
+        Some("https") => Some(443),
+        _ => None,
+    })?;
+    Some((uri.host()?.to_string(), port))
 }
 
 impl WasiHttpHooks for OutboundHttp {
@@ -79,17 +78,40 @@ impl WasiHttpHooks for OutboundHttp {
         &mut self,
         request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
-        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+        _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn Future<Output = SendResult> + Send> {
-        if !self.allows(&request) {
-            tracing::warn!(
-                component = %self.component,
-                uri = %request.uri(),
-                "outbound HTTP refused: host not granted"
-            );
+        let component = self.component.clone();
+        let granted = self.grants.as_ref().and_then(|grants| {
+            let (host, port) = destination(&request)?;
+            let allowed = grants.allows(&host, port)?;
+            Some((grants.network.clone(), host, port, allowed))
+        });
+        let Some((network, host, port, allowed)) = granted else {
+            tracing::warn!(%component, uri = %request.uri(), "outbound HTTP refused: host not granted");
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
-        }
-        tracing::debug!(component = %self.component, uri = %request.uri(), "outbound HTTP");
-        wasmtime_wasi_http::default_hooks().send_request(request, Some(capped(options)), fut)
+        };
+        let options = capped(options);
+        let timeouts = Timeouts {
+            connect: options.connect_timeout.unwrap_or(MAX_CONNECT),
+            first_byte: options.first_byte_timeout.unwrap_or(MAX_WAIT),
+            between_bytes: options.between_bytes_timeout.unwrap_or(MAX_WAIT),
+        };
+        Box::new(async move {
+            let addresses = network
+                .addresses(&host, port, allowed.names_inside, timeouts.connect)
+                .await
+                .map_err(|refusal| {
+                    tracing::warn!(%component, uri = %request.uri(), %refusal, "outbound HTTP refused");
+                    match refusal {
+                        Refusal::Dns { reason, .. } => HttpError::DnsError {
+                            rcode: Some(reason),
+                            info_code: None,
+                        },
+                        Refusal::Internal { .. } => HttpError::DestinationIpProhibited,
+                    }
+                })?;
+            tracing::debug!(%component, uri = %request.uri(), ?addresses, "outbound HTTP");
+            connect::send(request, &addresses, &host, timeouts).await
+        })
     }
 }

@@ -111,6 +111,16 @@ impl Store {
             .collect()
     }
 
+    /// How many calls wait for a decision, all runs together (for
+    /// `/metrics`: read when scraped, so it holds across restarts and hosts).
+    pub async fn count_pending_approvals(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM approvals WHERE decision IS NULL")
+                .fetch_one(self.pool())
+                .await?,
+        )
+    }
+
     /// A run's calls still waiting for a decision.
     pub async fn pending_approvals(
         &self,

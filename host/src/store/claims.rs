@@ -190,6 +190,7 @@ fn took_over<'r>(rows: &'r [AnyRow], what: &str) -> Result<&'r [AnyRow], StoreEr
         from.sort();
         from.dedup();
         tracing::info!(what, count = rows.len(), hosts = ?from, "took over work of hosts whose lease expired; resuming it");
+        crate::metrics::taken_over(rows.len() as u64);
     }
     Ok(rows)
 }

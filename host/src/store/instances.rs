@@ -38,6 +38,8 @@ pub struct InstanceFilter {
     pub created_from: Option<i64>,
     pub created_to: Option<i64>,
     pub id_prefix: Option<String>,
+    /// Last changed at or before (ms): what retention purges.
+    pub updated_to: Option<i64>,
 }
 
 fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord, StoreError> {
@@ -326,6 +328,9 @@ fn filter_clause(filter: &InstanceFilter) -> (String, Vec<Bind>) {
     }
     if let Some(to) = filter.created_to {
         clauses.push(format!("created_at <= {}", mark(&mut binds, Bind::Int(to))));
+    }
+    if let Some(to) = filter.updated_to {
+        clauses.push(format!("updated_at <= {}", mark(&mut binds, Bind::Int(to))));
     }
     if let Some(prefix) = &filter.id_prefix {
         let length = mark(

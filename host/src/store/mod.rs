@@ -19,6 +19,7 @@ mod postgres_commit;
 mod postgres_run_tx;
 mod postgres_tx;
 mod records;
+mod retention;
 mod run_tx;
 mod run_writes;
 mod sessions;

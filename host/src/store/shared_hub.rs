@@ -425,6 +425,7 @@ async fn heartbeat(
             tracing::info!(host = %host, "lease renewed again; taking work");
         }
         if renewed.is_ok() {
+            crate::metrics::lease_renewed();
             // A renewal begun after the last one's lease could have run
             // out: another host may have taken this one's sessions since,
             // and fences read before it must be read again.

@@ -49,7 +49,9 @@ fn write_loop(
         if !taken.writes.is_empty() {
             shared.health.batch_started();
             let (writes, replies): (Vec<_>, Vec<_>) = taken.writes.into_iter().unzip();
+            let (batch, started) = (writes.len(), std::time::Instant::now());
             let results = write_batch(&mut connection, writes);
+            crate::metrics::commit(batch, started.elapsed());
             shared.answer(replies, results);
         }
         for (read, reply) in taken.reads {

@@ -288,7 +288,10 @@ impl ResponseStreams {
         self.followers
             .clone()
             .try_acquire_owned()
-            .map(|place| Follower { _place: place })
+            .map(|place| Follower {
+                _place: place,
+                _counted: crate::metrics::stream_follower(),
+            })
             .map_err(|_| StreamError::TooManyFollowers(self.max_followers))
     }
 
@@ -371,6 +374,7 @@ impl ResponseStreams {
 /// given back when its follow ends.
 pub struct Follower {
     _place: tokio::sync::OwnedSemaphorePermit,
+    _counted: crate::metrics::Gauged,
 }
 
 /// Hands one run's entries to the stream writer; never waits.

@@ -1,0 +1,289 @@
+//! What an operator sees and keeps: `/metrics` moves by exactly what a known
+//! workload did, and finished work is deleted once past `--retain`.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::durable::{self, instance_url};
+use crate::support::host::Host;
+use crate::support::{client, FakeModel, HostBuilder, Reply};
+
+type Exposition = openmetrics_parser::MetricsExposition<
+    openmetrics_parser::PrometheusType,
+    openmetrics_parser::PrometheusValue,
+>;
+
+/// The scraped metrics, parsed by a Prometheus text-format parser.
+async fn scrape(host: &Host) -> Exposition {
+    let response = client().get(host.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    let text = response.text().await.unwrap();
+    openmetrics_parser::prometheus::parse_prometheus(&text)
+        .unwrap_or_else(|e| panic!("/metrics does not parse: {e:?}\n{text}"))
+}
+
+/// The value of a counter or gauge, or the count of a histogram, summed over
+/// the samples whose labels include `labels`; 0 when absent.
+fn value(scrape: &Exposition, name: &str, labels: &[(&str, &str)]) -> f64 {
+    use openmetrics_parser::PrometheusValue;
+    let Some(family) = scrape.families.get(name) else {
+        return 0.0;
+    };
+    family
+        .iter_samples()
+        .filter(|s| {
+            let set = s.get_labelset().unwrap();
+            labels
+                .iter()
+                .all(|(k, v)| set.get_label_value(k) == Some(*v))
+        })
+        .map(|s| match &s.value {
+            PrometheusValue::Counter(c) => c.value.as_f64(),
+            PrometheusValue::Gauge(n) | PrometheusValue::Unknown(n) => n.as_f64(),
+            PrometheusValue::Histogram(h) => h.count.unwrap_or(0) as f64,
+            PrometheusValue::Summary(_) => 0.0,
+        })
+        .sum()
+}
+
+/// Every label value of every sample.
+fn label_values(scrape: &Exposition) -> Vec<String> {
+    scrape
+        .families
+        .values()
+        .flat_map(|f| f.iter_samples())
+        .flat_map(|s| {
+            s.get_labelset()
+                .unwrap()
+                .iter_values()
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+async fn run(host: &Host, agent: &str, message: &str) {
+    let response = client()
+        .post(host.url(&format!("/api/agents/{agent}/run")))
+        .body(message.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_move_by_what_a_known_workload_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["writer", "weather", "orchestration-tests"])
+        .openai(&model, "sk-test")
+        .start();
+    let before = scrape(&host).await;
+    assert!(
+        value(
+            &before,
+            "agenthost_component_loads_total",
+            &[("outcome", "loaded")]
+        ) >= 3.0
+    );
+
+    // N = 3 runs of the writer, one model request each.
+    for i in 0..3 {
+        model.push(Reply::Text(format!("answer {i}")));
+        run(&host, "writer", &format!("question {i}")).await;
+    }
+    // K = 2 tool calls: two weather runs, each one tool round (two requests).
+    for city in ["Paris", "Oslo"] {
+        model.push(Reply::ToolCall(
+            "get_weather".into(),
+            json!({ "city": city }),
+        ));
+        model.push(Reply::Text(format!("Weather in {city}.")));
+        run(&host, "weather", city).await;
+    }
+    // M = 2 orchestrations of three activities each, and one that fails.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(durable::start(&host, "sequence", &json!({"n": 3})).await);
+    }
+    let failing = durable::start(&host, "failing", &json!(null)).await;
+    for id in &ids {
+        durable::wait_for(&host, id, &["Completed"]).await;
+    }
+    durable::wait_for(&host, &failing, &["Failed"]).await;
+
+    let after = scrape(&host).await;
+    let moved = |name: &str, labels: &[(&str, &str)]| {
+        value(&after, name, labels) - value(&before, name, labels)
+    };
+    let runs = "agenthost_runs_total";
+    assert_eq!(
+        moved(runs, &[("agent", "writer"), ("outcome", "completed")]),
+        3.0
+    );
+    assert_eq!(
+        moved(runs, &[("agent", "weather"), ("outcome", "completed")]),
+        2.0
+    );
+    assert_eq!(moved(runs, &[("outcome", "failed")]), 0.0);
+    let tokens = "agenthost_model_tokens_total";
+    assert_eq!(
+        moved(tokens, &[("agent", "writer"), ("kind", "prompt")]),
+        30.0
+    );
+    assert_eq!(
+        moved(tokens, &[("agent", "weather"), ("kind", "completion")]),
+        20.0
+    );
+    assert_eq!(
+        moved("agenthost_model_call_seconds", &[("agent", "weather")]),
+        4.0
+    );
+    assert_eq!(
+        moved(
+            "agenthost_tool_call_seconds",
+            &[("tool", "get_weather"), ("outcome", "ok")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        moved(
+            "agenthost_activity_seconds",
+            &[("activity", "instant"), ("outcome", "ok")]
+        ),
+        6.0
+    );
+    let orchestrations = "agenthost_orchestrations_total";
+    assert_eq!(
+        moved(
+            orchestrations,
+            &[("orchestration", "sequence"), ("event", "started")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        moved(
+            orchestrations,
+            &[("orchestration", "sequence"), ("event", "completed")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        moved(
+            orchestrations,
+            &[("orchestration", "failing"), ("event", "failed")]
+        ),
+        1.0
+    );
+    assert!(moved("agenthost_episodes_total", &[("orchestration", "sequence")]) >= 2.0);
+    assert!(moved("agenthost_journal_commit_batch_size", &[]) >= 1.0);
+    let requests = "agenthost_http_requests_total";
+    assert_eq!(
+        moved(
+            requests,
+            &[
+                ("route", "/api/agents/{name}/run"),
+                ("method", "POST"),
+                ("status", "200")
+            ]
+        ),
+        5.0
+    );
+    assert_eq!(
+        moved(
+            requests,
+            &[("route", "/api/orchestrators/{name}"), ("status", "202")]
+        ),
+        3.0
+    );
+    assert_eq!(value(&after, "agenthost_approvals_pending", &[]), 0.0);
+
+    // Ids never become labels: paths of unknown routes count as one.
+    for i in 0..5 {
+        client()
+            .get(host.url(&format!("/no/such/{i}")))
+            .send()
+            .await
+            .unwrap();
+    }
+    let last = scrape(&host).await;
+    let labelled_by_path = label_values(&last)
+        .iter()
+        .any(|v| v.starts_with("/no/") || ids.iter().any(|id| v.contains(id.as_str())));
+    assert!(!labelled_by_path, "a label holds a path or an id");
+    assert_eq!(
+        value(
+            &last,
+            requests,
+            &[("route", "unmatched"), ("status", "404")]
+        ),
+        5.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn finished_work_is_deleted_past_its_retention_and_unfinished_work_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    model.push(Reply::Text("kept for two seconds".into()));
+    let host = HostBuilder::new(dir.path())
+        .components(&["writer", "orchestration-tests"])
+        .openai(&model, "sk-test")
+        .arg("--retain")
+        .arg("2s")
+        .start();
+    let response = client()
+        .post(host.url("/api/agents/writer/run"))
+        .json(&json!({"message": "hello", "waitForResponse": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let accepted: Value = response.json().await.unwrap();
+    let run_url = host.url(&format!(
+        "/api/agents/writer/runs/{}",
+        accepted["correlation_id"].as_str().unwrap()
+    ));
+    let done = durable::start(&host, "sequence", &json!({"n": 1})).await;
+    durable::wait_for(&host, &done, &["Completed"]).await;
+    // Waits for an event that never comes: older than the retention, kept.
+    let waiting = durable::start(&host, "wait_event", &json!(null)).await;
+    durable::wait_for(&host, &waiting, &["Running"]).await;
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let instance = client()
+            .get(instance_url(&host, &done))
+            .send()
+            .await
+            .unwrap();
+        let run = client().get(&run_url).send().await.unwrap();
+        if instance.status() == 404 && run.status() == 404 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still there after 20 s: instance {}, run {}\n{}",
+            instance.status(),
+            run.status(),
+            host.output()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (_, body) = durable::status(&host, &waiting).await;
+    assert_eq!(body["runtimeStatus"], "Running", "{body}");
+    assert!(host
+        .output()
+        .contains("deleted finished work past its retention"));
+}
