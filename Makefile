@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test chaos components test-components release bench bench-peer toolchain lint
+.PHONY: run test chaos components test-components release bench bench-peer toolchain lint api-fuzz-venv
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -18,7 +18,7 @@ run: components release
 ## The whole suite: formatting, lints (host and guests) and every test, then
 ## the integration suite again on PostgreSQL (PostgreSQL and Redis are
 ## started, installed if need be, when they are not up).
-test: components test-components lint
+test: components test-components lint api-fuzz-venv
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
 	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --test integration
 
@@ -72,6 +72,12 @@ PEER_VENV := target/bench-venv
 bench-peer:
 	@test -x $(PEER_VENV)/bin/python || python3 -m venv $(PEER_VENV)
 	@$(PEER_VENV)/bin/python -c "import dbos" 2>/dev/null || $(PEER_VENV)/bin/pip install --quiet dbos==3.4.0
+
+# schemathesis (PyPI), which tests/api_fuzz.rs runs against /api/openapi.json.
+FUZZ_VENV := target/schemathesis-venv
+api-fuzz-venv:
+	@test -x $(FUZZ_VENV)/bin/python || python3 -m venv $(FUZZ_VENV)
+	@$(FUZZ_VENV)/bin/st --version 2>/dev/null | grep -q 4.32.5 || $(FUZZ_VENV)/bin/pip install --quiet schemathesis==4.32.5
 
 lint: toolchain
 	$(CARGO) fmt --all --check

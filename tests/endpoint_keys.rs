@@ -21,6 +21,7 @@ fn routes(run: &str) -> Vec<(Method, String, Option<&'static str>)> {
         (Method::GET, "/api/health".into(), None),
         (Method::GET, "/api/health/live".into(), None),
         (Method::GET, "/api/health/ready".into(), None),
+        (Method::GET, "/api/openapi.json".into(), None),
         (
             Method::POST,
             "/api/agents/writer/run".into(),
@@ -156,7 +157,37 @@ async fn with_keys_every_route_wants_a_key_of_its_scope_and_health_stays_open() 
     assert_eq!(status, 202, "{accepted}");
     let run = accepted["correlationId"].as_str().unwrap().to_string();
 
-    for (method, path, scope) in routes(&run) {
+    // The table above is every operation of the OpenAPI document, with the
+    // scope the document declares for it, and nothing else.
+    let document: Value = client()
+        .get(host.url("/api/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let table = routes(&run);
+    let mut documented = 0;
+    for (template, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            documented += 1;
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let matching: Vec<_> = table
+                .iter()
+                .filter(|(m, path, _)| *m == method && matches_template(template, path))
+                .collect();
+            assert_eq!(matching.len(), 1, "{method} {template} is tested once");
+            let declared = operation["description"]
+                .as_str()
+                .and_then(|d| d.split("Scope: `").nth(1))
+                .and_then(|rest| rest.split('`').next());
+            assert_eq!(declared, matching[0].2, "{method} {template}: {operation}");
+        }
+    }
+    assert_eq!(documented, table.len(), "every tested route is documented");
+
+    for (method, path, scope) in table {
         let what = format!("{method} {path}");
         let Some(scope) = scope else {
             let (status, body) = call(&host.base, &method, &path, None).await;
@@ -318,4 +349,18 @@ async fn the_client_takes_a_key_and_a_host_that_requires_keys_will_not_start_wit
         stderr.contains("at least 16") && !stderr.contains("short"),
         "{stderr}"
     );
+}
+
+/// Whether `path` is an instance of the OpenAPI `template` (`{x}` is one
+/// segment; the catch-all `/api/{path}` any rest).
+fn matches_template(template: &str, path: &str) -> bool {
+    if template == "/api/{path}" {
+        return path.starts_with("/api/declared/");
+    }
+    let t: Vec<&str> = template.split('/').collect();
+    let p: Vec<&str> = path.split('/').collect();
+    t.len() == p.len()
+        && t.iter()
+            .zip(&p)
+            .all(|(t, p)| (t.starts_with('{') && t.ends_with('}')) || t == p)
 }

@@ -3,6 +3,7 @@
 //! one file per scenario.
 
 mod agent_runs;
+mod api_fuzz;
 mod approvals;
 mod async_runs;
 mod bounded_work;

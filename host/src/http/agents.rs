@@ -33,6 +33,28 @@ struct RunRequest {
     response_format: Option<Value>,
 }
 
+/// Runs an agent on a message: the answer (200), or 202 when it is not ready
+/// within the wait budget, when `waitForResponse` is false, or when a tool
+/// call waits for a human's decision.
+#[utoipa::path(
+    post,
+    path = "/api/agents/{name}/run",
+    tag = "agents",
+    params(("name" = String, Path, description = "The agent"), Names),
+    request_body(content(
+        (String = "text/plain"),
+        (JsonBody = "application/json"),
+    ), description = "The message, as text or as JSON"),
+    responses(
+        (status = 200, description = "The answer: text, or JSON when the caller accepts JSON",
+            headers(("x-ms-session-id" = String, description = "The session (also `x-ms-thread-id`)")),
+            content((String = "text/plain"), (RunCompleted = "application/json"))),
+        (status = 202, description = "Accepted: follow it at `streamUrl`, or decide its pending tool calls",
+            body = super::openapi::RunLater),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn run(
     State(state): State<AppState>,
     Path(name): Path<String>,

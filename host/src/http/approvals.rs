@@ -17,6 +17,7 @@ use crate::store::{Decided, Decision};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 struct DecisionBody {
     #[serde(alias = "callId")]
     call_id: String,
@@ -24,7 +25,7 @@ struct DecisionBody {
     reason: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Accepted {
     status: &'static str,
@@ -35,6 +36,19 @@ struct Accepted {
     stream_url: String,
 }
 
+/// Approves or denies one pending tool call of a run.
+#[utoipa::path(
+    post,
+    path = "/api/agents/{name}/runs/{correlation_id}/approvals",
+    tag = "agents",
+    params(("name" = String, Path), ("correlation_id" = String, Path)),
+    request_body = DecisionBody,
+    responses(
+        (status = 202, description = "Decided; the run goes on", body = Accepted),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn decide(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,

@@ -8,6 +8,16 @@ use super::AppState;
 
 /// A component whose newer file failed to load still serves its previous
 /// version; its entry carries the error so operators see both facts at once.
+#[utoipa::path(
+    get,
+    path = "/api/components",
+    tag = "operations",
+    responses(
+        (status = 200, description = "`{components: [...], failures: [...]}`", body = Object),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn list(State(state): State<AppState>) -> Json<Value> {
     let failures = state.registry.failures();
     let components: Vec<Value> = state

@@ -14,6 +14,17 @@ use super::run_body::{AgentHealth, Health};
 use super::AppState;
 use crate::store::WriterCheck;
 
+/// The host's health and the agents it serves (open: no key needed).
+#[utoipa::path(
+    get,
+    path = "/api/health",
+    tag = "health",
+    security(()),
+    responses(
+        (status = 200, description = "Healthy", body = Health),
+        (status = 503, description = "Unhealthy, with the reason", body = Health),
+    )
+)]
 pub async fn get(State(state): State<AppState>) -> Response {
     let agents = state
         .registry
@@ -44,6 +55,17 @@ pub async fn get(State(state): State<AppState>) -> Response {
 
 /// Alive unless the writer is dead or stuck past its deadline: a restart is
 /// the remedy for those, not for a database that refuses writes.
+/// Whether a supervisor should restart this process.
+#[utoipa::path(
+    get,
+    path = "/api/health/live",
+    tag = "health",
+    security(()),
+    responses(
+        (status = 200, description = "Alive", body = Object),
+        (status = 503, description = "Dead or stuck: restart it", body = Object),
+    )
+)]
 pub async fn live(State(state): State<AppState>) -> Response {
     match state.store.writer_check(state.config.writer_deadline) {
         WriterCheck::Dead(reason) | WriterCheck::Stalled(reason) => answer(false, "dead", reason),
@@ -53,6 +75,17 @@ pub async fn live(State(state): State<AppState>) -> Response {
 
 /// Ready when the store takes writes and, on a shared hub, this host holds
 /// its lease.
+/// Whether a load balancer should send this host work.
+#[utoipa::path(
+    get,
+    path = "/api/health/ready",
+    tag = "health",
+    security(()),
+    responses(
+        (status = 200, description = "Ready", body = Object),
+        (status = 503, description = "Not ready, with the reason", body = Object),
+    )
+)]
 pub async fn ready(State(state): State<AppState>) -> Response {
     match not_ready(&state) {
         Some(reason) => answer(false, "not_ready", reason),

@@ -5,6 +5,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::core::journal::{Call, Entry, Event};
 use crate::store::InstanceRecord;
@@ -14,6 +15,18 @@ pub(super) const PREFIX: &str = "/runtime/webhooks/durabletask/instances";
 /// Milliseconds since the epoch, written as `2026-01-01T00:00:00.000Z`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Timestamp(pub i64);
+
+impl utoipa::PartialSchema for Timestamp {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .into()
+    }
+}
+
+impl ToSchema for Timestamp {}
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -25,7 +38,7 @@ impl Serialize for Timestamp {
 }
 
 /// An event accepted for an instance through a declared route.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct EventAccepted<'a> {
     pub id: &'a str,
     pub event: &'a str,
@@ -33,7 +46,7 @@ pub(super) struct EventAccepted<'a> {
 }
 
 /// The management URLs of one instance (the answer to a start).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct InstanceUrls {
     pub id: String,
@@ -73,7 +86,7 @@ fn urlencode(s: &str) -> String {
 }
 
 /// An instance's status.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct InstanceStatus {
     pub name: String,
@@ -95,15 +108,17 @@ pub(super) struct InstanceStatus {
 }
 
 /// An agent call of an instance, and where to follow its answer.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct AgentRunRef {
     pub agent: String,
     pub correlation_id: String,
+    #[schema(value_type = super::openapi::RunStatusSchema)]
     pub status: crate::store::RunStatus,
     pub stream_url: String,
     /// Tool calls the run waits for a human to decide on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<super::openapi::PendingCallSchema>)]
     pub pending_approvals: Vec<crate::store::PendingCall>,
 }
 
@@ -148,9 +163,11 @@ impl InstanceStatus {
 
 /// A journal entry as history: the call's or event's own fields (tagged
 /// `call` or `event`) and when it was recorded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(super) struct HistoryEvent {
+    /// The call's or event's own fields, tagged `call` or `event`.
     #[serde(flatten)]
+    #[schema(value_type = Object)]
     pub entry: HistoryEntry,
     pub timestamp: Timestamp,
 }
@@ -176,7 +193,7 @@ impl HistoryEvent {
 }
 
 /// The answer to a purge.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Purged {
     pub instances_deleted: u64,

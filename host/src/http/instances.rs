@@ -63,13 +63,27 @@ fn not_found(id: &str) -> ApiError {
     )
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 pub struct StatusQuery {
     show_history: Option<bool>,
     show_input: Option<bool>,
 }
 
+/// An instance's status (202 while it runs), with its history on request.
+#[utoipa::path(
+    get,
+    path = "/runtime/webhooks/durabletask/instances/{id}",
+    tag = "management",
+    params(("id" = String, Path), StatusQuery),
+    responses(
+        (status = 200, description = "Finished", body = InstanceStatus),
+        (status = 202, description = "Not finished yet", body = InstanceStatus),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -112,8 +126,9 @@ pub async fn get(
     Ok((status, Json(body)).into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     runtime_status: Option<String>,
     created_time_from: Option<String>,
@@ -165,6 +180,18 @@ fn filter_of(query: &ListQuery) -> Result<InstanceFilter, ApiError> {
     })
 }
 
+/// Instances, oldest first, a page at a time (`x-ms-continuation-token`).
+#[utoipa::path(
+    get,
+    path = "/runtime/webhooks/durabletask/instances",
+    tag = "management",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of instances", body = Vec<InstanceStatus>),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(query): Query<ListQuery>,
@@ -209,6 +236,19 @@ pub async fn list(
     Ok(response)
 }
 
+/// Raises an event for an instance.
+#[utoipa::path(
+    post,
+    path = "/runtime/webhooks/durabletask/instances/{id}/raiseEvent/{event}",
+    tag = "management",
+    params(("id" = String, Path), ("event" = String, Path)),
+    request_body(content = Object, description = "The payload (any JSON)", content_type = "application/json"),
+    responses(
+        (status = 202, description = "Accepted"),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn raise_event(
     State(state): State<AppState>,
     Path((id, event)): Path<(String, String)>,
@@ -223,11 +263,24 @@ pub async fn raise_event(
     change_response(change, &id, || StatusCode::ACCEPTED.into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ReasonQuery {
     reason: Option<String>,
 }
 
+/// Terminates an instance.
+#[utoipa::path(
+    post,
+    path = "/runtime/webhooks/durabletask/instances/{id}/terminate",
+    tag = "management",
+    params(("id" = String, Path), ReasonQuery),
+    responses(
+        (status = 202, description = "Accepted"),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn terminate(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -241,6 +294,18 @@ pub async fn terminate(
     change_response(change, &id, || StatusCode::ACCEPTED.into_response())
 }
 
+/// Suspends an instance.
+#[utoipa::path(
+    post,
+    path = "/runtime/webhooks/durabletask/instances/{id}/suspend",
+    tag = "management",
+    params(("id" = String, Path), ReasonQuery),
+    responses(
+        (status = 202, description = "Accepted"),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn suspend(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -249,6 +314,18 @@ pub async fn suspend(
     change_response(change, &id, || StatusCode::ACCEPTED.into_response())
 }
 
+/// Resumes a suspended instance.
+#[utoipa::path(
+    post,
+    path = "/runtime/webhooks/durabletask/instances/{id}/resume",
+    tag = "management",
+    params(("id" = String, Path), ReasonQuery),
+    responses(
+        (status = 202, description = "Accepted"),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -257,6 +334,18 @@ pub async fn resume(
     change_response(change, &id, || StatusCode::ACCEPTED.into_response())
 }
 
+/// Deletes a finished instance and its history.
+#[utoipa::path(
+    delete,
+    path = "/runtime/webhooks/durabletask/instances/{id}",
+    tag = "management",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "Deleted", body = Purged),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn purge(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -276,6 +365,18 @@ pub async fn purge(
     }
 }
 
+/// Deletes the finished instances that match the filter.
+#[utoipa::path(
+    delete,
+    path = "/runtime/webhooks/durabletask/instances",
+    tag = "management",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "Deleted", body = Purged),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn purge_matching(
     State(state): State<AppState>,
     Query(query): Query<ListQuery>,

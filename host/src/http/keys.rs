@@ -197,7 +197,7 @@ pub fn required_scope(method: &Method, route: &str) -> Option<Scope> {
         method.as_str()
     };
     match (method, route) {
-        (_, "/api/health" | "/api/health/live" | "/api/health/ready") => None,
+        (_, "/api/health" | "/api/health/live" | "/api/health/ready" | "/api/openapi.json") => None,
         ("POST", "/api/agents/{name}/run")
         | ("GET", "/api/agents/{name}/runs/{correlation_id}")
         | ("GET", "/api/agents/{name}/runs/{correlation_id}/stream")

@@ -11,6 +11,17 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::AppState;
 
+/// The host's metrics in the Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn get(State(state): State<AppState>) -> Response {
     match state.store.count_pending_approvals().await {
         Ok(count) => crate::metrics::approvals_pending(count),

@@ -11,6 +11,7 @@ mod instance_body;
 mod instances;
 mod keys;
 mod metrics;
+mod openapi;
 mod orchestrators;
 mod rejections;
 mod run_body;
@@ -76,9 +77,13 @@ pub fn router(state: AppState) -> Router {
             get(sessions::get).delete(sessions::delete),
         )
         // Where callers of Agent Framework hosting read a conversation.
-        .route("/api/agents/{name}/{session_id}", get(sessions::get))
+        .route(
+            "/api/agents/{name}/{session_id}",
+            get(sessions::get_by_hosting_route),
+        )
         .route("/api/components", get(components::list))
         .route("/metrics", get(metrics::get))
+        .route("/api/openapi.json", get(openapi::get))
         .route("/api/orchestrators/{name}", post(orchestrators::start))
         .route(
             "/api/orchestrators/{name}/{instance_id}",

@@ -15,6 +15,20 @@ use super::instances::{base_url, change_response};
 use super::{ApiError, AppState};
 use crate::registry::RouteTarget;
 
+/// Starts an instance of an orchestration; the body is its JSON input.
+#[utoipa::path(
+    post,
+    path = "/api/orchestrators/{name}",
+    tag = "orchestrations",
+    params(("name" = String, Path, description = "The orchestration")),
+    request_body(content = Object, description = "The input (any JSON)", content_type = "application/json"),
+    responses(
+        (status = 202, description = "Started", body = InstanceUrls,
+            headers(("location" = String, description = "The instance's status URL"))),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn start(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -24,6 +38,19 @@ pub async fn start(
     start_instance(&state, &name, None, &headers, body).await
 }
 
+/// Starts an instance with a chosen id (a finished id starts anew).
+#[utoipa::path(
+    post,
+    path = "/api/orchestrators/{name}/{instance_id}",
+    tag = "orchestrations",
+    params(("name" = String, Path), ("instance_id" = String, Path)),
+    request_body(content = Object, description = "The input (any JSON)", content_type = "application/json"),
+    responses(
+        (status = 202, description = "Started", body = InstanceUrls),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn start_with_id(
     State(state): State<AppState>,
     Path((name, instance_id)): Path<(String, String)>,
@@ -33,7 +60,20 @@ pub async fn start_with_id(
     start_instance(&state, &name, Some(instance_id), &headers, body).await
 }
 
-/// `POST /api/{*path}`: a route declared by a component, or 404.
+/// `POST /api/{*path}`: a route declared by a component (it starts an
+/// orchestration or raises an event), or 404.
+#[utoipa::path(
+    post,
+    path = "/api/{path}",
+    tag = "orchestrations",
+    params(("path" = String, Path, description = "A route a component declares, e.g. `approve/{instanceId}`")),
+    request_body(content = Object, description = "The input or the event's payload (any JSON)", content_type = "application/json"),
+    responses(
+        (status = 202, description = "Started, or the event accepted", body = super::openapi::RouteAccepted),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn declared_route(
     State(state): State<AppState>,
     Path(path): Path<String>,

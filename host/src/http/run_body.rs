@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::instance_body::Timestamp;
 use crate::core::chat::Usage;
@@ -10,7 +11,7 @@ use crate::store::{PendingCall, RunRecord, RunStatus};
 
 /// A finished run, answered to a caller that asked for JSON: camelCase
 /// fields, with the snake_case twins older callers read.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct RunCompleted<'a> {
     response: Value,
@@ -19,6 +20,7 @@ pub(super) struct RunCompleted<'a> {
     correlation_id: &'a str,
     message_count: u64,
     status: &'static str,
+    #[schema(value_type = super::openapi::UsageSchema)]
     usage: Usage,
     #[serde(rename = "thread_id")]
     thread_id_legacy: &'a str,
@@ -47,7 +49,7 @@ impl<'a> RunCompleted<'a> {
 }
 
 /// A run accepted to finish later (`202`), with the snake_case twins.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct RunAccepted<'a> {
     status: &'static str,
@@ -93,12 +95,13 @@ impl<'a> RunAccepted<'a> {
 }
 
 /// A run that waits for a human's decision on tool calls (`202`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct RunAwaiting<'a> {
     status: &'static str,
     session_id: &'a str,
     correlation_id: &'a str,
+    #[schema(value_type = Vec<super::openapi::PendingCallSchema>)]
     pending_approvals: Vec<PendingCall>,
     /// Where to post a decision: `{call_id, approved, reason?}`.
     approvals_url: String,
@@ -126,21 +129,24 @@ impl<'a> RunAwaiting<'a> {
 }
 
 /// A run as `GET /api/agents/{name}/runs/{id}` shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RunView<'a> {
     correlation_id: &'a str,
     agent: &'a str,
     thread_id: &'a str,
+    #[schema(value_type = super::openapi::RunStatusSchema)]
     status: RunStatus,
     message: &'a str,
     response: Option<Value>,
     error: Option<&'a str>,
     code: Option<&'a str>,
+    #[schema(value_type = Option<super::openapi::UsageSchema>)]
     usage: Option<Usage>,
     created_at: Timestamp,
     updated_at: Timestamp,
     /// Tool calls the run waits for a human to decide on.
     #[serde(rename = "pendingApprovals", skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<super::openapi::PendingCallSchema>)]
     pending_approvals: Vec<PendingCall>,
 }
 
@@ -186,8 +192,9 @@ fn response_value(run: &RunRecord) -> Value {
 }
 
 /// `GET /api/health`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct Health {
+    #[schema(example = "healthy")]
     pub status: &'static str,
     /// Why the host cannot do its work now (absent when healthy).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -195,7 +202,7 @@ pub(super) struct Health {
     pub agents: Vec<AgentHealth>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct AgentHealth {
     pub name: String,
     pub status: &'static str,

@@ -14,7 +14,8 @@ use serde_json::Value;
 use super::ApiError;
 
 /// One source of names: the query string or the JSON body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Names {
     #[serde(rename = "sessionId")]
     session_id_camel: Option<String>,
@@ -30,7 +31,7 @@ pub struct Names {
 }
 
 /// A flag as JSON sends it (`false`) or as a query string does (`"false"`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Flag {
     Bool(bool),
@@ -165,10 +166,13 @@ pub fn resolve(
 }
 
 /// The JSON body of a run request.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct JsonBody {
+    /// What the user says.
     pub message: Option<String>,
+    /// A JSON Schema the answer must match (structured output).
     #[serde(alias = "responseFormat")]
+    #[schema(value_type = Option<Object>)]
     pub response_format: Option<Value>,
     #[serde(flatten)]
     pub names: Names,

@@ -8,6 +8,18 @@ use axum::Json;
 use super::run_body::RunView;
 use super::{ApiError, AppState};
 
+/// A run: its status, its answer or error, its pending tool calls.
+#[utoipa::path(
+    get,
+    path = "/api/agents/{name}/runs/{correlation_id}",
+    tag = "agents",
+    params(("name" = String, Path), ("correlation_id" = String, Path)),
+    responses(
+        (status = 200, description = "The run", body = super::run_body::RunView),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,

@@ -16,33 +16,37 @@ use crate::store::{Deletion, SessionKey};
 const DEFAULT_PAGE: usize = 1_000;
 const MAX_PAGE: usize = 10_000;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PageQuery {
     after: Option<i64>,
     limit: Option<usize>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Conversation {
     agent: String,
     session_id: String,
     messages: Vec<Message>,
     /// Tokens the session's runs used, summed over all of them.
+    #[schema(value_type = super::openapi::UsageSchema)]
     usage: Usage,
     /// The `after` of the next page; absent on the last one.
     #[serde(skip_serializing_if = "Option::is_none")]
     next: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Message {
     seq: i64,
+    #[schema(value_type = super::openapi::RoleSchema)]
     role: Role,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
     tool_calls: Vec<ToolCall>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<String>,
@@ -57,7 +61,47 @@ fn not_found(name: &str, id: &str) -> ApiError {
     )
 }
 
+/// A session's conversation, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/api/agents/{name}/sessions/{session_id}",
+    tag = "sessions",
+    params(("name" = String, Path), ("session_id" = String, Path), PageQuery),
+    responses(
+        (status = 200, description = "The conversation", body = Conversation),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn get(
+    state: State<AppState>,
+    path: Path<(String, String)>,
+    page: Query<PageQuery>,
+) -> Result<Response, ApiError> {
+    conversation(state, path, page).await
+}
+
+/// A session's conversation where callers of Agent Framework hosting read it.
+#[utoipa::path(
+    get,
+    path = "/api/agents/{name}/{session_id}",
+    tag = "sessions",
+    params(("name" = String, Path), ("session_id" = String, Path), PageQuery),
+    responses(
+        (status = 200, description = "The conversation", body = Conversation),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
+pub async fn get_by_hosting_route(
+    state: State<AppState>,
+    path: Path<(String, String)>,
+    page: Query<PageQuery>,
+) -> Result<Response, ApiError> {
+    conversation(state, path, page).await
+}
+
+async fn conversation(
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
     Query(page): Query<PageQuery>,
@@ -103,6 +147,18 @@ pub async fn get(
     .into_response())
 }
 
+/// Forgets a session and its conversation.
+#[utoipa::path(
+    delete,
+    path = "/api/agents/{name}/sessions/{session_id}",
+    tag = "sessions",
+    params(("name" = String, Path), ("session_id" = String, Path)),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn delete(
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,

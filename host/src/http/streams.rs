@@ -30,9 +30,14 @@ use crate::streams::{Entry, EntryId, Follower, Stored, StreamError};
 /// (a run queued behind a long one, a model that stalls).
 const IDLE_LIMIT: Duration = Duration::from_secs(30 * 60);
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StreamQuery {
+    /// Resume after this entry (as `Last-Event-ID` does).
     cursor: Option<String>,
+    /// The stream token of a 202's `streamUrl` (opens this stream alone).
+    #[allow(dead_code)]
+    token: Option<String>,
 }
 
 impl From<StreamError> for ApiError {
@@ -53,6 +58,20 @@ impl From<StreamError> for ApiError {
     }
 }
 
+/// Follows a run's answer as it is written: server-sent events, or the whole
+/// text once it ends (`Accept: text/plain`).
+#[utoipa::path(
+    get,
+    path = "/api/agents/{name}/runs/{correlation_id}/stream",
+    tag = "agents",
+    params(("name" = String, Path), ("correlation_id" = String, Path), StreamQuery),
+    responses(
+        (status = 200, description = "The answer", content(
+            (super::openapi::StreamEvent = "text/event-stream"), (String = "text/plain"))),
+        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
+        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,
