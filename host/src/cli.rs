@@ -17,6 +17,17 @@ use crate::taskhub::ConnectionString;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+
+    /// How log lines are written on stderr: `text`, or `json` (one object a
+    /// line, for log shippers). Which lines: AGENTHOST_LOG, a filter such
+    /// as `info,agenthost::store=debug,sqlx=warn`.
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTHOST_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: crate::telemetry::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]

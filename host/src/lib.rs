@@ -20,4 +20,5 @@ pub mod server;
 pub(crate) mod store;
 pub(crate) mod streams;
 pub mod taskhub;
+pub mod telemetry;
 pub(crate) mod workers;

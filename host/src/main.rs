@@ -1,8 +1,6 @@
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 use agenthost::cli::{Cli, Command};
 
@@ -34,14 +32,9 @@ fn quiet_error_backtraces() {
 }
 
 async fn run() -> ExitCode {
-    let filter = EnvFilter::try_from_env("AGENTHOST_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,wasmtime=warn,cranelift_codegen=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
     let cli = Cli::parse();
+    // Kept to the end: dropping it sends the spans still queued.
+    let _telemetry = agenthost::telemetry::init(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => agenthost::server::serve(*args).await,
         Command::Worker(args) => agenthost::server::work(*args).await,

@@ -211,7 +211,10 @@ impl HostBuilder {
                         let _ = tx.send(Started::Url(url.to_string()));
                     } else if line.starts_with("agenthost worker serving") {
                         let _ = tx.send(Started::Worker);
-                    } else if line.contains("agenthost::server: listening") {
+                    } else if line.contains("agenthost::server: listening")
+                        || (line.contains("\"target\":\"agenthost::server\"")
+                            && line.contains("\"message\":\"listening"))
+                    {
                         // Logged after every component load: the logs before it are all in.
                         let _ = tx.send(Started::LogsIn);
                     }

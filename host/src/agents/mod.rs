@@ -16,6 +16,7 @@ pub use settings::{parse_ttl, AgentsSettings};
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use serde_json::Value;
 
@@ -393,7 +394,11 @@ impl AgentRunner {
         let mut late_tries = 0;
         loop {
             let started = std::time::Instant::now();
-            let answer = self.model.complete(request, deltas).await;
+            let answer = self
+                .model
+                .complete(request, deltas)
+                .instrument(tracing::info_span!("model.call", agent))
+                .await;
             if let Ok(response) = &answer {
                 crate::metrics::model_call(
                     agent,

@@ -9,6 +9,7 @@
 //! tools of a round re-runs only those without a stored result.
 
 use std::collections::HashMap;
+use tracing::Instrument;
 
 use super::{AgentError, AgentRunner, Turn};
 use crate::core::chat::{ChatMessage, Role, ToolCall};
@@ -118,6 +119,7 @@ impl AgentRunner {
         let called = self
             .runtime
             .invoke_activity(&agent.component, name, arguments)
+            .instrument(tracing::info_span!("tool.call", tool = %name))
             .await;
         crate::metrics::tool_call(name, started.elapsed(), matches!(called, Ok(Ok(_))));
         match called? {

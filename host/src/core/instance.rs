@@ -101,4 +101,6 @@ pub struct NewInstance {
     /// The component version it runs on.
     pub digest: String,
     pub parent: Option<ParentRef>,
+    /// The trace its episodes continue (W3C `traceparent`), if any.
+    pub traceparent: Option<String>,
 }

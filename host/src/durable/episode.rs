@@ -3,6 +3,8 @@
 
 use std::collections::HashSet;
 
+use tracing::Instrument;
+
 use super::hot::HotInstance;
 use super::Orchestrator;
 use crate::core::effects::Effect;
@@ -141,8 +143,13 @@ async fn run_once(
         }
         Err(e) => (Ending::Broken(e.to_string()), None, None),
         Ok(component) => {
-            let (ending, replay) =
-                run_code(orchestrator, &component, name, input, id, replay).await;
+            // The code's run, in the trace of the request that started the
+            // instance.
+            let span = tracing::info_span!("episode", instance_id = %id, orchestration = %name);
+            crate::telemetry::continue_trace(&span, hot.loaded.traceparent.as_deref());
+            let (ending, replay) = run_code(orchestrator, &component, name, input, id, replay)
+                .instrument(span)
+                .await;
             (ending, replay, Some(component))
         }
     };

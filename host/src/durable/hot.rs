@@ -260,6 +260,7 @@ mod tests {
                 input: String::new(),
                 created_at: 0,
                 owner: None,
+                traceparent: None,
             },
             journal: Vec::new(),
             inbox: Vec::new(),

@@ -323,6 +323,7 @@ impl Orchestrator {
             input,
             digest: served.component.digest.clone(),
             parent: None,
+            traceparent: crate::telemetry::current_traceparent(),
         };
         let applied = self
             .store

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use super::Orchestrator;
 use crate::agents::normalize_response_format;
 use crate::core::ids;
@@ -19,6 +21,28 @@ pub enum Outcome {
 }
 
 pub async fn run(orchestrator: &Orchestrator, row: &TaskRow) -> Outcome {
+    // In the trace of the request that started the instance (read only
+    // when traces are exported: one more read per task otherwise wasted).
+    let span = tracing::info_span!(
+        "task",
+        instance_id = %row.instance_id,
+        task = row.task,
+        call = %row.call.describe()
+    );
+    if crate::telemetry::exporting() {
+        match orchestrator
+            .store
+            .instance_traceparent(&row.instance_id)
+            .await
+        {
+            Ok(traceparent) => crate::telemetry::continue_trace(&span, traceparent.as_deref()),
+            Err(e) => tracing::debug!(error = %e, "the instance's trace could not be read"),
+        }
+    }
+    run_task(orchestrator, row).instrument(span).await
+}
+
+async fn run_task(orchestrator: &Orchestrator, row: &TaskRow) -> Outcome {
     match &row.call {
         Call::CallActivity { name, input, .. } => activity(orchestrator, row, name, input).await,
         Call::CallAgent {
@@ -64,6 +88,7 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
     let ran = orchestrator
         .runtime
         .invoke_activity(&component, name, input)
+        .instrument(tracing::info_span!("activity", activity = name))
         .await;
     crate::metrics::activity(name, started.elapsed(), matches!(ran, Ok(Ok(_))));
     Outcome::Done(match ran {
@@ -108,6 +133,7 @@ async fn agent_call(
                 },
                 message: message.to_string(),
                 response_format,
+                traceparent: crate::telemetry::current_traceparent(),
             };
             if let Err(e) = orchestrator.runs.submit(run).await {
                 return store_unavailable(row, &e);

@@ -100,6 +100,7 @@ pub async fn run(
         },
         message: request.message,
         response_format: request.response_format,
+        traceparent: crate::telemetry::current_traceparent(),
     };
     let answer = if streams::wants_events(&headers) || !wait {
         // A follower's place first: refused, the run is not started.

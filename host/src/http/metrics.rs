@@ -48,7 +48,13 @@ pub async fn get(State(state): State<AppState>) -> Response {
 /// The route template a request matched, carried on its response to
 /// [`record`] (which runs outside the router, where no route is matched yet).
 #[derive(Clone)]
-struct Route(MatchedPath);
+pub struct Route(MatchedPath);
+
+impl Route {
+    pub fn template(&self) -> &str {
+        self.0.as_str()
+    }
+}
 
 /// On matched routes: remembers the template on the response.
 pub async fn tag_route(request: Request, next: Next) -> Response {

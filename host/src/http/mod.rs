@@ -18,6 +18,7 @@ mod run_body;
 mod run_request;
 mod runs;
 mod sessions;
+mod spans;
 mod streams;
 
 pub use error::ApiError;
@@ -140,5 +141,6 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(axum::middleware::map_response(rejections::as_json))
         .layer(axum::middleware::from_fn(metrics::record))
+        .layer(axum::middleware::from_fn(spans::trace))
         .with_state(state)
 }

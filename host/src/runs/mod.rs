@@ -420,6 +420,9 @@ impl Runs {
         known: Option<SessionFence>,
     ) -> (bool, Option<SessionFence>) {
         let span = tracing::info_span!("run", agent = %run.agent, session = %run.thread_id, correlation_id = %run.correlation_id);
+        // The trace of the request that started the run, wherever and
+        // whenever it executes.
+        crate::telemetry::continue_trace(&span, run.traceparent.as_deref());
         self.execute_in_span(run, known).instrument(span).await
     }
 

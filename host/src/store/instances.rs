@@ -154,6 +154,17 @@ impl Store {
         row.map(|r| instance_from_row(&r)).transpose()
     }
 
+    /// The trace an instance's work continues, if it has one.
+    pub async fn instance_traceparent(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT traceparent FROM instances WHERE id = $1")
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?
+                .flatten(),
+        )
+    }
+
     /// Instances matching `filter`, oldest first, after the continuation
     /// token (`created_at:id` of the last one returned before).
     pub async fn list_instances(
@@ -280,6 +291,8 @@ pub struct Loaded {
     /// The host that runs its episodes, on a hub shared by several hosts
     /// (always `None` on SQLite, where one process serves the hub).
     pub owner: Option<String>,
+    /// The trace its episodes continue.
+    pub traceparent: Option<String>,
 }
 
 fn unexpected(written: Written) -> StoreError {

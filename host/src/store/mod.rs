@@ -115,6 +115,7 @@ pub(crate) mod test_fixtures {
             input: "null".into(),
             digest: "d".into(),
             parent: None,
+            traceparent: None,
         }
     }
 }

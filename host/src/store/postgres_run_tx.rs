@@ -96,14 +96,15 @@ impl RunTx for PgTx<'_> {
 
     async fn insert_run(&mut self, run: &RunRow<'_>, now: i64) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, status, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6)",
+            "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, status, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7)",
         )
         .bind(run.correlation_id)
         .bind(run.agent)
         .bind(run.session_id)
         .bind(run.message)
         .bind(run.response_format)
+        .bind(run.traceparent)
         .bind(now)
         .execute(&mut *self.0)
         .await?;

@@ -55,6 +55,7 @@ fn loaded(row: &PgRow) -> Result<Loaded, StoreError> {
         input: row.try_get("input")?,
         created_at: row.try_get("created_at")?,
         owner: row.try_get("owner")?,
+        traceparent: row.try_get("traceparent")?,
     })
 }
 
@@ -66,7 +67,7 @@ impl Tx for PgTx<'_> {
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         let row = sqlx::query(
             "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-             history_events, history_bytes, created_at, owner, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
+             history_events, history_bytes, created_at, owner, traceparent, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
              FROM instances WHERE id = $1 FOR UPDATE",
         )
         .bind(id)
@@ -209,7 +210,7 @@ impl Tx for PgTx<'_> {
     ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO instances (id, name, status, input, component_digest, parent_id, parent_execution, \
-             parent_task, execution, created_at, updated_at, owner) VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9, $10)",
+             parent_task, execution, created_at, updated_at, owner, traceparent) VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9, $10, $11)",
         )
         .bind(&new.id)
         .bind(&new.name)
@@ -221,6 +222,7 @@ impl Tx for PgTx<'_> {
         .bind(execution)
         .bind(now)
         .bind(self.1)
+        .bind(new.traceparent.as_deref())
         .execute(&mut *self.0)
         .await?;
         Ok(())

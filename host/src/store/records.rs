@@ -57,6 +57,8 @@ pub struct NewRun {
     pub session: SessionKey,
     pub message: String,
     pub response_format: Option<Value>,
+    /// The trace the run continues ([`crate::telemetry`]).
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -74,6 +76,8 @@ pub struct RunRecord {
     pub usage: Option<Usage>,
     pub created_at: i64,
     pub updated_at: i64,
+    #[serde(skip)]
+    pub traceparent: Option<String>,
 }
 
 impl RunRecord {

@@ -18,6 +18,7 @@ pub(super) struct RunRow<'a> {
     pub session_id: &'a str,
     pub message: &'a str,
     pub response_format: Option<&'a str>,
+    pub traceparent: Option<&'a str>,
 }
 
 /// How a run ended, as it is written.

@@ -97,6 +97,7 @@ pub(super) async fn write_run(
                     session_id: id,
                     message: &run.message,
                     response_format: format.as_deref(),
+                    traceparent: run.traceparent.as_deref(),
                 },
                 now,
             )

@@ -16,7 +16,7 @@ use crate::core::chat::{ChatMessage, Usage};
 use crate::core::fence::{self, SessionFence, SessionHolder};
 
 const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
-                           response, error, error_code, usage, created_at, updated_at";
+                           response, error, error_code, usage, created_at, updated_at, traceparent";
 
 impl Store {
     /// Stores a new run (pending) and touches its session, in one write
@@ -63,6 +63,7 @@ impl Store {
             usage: None,
             created_at: now,
             updated_at: now,
+            traceparent: run.traceparent.clone(),
         };
         // Read in the enqueue's transaction, which began after `now`.
         let fence = epoch.zip(self.owner_id()).map(|(epoch, me)| SessionFence {
@@ -553,6 +554,7 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
             .map_err(|e| corrupt("usage", e))?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        traceparent: row.try_get("traceparent")?,
     })
 }
 
@@ -611,6 +613,7 @@ mod tests {
             },
             message: "hi".into(),
             response_format: None,
+            traceparent: None,
         }
     }
 

@@ -27,7 +27,7 @@ impl Tx for SqliteTx<'_> {
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         let mut statement = self.0.prepare_cached(
             "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-             history_events, history_bytes, created_at, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
+             history_events, history_bytes, created_at, traceparent, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
              FROM instances WHERE id = ?",
         )?;
         let mut rows = statement.query([id])?;
@@ -66,6 +66,7 @@ impl Tx for SqliteTx<'_> {
             input: row.get("input")?,
             created_at: row.get("created_at")?,
             owner: None,
+            traceparent: row.get("traceparent")?,
         }))
     }
 
@@ -212,7 +213,7 @@ impl Tx for SqliteTx<'_> {
         self.0
             .prepare_cached(
                 "INSERT INTO instances (id, name, status, input, component_digest, parent_id, parent_execution, \
-                 parent_task, execution, created_at, updated_at) VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+                 parent_task, execution, created_at, updated_at, traceparent) VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )?
             .execute(params![
                 new.id,
@@ -225,6 +226,7 @@ impl Tx for SqliteTx<'_> {
                 execution,
                 now,
                 now,
+                new.traceparent,
             ])?;
         Ok(())
     }

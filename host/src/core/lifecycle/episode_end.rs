@@ -131,6 +131,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                         execution: state.execution,
                         task,
                     }),
+                    traceparent: None,
                 }));
             }
             Call::StartTimer { fire_at } => effects.push(Effect::ArmTimer {

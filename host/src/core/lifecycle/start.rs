@@ -29,6 +29,7 @@ mod tests {
             input: "1".into(),
             digest: "d".into(),
             parent: None,
+            traceparent: None,
         }
     }
 
