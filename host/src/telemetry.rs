@@ -108,9 +108,7 @@ fn exporter() -> Result<Option<SdkTracerProvider>, String> {
     let protocol = match std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL").ok().as_deref() {
         Some("http/json") => Protocol::HttpJson,
         None | Some("http/protobuf") => Protocol::HttpBinary,
-        Some(other) => return Err(format!(
-            "OTEL_EXPORTER_OTLP_PROTOCOL={other} is not supported: use http/protobuf or http/json"
-        )),
+        Some(other) => return Err(unsupported_protocol(other)),
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
@@ -135,6 +133,12 @@ static EXPORTING: AtomicBool = AtomicBool::new(false);
 
 pub(crate) fn exporting() -> bool {
     EXPORTING.load(Ordering::Relaxed)
+}
+
+fn unsupported_protocol(protocol: &str) -> String {
+    format!(
+        "OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported: use http/protobuf or http/json"
+    )
 }
 
 /// The `traceparent` of the current span, to store with work it starts;
