@@ -55,6 +55,7 @@ fn handle() -> Option<&'static PrometheusHandle> {
             match ::metrics::set_global_recorder(recorder) {
                 Ok(()) => {
                     describe();
+                    keep_up(handle.clone());
                     Some(handle)
                 }
                 Err(_) => {
@@ -64,6 +65,22 @@ fn handle() -> Option<&'static PrometheusHandle> {
             }
         })
         .as_ref()
+}
+
+/// Histogram samples are queued until the recorder's upkeep folds them in:
+/// without it, a host nobody scrapes would hold every sample it ever took.
+/// A thread of its own (a few microseconds every five seconds), so that it
+/// runs whether or not a tokio runtime is there.
+fn keep_up(handle: PrometheusHandle) {
+    let spawned = std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(5));
+            handle.run_upkeep();
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no metrics upkeep thread: histograms grow until scraped");
+    }
 }
 
 const RUNS: &str = "agenthost_runs_total";

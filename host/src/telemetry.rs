@@ -141,6 +141,16 @@ fn unsupported_protocol(protocol: &str) -> String {
     )
 }
 
+/// A span made only when spans are exported: nothing reads it otherwise,
+/// and the hot paths (an episode, a tool call) should not pay for it.
+pub(crate) fn traced(make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if exporting() {
+        make()
+    } else {
+        tracing::Span::none()
+    }
+}
+
 /// The `traceparent` of the current span, to store with work it starts;
 /// `None` when traces are not exported.
 pub(crate) fn current_traceparent() -> Option<String> {

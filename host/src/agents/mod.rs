@@ -397,7 +397,9 @@ impl AgentRunner {
             let answer = self
                 .model
                 .complete(request, deltas)
-                .instrument(tracing::info_span!("model.call", agent))
+                .instrument(crate::telemetry::traced(|| {
+                    tracing::info_span!("model.call", agent)
+                }))
                 .await;
             if let Ok(response) = &answer {
                 crate::metrics::model_call(

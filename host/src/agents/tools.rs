@@ -119,7 +119,9 @@ impl AgentRunner {
         let called = self
             .runtime
             .invoke_activity(&agent.component, name, arguments)
-            .instrument(tracing::info_span!("tool.call", tool = %name))
+            .instrument(crate::telemetry::traced(
+                || tracing::info_span!("tool.call", tool = %name),
+            ))
             .await;
         crate::metrics::tool_call(name, started.elapsed(), matches!(called, Ok(Ok(_))));
         match called? {

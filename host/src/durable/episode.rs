@@ -145,7 +145,9 @@ async fn run_once(
         Ok(component) => {
             // The code's run, in the trace of the request that started the
             // instance.
-            let span = tracing::info_span!("episode", instance_id = %id, orchestration = %name);
+            let span = crate::telemetry::traced(
+                || tracing::info_span!("episode", instance_id = %id, orchestration = %name),
+            );
             crate::telemetry::continue_trace(&span, hot.loaded.traceparent.as_deref());
             let (ending, replay) = run_code(orchestrator, &component, name, input, id, replay)
                 .instrument(span)

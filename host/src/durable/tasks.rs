@@ -23,12 +23,14 @@ pub enum Outcome {
 pub async fn run(orchestrator: &Orchestrator, row: &TaskRow) -> Outcome {
     // In the trace of the request that started the instance (read only
     // when traces are exported: one more read per task otherwise wasted).
-    let span = tracing::info_span!(
-        "task",
-        instance_id = %row.instance_id,
-        task = row.task,
-        call = %row.call.describe()
-    );
+    let span = crate::telemetry::traced(|| {
+        tracing::info_span!(
+            "task",
+            instance_id = %row.instance_id,
+            task = row.task,
+            call = %row.call.describe()
+        )
+    });
     if crate::telemetry::exporting() {
         match orchestrator
             .store
@@ -88,7 +90,9 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
     let ran = orchestrator
         .runtime
         .invoke_activity(&component, name, input)
-        .instrument(tracing::info_span!("activity", activity = name))
+        .instrument(crate::telemetry::traced(|| {
+            tracing::info_span!("activity", activity = name)
+        }))
         .await;
     crate::metrics::activity(name, started.elapsed(), matches!(ran, Ok(Ok(_))));
     Outcome::Done(match ran {

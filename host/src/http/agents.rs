@@ -51,8 +51,7 @@ struct RunRequest {
             content((String = "text/plain"), (RunCompleted = "application/json"))),
         (status = 202, description = "Accepted: follow it at `streamUrl`, or decide its pending tool calls",
             body = super::openapi::RunLater),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn run(

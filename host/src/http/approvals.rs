@@ -45,8 +45,7 @@ struct Accepted {
     request_body = DecisionBody,
     responses(
         (status = 202, description = "Decided; the run goes on", body = Accepted),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn decide(

@@ -14,8 +14,7 @@ use super::AppState;
     tag = "operations",
     responses(
         (status = 200, description = "`{components: [...], failures: [...]}`", body = Object),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn list(State(state): State<AppState>) -> Json<Value> {

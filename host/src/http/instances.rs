@@ -80,8 +80,7 @@ pub struct StatusQuery {
     responses(
         (status = 200, description = "Finished", body = InstanceStatus),
         (status = 202, description = "Not finished yet", body = InstanceStatus),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn get(
@@ -188,8 +187,7 @@ fn filter_of(query: &ListQuery) -> Result<InstanceFilter, ApiError> {
     params(ListQuery),
     responses(
         (status = 200, description = "A page of instances", body = Vec<InstanceStatus>),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn list(
@@ -245,8 +243,7 @@ pub async fn list(
     request_body(content = Object, description = "The payload (any JSON)", content_type = "application/json"),
     responses(
         (status = 202, description = "Accepted"),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn raise_event(
@@ -277,8 +274,7 @@ pub struct ReasonQuery {
     params(("id" = String, Path), ReasonQuery),
     responses(
         (status = 202, description = "Accepted"),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn terminate(
@@ -302,8 +298,7 @@ pub async fn terminate(
     params(("id" = String, Path), ReasonQuery),
     responses(
         (status = 202, description = "Accepted"),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn suspend(
@@ -322,8 +317,7 @@ pub async fn suspend(
     params(("id" = String, Path), ReasonQuery),
     responses(
         (status = 202, description = "Accepted"),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn resume(
@@ -342,8 +336,7 @@ pub async fn resume(
     params(("id" = String, Path)),
     responses(
         (status = 200, description = "Deleted", body = Purged),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn purge(
@@ -373,8 +366,7 @@ pub async fn purge(
     params(ListQuery),
     responses(
         (status = 200, description = "Deleted", body = Purged),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn purge_matching(

@@ -18,8 +18,7 @@ use super::AppState;
     tag = "operations",
     responses(
         (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn get(State(state): State<AppState>) -> Response {

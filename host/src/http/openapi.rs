@@ -25,6 +25,43 @@ pub struct ErrorBody {
     code: String,
 }
 
+/// The error answers any operation may give: 4xx for a request refused,
+/// 5xx for a host or component failure, each with an [`ErrorBody`].
+pub struct Failures;
+
+impl utoipa::IntoResponses for Failures {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        use utoipa::openapi::content::ContentBuilder;
+        use utoipa::openapi::response::ResponseBuilder;
+        use utoipa::openapi::Ref;
+        let answer = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build()
+                .into()
+        };
+        std::collections::BTreeMap::from([
+            (
+                "4XX".to_string(),
+                answer("The request was refused; the body says why"),
+            ),
+            (
+                "5XX".to_string(),
+                answer("The host or a component failed; the body says why"),
+            ),
+        ])
+    }
+}
+
 /// Tokens a run used (from the model's own count).
 #[derive(Serialize, ToSchema)]
 pub struct UsageSchema {
@@ -132,6 +169,7 @@ pub enum RouteAccepted<'a> {
         super::health::ready,
         get,
     ),
+    components(schemas(ErrorBody)),
     modifiers(&Security),
 )]
 struct ApiDoc;

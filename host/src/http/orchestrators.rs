@@ -25,8 +25,7 @@ use crate::registry::RouteTarget;
     responses(
         (status = 202, description = "Started", body = InstanceUrls,
             headers(("location" = String, description = "The instance's status URL"))),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn start(
@@ -47,8 +46,7 @@ pub async fn start(
     request_body(content = Object, description = "The input (any JSON)", content_type = "application/json"),
     responses(
         (status = 202, description = "Started", body = InstanceUrls),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn start_with_id(
@@ -70,8 +68,7 @@ pub async fn start_with_id(
     request_body(content = Object, description = "The input or the event's payload (any JSON)", content_type = "application/json"),
     responses(
         (status = 202, description = "Started, or the event accepted", body = super::openapi::RouteAccepted),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn declared_route(

@@ -16,8 +16,7 @@ use super::{ApiError, AppState};
     params(("name" = String, Path), ("correlation_id" = String, Path)),
     responses(
         (status = 200, description = "The run", body = super::run_body::RunView),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn get(

@@ -69,8 +69,7 @@ fn not_found(name: &str, id: &str) -> ApiError {
     params(("name" = String, Path), ("session_id" = String, Path), PageQuery),
     responses(
         (status = 200, description = "The conversation", body = Conversation),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn get(
@@ -89,8 +88,7 @@ pub async fn get(
     params(("name" = String, Path), ("session_id" = String, Path), PageQuery),
     responses(
         (status = 200, description = "The conversation", body = Conversation),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn get_by_hosting_route(
@@ -155,8 +153,7 @@ async fn conversation(
     params(("name" = String, Path), ("session_id" = String, Path)),
     responses(
         (status = 204, description = "Deleted"),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn delete(

@@ -10,6 +10,11 @@ use tracing::Instrument;
 use super::metrics::Route;
 
 pub async fn trace(request: Request, next: Next) -> Response {
+    // Without an exporter nobody reads the span: not worth its cost on
+    // every request (the run's own span still carries the logs' ids).
+    if !crate::telemetry::exporting() {
+        return next.run(request).await;
+    }
     let span = tracing::info_span!(
         "http.request",
         otel.name = tracing::field::Empty,

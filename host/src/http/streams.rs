@@ -68,8 +68,7 @@ impl From<StreamError> for ApiError {
     responses(
         (status = 200, description = "The answer", content(
             (super::openapi::StreamEvent = "text/event-stream"), (String = "text/plain"))),
-        (status = "4XX", description = "The request was refused; the body says why", body = super::openapi::ErrorBody),
-        (status = "5XX", description = "The host or a component failed; the body says why", body = super::openapi::ErrorBody)
+        super::openapi::Failures
     )
 )]
 pub async fn get(

@@ -118,7 +118,7 @@ impl NetworkPolicy {
 pub(crate) fn is_inside(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_inside_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped().or_else(|| nat64(v6)) {
             Some(v4) => is_inside_v4(v4),
             None => is_inside_v6(v6),
         },
@@ -136,6 +136,16 @@ fn is_inside_v4(ip: Ipv4Addr) -> bool {
         || a == 0
         // 100.64.0.0/10, shared address space (carrier-grade NAT, some VPCs).
         || (a == 100 && (64..128).contains(&b))
+}
+
+/// The IPv4 address inside a NAT64 address (64:ff9b::/96, RFC 6052): on a
+/// network with a NAT64 gateway it reaches that IPv4 address.
+fn nat64(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]).then(|| {
+        let [.., a, b, c, d] = ip.octets();
+        Ipv4Addr::new(a, b, c, d)
+    })
 }
 
 fn is_inside_v6(ip: Ipv6Addr) -> bool {
@@ -180,6 +190,7 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "::127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
         ] {
             assert!(is_inside(ip(inside)), "{inside}");
         }
@@ -189,6 +200,7 @@ mod tests {
             "100.128.0.1",
             "203.0.113.7",
             "2606:4700::1111",
+            "64:ff9b::808:808",
         ] {
             assert!(!is_inside(ip(outside)), "{outside}");
         }
