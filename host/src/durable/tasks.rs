@@ -94,7 +94,12 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
             tracing::info_span!("activity", activity = name)
         }))
         .await;
-    crate::metrics::activity(name, started.elapsed(), matches!(ran, Ok(Ok(_))));
+    // Orchestration code may call any name: only declared ones are labels.
+    let label = match component.manifest.activity(name) {
+        Some(_) => name,
+        None => "unknown",
+    };
+    crate::metrics::activity(label, started.elapsed(), matches!(ran, Ok(Ok(_))));
     Outcome::Done(match ran {
         Ok(Ok(output)) => Ok(output),
         Ok(Err(failure)) => Err(format!("activity '{name}' failed: {failure}")),

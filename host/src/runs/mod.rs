@@ -509,7 +509,13 @@ impl Runs {
             }
             (Ok(changed), result) => {
                 if changed {
-                    crate::metrics::run_ended(&run.agent, result.is_ok());
+                    // An orchestration may name an agent nobody serves: the
+                    // label stays within the served names.
+                    let agent = match self.registry.agent(&run.agent) {
+                        Some(_) => run.agent.as_str(),
+                        None => "unknown",
+                    };
+                    crate::metrics::run_ended(agent, result.is_ok());
                 }
                 if !changed {
                     tracing::info!(
