@@ -230,6 +230,38 @@ async fn metrics_move_by_what_a_known_workload_did() {
         ),
         5.0
     );
+
+    // Orchestration code names agents and activities freely: one nobody
+    // serves or declares is counted under `unknown`, never as a label of its
+    // own.
+    let named = durable::start(
+        &host,
+        "call_named",
+        &json!({"agent": "nobody-123", "activity": "nothing-456"}),
+    )
+    .await;
+    let done = durable::wait_for(&host, &named, &["Completed"]).await;
+    assert_eq!(
+        done["output"],
+        json!({"agent": false, "activity": false}),
+        "{done}"
+    );
+    let named_after = scrape(&host).await;
+    let values = label_values(&named_after);
+    assert!(
+        !values
+            .iter()
+            .any(|v| v.contains("nobody-123") || v.contains("nothing-456")),
+        "{values:?}"
+    );
+    assert_eq!(
+        value(
+            &named_after,
+            "agenthost_activity_seconds",
+            &[("activity", "unknown")]
+        ),
+        1.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

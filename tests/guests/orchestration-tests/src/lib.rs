@@ -228,6 +228,16 @@ struct Refund {
     amount: u32,
 }
 
+/// Calls the agent and the activity its input names, served or not: what
+/// orchestration code can name must not become a metric label.
+fn call_named(ctx: &Context, names: Value) -> Result<Value, String> {
+    let agent = names["agent"].as_str().unwrap_or_default().to_string();
+    let activity = names["activity"].as_str().unwrap_or_default();
+    let asked = ctx.call_agent(&agent, "hello").wait();
+    let ran = ctx.call_activity(activity, &json!({})).wait::<Value>();
+    Ok(json!({"agent": asked.is_ok(), "activity": ran.is_ok()}))
+}
+
 /// Asks the `clerk` agent, whose `refund` tool needs a human's approval.
 fn ask_clerk(ctx: &Context, message: String) -> Result<String, String> {
     Ok(ctx.call_agent("clerk", message).wait()?)
@@ -290,6 +300,7 @@ fn component() -> Component {
         .orchestration(Orchestration::new("big_output", big_output))
         .orchestration(Orchestration::new("ask_writer", ask_writer))
         .orchestration(Orchestration::new("ask_clerk", ask_clerk))
+        .orchestration(Orchestration::new("call_named", call_named))
         .orchestration(Orchestration::new("agent_loop", agent_loop))
         .orchestration(Orchestration::new("sleeper", sleeper))
         .orchestration(Orchestration::new("spinner", spinner))
