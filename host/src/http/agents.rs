@@ -50,8 +50,8 @@ struct RunRequest {
             headers(("x-ms-session-id" = String, description = "The session (also `x-ms-thread-id`)")),
             content((String = "text/plain"), (RunCompleted = "application/json"))),
         (status = 202, description = "Accepted: follow it at `streamUrl`, or decide its pending tool calls",
-            body = super::openapi::RunLater),
-        super::openapi::Failures
+            body = super::run_body::RunLater),
+        super::schemas::Failures
     )
 )]
 pub async fn run(

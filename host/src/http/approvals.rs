@@ -45,7 +45,7 @@ struct Accepted {
     request_body = DecisionBody,
     responses(
         (status = 202, description = "Decided; the run goes on", body = Accepted),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn decide(

@@ -14,7 +14,7 @@ use super::AppState;
     tag = "operations",
     responses(
         (status = 200, description = "`{components: [...], failures: [...]}`", body = Object),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn list(State(state): State<AppState>) -> Json<Value> {

@@ -113,12 +113,12 @@ pub(super) struct InstanceStatus {
 pub(super) struct AgentRunRef {
     pub agent: String,
     pub correlation_id: String,
-    #[schema(value_type = super::openapi::RunStatusSchema)]
+    #[schema(value_type = super::schemas::RunStatusSchema)]
     pub status: crate::store::RunStatus,
     pub stream_url: String,
     /// Tool calls the run waits for a human to decide on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    #[schema(value_type = Vec<super::openapi::PendingCallSchema>)]
+    #[schema(value_type = Vec<super::schemas::PendingCallSchema>)]
     pub pending_approvals: Vec<crate::store::PendingCall>,
 }
 
@@ -209,6 +209,15 @@ fn parse_json(text: Option<&str>) -> Value {
     text.map_or(Value::Null, |t| {
         serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_string()))
     })
+}
+
+/// A declared route's 202: an instance started, or an event accepted.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[serde(untagged)]
+pub enum RouteAccepted<'a> {
+    Started(InstanceUrls),
+    Event(EventAccepted<'a>),
 }
 
 #[cfg(test)]

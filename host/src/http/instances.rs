@@ -80,7 +80,7 @@ pub struct StatusQuery {
     responses(
         (status = 200, description = "Finished", body = InstanceStatus),
         (status = 202, description = "Not finished yet", body = InstanceStatus),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn get(
@@ -187,7 +187,7 @@ fn filter_of(query: &ListQuery) -> Result<InstanceFilter, ApiError> {
     params(ListQuery),
     responses(
         (status = 200, description = "A page of instances", body = Vec<InstanceStatus>),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn list(
@@ -243,7 +243,7 @@ pub async fn list(
     request_body(content = Object, description = "The payload (any JSON)", content_type = "application/json"),
     responses(
         (status = 202, description = "Accepted"),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn raise_event(
@@ -274,7 +274,7 @@ pub struct ReasonQuery {
     params(("id" = String, Path), ReasonQuery),
     responses(
         (status = 202, description = "Accepted"),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn terminate(
@@ -298,7 +298,7 @@ pub async fn terminate(
     params(("id" = String, Path), ReasonQuery),
     responses(
         (status = 202, description = "Accepted"),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn suspend(
@@ -317,7 +317,7 @@ pub async fn suspend(
     params(("id" = String, Path), ReasonQuery),
     responses(
         (status = 202, description = "Accepted"),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn resume(
@@ -336,7 +336,7 @@ pub async fn resume(
     params(("id" = String, Path)),
     responses(
         (status = 200, description = "Deleted", body = Purged),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn purge(
@@ -366,7 +366,7 @@ pub async fn purge(
     params(ListQuery),
     responses(
         (status = 200, description = "Deleted", body = Purged),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn purge_matching(

@@ -18,7 +18,7 @@ use super::AppState;
     tag = "operations",
     responses(
         (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn get(State(state): State<AppState>) -> Response {

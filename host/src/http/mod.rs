@@ -17,6 +17,7 @@ mod rejections;
 mod run_body;
 mod run_request;
 mod runs;
+mod schemas;
 mod sessions;
 mod spans;
 mod streams;

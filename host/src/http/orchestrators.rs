@@ -25,7 +25,7 @@ use crate::registry::RouteTarget;
     responses(
         (status = 202, description = "Started", body = InstanceUrls,
             headers(("location" = String, description = "The instance's status URL"))),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn start(
@@ -46,7 +46,7 @@ pub async fn start(
     request_body(content = Object, description = "The input (any JSON)", content_type = "application/json"),
     responses(
         (status = 202, description = "Started", body = InstanceUrls),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn start_with_id(
@@ -67,8 +67,8 @@ pub async fn start_with_id(
     params(("path" = String, Path, description = "A route a component declares, e.g. `approve/{instanceId}`")),
     request_body(content = Object, description = "The input or the event's payload (any JSON)", content_type = "application/json"),
     responses(
-        (status = 202, description = "Started, or the event accepted", body = super::openapi::RouteAccepted),
-        super::openapi::Failures
+        (status = 202, description = "Started, or the event accepted", body = super::instance_body::RouteAccepted),
+        super::schemas::Failures
     )
 )]
 pub async fn declared_route(

@@ -20,7 +20,7 @@ pub(super) struct RunCompleted<'a> {
     correlation_id: &'a str,
     message_count: u64,
     status: &'static str,
-    #[schema(value_type = super::openapi::UsageSchema)]
+    #[schema(value_type = super::schemas::UsageSchema)]
     usage: Usage,
     #[serde(rename = "thread_id")]
     thread_id_legacy: &'a str,
@@ -101,7 +101,7 @@ pub(super) struct RunAwaiting<'a> {
     status: &'static str,
     session_id: &'a str,
     correlation_id: &'a str,
-    #[schema(value_type = Vec<super::openapi::PendingCallSchema>)]
+    #[schema(value_type = Vec<super::schemas::PendingCallSchema>)]
     pending_approvals: Vec<PendingCall>,
     /// Where to post a decision: `{call_id, approved, reason?}`.
     approvals_url: String,
@@ -134,19 +134,19 @@ pub(super) struct RunView<'a> {
     correlation_id: &'a str,
     agent: &'a str,
     thread_id: &'a str,
-    #[schema(value_type = super::openapi::RunStatusSchema)]
+    #[schema(value_type = super::schemas::RunStatusSchema)]
     status: RunStatus,
     message: &'a str,
     response: Option<Value>,
     error: Option<&'a str>,
     code: Option<&'a str>,
-    #[schema(value_type = Option<super::openapi::UsageSchema>)]
+    #[schema(value_type = Option<super::schemas::UsageSchema>)]
     usage: Option<Usage>,
     created_at: Timestamp,
     updated_at: Timestamp,
     /// Tool calls the run waits for a human to decide on.
     #[serde(rename = "pendingApprovals", skip_serializing_if = "Vec::is_empty")]
-    #[schema(value_type = Vec<super::openapi::PendingCallSchema>)]
+    #[schema(value_type = Vec<super::schemas::PendingCallSchema>)]
     pending_approvals: Vec<PendingCall>,
 }
 
@@ -206,4 +206,13 @@ pub(super) struct Health {
 pub(super) struct AgentHealth {
     pub name: String,
     pub status: &'static str,
+}
+
+/// A run answered 202: accepted to finish later, or waiting for decisions.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[serde(untagged)]
+pub enum RunLater<'a> {
+    Accepted(RunAccepted<'a>),
+    Awaiting(RunAwaiting<'a>),
 }

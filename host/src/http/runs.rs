@@ -16,7 +16,7 @@ use super::{ApiError, AppState};
     params(("name" = String, Path), ("correlation_id" = String, Path)),
     responses(
         (status = 200, description = "The run", body = super::run_body::RunView),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn get(

@@ -30,7 +30,7 @@ struct Conversation {
     session_id: String,
     messages: Vec<Message>,
     /// Tokens the session's runs used, summed over all of them.
-    #[schema(value_type = super::openapi::UsageSchema)]
+    #[schema(value_type = super::schemas::UsageSchema)]
     usage: Usage,
     /// The `after` of the next page; absent on the last one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -41,7 +41,7 @@ struct Conversation {
 #[serde(rename_all = "camelCase")]
 struct Message {
     seq: i64,
-    #[schema(value_type = super::openapi::RoleSchema)]
+    #[schema(value_type = super::schemas::RoleSchema)]
     role: Role,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<String>,
@@ -69,7 +69,7 @@ fn not_found(name: &str, id: &str) -> ApiError {
     params(("name" = String, Path), ("session_id" = String, Path), PageQuery),
     responses(
         (status = 200, description = "The conversation", body = Conversation),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn get(
@@ -88,7 +88,7 @@ pub async fn get(
     params(("name" = String, Path), ("session_id" = String, Path), PageQuery),
     responses(
         (status = 200, description = "The conversation", body = Conversation),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn get_by_hosting_route(
@@ -153,7 +153,7 @@ async fn conversation(
     params(("name" = String, Path), ("session_id" = String, Path)),
     responses(
         (status = 204, description = "Deleted"),
-        super::openapi::Failures
+        super::schemas::Failures
     )
 )]
 pub async fn delete(

@@ -67,8 +67,8 @@ impl From<StreamError> for ApiError {
     params(("name" = String, Path), ("correlation_id" = String, Path), StreamQuery),
     responses(
         (status = 200, description = "The answer", content(
-            (super::openapi::StreamEvent = "text/event-stream"), (String = "text/plain"))),
-        super::openapi::Failures
+            (super::schemas::StreamEvent = "text/event-stream"), (String = "text/plain"))),
+        super::schemas::Failures
     )
 )]
 pub async fn get(

@@ -3,14 +3,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use super::engine_tick::TICK;
 use super::{error, LoadError, RuntimeConfig};
-
-/// One epoch tick; CPU limits are counted in these.
-pub const TICK: Duration = Duration::from_millis(10);
 
 /// Memory a reused pooling slot keeps resident (and zeroes itself) rather
 /// than returning to the kernel.

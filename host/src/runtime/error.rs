@@ -2,9 +2,7 @@
 
 use std::path::PathBuf;
 
-use wasmtime::{Store, Trap};
-
-use super::state::GuestState;
+use wasmtime::Trap;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -69,17 +67,19 @@ pub enum GuestError {
 }
 
 impl GuestError {
+    /// `hit_memory_limit`: the store refused a growth at the instance's
+    /// limit during the call (a trap then is the memory's, not the code's).
     pub(super) fn from_call(
         component: &str,
         error: &wasmtime::Error,
-        store: &Store<GuestState>,
+        hit_memory_limit: bool,
     ) -> Self {
         let component = component.to_string();
         let reason = describe(error);
         if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
             return Self::Deadline { component };
         }
-        if store.data().hit_memory_limit() {
+        if hit_memory_limit {
             return Self::Memory { component, reason };
         }
         Self::Trap { component, reason }

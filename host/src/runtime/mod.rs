@@ -12,9 +12,11 @@ mod connect;
 mod destinations;
 mod durable_imports;
 mod engine;
+mod engine_tick;
 mod error;
 mod grants;
 mod manifest;
+mod orchestration_scope;
 mod outbound;
 mod settings_bindings;
 mod state;
@@ -36,7 +38,7 @@ use wasmtime::component::Linker;
 use wasmtime::{Engine, Store};
 
 use bindings::{AgenthostComponent, AgenthostComponentPre};
-use durable_imports::Stop;
+use orchestration_scope::Stop;
 
 use crate::core::replay::Replay;
 use state::GuestState;
@@ -305,7 +307,9 @@ impl Runtime {
                     component: component.name.clone(),
                     limit,
                 })?;
-        result.map_err(|e| GuestError::from_call(&component.name, &e, &store))
+        result.map_err(|e| {
+            GuestError::from_call(&component.name, &e, store.data().hit_memory_limit())
+        })
     }
 
     /// Runs activity `name` in a fresh instance of the component.
@@ -336,7 +340,9 @@ impl Runtime {
                 component: component.name.clone(),
                 limit,
             })?
-            .map_err(|e| GuestError::from_call(&component.name, &e, &store))?;
+            .map_err(|e| {
+                GuestError::from_call(&component.name, &e, store.data().hit_memory_limit())
+            })?;
         Ok(result.map_err(|e| match e {
             bindings::ActivityError::NotFound(m) => ActivityFailure::NotFound(m),
             bindings::ActivityError::InvalidArguments(m) => ActivityFailure::InvalidArguments(m),
@@ -390,7 +396,13 @@ impl Runtime {
                          do heavy work in an activity"
                     ))
                 }
-                None => return Err(GuestError::from_call(&component.name, &e, &store)),
+                None => {
+                    return Err(GuestError::from_call(
+                        &component.name,
+                        &e,
+                        store.data().hit_memory_limit(),
+                    ))
+                }
             },
         };
         let replay = store

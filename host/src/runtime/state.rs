@@ -14,9 +14,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::{agenthost::host::logging, AgenthostComponent};
-use super::durable_imports::{OrchestrationScope, StepClock, Stop};
-use super::engine::TICK;
+use super::engine_tick::TICK;
 use super::grants::Grants;
+use super::orchestration_scope::{OrchestrationScope, StepClock, Stop};
 use super::outbound::OutboundHttp;
 use super::{error, LoadError};
 use crate::core::replay::Replay;
