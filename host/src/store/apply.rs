@@ -2,39 +2,13 @@
 //! The order is the decision's; nothing here chooses anything: where a rule
 //! is needed (a sub-orchestration's id already taken), the core decides.
 
-use super::episodes::InboxRow;
-use super::instances::to_json;
+use super::durable_records::{to_json, Applied, InboxRow, Target};
 use super::tx::{NextExecution, RowUpdate, Tx};
 use super::{StoreError, TaskRow};
 use crate::core::effects::Effect;
 use crate::core::instance::NewInstance;
 use crate::core::journal::{Call, Entry, Event};
 use crate::core::lifecycle::start;
-
-/// The instance a decision is about.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub id: String,
-    pub execution: i64,
-    /// Its orchestration and component version, which run its tasks.
-    pub name: String,
-    pub digest: String,
-}
-
-/// What the written effects ask the dispatcher to do.
-#[derive(Debug, Default)]
-pub struct Applied {
-    /// Tasks scheduled, due now.
-    pub tasks: Vec<TaskRow>,
-    /// Instances with something new in their inbox, or just created.
-    pub wake: Vec<String>,
-    /// Inbox rows written, by instance: the committer hands them to the
-    /// hot instances once committed, then empties this.
-    pub posted: Vec<(String, InboxRow)>,
-    /// Instances given something new whose owner may be another host: on a
-    /// shared hub, the others are told (see [`super::shared_hub`]).
-    pub news: Vec<String>,
-}
 
 /// The target's own row changes, gathered so one statement writes them.
 #[derive(Default)]

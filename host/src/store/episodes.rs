@@ -3,42 +3,11 @@
 
 use sqlx::Row;
 
-use super::apply::{Applied, Target};
-use super::instances::{from_json, Loaded};
+use super::durable_records::{from_json, Applied, Image, Read, ReadOut, Target, Write, Written};
 use super::tx::Tx;
-use super::writes::{Read, ReadOut, Write, Written};
 use super::{Store, StoreError};
 use crate::core::effects::Effect;
-use crate::core::journal::{Entry, Event};
-use crate::core::lifecycle::arrivals::Arrival;
-
-/// One row of an instance's inbox.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InboxRow {
-    pub id: i64,
-    /// The execution it is addressed to.
-    pub execution: i64,
-    pub event: Event,
-    /// When it becomes visible to the code (a durable timer's firing time).
-    pub visible_at: i64,
-    /// A raised event no code waited for yet: offered to each episode, but
-    /// it does not make the instance ready by itself.
-    pub parked: bool,
-}
-
-impl InboxRow {
-    pub fn arrival(&self) -> Arrival {
-        (self.id, self.execution, self.event.clone())
-    }
-}
-
-/// An instance as a cold episode starts from.
-#[derive(Debug)]
-pub struct Image {
-    pub loaded: Loaded,
-    pub journal: Vec<(Entry, i64)>,
-    pub inbox: Vec<InboxRow>,
-}
+use crate::core::journal::Entry;
 
 impl Store {
     /// The current execution's journal, in order, with each row's time, for

@@ -7,10 +7,9 @@ use serde::Serialize;
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Any, Row};
 
-use super::apply::Applied;
-use super::writes::{Operation, TaskOutcome, Write, Written};
+use super::durable_records::{Applied, Operation, TaskOutcome, Write, Written};
 use super::{Store, StoreError};
-use crate::core::instance::{InstanceState, NewInstance, RuntimeStatus};
+use crate::core::instance::{NewInstance, RuntimeStatus};
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
 use crate::core::limits::{LimitError, Limits};
@@ -57,17 +56,6 @@ fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord, StoreError> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
-}
-
-pub(super) fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
-pub(super) fn from_json<T: serde::de::DeserializeOwned>(
-    text: &str,
-    what: &str,
-) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
 const INSTANCE_COLUMNS: &str =
@@ -141,7 +129,10 @@ impl Store {
 
     /// The instance as a transition sees it, read in the committer's order.
     #[cfg(test)]
-    pub async fn load(&self, id: &str) -> Result<Option<Loaded>, StoreError> {
+    pub async fn load(
+        &self,
+        id: &str,
+    ) -> Result<Option<super::durable_records::Loaded>, StoreError> {
         Ok(self.image(id).await?.map(|image| image.loaded))
     }
 
@@ -278,21 +269,6 @@ pub struct Purge {
     /// Whether matching instances may remain: the purge stopped at its
     /// time budget or at a store error after deleting some.
     pub more: bool,
-}
-
-/// An instance as the committer's decisions read it.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    pub state: InstanceState,
-    pub name: String,
-    pub digest: String,
-    pub input: String,
-    pub created_at: i64,
-    /// The host that runs its episodes, on a hub shared by several hosts
-    /// (always `None` on SQLite, where one process serves the hub).
-    pub owner: Option<String>,
-    /// The trace its episodes continue.
-    pub traceparent: Option<String>,
 }
 
 fn unexpected(written: Written) -> StoreError {

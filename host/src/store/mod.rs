@@ -9,6 +9,8 @@
 mod apply;
 mod approvals;
 mod claims;
+mod commit_queue;
+mod durable_records;
 mod episodes;
 mod file_lock;
 mod group_commit;
@@ -34,12 +36,11 @@ mod versions;
 mod writer_health;
 mod writes;
 
-pub use apply::{Applied, Target};
 pub use approvals::{Decided, Decision, PendingCall};
-pub use episodes::{Image, InboxRow};
-pub use group_commit::InboxSink;
+pub use commit_queue::InboxSink;
+pub use durable_records::{Applied, Image, InboxRow, Loaded, Operation, Target, TaskOutcome};
 pub use hub::{TaskHub, DEFAULT_HUB};
-pub use instances::{InstanceFilter, InstanceRecord, Loaded};
+pub use instances::{InstanceFilter, InstanceRecord};
 pub use open::{Kind, Store};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use sessions::{Deletion, RunOutcome};
@@ -47,7 +48,6 @@ pub use shared_hub::{Membership, Role, Wake};
 pub use streams::NewStreamRow;
 pub use tasks::TaskRow;
 pub use writer_health::WriterCheck;
-pub use writes::{Operation, TaskOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

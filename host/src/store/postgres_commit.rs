@@ -13,11 +13,12 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tokio::sync::mpsc;
 
-use super::group_commit::{Job, Shared, Taken};
+use super::commit_queue::{Job, Shared, Taken};
+use super::durable_records::{Read, ReadOut, Write, Written};
 use super::postgres_tx::PgTx;
 use super::run_writes::RunWritten;
 use super::shared_hub::SharedHub;
-use super::writes::{read_one, write_one, Read, ReadOut, Write, Written};
+use super::writes::{read_one, write_one};
 use super::{now_ms, StoreError};
 
 /// How often a write that lost a deadlock or a serialization race to

@@ -7,9 +7,9 @@
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
-use super::apply::Target;
-use super::episodes::InboxRow;
-use super::instances::{from_json, Loaded};
+use super::durable_records::InboxRow;
+use super::durable_records::Target;
+use super::durable_records::{from_json, Loaded};
 use super::tx::{NextExecution, RowUpdate, Tx};
 use super::StoreError;
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus, Size};

@@ -7,10 +7,10 @@ use sqlx::any::AnyRow;
 use sqlx::AnyConnection;
 use sqlx::Row;
 
-use super::instances::to_json;
+use super::durable_records::to_json;
+use super::durable_records::{Write, Written};
 use super::run_tx::RunEndRow;
 use super::run_writes::{RunWrite, RunWritten};
-use super::writes::{Write, Written};
 use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, Store, StoreError, StoredMessage};
 use crate::core::chat::{ChatMessage, Usage};
 use crate::core::fence::{self, SessionFence, SessionHolder};

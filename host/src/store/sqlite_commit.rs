@@ -9,10 +9,11 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::mpsc;
 
-use super::group_commit::{all_failed, Job, Shared, Taken};
+use super::commit_queue::{all_failed, Job, Shared, Taken};
+use super::durable_records::{Write, Written};
 use super::sqlite_tx::SqliteTx;
 use super::tx::run_now;
-use super::writes::{read_one, write_one, Write, Written};
+use super::writes::{read_one, write_one};
 use super::{now_ms, StoreError};
 
 /// Statements kept prepared on the writer's connection (chunked inserts of

@@ -4,9 +4,9 @@
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, Connection};
 
-use super::apply::Target;
-use super::episodes::InboxRow;
-use super::instances::{from_json, Loaded};
+use super::durable_records::InboxRow;
+use super::durable_records::Target;
+use super::durable_records::{from_json, Loaded};
 use super::tx::{NextExecution, RowUpdate, Tx};
 use super::StoreError;
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus, Size};

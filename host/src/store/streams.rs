@@ -3,8 +3,8 @@
 
 use sqlx::Row;
 
+use super::durable_records::{Write, Written};
 use super::run_writes::{RunWrite, RunWritten};
-use super::writes::{Write, Written};
 use super::{Store, StoreError};
 
 /// One stored entry of a response stream.

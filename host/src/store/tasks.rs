@@ -3,7 +3,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::instances::from_json;
+use super::durable_records::from_json;
 use super::{Store, StoreError};
 use crate::core::journal::Call;
 

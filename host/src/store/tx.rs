@@ -9,9 +9,9 @@
 
 use std::future::Future;
 
-use super::apply::Target;
-use super::episodes::InboxRow;
-use super::instances::Loaded;
+use super::durable_records::InboxRow;
+use super::durable_records::Loaded;
+use super::durable_records::Target;
 use super::StoreError;
 use crate::core::instance::{NewInstance, RuntimeStatus, Size};
 use crate::core::journal::Entry;

@@ -3,120 +3,18 @@
 //! The committer ([`super::group_commit`]) decides only when and with what
 //! else a write is committed.
 
-use std::sync::Arc;
-
-use super::apply::{apply, create, Applied, Target};
-use super::episodes::{image, Image};
-use super::instances::Loaded;
+use super::apply::{apply, create};
+use super::durable_records::{
+    Applied, Loaded, Operation, Read, ReadOut, Target, TaskOutcome, Write, Written,
+};
+use super::episodes::image;
 use super::run_tx::RunTx;
-use super::run_writes::{write_run, RunWrite, RunWritten};
+use super::run_writes::write_run;
 use super::tx::Tx;
 use super::StoreError;
-use crate::core::effects::Effect;
 use crate::core::fence::{self, EpisodeFence, InstanceHolder};
-use crate::core::instance::NewInstance;
-use crate::core::lifecycle::task_done::{self, Attempt, Settled};
+use crate::core::lifecycle::task_done::{self, Settled};
 use crate::core::lifecycle::{purge, raise, resume, suspend, terminate, Change, Decision};
-use crate::core::limits::{LimitError, Limits};
-
-/// A management operation on one instance.
-#[derive(Debug, Clone)]
-pub enum Operation {
-    Suspend,
-    Resume,
-    Terminate { reason: String },
-    Purge,
-}
-
-/// One write, decided inside the transaction that commits it.
-#[derive(Clone)]
-pub enum Write {
-    /// An episode's effects, applied only onto the state the episode ran
-    /// on ([`fence::admits_episode`]): its execution, still active, still
-    /// this host's, with the journal length it replayed.
-    Episode {
-        target: Target,
-        replayed: u64,
-        effects: Vec<Effect>,
-    },
-    TaskDone {
-        instance: String,
-        attempt: Attempt,
-        result: Result<String, String>,
-        limits: Arc<Limits>,
-    },
-    Start(NewInstance),
-    Raise {
-        instance: String,
-        name: String,
-        payload: String,
-        limits: Arc<Limits>,
-    },
-    Manage {
-        instance: String,
-        op: Operation,
-    },
-    /// A write of the agent run path (see [`super::run_writes`]).
-    Run(RunWrite),
-}
-
-/// A read on the writer's connection, answered once the writes queued
-/// before it are committed: it sees every write acknowledged before it, and
-/// an episode's reads cost no hand-off to another connection.
-#[derive(Debug)]
-pub enum Read {
-    /// State, journal and inbox at one moment.
-    Image(String),
-}
-
-#[derive(Debug)]
-pub enum ReadOut {
-    Image(Option<Image>),
-}
-
-/// What a write did.
-#[derive(Debug)]
-pub enum Written {
-    /// `None` when the episode no longer applied (terminated, suspended or
-    /// restarted meanwhile): nothing was written.
-    Episode(Option<Applied>),
-    TaskDone(TaskOutcome, Applied),
-    /// `None` when the id is held by an unfinished instance.
-    Start(Option<Applied>),
-    Raise(Result<Change, LimitError>, Applied),
-    Manage(Change, Applied),
-    Run(RunWritten),
-}
-
-impl Written {
-    pub(super) fn applied(&self) -> Option<&Applied> {
-        match self {
-            Written::Episode(applied) | Written::Start(applied) => applied.as_ref(),
-            Written::TaskDone(_, applied)
-            | Written::Raise(_, applied)
-            | Written::Manage(_, applied) => Some(applied),
-            Written::Run(_) => None,
-        }
-    }
-
-    pub(super) fn applied_mut(&mut self) -> Option<&mut Applied> {
-        match self {
-            Written::Episode(applied) | Written::Start(applied) => applied.as_mut(),
-            Written::TaskDone(_, applied)
-            | Written::Raise(_, applied)
-            | Written::Manage(_, applied) => Some(applied),
-            Written::Run(_) => None,
-        }
-    }
-}
-
-/// What became of a task's result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskOutcome {
-    Delivered,
-    Retrying,
-    Dropped,
-}
 
 pub(super) async fn write_one(
     tx: &mut (impl Tx + RunTx),

@@ -1,0 +1,196 @@
+//! The durable engine's rows and commands as the store carries them: what
+//! an episode reads (an instance, its journal and inbox), what the committer
+//! is asked to write or read, and what it answers. Types only, so the files
+//! that read, decide and write can all use them without using each other.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::run_writes::{RunWrite, RunWritten};
+use super::{StoreError, TaskRow};
+use crate::core::effects::Effect;
+use crate::core::instance::{InstanceState, NewInstance};
+use crate::core::journal::{Entry, Event};
+use crate::core::lifecycle::arrivals::Arrival;
+use crate::core::lifecycle::task_done::Attempt;
+use crate::core::lifecycle::Change;
+use crate::core::limits::{LimitError, Limits};
+
+/// The instance a decision is about.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub id: String,
+    pub execution: i64,
+    /// Its orchestration and component version, which run its tasks.
+    pub name: String,
+    pub digest: String,
+}
+
+/// What the written effects ask the dispatcher to do.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Tasks scheduled, due now.
+    pub tasks: Vec<TaskRow>,
+    /// Instances with something new in their inbox, or just created.
+    pub wake: Vec<String>,
+    /// Inbox rows written, by instance: the committer hands them to the
+    /// hot instances once committed, then empties this.
+    pub posted: Vec<(String, InboxRow)>,
+    /// Instances given something new whose owner may be another host: on a
+    /// shared hub, the others are told (see [`super::shared_hub`]).
+    pub news: Vec<String>,
+}
+
+/// One row of an instance's inbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxRow {
+    pub id: i64,
+    /// The execution it is addressed to.
+    pub execution: i64,
+    pub event: Event,
+    /// When it becomes visible to the code (a durable timer's firing time).
+    pub visible_at: i64,
+    /// A raised event no code waited for yet: offered to each episode, but
+    /// it does not make the instance ready by itself.
+    pub parked: bool,
+}
+
+impl InboxRow {
+    pub fn arrival(&self) -> Arrival {
+        (self.id, self.execution, self.event.clone())
+    }
+}
+
+/// An instance as a cold episode starts from.
+#[derive(Debug)]
+pub struct Image {
+    pub loaded: Loaded,
+    pub journal: Vec<(Entry, i64)>,
+    pub inbox: Vec<InboxRow>,
+}
+
+pub(super) fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+pub(super) fn from_json<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+/// An instance as the committer's decisions read it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub state: InstanceState,
+    pub name: String,
+    pub digest: String,
+    pub input: String,
+    pub created_at: i64,
+    /// The host that runs its episodes, on a hub shared by several hosts
+    /// (always `None` on SQLite, where one process serves the hub).
+    pub owner: Option<String>,
+    /// The trace its episodes continue.
+    pub traceparent: Option<String>,
+}
+
+/// A management operation on one instance.
+#[derive(Debug, Clone)]
+pub enum Operation {
+    Suspend,
+    Resume,
+    Terminate { reason: String },
+    Purge,
+}
+
+/// One write, decided inside the transaction that commits it.
+#[derive(Clone)]
+pub enum Write {
+    /// An episode's effects, applied only onto the state the episode ran
+    /// on ([`crate::core::fence::admits_episode`]): its execution, still active, still
+    /// this host's, with the journal length it replayed.
+    Episode {
+        target: Target,
+        replayed: u64,
+        effects: Vec<Effect>,
+    },
+    TaskDone {
+        instance: String,
+        attempt: Attempt,
+        result: Result<String, String>,
+        limits: Arc<Limits>,
+    },
+    Start(NewInstance),
+    Raise {
+        instance: String,
+        name: String,
+        payload: String,
+        limits: Arc<Limits>,
+    },
+    Manage {
+        instance: String,
+        op: Operation,
+    },
+    /// A write of the agent run path (see [`super::run_writes`]).
+    Run(RunWrite),
+}
+
+/// A read on the writer's connection, answered once the writes queued
+/// before it are committed: it sees every write acknowledged before it, and
+/// an episode's reads cost no hand-off to another connection.
+#[derive(Debug)]
+pub enum Read {
+    /// State, journal and inbox at one moment.
+    Image(String),
+}
+
+#[derive(Debug)]
+pub enum ReadOut {
+    Image(Option<Image>),
+}
+
+/// What a write did.
+#[derive(Debug)]
+pub enum Written {
+    /// `None` when the episode no longer applied (terminated, suspended or
+    /// restarted meanwhile): nothing was written.
+    Episode(Option<Applied>),
+    TaskDone(TaskOutcome, Applied),
+    /// `None` when the id is held by an unfinished instance.
+    Start(Option<Applied>),
+    Raise(Result<Change, LimitError>, Applied),
+    Manage(Change, Applied),
+    Run(RunWritten),
+}
+
+impl Written {
+    pub(super) fn applied(&self) -> Option<&Applied> {
+        match self {
+            Written::Episode(applied) | Written::Start(applied) => applied.as_ref(),
+            Written::TaskDone(_, applied)
+            | Written::Raise(_, applied)
+            | Written::Manage(_, applied) => Some(applied),
+            Written::Run(_) => None,
+        }
+    }
+
+    pub(super) fn applied_mut(&mut self) -> Option<&mut Applied> {
+        match self {
+            Written::Episode(applied) | Written::Start(applied) => applied.as_mut(),
+            Written::TaskDone(_, applied)
+            | Written::Raise(_, applied)
+            | Written::Manage(_, applied) => Some(applied),
+            Written::Run(_) => None,
+        }
+    }
+}
+
+/// What became of a task's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskOutcome {
+    Delivered,
+    Retrying,
+    Dropped,
+}
