@@ -45,6 +45,16 @@ async fn wait_for_response_false_answers_202_and_the_run_can_be_looked_up() {
     assert_eq!(run["status"], "completed");
     assert_eq!(run["response"], echo_of("Later, please"));
     assert_eq!(run["thread_id"], thread);
+    // camelCase, as every other body, with the first snake_case names beside.
+    assert_eq!(run["sessionId"], thread);
+    assert_eq!(run["correlationId"], correlation);
+    assert_eq!(run["correlation_id"], correlation);
+    assert_eq!(run["createdAt"], run["created_at"]);
+    assert_eq!(run["updatedAt"], run["updated_at"]);
+    assert!(
+        run["createdAt"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{run}"
+    );
 
     // Unknown run, and a run looked up under another agent: 404 JSON.
     let missing = client()

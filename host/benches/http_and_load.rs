@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agenthost::runtime::{Limits, Runtime, RuntimeConfig};
+use agenthost::wasm::{Limits, Runtime, RuntimeConfig};
 use common::{fmt, percentile, BenchHost};
 
 const COLD_ITERATIONS: usize = 5;

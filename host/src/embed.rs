@@ -39,9 +39,9 @@ use crate::http::{self, ApiKeys, AppState, HttpConfig};
 use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
 use crate::runs::Runs;
-use crate::runtime::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
-use crate::store::{now_ms, Kind, Membership, Store, TaskHub, WriterCheck};
+use crate::store::{now_ms, Kind, Membership, Store, TaskHub};
 use crate::streams::{ResponseStreams, StreamSettings};
+use crate::wasm::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
 
 /// Settings of an embedded host: every `agenthost serve` flag, with the
 /// same defaults and the same environment variables.
@@ -258,13 +258,12 @@ impl AgentHost {
             registry,
             runs: runs.clone(),
             orchestrator: orchestrator.clone(),
-            store: store.clone(),
+            health: crate::health::Health::new(store.clone(), args.writer_deadline),
             streams: streams.clone(),
             config: Arc::new(HttpConfig {
                 health_enabled: args.enable_health_check,
                 max_body_bytes: args.max_body_bytes,
                 wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
-                writer_deadline: args.writer_deadline,
                 keys,
             }),
         };
@@ -314,13 +313,11 @@ impl AgentHost {
     /// no longer commit anything, and the process should end so that its
     /// supervisor starts a fresh one (what is committed is safe).
     pub async fn writer_gone(&self) -> String {
-        let deadline = self.state.config.writer_deadline;
         let mut ticker = tokio::time::interval(Duration::from_millis(500));
         loop {
             ticker.tick().await;
-            match self.store.writer_check(deadline.saturating_mul(4)) {
-                WriterCheck::Dead(reason) | WriterCheck::Stalled(reason) => return reason,
-                WriterCheck::Failing(_) | WriterCheck::Healthy => {}
+            if let Some(reason) = self.state.health.gone() {
+                return reason;
             }
         }
     }

@@ -1,7 +1,13 @@
 //! `agenthost`: hosts AI agents as sandboxed WebAssembly components.
 //!
-//! Data flows one way: HTTP → registry lookup → runs/agents → store. The store
-//! never calls up; guests reach the host only through their imports.
+//! Data flows one way: the edge (`http`, `client`) asks a service (`runs`,
+//! `durable`, `streams`, `health`, the `registry`); a service asks the `core`
+//! what an event means, has the `store` commit the core's effects in one
+//! transaction, and then acts on them (runs tasks, calls guests through
+//! `wasm`, the model through `model`). Nothing calls up: the store imports
+//! only the core, and guests reach the host only through the imports of
+//! `wasm/host/`. docs/architecture.md has the layer table and where a new
+//! route, WIT import, lifecycle transition or store write goes.
 
 pub(crate) mod agents;
 pub mod cli;
@@ -10,15 +16,18 @@ pub mod client_cli;
 pub(crate) mod core;
 pub(crate) mod durable;
 pub mod embed;
+pub(crate) mod health;
+#[cfg(test)]
+mod house_rules;
 pub(crate) mod http;
 pub(crate) mod metrics;
 pub(crate) mod model;
 pub(crate) mod registry;
 pub(crate) mod runs;
-pub mod runtime;
 pub mod server;
 pub(crate) mod store;
 pub(crate) mod streams;
 pub mod taskhub;
 pub mod telemetry;
+pub mod wasm;
 pub(crate) mod workers;

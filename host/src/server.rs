@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
 use crate::embed::AgentHost;
-use crate::runtime::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
+use crate::wasm::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let grace = args.shutdown_grace;

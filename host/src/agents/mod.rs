@@ -26,8 +26,8 @@ use crate::model::{
     ChatMessage, ChatRequest, ChatResponse, Deltas, ModelClient, ModelError, Role, SendBy, Usage,
 };
 use crate::registry::ServedAgent;
-use crate::runtime::{GuestError, Runtime};
 use crate::store::{now_ms, PendingCall, RunRecord, SessionKey, Store, StoreError, StoredMessage};
+use crate::wasm::{GuestError, Runtime};
 
 /// How many times a model request cut short for being late is tried again
 /// (each after the session's owner is checked again) before the run waits

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::runtime::AgentOptions;
+use crate::wasm::AgentOptions;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

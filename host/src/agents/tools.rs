@@ -15,8 +15,8 @@ use super::{AgentError, AgentRunner, Turn};
 use crate::core::chat::{ChatMessage, Role, ToolCall};
 use crate::core::fence::SessionFence;
 use crate::registry::ServedAgent;
-use crate::runtime::Approval;
 use crate::store::{Decision, PendingCall, SessionKey, StoreError};
+use crate::wasm::Approval;
 
 impl AgentRunner {
     /// Runs the calls of the last assistant message that have no result

@@ -11,11 +11,12 @@ use crate::core::effects::Effect;
 use crate::core::instance::RuntimeStatus;
 use crate::core::journal::Entry;
 use crate::core::lifecycle::arrivals;
-use crate::core::lifecycle::episode_end::{self, Arrived, Ending, Episode};
+use crate::core::lifecycle::episode_end::{Arrived, Ending, Episode};
+use crate::core::lifecycle::{self, Command};
 use crate::core::replay::Replay;
 use crate::registry::VersionError;
-use crate::runtime::{EpisodeEnd, LoadedComponent};
 use crate::store::{now_ms, Applied, Image, InboxRow, StoreError, Target};
+use crate::wasm::LoadedComponent;
 
 /// Runs an episode if the instance has work; returns what to dispatch.
 pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Applied, StoreError> {
@@ -79,8 +80,8 @@ async fn run_once(
         digest: hot.loaded.digest.clone(),
     };
     let now = now_ms();
-    let visible = hot.inbox.iter().filter(|row| row.visible_at <= now);
-    let sorted = arrivals::decide(&state, visible.map(InboxRow::arrival).collect());
+    let arrivals = hot.inbox.iter().map(InboxRow::arrival).collect();
+    let sorted = arrivals::decide(&state, arrivals, now);
     if !sorted.stale.is_empty() {
         tracing::info!(instance_id = %id, execution = state.execution, dropped = sorted.stale.len(), "dropped results addressed to an older execution");
     }
@@ -90,26 +91,30 @@ async fn run_once(
         .filter(|row| row.parked)
         .map(|row| row.id)
         .collect();
-    // Parked rows alone are nothing new: the code already saw them.
-    let fresh = sorted.taken.iter().any(|(row, _)| !parked.contains(row));
-    if !fresh && state.status == RuntimeStatus::Running {
-        let consumed = sorted.stale.clone();
+    if !sorted.news && state.status == RuntimeStatus::Running {
         // Woken with nothing to take (the wake came after an earlier episode
         // took the rows): the store is asked once rather than the image
         // trusted, so an image can never leave an instance waiting for a
         // row it missed.
-        if was_hot && consumed.is_empty() {
+        if was_hot && sorted.stale.is_empty() {
             return Ok(None);
         }
-        let applied = if consumed.is_empty() {
+        let idle = lifecycle::decide(
+            Some(&state),
+            Command::Idle {
+                stale: sorted.stale,
+            },
+        );
+        let applied = if idle.effects.is_empty() {
             Some(Applied::default())
         } else {
-            let consume = vec![Effect::ConsumeInbox(consumed.clone())];
-            store.commit_episode(target, replayed, consume).await?
+            store
+                .commit_episode(target, replayed, idle.effects.clone())
+                .await?
         };
         return Ok(match applied {
             Some(applied) => {
-                if let Some(next) = hot.after(&[Effect::ConsumeInbox(consumed)]) {
+                if let Some(next) = hot.after(&idle.effects) {
                     claim.put(next, &read);
                 }
                 Some(applied)
@@ -196,7 +201,8 @@ async fn run_once(
         continue_on,
         at: now,
     };
-    let effects = episode_end::decide(&state, episode, &orchestrator.config.limits);
+    let limits = &orchestrator.config.limits;
+    let effects = lifecycle::decide(Some(&state), Command::EndEpisode { episode, limits }).effects;
     if let Some(reason) = Effect::failure(&effects) {
         tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }
@@ -207,12 +213,10 @@ async fn run_once(
         match store.commit_episode(target, replayed, effects).await? {
             Some(applied) => {
                 crate::metrics::episode(&name);
-                match ended {
-                    Some(RuntimeStatus::Completed) => {
-                        crate::metrics::orchestration(&name, "completed")
-                    }
-                    Some(RuntimeStatus::Failed) => crate::metrics::orchestration(&name, "failed"),
-                    _ => {}
+                if ended == Some(RuntimeStatus::Completed) {
+                    crate::metrics::orchestration(&name, "completed")
+                } else if ended == Some(RuntimeStatus::Failed) {
+                    crate::metrics::orchestration(&name, "failed")
                 }
                 if let Some(next) = next {
                     claim.put(next, &read);
@@ -249,16 +253,6 @@ async fn run_code(
             None,
         ),
         Ok(Err(guest)) => (Ending::Broken(guest.to_string()), None),
-        Ok(Ok((end, replay))) => {
-            let ending = match end {
-                EpisodeEnd::Waiting => Ending::Waiting,
-                EpisodeEnd::Broken(reason) => Ending::Broken(reason),
-                EpisodeEnd::Returned(returned) => match (&returned, replay.check_complete()) {
-                    (Ok(_), Err(e)) => Ending::Broken(e.to_string()),
-                    _ => Ending::Returned(returned),
-                },
-            };
-            (ending, Some(replay))
-        }
+        Ok(Ok((end, replay))) => (end.checked(&replay), Some(replay)),
     }
 }

@@ -17,8 +17,8 @@ use std::sync::Mutex;
 use lru::LruCache;
 
 use crate::core::effects::Effect;
-use crate::core::instance::RuntimeStatus;
 use crate::core::journal::Entry;
+use crate::core::lifecycle::evolve::{evolve, Evolved};
 use crate::store::{InboxRow, Loaded};
 
 /// One instance's committed state, journal and unconsumed inbox rows.
@@ -50,33 +50,23 @@ impl HotInstance {
     /// its execution (its next state must come from the store).
     pub fn after(mut self, effects: &[Effect]) -> Option<Self> {
         for effect in effects {
-            match effect {
-                Effect::ConsumeInbox(rows) => {
+            match evolve(&mut self.loaded.state, effect) {
+                Evolved::Unchanged => {}
+                Evolved::Consumed(rows) => {
                     let rows: HashSet<i64> = rows.iter().copied().collect();
                     self.inbox.retain(|row| !rows.contains(&row.id));
                 }
-                Effect::ParkInbox(rows) => {
+                Evolved::Parked(rows) => {
                     let rows: HashSet<i64> = rows.iter().copied().collect();
                     for row in &mut self.inbox {
                         row.parked |= rows.contains(&row.id);
                     }
                 }
-                Effect::Append { entries, at } => {
-                    let bytes: u64 = entries.iter().map(Entry::size).sum();
-                    let state = &mut self.loaded.state;
-                    state.history = state.history.plus(entries.len() as u64, bytes);
-                    state.has_run = true;
+                Evolved::Appended { entries, at } => {
                     self.journal
-                        .extend(entries.iter().cloned().map(|e| (e, *at)));
+                        .extend(entries.iter().cloned().map(|e| (e, at)));
                 }
-                Effect::SetStatus { status, .. } => {
-                    if status.is_finished() || *status == RuntimeStatus::ContinuedAsNew {
-                        return None;
-                    }
-                    self.loaded.state.status = *status;
-                }
-                Effect::NewExecution { .. } | Effect::Purge | Effect::DropPending => return None,
-                _ => {}
+                Evolved::Over => return None,
             }
         }
         Some(self)
@@ -241,7 +231,7 @@ impl Drop for Claim<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::instance::{InstanceState, Size};
+    use crate::core::instance::{InstanceState, RuntimeStatus, Size};
     use crate::core::journal::{Call, Event};
 
     fn hot(id: &str, bytes: u64) -> HotInstance {

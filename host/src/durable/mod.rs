@@ -9,11 +9,14 @@
 //! [`Orchestrator`] run the new tasks and wake whoever is affected. Waiting
 //! instances therefore cost rows, not memory.
 
+mod answers;
 mod episode;
 mod hot;
 mod orchestrator;
 mod tasks;
 
+/// The records callers of this service read and the operations they ask for.
+pub use crate::store::{InstanceFilter, InstanceRecord, Operation};
 pub use orchestrator::{Orchestrator, OrchestratorConfig};
 
 use crate::core::limits::LimitError;
@@ -32,6 +35,15 @@ pub enum DurableError {
     Limit(#[from] LimitError),
     #[error("instance id must be 1 to 256 characters without '/'")]
     BadInstanceId,
+    #[error("no instance with id '{0}'")]
+    InstanceNotFound(String),
+    /// The instance is over: the operation no longer applies.
+    #[error("instance '{0}' has already finished")]
+    InstanceFinished(String),
+    #[error("instance '{0}' is not in a state this operation applies to")]
+    InvalidState(String),
+    #[error("instance '{0}' has not finished: terminate it before purging its history")]
+    InstanceRunning(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

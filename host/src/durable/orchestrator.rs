@@ -17,12 +17,11 @@ use crate::core::ids;
 use crate::core::instance::NewInstance;
 use crate::core::journal::Call;
 use crate::core::lifecycle::task_done::Attempt;
-use crate::core::lifecycle::Change;
 use crate::core::limits::Limits;
 use crate::registry::Registry;
 use crate::runs::Runs;
-use crate::runtime::{LoadedComponent, Runtime};
-use crate::store::{now_ms, Applied, Operation, Store, StoreError, TaskOutcome, TaskRow, Wake};
+use crate::store::{now_ms, Applied, Store, TaskFate, TaskRow, Wake};
+use crate::wasm::{LoadedComponent, Runtime};
 use crate::workers::{drain, KeyedWorkers};
 
 const MAX_CONCURRENT_EPISODES: usize = 32;
@@ -211,7 +210,7 @@ impl Orchestrator {
 
     /// Carries out what a commit asked for: run the tasks it scheduled, wake
     /// the instances it touched.
-    fn dispatch(self: &Arc<Self>, applied: Applied) {
+    pub(super) fn dispatch(self: &Arc<Self>, applied: Applied) {
         applied
             .tasks
             .into_iter()
@@ -285,11 +284,11 @@ impl Orchestrator {
             Ok((outcome, applied)) => {
                 match outcome {
                     // The scheduler must learn when the next attempt is due.
-                    TaskOutcome::Retrying => self.notify(),
-                    TaskOutcome::Dropped => {
+                    TaskFate::Retrying => self.notify(),
+                    TaskFate::Dropped => {
                         tracing::info!(instance_id = %row.instance_id, execution = row.execution, task = row.task, "dropped the result of a task the instance no longer waits for")
                     }
-                    TaskOutcome::Delivered => {}
+                    TaskFate::Delivered => {}
                 }
                 self.dispatch(applied);
             }
@@ -358,32 +357,6 @@ impl Orchestrator {
             }
         }
         digests
-    }
-
-    pub async fn raise_event(
-        self: &Arc<Self>,
-        id: &str,
-        event: &str,
-        payload: &str,
-    ) -> Result<Change, DurableError> {
-        let (change, applied) = self
-            .store
-            .raise(id, event, payload, self.config.limits.clone())
-            .await?;
-        self.dispatch(applied);
-        Ok(change?)
-    }
-
-    /// Suspend, resume, terminate or purge an instance.
-    pub async fn manage(self: &Arc<Self>, id: &str, op: Operation) -> Result<Change, StoreError> {
-        // Its state changes outside its episodes: the next one reads it anew.
-        self.hot.forget(id);
-        let (change, applied) = self.store.manage(id, op).await?;
-        self.hot.forget(id);
-        self.dispatch(applied);
-        // A resumed instance may have work waiting in its inbox.
-        self.notify();
-        Ok(change)
     }
 
     /// Stops scheduling and waits up to `grace` for episodes and tasks under

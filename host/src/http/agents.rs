@@ -3,7 +3,7 @@
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE, LOCATION};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::Value;
@@ -12,9 +12,9 @@ use uuid::Uuid;
 use super::body::read_limited;
 use super::run_body::{error_code, RunAccepted, RunAwaiting, RunCompleted};
 use super::run_request::{self, JsonBody, Names};
-use super::{deprecation, streams, ApiError, AppState};
+use super::{deprecation, error, streams, ApiError, AppState};
 use crate::agents::normalize_response_format;
-use crate::store::{NewRun, RunRecord, RunStatus, SessionKey};
+use crate::runs::{Answer, NewRun, RunRecord, SessionKey};
 use crate::streams::EntryId;
 
 /// The response headers that carry the conversation's id: the current
@@ -61,18 +61,7 @@ pub async fn run(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    if state.registry.agent(&name).is_none() {
-        let agents = state.registry.agent_names();
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "agent_not_found",
-            format!(
-                "agent '{name}' is not registered; registered agents: {}",
-                agents.join(", ")
-            ),
-        )
-        .with("agents", agents));
-    }
+    let agent = state.runs.served(&name)?;
     let bytes = read_limited(&headers, body, state.config.max_body_bytes).await?;
     let request = parse(&headers, &bytes)?;
     let contract = run_request::resolve(
@@ -106,7 +95,7 @@ pub async fn run(
         let follower = streams::wants_events(&headers)
             .then(|| state.streams.admit())
             .transpose()?;
-        let run = state.runs.submit(new_run).await?;
+        let run = state.runs.accept(agent, new_run).await?;
         if let Some(follower) = follower {
             let response = streams::sse(&state, follower, &run.correlation_id, EntryId::start());
             with_run_headers(response, &run)
@@ -114,24 +103,19 @@ pub async fn run(
             accepted(&state, &run, "Agent request accepted")
         }
     } else {
-        let (run, done) = state
+        let json = wants_json(&headers);
+        match state
             .runs
-            .submit_and_wait(new_run, state.config.wait_budget)
-            .await?;
-        match done {
-            Some(done) if done.status == RunStatus::Completed => {
-                completed(&state, &done, wants_json(&headers)).await?
+            .ask(agent, new_run, state.config.wait_budget, json)
+            .await?
+        {
+            Answer::Completed { record, messages } => completed(&record, messages),
+            Answer::AwaitingApproval(waiting) => {
+                let body = Json(RunAwaiting::new(&waiting.record, waiting.pending));
+                with_run_headers(error::accepted(body), &waiting.record)
             }
-            Some(waiting) if waiting.status == RunStatus::AwaitingApproval => {
-                let pending = state
-                    .store
-                    .pending_approvals(&waiting.correlation_id)
-                    .await?;
-                let body = Json(RunAwaiting::new(&waiting, pending));
-                with_run_headers((StatusCode::ACCEPTED, body).into_response(), &waiting)
-            }
-            Some(failed) => return Err(run_failed(&failed)),
-            None => accepted(
+            Answer::Failed(failed) => return Err(run_failed(&failed)),
+            Answer::StillRunning(run) => accepted(
                 &state,
                 &run,
                 "The agent is still working; poll the run for its answer",
@@ -205,22 +189,24 @@ fn with_run_headers(mut response: Response, run: &RunRecord) -> Response {
     response
 }
 
-async fn completed(state: &AppState, run: &RunRecord, json: bool) -> Result<Response, ApiError> {
-    let response = if json {
-        let messages = state.store.message_count(&run.session()).await?;
-        Json(RunCompleted::new(run, messages)).into_response()
-    } else {
-        let text = run.response.clone().unwrap_or_default();
-        ([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+/// The answer: JSON (with the session's message count) when that was
+/// counted for a caller who accepts JSON, else the text.
+fn completed(run: &RunRecord, messages: Option<u64>) -> Response {
+    let response = match messages {
+        Some(messages) => Json(RunCompleted::new(run, messages)).into_response(),
+        None => {
+            let text = run.response.clone().unwrap_or_default();
+            ([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+        }
     };
-    Ok(with_run_headers(response, run))
+    with_run_headers(response, run)
 }
 
 fn accepted(state: &AppState, run: &RunRecord, note: &str) -> Response {
     let location = format!("/api/agents/{}/runs/{}", run.agent, run.correlation_id);
     let token = state.config.keys.stream_token(&run.correlation_id);
     let body = RunAccepted::new(run, note, token.as_deref());
-    let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
+    let mut response = error::accepted(Json(body));
     if let Ok(value) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(LOCATION, value);
     }
@@ -229,8 +215,7 @@ fn accepted(state: &AppState, run: &RunRecord, note: &str) -> Response {
 
 fn run_failed(run: &RunRecord) -> ApiError {
     let reason = run.error.clone().unwrap_or_else(|| "the run failed".into());
-    ApiError::new(
-        StatusCode::BAD_GATEWAY,
+    ApiError::run_failed(
         error_code(run).to_string(),
         format!("agent '{}' failed: {reason}", run.agent),
     )

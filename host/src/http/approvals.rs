@@ -6,14 +6,14 @@
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::body::read_limited;
-use super::{ApiError, AppState};
-use crate::store::{Decided, Decision};
+use super::{error, ApiError, AppState};
+use crate::runs::Decision;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,53 +61,21 @@ pub async fn decide(
             format!("the body must be {{\"call_id\": \"...\", \"approved\": true|false, \"reason\": \"...\"}}: {e}"),
         )
     })?;
-    let not_found = || {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "approval_not_found",
-            format!(
-                "run '{correlation_id}' of agent '{name}' waits for no decision on call '{}'",
-                body.call_id
-            ),
-        )
-    };
-    match state.store.run(&correlation_id).await? {
-        Some(run) if run.agent == name => {}
-        _ => return Err(not_found()),
-    }
     let decision = Decision {
         approved: body.approved,
         reason: body.reason.clone().filter(|r| !r.trim().is_empty()),
     };
-    match state
+    state
         .runs
-        .decide(&correlation_id, &body.call_id, decision)
-        .await?
-    {
-        Decided::Recorded(_) => {
-            let run_url = format!("/api/agents/{name}/runs/{correlation_id}");
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(Accepted {
-                    status: "accepted",
-                    stream_url: format!("{run_url}/stream"),
-                    run_url,
-                    correlation_id,
-                    call_id: body.call_id,
-                    approved: body.approved,
-                }),
-            )
-                .into_response())
-        }
-        Decided::Already { approved } => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "already_decided",
-            format!(
-                "call '{}' was already {}",
-                body.call_id,
-                if approved { "approved" } else { "denied" }
-            ),
-        )),
-        Decided::Unknown => Err(not_found()),
-    }
+        .approve(&name, &correlation_id, &body.call_id, decision)
+        .await?;
+    let run_url = format!("/api/agents/{name}/runs/{correlation_id}");
+    Ok(error::accepted(Json(Accepted {
+        status: "accepted",
+        stream_url: format!("{run_url}/stream"),
+        run_url,
+        correlation_id,
+        call_id: body.call_id,
+        approved: body.approved,
+    })))
 }

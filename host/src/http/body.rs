@@ -2,7 +2,7 @@
 
 use axum::body::{to_bytes, Body, Bytes};
 use axum::http::header::CONTENT_LENGTH;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use serde_json::Value;
 
 use super::ApiError;
@@ -13,15 +13,7 @@ pub async fn read_limited(
     body: Body,
     limit: usize,
 ) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!(
-                "the request body exceeds the limit of {limit} bytes: store large data elsewhere and pass a reference"
-            ),
-        )
-    };
+    let too_large = || ApiError::body_too_large(limit);
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -1,7 +1,15 @@
-//! The one place where errors become HTTP statuses and `{error, code}` bodies.
+//! The one place where answers get their HTTP status: each service's errors
+//! (one mapping per error type, each with its `errorCode`), the edge's own
+//! refusals (named constructors), the framework's rejections rewritten as
+//! JSON, and the few success statuses other than 200.
+//!
+//! A new error of a service gets its status here and nowhere else, so the
+//! status of a refusal never depends on which handler met it.
 
 use std::borrow::Cow;
 
+use axum::body::to_bytes;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -9,7 +17,9 @@ use serde_json::{json, Map, Value};
 
 use crate::core::limits::LimitError;
 use crate::durable::DurableError;
+use crate::runs::RunsError;
 use crate::store::StoreError;
+use crate::streams::StreamError;
 
 /// An error answered to an HTTP caller.
 #[derive(Debug)]
@@ -21,7 +31,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(
+    fn new(
         status: StatusCode,
         code: impl Into<Cow<'static, str>>,
         message: impl Into<String>,
@@ -34,8 +44,49 @@ impl ApiError {
         }
     }
 
+    /// 400: the request itself is wrong.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 401: no key, or a key this host does not know.
+    pub fn unauthorized(message: &'static str) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 403: a known key whose scope does not cover the route.
+    pub fn forbidden(message: String) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 404: nothing at this address.
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    /// 413: the body exceeds the host's limit.
+    pub fn body_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!(
+                "the request body exceeds the limit of {limit} bytes: store large data elsewhere and pass a reference"
+            ),
+        )
+    }
+
+    /// 502: the agent's run failed (its model, its tools, its code).
+    pub fn run_failed(code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, code, message)
+    }
+
+    /// 504: a stream ended before its run did.
+    pub fn stream_incomplete() -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "stream_incomplete",
+            "the stream ended before the run completed",
+        )
     }
 
     /// The stable machine-readable code.
@@ -62,40 +113,89 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<RunsError> for ApiError {
+    fn from(error: RunsError) -> Self {
+        let message = error.to_string();
+        match error {
+            RunsError::UnknownAgent { registered, .. } => {
+                Self::new(StatusCode::NOT_FOUND, "agent_not_found", message)
+                    .with("agents", registered)
+            }
+            RunsError::RunNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "run_not_found", message)
+            }
+            RunsError::SessionNotFound(_) => {
+                Self::new(StatusCode::NOT_FOUND, "session_not_found", message)
+            }
+            RunsError::SessionBusy(_) => Self::new(StatusCode::CONFLICT, "session_busy", message),
+            RunsError::NoSuchApproval { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "approval_not_found", message)
+            }
+            RunsError::AlreadyDecided { .. } => {
+                Self::new(StatusCode::CONFLICT, "already_decided", message)
+            }
+            RunsError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl From<DurableError> for ApiError {
     fn from(error: DurableError) -> Self {
-        match &error {
-            DurableError::UnknownOrchestration { registered, .. } => ApiError::new(
-                StatusCode::NOT_FOUND,
-                "orchestration_not_found",
-                error.to_string(),
-            )
-            .with("orchestrations", registered.clone()),
+        let message = error.to_string();
+        match error {
+            DurableError::UnknownOrchestration { registered, .. } => {
+                Self::new(StatusCode::NOT_FOUND, "orchestration_not_found", message)
+                    .with("orchestrations", registered)
+            }
             DurableError::AlreadyExists(_) => {
-                ApiError::new(StatusCode::CONFLICT, "instance_exists", error.to_string())
+                Self::new(StatusCode::CONFLICT, "instance_exists", message)
             }
-            DurableError::Limit(LimitError::Payload { .. }) => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                error.to_string(),
-            ),
-            DurableError::Limit(LimitError::Inbox { .. }) => ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "inbox_full",
-                error.to_string(),
-            ),
+            DurableError::Limit(LimitError::Payload { .. }) => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
+            }
+            DurableError::Limit(LimitError::Inbox { .. }) => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "inbox_full", message)
+            }
             DurableError::Limit(LimitError::History { .. }) => {
-                ApiError::new(StatusCode::CONFLICT, "history_full", error.to_string())
+                Self::new(StatusCode::CONFLICT, "history_full", message)
             }
-            DurableError::BadInstanceId => {
-                ApiError::bad_request("invalid_instance_id", error.to_string())
+            DurableError::BadInstanceId => Self::bad_request("invalid_instance_id", message),
+            DurableError::InstanceNotFound(_) => {
+                Self::new(StatusCode::NOT_FOUND, "instance_not_found", message)
             }
-            DurableError::Store(_) => ApiError::new(
+            DurableError::InstanceFinished(_) => {
+                Self::new(StatusCode::GONE, "instance_finished", message)
+            }
+            DurableError::InvalidState(_) => {
+                Self::new(StatusCode::CONFLICT, "invalid_state", message)
+            }
+            DurableError::InstanceRunning(_) => {
+                Self::new(StatusCode::CONFLICT, "instance_running", message)
+            }
+            DurableError::Store(_) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
-                error.to_string(),
+                message,
             ),
         }
+    }
+}
+
+impl From<StreamError> for ApiError {
+    fn from(e: StreamError) -> Self {
+        if let StreamError::TooManyFollowers(_) = e {
+            return Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_followers",
+                e.to_string(),
+            );
+        }
+        tracing::error!(error = %e, "response stream error while answering a request");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stream_unavailable",
+            format!("the response stream could not be read: {e}"),
+        )
     }
 }
 
@@ -110,12 +210,39 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// 202: accepted, to be followed or polled.
+pub fn accepted(body: impl IntoResponse) -> Response {
+    (StatusCode::ACCEPTED, body).into_response()
+}
+
+/// 200 when the work is over, 202 while it goes on (the Durable Functions
+/// status route).
+pub fn done_or_accepted(done: bool, body: impl IntoResponse) -> Response {
+    let status = if done {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    (status, body).into_response()
+}
+
+/// 204: done, nothing to say (a deletion).
+pub fn no_content() -> Response {
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// 200 when healthy, else 503: a health body is not an error body.
+pub fn health(healthy: bool, body: impl IntoResponse) -> Response {
+    let status = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, body).into_response()
+}
+
 pub async fn no_route(method: Method, uri: Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        format!("no route for {method} {}", uri.path()),
-    )
+    ApiError::not_found("not_found", format!("no route for {method} {}", uri.path()))
 }
 
 pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
@@ -124,4 +251,121 @@ pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         "method_not_allowed",
         format!("{method} is not allowed on {}", uri.path()),
     )
+}
+
+/// A framework rejection's text is one line; more is not read.
+const MAX_REJECTION_TEXT: usize = 16 << 10;
+
+/// The framework's own rejections as JSON. axum answers a query string, a
+/// path or a body its extractors cannot read with a plain-text 4xx; callers
+/// (and fuzzers) must get the same `{error, errorCode, code}` body as every
+/// other refusal, so this layer rewrites any error response that is not JSON
+/// yet, keeping its status. Handlers' own errors are already JSON and pass
+/// through untouched, as does every success (a text/plain answer stays one).
+pub async fn rejections_as_json(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let text = to_bytes(response.into_body(), MAX_REJECTION_TEXT)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_string())
+        .unwrap_or_default();
+    let code = rejection_code(status, &text);
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("the request was refused")
+            .to_string()
+    } else {
+        text
+    };
+    ApiError::new(status, code, message).into_response()
+}
+
+/// A stable code for what axum refused, by status and the start of its text.
+fn rejection_code(status: StatusCode, text: &str) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST if text.starts_with("Failed to deserialize query string") => {
+            "invalid_query"
+        }
+        StatusCode::BAD_REQUEST
+            if text.starts_with("Invalid URL") || text.contains("path param") =>
+        {
+            "invalid_path"
+        }
+        StatusCode::BAD_REQUEST => "invalid_request",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_body",
+        s if s.is_server_error() => "internal_error",
+        _ => "request_refused",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_framework_rejection_gets_a_stable_code() {
+        let query = "Failed to deserialize query string: top: invalid digit found in string";
+        assert_eq!(
+            rejection_code(StatusCode::BAD_REQUEST, query),
+            "invalid_query"
+        );
+        let path = "Invalid URL: Cannot parse `\\xFF` to a `String`";
+        assert_eq!(
+            rejection_code(StatusCode::BAD_REQUEST, path),
+            "invalid_path"
+        );
+        assert_eq!(
+            rejection_code(StatusCode::PAYLOAD_TOO_LARGE, "length limit exceeded"),
+            "body_too_large"
+        );
+        assert_eq!(
+            rejection_code(StatusCode::IM_A_TEAPOT, ""),
+            "request_refused"
+        );
+    }
+
+    #[test]
+    fn each_service_refusal_has_its_status_and_code() {
+        let cases: Vec<(ApiError, StatusCode, &str)> = vec![
+            (
+                RunsError::SessionBusy(crate::runs::SessionKey {
+                    agent: "a".into(),
+                    session_id: "s".into(),
+                })
+                .into(),
+                StatusCode::CONFLICT,
+                "session_busy",
+            ),
+            (
+                DurableError::InstanceFinished("i".into()).into(),
+                StatusCode::GONE,
+                "instance_finished",
+            ),
+            (
+                DurableError::InstanceRunning("i".into()).into(),
+                StatusCode::CONFLICT,
+                "instance_running",
+            ),
+            (
+                StreamError::TooManyFollowers(3).into(),
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_followers",
+            ),
+        ];
+        for (error, status, code) in cases {
+            assert_eq!((error.status, error.code()), (status, code));
+        }
+    }
 }

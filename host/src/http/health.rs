@@ -5,14 +5,13 @@
 //! reason: an HTTP front that still answers is no proof that work gets done.
 
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Json;
 use serde_json::json;
 
+use super::error;
 use super::run_body::{AgentHealth, Health};
 use super::AppState;
-use crate::store::WriterCheck;
 
 /// The host's health and the agents it serves (open: no key needed).
 #[utoipa::path(
@@ -35,12 +34,8 @@ pub async fn get(State(state): State<AppState>) -> Response {
             status: "ready",
         })
         .collect();
-    let reason = not_ready(&state);
-    let status = if reason.is_some() {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::OK
-    };
+    let reason = state.health.not_ready();
+    let healthy = reason.is_none();
     let body = Health {
         status: if reason.is_some() {
             "unhealthy"
@@ -50,7 +45,7 @@ pub async fn get(State(state): State<AppState>) -> Response {
         reason,
         agents,
     };
-    (status, Json(body)).into_response()
+    error::health(healthy, Json(body))
 }
 
 /// Alive unless the writer is dead or stuck past its deadline: a restart is
@@ -67,14 +62,12 @@ pub async fn get(State(state): State<AppState>) -> Response {
     )
 )]
 pub async fn live(State(state): State<AppState>) -> Response {
-    match state.store.writer_check(state.config.writer_deadline) {
-        WriterCheck::Dead(reason) | WriterCheck::Stalled(reason) => answer(false, "dead", reason),
-        WriterCheck::Failing(_) | WriterCheck::Healthy => answer(true, "alive", String::new()),
+    match state.health.dead() {
+        Some(reason) => answer(false, "dead", reason),
+        None => answer(true, "alive", String::new()),
     }
 }
 
-/// Ready when the store takes writes and, on a shared hub, this host holds
-/// its lease.
 /// Whether a load balancer should send this host work.
 #[utoipa::path(
     get,
@@ -87,28 +80,16 @@ pub async fn live(State(state): State<AppState>) -> Response {
     )
 )]
 pub async fn ready(State(state): State<AppState>) -> Response {
-    match not_ready(&state) {
+    match state.health.not_ready() {
         Some(reason) => answer(false, "not_ready", reason),
         None => answer(true, "ready", String::new()),
     }
 }
 
-fn not_ready(state: &AppState) -> Option<String> {
-    let writer = state.store.writer_check(state.config.writer_deadline);
-    writer
-        .problem()
-        .map(str::to_string)
-        .or_else(|| state.store.lease_problem())
-}
-
 fn answer(ok: bool, status: &str, reason: String) -> Response {
     if ok {
-        (StatusCode::OK, Json(json!({ "status": status }))).into_response()
+        error::health(true, Json(json!({ "status": status })))
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": status, "reason": reason })),
-        )
-            .into_response()
+        error::health(false, Json(json!({ "status": status, "reason": reason })))
     }
 }

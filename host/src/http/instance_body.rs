@@ -8,7 +8,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::core::journal::{Call, Entry, Event};
-use crate::store::InstanceRecord;
+use crate::durable::InstanceRecord;
 
 pub(super) const PREFIX: &str = "/runtime/webhooks/durabletask/instances";
 
@@ -114,20 +114,20 @@ pub(super) struct AgentRunRef {
     pub agent: String,
     pub correlation_id: String,
     #[schema(value_type = super::schemas::RunStatusSchema)]
-    pub status: crate::store::RunStatus,
+    pub status: crate::runs::RunStatus,
     pub stream_url: String,
     /// Tool calls the run waits for a human to decide on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<super::schemas::PendingCallSchema>)]
-    pub pending_approvals: Vec<crate::store::PendingCall>,
+    pub pending_approvals: Vec<crate::runs::PendingCall>,
 }
 
 impl AgentRunRef {
-    pub fn new(run: &crate::store::RunRecord, pending: Vec<crate::store::PendingCall>) -> Self {
+    pub fn new(run: &crate::runs::RunRecord, pending: Vec<crate::runs::PendingCall>) -> Self {
         let status = if pending.is_empty() {
             run.status
         } else {
-            crate::store::RunStatus::AwaitingApproval
+            crate::runs::RunStatus::AwaitingApproval
         };
         Self {
             agent: run.agent.clone(),

@@ -4,7 +4,7 @@
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header::HOST;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::DateTime;
@@ -12,10 +12,9 @@ use serde::Deserialize;
 
 use super::body::json_body;
 use super::instance_body::{AgentRunRef, HistoryEvent, InstanceStatus, Purged};
-use super::{ApiError, AppState};
+use super::{error, ApiError, AppState};
 use crate::core::instance::RuntimeStatus;
-use crate::core::lifecycle::Change;
-use crate::store::{InstanceFilter, Operation};
+use crate::durable::{InstanceFilter, Operation};
 
 const CONTINUATION: &str = "x-ms-continuation-token";
 
@@ -34,35 +33,6 @@ pub fn base_url(headers: &HeaderMap) -> String {
 
 /// 202 for a change made; 404 unknown; 410 for an instance that is over; 409
 /// when the change does not apply to its state.
-pub fn change_response(
-    change: Change,
-    id: &str,
-    done: impl FnOnce() -> Response,
-) -> Result<Response, ApiError> {
-    match change {
-        Change::Done => Ok(done()),
-        Change::NotFound => Err(not_found(id)),
-        Change::Finished => Err(ApiError::new(
-            StatusCode::GONE,
-            "instance_finished",
-            format!("instance '{id}' has already finished"),
-        )),
-        Change::NotApplicable => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "invalid_state",
-            format!("instance '{id}' is not in a state this operation applies to"),
-        )),
-    }
-}
-
-fn not_found(id: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "instance_not_found",
-        format!("no instance with id '{id}'"),
-    )
-}
-
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
@@ -88,41 +58,32 @@ pub async fn get(
     Path(id): Path<String>,
     Query(query): Query<StatusQuery>,
 ) -> Result<Response, ApiError> {
-    let instance = state
-        .store
-        .instance(&id)
-        .await?
-        .ok_or_else(|| not_found(&id))?;
-    let mut body = InstanceStatus::new(&instance, query.show_input.unwrap_or(true));
-    if query.show_history.unwrap_or(false) {
-        let journal = state.store.journal(&id).await?;
+    let view = state
+        .orchestrator
+        .status(&id, query.show_history.unwrap_or(false))
+        .await?;
+    let instance = &view.instance;
+    let mut body = InstanceStatus::new(instance, query.show_input.unwrap_or(true));
+    if let Some(history) = view.history {
         body.history_events = Some(
-            journal
+            history
+                .journal
                 .into_iter()
                 .map(|(entry, at)| HistoryEvent::new(entry, at))
                 .collect(),
         );
-        let runs = state
-            .store
-            .runs_of_instance(&id, instance.execution)
-            .await?;
-        let mut refs = Vec::with_capacity(runs.len());
-        for run in &runs {
-            let pending = if run.status.is_finished() {
-                Vec::new()
-            } else {
-                state.store.pending_approvals(&run.correlation_id).await?
-            };
-            refs.push(AgentRunRef::new(run, pending));
-        }
-        body.agent_runs = Some(refs);
+        body.agent_runs = Some(
+            history
+                .runs
+                .into_iter()
+                .map(|(run, pending)| AgentRunRef::new(&run, pending))
+                .collect(),
+        );
     }
-    let status = if instance.status.is_finished() {
-        StatusCode::OK
-    } else {
-        StatusCode::ACCEPTED
-    };
-    Ok((status, Json(body)).into_response())
+    Ok(error::done_or_accepted(
+        instance.status.is_finished(),
+        Json(body),
+    ))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -216,7 +177,7 @@ pub async fn list(
                 })?,
         ),
     };
-    let mut page = state.store.list_instances(&filter, top + 1, after).await?;
+    let mut page = state.orchestrator.list(&filter, top + 1, after).await?;
     let more = page.len() > top;
     page.truncate(top);
     let body: Vec<InstanceStatus> = page
@@ -253,11 +214,11 @@ pub async fn raise_event(
     body: Body,
 ) -> Result<Response, ApiError> {
     let payload = json_body(&headers, body, state.config.max_body_bytes).await?;
-    let change = state
+    state
         .orchestrator
         .raise_event(&id, &event, &payload)
         .await?;
-    change_response(change, &id, || StatusCode::ACCEPTED.into_response())
+    Ok(error::accepted(()))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -283,11 +244,11 @@ pub async fn terminate(
     Query(query): Query<ReasonQuery>,
 ) -> Result<Response, ApiError> {
     let reason = query.reason.unwrap_or_else(|| "terminated".into());
-    let change = state
+    state
         .orchestrator
         .manage(&id, Operation::Terminate { reason })
         .await?;
-    change_response(change, &id, || StatusCode::ACCEPTED.into_response())
+    Ok(error::accepted(()))
 }
 
 /// Suspends an instance.
@@ -305,8 +266,8 @@ pub async fn suspend(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let change = state.orchestrator.manage(&id, Operation::Suspend).await?;
-    change_response(change, &id, || StatusCode::ACCEPTED.into_response())
+    state.orchestrator.manage(&id, Operation::Suspend).await?;
+    Ok(error::accepted(()))
 }
 
 /// Resumes a suspended instance.
@@ -324,8 +285,8 @@ pub async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let change = state.orchestrator.manage(&id, Operation::Resume).await?;
-    change_response(change, &id, || StatusCode::ACCEPTED.into_response())
+    state.orchestrator.manage(&id, Operation::Resume).await?;
+    Ok(error::accepted(()))
 }
 
 /// Deletes a finished instance and its history.
@@ -343,19 +304,12 @@ pub async fn purge(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    match state.orchestrator.manage(&id, Operation::Purge).await? {
-        Change::Done => Ok(Json(Purged {
-            instances_deleted: 1,
-            more: false,
-        })
-        .into_response()),
-        Change::NotFound => Err(not_found(&id)),
-        _ => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "instance_running",
-            format!("instance '{id}' has not finished: terminate it before purging its history"),
-        )),
-    }
+    state.orchestrator.manage(&id, Operation::Purge).await?;
+    Ok(Json(Purged {
+        instances_deleted: 1,
+        more: false,
+    })
+    .into_response())
 }
 
 /// Deletes the finished instances that match the filter.
@@ -374,7 +328,7 @@ pub async fn purge_matching(
     Query(query): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
     let filter = filter_of(&query)?;
-    let purge = state.store.purge_matching(&filter).await?;
+    let purge = state.orchestrator.purge_matching(&filter).await?;
     Ok(Json(Purged {
         instances_deleted: purge.deleted,
         more: purge.more,

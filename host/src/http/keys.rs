@@ -15,7 +15,7 @@
 //! from one front works on another.
 
 use axum::extract::{MatchedPath, RawPathParams, Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::RequestPartsExt;
@@ -298,16 +298,12 @@ async fn refuse_or_run(
 
 fn refuse(request: &Request, needed: Scope, route: &str, keys: &ApiKeys) -> Response {
     match presented(request).and_then(|key| keys.scope_of(&key)) {
-        Some(scope) => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "this key's scope ({}) does not allow {} {route}: it needs an {} key",
-                scope.as_str(),
-                request.method(),
-                needed.as_str()
-            ),
-        )
+        Some(scope) => ApiError::forbidden(format!(
+            "this key's scope ({}) does not allow {} {route}: it needs an {} key",
+            scope.as_str(),
+            request.method(),
+            needed.as_str()
+        ))
         .into_response(),
         None => {
             let why = if presented(request).is_some() {
@@ -315,8 +311,7 @@ fn refuse(request: &Request, needed: Scope, route: &str, keys: &ApiKeys) -> Resp
             } else {
                 "this host requires a key: send it as `Authorization: Bearer KEY`, `x-api-key`, `x-functions-key` or `?code=KEY`"
             };
-            let mut response =
-                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why).into_response();
+            let mut response = ApiError::unauthorized(why).into_response();
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer"),

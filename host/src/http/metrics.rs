@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -22,7 +22,7 @@ use super::AppState;
     )
 )]
 pub async fn get(State(state): State<AppState>) -> Response {
-    match state.store.count_pending_approvals().await {
+    match state.runs.pending_approvals_count().await {
         Ok(count) => crate::metrics::approvals_pending(count),
         Err(e) => tracing::warn!(error = %e, "/metrics: could not count pending approvals"),
     }
@@ -35,8 +35,7 @@ pub async fn get(State(state): State<AppState>) -> Response {
             text,
         )
             .into_response(),
-        None => ApiError::new(
-            StatusCode::NOT_FOUND,
+        None => ApiError::not_found(
             "metrics_unavailable",
             "another metrics recorder is installed in this process (an embedding program's): read the metrics there",
         )

@@ -1,4 +1,6 @@
-//! The HTTP surface. Handlers parse and answer; the work happens in `runs`.
+//! The HTTP surface. Handlers parse, ask a service (`runs`, `durable`,
+//! `streams`, `health`, the registry) and answer; they never read the store,
+//! and every status is chosen in [`error`].
 
 mod agents;
 mod approvals;
@@ -13,7 +15,6 @@ mod keys;
 mod metrics;
 mod openapi;
 mod orchestrators;
-mod rejections;
 mod run_body;
 mod run_request;
 mod runs;
@@ -33,9 +34,9 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::durable::Orchestrator;
+use crate::health::Health;
 use crate::registry::Registry;
 use crate::runs::Runs;
-use crate::store::Store;
 use crate::streams::ResponseStreams;
 
 /// Settings of the HTTP layer.
@@ -46,8 +47,6 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// How long a synchronous run request waits before answering 202.
     pub wait_budget: Duration,
-    /// A store batch under way for longer than this makes the host unhealthy.
-    pub writer_deadline: Duration,
     /// Endpoint keys; empty: every route is open.
     pub keys: ApiKeys,
 }
@@ -57,7 +56,7 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     pub runs: Arc<Runs>,
     pub orchestrator: Arc<Orchestrator>,
-    pub store: Store,
+    pub health: Health,
     pub streams: Arc<ResponseStreams>,
     pub config: Arc<HttpConfig>,
 }
@@ -140,7 +139,7 @@ pub fn router(state: AppState) -> Router {
         // bounds any extractor that reads one itself, so no route can be made
         // to buffer more than the limit.
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
-        .layer(axum::middleware::map_response(rejections::as_json))
+        .layer(axum::middleware::map_response(error::rejections_as_json))
         .layer(axum::middleware::from_fn(metrics::record))
         .layer(axum::middleware::from_fn(spans::trace))
         .with_state(state)

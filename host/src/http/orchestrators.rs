@@ -5,14 +5,14 @@
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header::LOCATION;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::Response;
 use axum::Json;
 
 use super::body::json_body;
 use super::instance_body::{EventAccepted, InstanceUrls};
-use super::instances::{base_url, change_response};
-use super::{ApiError, AppState};
+use super::instances::base_url;
+use super::{error, ApiError, AppState};
 use crate::registry::RouteTarget;
 
 /// Starts an instance of an orchestration; the body is its JSON input.
@@ -83,24 +83,17 @@ pub async fn declared_route(
         }
         Some(RouteTarget::Event { event, instance_id }) => {
             let payload = json_body(&headers, body, state.config.max_body_bytes).await?;
-            let change = state
+            state
                 .orchestrator
                 .raise_event(&instance_id, &event, &payload)
                 .await?;
-            change_response(change, &instance_id, || {
-                (
-                    StatusCode::ACCEPTED,
-                    Json(EventAccepted {
-                        id: &instance_id,
-                        event: &event,
-                        status: "accepted",
-                    }),
-                )
-                    .into_response()
-            })
+            Ok(error::accepted(Json(EventAccepted {
+                id: &instance_id,
+                event: &event,
+                status: "accepted",
+            })))
         }
-        None => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
+        None => Err(ApiError::not_found(
             "not_found",
             format!("no route for POST /api/{path}"),
         )),
@@ -121,7 +114,7 @@ async fn start_instance(
         .await?;
     let urls = InstanceUrls::new(&base_url(headers), &id);
     let location = HeaderValue::from_str(&urls.status_query_get_uri).ok();
-    let mut response = (StatusCode::ACCEPTED, Json(urls)).into_response();
+    let mut response = error::accepted(Json(urls));
     if let Some(location) = location {
         response.headers_mut().insert(LOCATION, location);
     }

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::instance_body::Timestamp;
 use crate::core::chat::Usage;
-use crate::store::{PendingCall, RunRecord, RunStatus};
+use crate::runs::{PendingCall, RunRecord, RunStatus};
 
 /// A finished run, answered to a caller that asked for JSON: camelCase
 /// fields, with the snake_case twins older callers read.
@@ -128,11 +128,16 @@ impl<'a> RunAwaiting<'a> {
     }
 }
 
-/// A run as `GET /api/agents/{name}/runs/{id}` shows it.
+/// A run as `GET /api/agents/{name}/runs/{id}` shows it: camelCase, as every
+/// other body, with the snake_case names it first had kept beside them.
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RunView<'a> {
+    #[serde(rename = "correlationId")]
+    correlation_id_camel: &'a str,
     correlation_id: &'a str,
     agent: &'a str,
+    #[serde(rename = "sessionId")]
+    session_id: &'a str,
     thread_id: &'a str,
     #[schema(value_type = super::schemas::RunStatusSchema)]
     status: RunStatus,
@@ -142,7 +147,11 @@ pub(super) struct RunView<'a> {
     code: Option<&'a str>,
     #[schema(value_type = Option<super::schemas::UsageSchema>)]
     usage: Option<Usage>,
+    #[serde(rename = "createdAt")]
+    created_at_camel: Timestamp,
     created_at: Timestamp,
+    #[serde(rename = "updatedAt")]
+    updated_at_camel: Timestamp,
     updated_at: Timestamp,
     /// Tool calls the run waits for a human to decide on.
     #[serde(rename = "pendingApprovals", skip_serializing_if = "Vec::is_empty")]
@@ -160,8 +169,10 @@ impl<'a> RunView<'a> {
         };
         Self {
             pending_approvals: pending,
+            correlation_id_camel: &run.correlation_id,
             correlation_id: &run.correlation_id,
             agent: &run.agent,
+            session_id: &run.thread_id,
             thread_id: &run.thread_id,
             status,
             message: &run.message,
@@ -169,7 +180,9 @@ impl<'a> RunView<'a> {
             error: run.error.as_deref(),
             code: run.error.as_ref().map(|_| error_code(run)),
             usage: run.usage,
+            created_at_camel: Timestamp(run.created_at),
             created_at: Timestamp(run.created_at),
+            updated_at_camel: Timestamp(run.updated_at),
             updated_at: Timestamp(run.updated_at),
         }
     }

@@ -1,7 +1,6 @@
 //! `GET /api/agents/{name}/runs/{correlation_id}`: the stored state of a run.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
@@ -23,19 +22,6 @@ pub async fn get(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    match state.store.run(&correlation_id).await? {
-        Some(run) if run.agent == name => {
-            let pending = if run.status.is_finished() {
-                Vec::new()
-            } else {
-                state.store.pending_approvals(&correlation_id).await?
-            };
-            Ok(Json(RunView::new(&run, pending)).into_response())
-        }
-        _ => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "run_not_found",
-            format!("agent '{name}' has no run with correlation id '{correlation_id}'"),
-        )),
-    }
+    let run = state.runs.state(&name, &correlation_id).await?;
+    Ok(Json(RunView::new(&run.record, run.pending)).into_response())
 }

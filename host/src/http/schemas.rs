@@ -69,8 +69,9 @@ pub struct UsageSchema {
 pub struct PendingCallSchema {
     call_id: String,
     tool: String,
-    /// The arguments as the model wrote them (JSON text).
-    arguments: String,
+    /// The arguments the model wrote: a JSON object, or text when the model
+    /// wrote something that is not JSON.
+    arguments: serde_json::Value,
 }
 
 /// Describes `store::RunStatus` on the wire (the store does not depend on

@@ -4,14 +4,13 @@
 //! hosting use), and `DELETE /api/agents/{name}/sessions/{id}`.
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use super::{ApiError, AppState};
+use super::{error, ApiError, AppState};
 use crate::core::chat::{Role, ToolCall, Usage};
-use crate::store::{Deletion, SessionKey};
+use crate::runs::SessionKey;
 
 const DEFAULT_PAGE: usize = 1_000;
 const MAX_PAGE: usize = 10_000;
@@ -51,14 +50,6 @@ struct Message {
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<String>,
     correlation_id: String,
-}
-
-fn not_found(name: &str, id: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "session_not_found",
-        format!("agent '{name}' has no session '{id}' (never used, expired, or deleted)"),
-    )
 }
 
 /// A session's conversation, a page at a time.
@@ -115,11 +106,11 @@ async fn conversation(
         agent: name.clone(),
         session_id: id.clone(),
     };
-    let rows = state
-        .store
-        .messages_page(&session, page.after.unwrap_or(0), limit)
-        .await?
-        .ok_or_else(|| not_found(&name, &id))?;
+    let page = state
+        .runs
+        .conversation(&session, page.after.unwrap_or(0), limit)
+        .await?;
+    let rows = page.messages;
     let next = (rows.len() == limit)
         .then(|| rows.last().map(|(seq, _)| *seq))
         .flatten();
@@ -134,12 +125,11 @@ async fn conversation(
             correlation_id: stored.correlation_id,
         })
         .collect();
-    let usage = state.store.session_usage(&session).await?;
     Ok(Json(Conversation {
         agent: name,
         session_id: id,
         messages,
-        usage,
+        usage: page.usage,
         next,
     })
     .into_response())
@@ -164,13 +154,6 @@ pub async fn delete(
         agent: name.clone(),
         session_id: id.clone(),
     };
-    match state.runs.delete_session(&session).await? {
-        Deletion::Done => Ok(StatusCode::NO_CONTENT.into_response()),
-        Deletion::Missing => Err(not_found(&name, &id)),
-        Deletion::Busy => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "session_busy",
-            format!("session '{id}' of agent '{name}' has a run under way: delete it once the run ended"),
-        )),
-    }
+    state.runs.forget_session(&session).await?;
+    Ok(error::no_content())
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -23,7 +23,7 @@ use serde_json::json;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{ApiError, AppState};
-use crate::store::{RunRecord, RunStatus};
+use crate::runs::RunsError;
 use crate::streams::{Entry, EntryId, Follower, Stored, StreamError};
 
 /// How long a follower waits for a next entry before it ends the stream
@@ -40,26 +40,6 @@ pub struct StreamQuery {
     token: Option<String>,
 }
 
-impl From<StreamError> for ApiError {
-    fn from(e: StreamError) -> Self {
-        if let StreamError::TooManyFollowers(_) = e {
-            return ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_followers",
-                e.to_string(),
-            );
-        }
-        tracing::error!(error = %e, "response stream error while answering a request");
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "stream_unavailable",
-            format!("the response stream could not be read: {e}"),
-        )
-    }
-}
-
-/// Follows a run's answer as it is written: server-sent events, or the whole
-/// text once it ends (`Accept: text/plain`).
 #[utoipa::path(
     get,
     path = "/api/agents/{name}/runs/{correlation_id}/stream",
@@ -91,23 +71,19 @@ pub async fn get(
         })?,
     };
     let not_found = |why: &str| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
+        ApiError::not_found(
             "stream_not_found",
             format!("agent '{name}' has no response stream '{correlation_id}': {why}"),
         )
     };
-    let run = state.store.run(&correlation_id).await?;
-    match &run {
-        Some(run) if run.agent != name => return Err(not_found("no such run")),
-        Some(run) if run.status.is_finished() => {
-            if !settled(&state, run).await? {
-                // A finished run whose stream is gone has expired.
-                return Err(not_found("it has expired"));
-            }
-        }
-        Some(_) => {}
-        None => return Err(not_found("no such run")),
+    let run = match state.runs.record(&name, &correlation_id).await {
+        Ok(run) => run,
+        Err(RunsError::RunNotFound { .. }) => return Err(not_found("no such run")),
+        Err(e) => return Err(e.into()),
+    };
+    // A finished run whose stream is gone has expired.
+    if run.status.is_finished() && !state.streams.settle(&run).await? {
+        return Err(not_found("it has expired"));
     }
     if accepts(&headers, "text/plain") && !accepts(&headers, "text/event-stream") {
         let follower = state.streams.admit()?;
@@ -120,39 +96,6 @@ pub async fn get(
 /// How long after a run's end its stream may still lack its last entry
 /// (the entries are written after the run's record, by the host that ran
 /// it); past it, that host is taken to have died in between.
-const END_WRITTEN_WITHIN: Duration = Duration::from_secs(2);
-
-/// Makes sure the stream of finished `run` ends as its record says (see
-/// [`crate::streams::ResponseStreams::seal`]); false when it has expired.
-/// A stream that holds nothing although the run ended within the streams'
-/// TTL lost every entry (its host died before writing any, or the backend
-/// refused them all): it too is sealed from the record.
-async fn settled(state: &AppState, run: &RunRecord) -> Result<bool, ApiError> {
-    let id = &run.correlation_id;
-    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    let written_by = run.updated_at.saturating_add(ms(END_WRITTEN_WITHIN));
-    let expired = crate::store::now_ms() >= run.updated_at.saturating_add(ms(state.streams.ttl()));
-    loop {
-        match state.streams.ended(id).await? {
-            None if expired => return Ok(false),
-            Some(true) => return Ok(true),
-            None | Some(false) if crate::store::now_ms() < written_by => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            None | Some(false) => {
-                tracing::warn!(correlation_id = %id, "the run ended but its stream did not say so (its host died in between, or the backend lost the entries); the stream is ended with the stored outcome");
-                let ending = match run.status {
-                    RunStatus::Completed => Ok(run.response.as_deref().unwrap_or_default()),
-                    _ => Err(run.error.as_deref().unwrap_or("the run failed")),
-                };
-                state.streams.seal(id, ending);
-                return Ok(true);
-            }
-        }
-    }
-}
-
-/// Server-sent events of the stream after `cursor`.
 pub(super) fn sse(
     state: &AppState,
     follower: Follower,
@@ -221,19 +164,14 @@ async fn whole_text(
                 return Ok(([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
             }
             Entry::Failed(error) => {
-                return Err(ApiError::new(
-                    StatusCode::BAD_GATEWAY,
+                return Err(ApiError::run_failed(
                     "run_failed",
                     format!("the run failed: {error}"),
                 ))
             }
         }
     }
-    Err(ApiError::new(
-        StatusCode::GATEWAY_TIMEOUT,
-        "stream_incomplete",
-        "the stream ended before the run completed",
-    ))
+    Err(ApiError::stream_incomplete())
 }
 
 fn accepts(headers: &HeaderMap, media: &str) -> bool {

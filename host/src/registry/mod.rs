@@ -19,8 +19,8 @@ pub use versions::VersionError;
 pub use watch::watch;
 
 use crate::model::ToolSpec;
-use crate::runtime::{AgentSpec, LoadedComponent, OrchestrationSpec, Runtime};
 use crate::store::Store;
+use crate::wasm::{AgentSpec, LoadedComponent, OrchestrationSpec, Runtime};
 
 /// An agent as served: its declaration and the component that holds its tools.
 #[derive(Clone)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::{LoadFailure, Registry};
-use crate::runtime::{ComponentFiles, LoadError, LoadedComponent};
+use crate::wasm::{ComponentFiles, LoadError, LoadedComponent};
 
 /// What a file looked like when it was last loaded (or failed to).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::OnceCell;
 
 use super::Registry;
-use crate::runtime::LoadedComponent;
 use crate::store::StoreError;
+use crate::wasm::LoadedComponent;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VersionError {

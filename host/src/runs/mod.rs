@@ -18,14 +18,17 @@ use tracing::Instrument;
 use crate::agents::{AgentError, AgentRunner, AgentsSettings, RunOutcome as AgentOutcome};
 use crate::core::fence::SessionFence;
 use crate::registry::Registry;
-use crate::store::{
-    Decided, Decision, Deletion, NewRun, RunOutcome, RunRecord, RunStatus, SessionKey, Store,
-    StoreError, StoredMessage, Wake,
-};
+use crate::store::{Decided, Deletion, RunOutcome, Store, StoreError, StoredMessage, Wake};
 use crate::streams::{ResponseStreams, StreamWriter};
+use crate::wasm::AgentOptions;
 
+mod answers;
 mod history;
 mod waiting;
+
+/// The records callers of this service read and write.
+pub use crate::store::{Decision, NewRun, PendingCall, RunRecord, RunStatus, SessionKey};
+pub use answers::{Answer, RunsError};
 
 use crate::workers::{drain, KeyedWorkers};
 use history::Histories;
@@ -133,12 +136,23 @@ impl Runs {
 
     /// Stores the run, then schedules it (here, or on the host that owns
     /// its session). Once this returns, the run survives a crash.
+    /// An agent nobody serves gets the default settings: its run fails
+    /// when executed, with the reason (an orchestration's call of it).
     pub async fn submit(self: &Arc<Self>, run: NewRun) -> Result<RunRecord, StoreError> {
         let described = self
             .registry
             .agent(&run.session.agent)
             .map(|a| a.spec.options)
             .unwrap_or_default();
+        self.enqueue(run, described).await
+    }
+
+    /// Stores the run of an agent described by `described`, then schedules it.
+    async fn enqueue(
+        self: &Arc<Self>,
+        run: NewRun,
+        described: AgentOptions,
+    ) -> Result<RunRecord, StoreError> {
         let ttl = self
             .settings
             .of(&run.session.agent)
@@ -231,22 +245,6 @@ impl Runs {
             histories.forget(session);
         }
         Ok(deleted)
-    }
-
-    /// [`Self::submit`], then waits up to `budget` for the run to finish:
-    /// the stored run, and its finished record (`None` when it has not).
-    pub async fn submit_and_wait(
-        self: &Arc<Self>,
-        run: NewRun,
-        budget: Duration,
-    ) -> Result<(RunRecord, Option<RunRecord>), StoreError> {
-        // Listening before it is stored, nothing can be missed: no read.
-        let finished = self.finished.subscribe();
-        let record = self.submit(run).await?;
-        let done = self
-            .wait_on(finished, &record.correlation_id, budget, false)
-            .await?;
-        Ok((record, done))
     }
 
     /// Resumes whatever a previous process left unfinished and, on a hub

@@ -59,28 +59,17 @@ pub(super) async fn apply(
                 row.dirty = true;
             }
             Effect::ScheduleTask { task, call } => scheduled.push((task, call)),
-            Effect::Create(new) => {
-                let child = new.parent.is_some();
-                match create(tx, new.clone(), now).await? {
-                    Ok(()) => applied.wake.push(new.id),
-                    Err(()) if child => {
-                        // Only a caller that made the same id by hand can
-                        // collide with a derived child id: the parent's task fails.
-                        if let Some(parent) = &new.parent {
-                            let event = Event::TaskFailed {
-                                task: parent.task,
-                                error: format!("instance {} already exists", new.id),
-                            };
-                            push_inbox(tx, &mut applied, &parent.id, parent.execution, event, now)
-                                .await?;
-                            applied.wake.push(parent.id.clone());
-                        }
+            Effect::Create(new) => match create(tx, new.clone(), now).await? {
+                Ok(()) => applied.wake.push(new.id),
+                Err(()) => match start::collision(&new) {
+                    Some((parent, event)) => {
+                        push_inbox(tx, &mut applied, &parent.id, parent.execution, event, now)
+                            .await?;
+                        applied.wake.push(parent.id.clone());
                     }
-                    Err(()) => {
-                        return Err(StoreError::Write(format!("instance '{}' exists", new.id)))
-                    }
-                }
-            }
+                    None => return Err(StoreError::Write(format!("instance '{}' exists", new.id))),
+                },
+            },
             Effect::ArmTimer { task, fire_at } => {
                 push_inbox(
                     tx,
@@ -181,27 +170,16 @@ pub(super) async fn create(
     now: i64,
 ) -> Result<Result<(), ()>, StoreError> {
     let existing = tx.load(&new.id).await?.map(|l| l.state);
-    let Ok(effects) = start::decide(existing.as_ref(), new) else {
-        return Ok(Err(()));
-    };
-    for effect in effects {
-        match effect {
-            Effect::Purge => {
-                if let Some(old) = &existing {
-                    tx.purge(&old.id).await?;
-                }
-            }
-            Effect::Create(new) => {
-                let execution = tx.new_execution(&new.id).await?;
-                tx.insert_instance(&new, execution, now).await?;
-            }
-            other => {
-                return Err(StoreError::Write(format!(
-                    "a start decided an unexpected effect: {other:?}"
-                )))
-            }
+    let new = match start::plan(existing.as_ref(), new) {
+        Err(_) => return Ok(Err(())),
+        Ok(start::Start::Fresh(new)) => new,
+        Ok(start::Start::Again(new)) => {
+            tx.purge(&new.id).await?;
+            new
         }
-    }
+    };
+    let execution = tx.new_execution(&new.id).await?;
+    tx.insert_instance(&new, execution, now).await?;
     Ok(Ok(()))
 }
 

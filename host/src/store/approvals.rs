@@ -15,8 +15,17 @@ use crate::core::fence::{self, SessionFence};
 pub struct PendingCall {
     pub call_id: String,
     pub tool: String,
-    /// The arguments as the model wrote them (JSON text).
+    /// The arguments as the model wrote them (JSON text), shown to a person
+    /// as the JSON object they are; text that is not JSON stays text.
+    #[serde(serialize_with = "as_json")]
     pub arguments: String,
+}
+
+fn as_json<S: serde::Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(value) => value.serialize(serializer),
+        Err(_) => serializer.serialize_str(text),
+    }
 }
 
 /// A decision on a tool call.

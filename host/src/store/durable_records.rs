@@ -15,6 +15,7 @@ use crate::core::journal::{Entry, Event};
 use crate::core::lifecycle::arrivals::Arrival;
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
+use crate::core::lifecycle::{Operation, TaskFate};
 use crate::core::limits::{LimitError, Limits};
 
 /// The instance a decision is about.
@@ -58,7 +59,13 @@ pub struct InboxRow {
 
 impl InboxRow {
     pub fn arrival(&self) -> Arrival {
-        (self.id, self.execution, self.event.clone())
+        Arrival {
+            row: self.id,
+            execution: self.execution,
+            event: self.event.clone(),
+            visible_at: self.visible_at,
+            parked: self.parked,
+        }
     }
 }
 
@@ -94,15 +101,6 @@ pub struct Loaded {
     pub owner: Option<String>,
     /// The trace its episodes continue.
     pub traceparent: Option<String>,
-}
-
-/// A management operation on one instance.
-#[derive(Debug, Clone)]
-pub enum Operation {
-    Suspend,
-    Resume,
-    Terminate { reason: String },
-    Purge,
 }
 
 /// One write, decided inside the transaction that commits it.
@@ -157,7 +155,7 @@ pub enum Written {
     /// `None` when the episode no longer applied (terminated, suspended or
     /// restarted meanwhile): nothing was written.
     Episode(Option<Applied>),
-    TaskDone(TaskOutcome, Applied),
+    TaskDone(TaskFate, Applied),
     /// `None` when the id is held by an unfinished instance.
     Start(Option<Applied>),
     Raise(Result<Change, LimitError>, Applied),
@@ -185,12 +183,4 @@ impl Written {
             Written::Run(_) => None,
         }
     }
-}
-
-/// What became of a task's result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskOutcome {
-    Delivered,
-    Retrying,
-    Dropped,
 }

@@ -145,7 +145,7 @@ mod tests {
     use crate::core::lifecycle::task_done::Attempt;
     use crate::core::limits::Limits;
     use crate::store::test_fixtures::new;
-    use crate::store::{Operation, Store, StoreError, TaskOutcome};
+    use crate::store::{Operation, Store, StoreError, TaskFate};
 
     async fn store() -> Result<(tempfile::TempDir, Store), StoreError> {
         crate::store::test_fixtures::sqlite().await
@@ -226,7 +226,7 @@ mod tests {
         let (outcome, applied) = store
             .task_done("x", attempt, Ok("1".into()), Arc::new(Limits::default()))
             .await?;
-        assert_eq!(outcome, TaskOutcome::Dropped);
+        assert_eq!(outcome, TaskFate::Dropped);
         assert!(applied.wake.is_empty());
         Ok(())
     }

@@ -7,11 +7,13 @@ use serde::Serialize;
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Any, Row};
 
-use super::durable_records::{Applied, Operation, TaskOutcome, Write, Written};
+use super::durable_records::{Applied, Write, Written};
 use super::{Store, StoreError};
 use crate::core::instance::{NewInstance, RuntimeStatus};
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
+use crate::core::lifecycle::Operation;
+use crate::core::lifecycle::TaskFate;
 use crate::core::limits::{LimitError, Limits};
 
 const FINISHED: &str = "('Completed', 'Failed', 'Terminated')";
@@ -114,7 +116,7 @@ impl Store {
         attempt: Attempt,
         result: Result<String, String>,
         limits: Arc<Limits>,
-    ) -> Result<(TaskOutcome, Applied), StoreError> {
+    ) -> Result<(TaskFate, Applied), StoreError> {
         let write = Write::TaskDone {
             instance: instance.to_string(),
             attempt,

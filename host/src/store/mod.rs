@@ -36,9 +36,11 @@ mod versions;
 mod writer_health;
 mod writes;
 
+pub use crate::core::lifecycle::Operation;
+pub use crate::core::lifecycle::TaskFate;
 pub use approvals::{Decided, Decision, PendingCall};
 pub use commit_queue::InboxSink;
-pub use durable_records::{Applied, Image, InboxRow, Loaded, Operation, Target, TaskOutcome};
+pub use durable_records::{Applied, Image, InboxRow, Loaded, Target};
 pub use hub::{TaskHub, DEFAULT_HUB};
 pub use instances::{InstanceFilter, InstanceRecord};
 pub use open::{Kind, Store};

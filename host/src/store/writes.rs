@@ -4,17 +4,14 @@
 //! else a write is committed.
 
 use super::apply::{apply, create};
-use super::durable_records::{
-    Applied, Loaded, Operation, Read, ReadOut, Target, TaskOutcome, Write, Written,
-};
+use super::durable_records::{Applied, Loaded, Read, ReadOut, Target, Write, Written};
 use super::episodes::image;
 use super::run_tx::RunTx;
 use super::run_writes::write_run;
 use super::tx::Tx;
 use super::StoreError;
 use crate::core::fence::{self, EpisodeFence, InstanceHolder};
-use crate::core::lifecycle::task_done::{self, Settled};
-use crate::core::lifecycle::{purge, raise, resume, suspend, terminate, Change, Decision};
+use crate::core::lifecycle::{self, Change, Command, Decision, Reply, TaskFate};
 
 pub(super) async fn write_one(
     tx: &mut (impl Tx + RunTx),
@@ -58,21 +55,24 @@ pub(super) async fn write_one(
             limits,
         } => {
             let Some(current) = tx.load(&instance).await? else {
-                return Ok(Written::TaskDone(TaskOutcome::Dropped, Applied::default()));
+                return Ok(Written::TaskDone(TaskFate::Dropped, Applied::default()));
             };
             let mine = is_mine(tx.me(), Some(&current));
             let pending = tx.task_pending(&instance, &attempt).await?;
-            let (outcome, effects) = match task_done::decide(
+            let decision = lifecycle::decide(
                 Some(&current.state),
-                pending,
-                &attempt,
-                result,
-                now,
-                &limits,
-            ) {
-                Settled::Delivered(effects) => (TaskOutcome::Delivered, effects),
-                Settled::Retrying(effects) => (TaskOutcome::Retrying, effects),
-                Settled::Dropped => (TaskOutcome::Dropped, Vec::new()),
+                Command::TaskDone {
+                    pending,
+                    attempt: &attempt,
+                    result,
+                    now,
+                    limits: &limits,
+                },
+            );
+            let (Reply::Task(outcome), effects) = (decision.reply, decision.effects) else {
+                return Err(StoreError::Write(
+                    "a task's result got another reply".into(),
+                ));
             };
             let target = Target {
                 id: instance,
@@ -114,29 +114,27 @@ pub(super) async fn write_one(
                 Some(_) => tx.inbox_size(&instance).await?,
                 None => Default::default(),
             };
-            match raise::decide(
+            let decision = lifecycle::decide(
                 current.as_ref().map(|c| &c.state),
-                &name,
-                &payload,
-                waiting,
-                &limits,
-            ) {
-                Ok(decision) => {
+                Command::Raise {
+                    name: &name,
+                    payload: &payload,
+                    waiting,
+                    limits: &limits,
+                },
+            );
+            match decision.reply {
+                Reply::Refused(refused) => Ok(Written::Raise(Err(refused), Applied::default())),
+                Reply::Change(_) | Reply::Task(_) | Reply::Episode => {
                     let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
                     Ok(Written::Raise(Ok(change), applied))
                 }
-                Err(refused) => Ok(Written::Raise(Err(refused), Applied::default())),
             }
         }
         Write::Manage { instance, op } => {
             let current = tx.load(&instance).await?;
             let state = current.as_ref().map(|c| &c.state);
-            let decision = match &op {
-                Operation::Suspend => suspend::decide(state),
-                Operation::Resume => resume::decide(state),
-                Operation::Terminate { reason } => terminate::decide(state, reason),
-                Operation::Purge => purge::decide(state),
-            };
+            let decision = lifecycle::decide(state, Command::Manage(&op));
             let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
             Ok(Written::Manage(change, applied))
         }
@@ -173,7 +171,15 @@ async fn decide_and_apply(
         Some(id) => with_news(applied, &id, mine),
         None => applied,
     };
-    Ok((decision.change, applied))
+    let change = match decision.reply {
+        Reply::Change(change) => change,
+        other => {
+            return Err(StoreError::Write(format!(
+                "an operation got a reply that is not a change: {other:?}"
+            )))
+        }
+    };
+    Ok((change, applied))
 }
 
 /// Whether the instance is owned by the host this transaction writes for

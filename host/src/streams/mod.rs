@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::store::Store;
+use crate::store::{now_ms, RunRecord, RunStatus, Store};
 
 /// Entries one read returns at most.
 const READ_LIMIT: usize = 512;
@@ -306,12 +306,6 @@ impl ResponseStreams {
             .await
     }
 
-    /// How long a stream's entries are kept: a finished run's stream is
-    /// expired only once this long has passed since the run ended.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
     /// Whether the newest attempt of the stream has its last entry; `None`
     /// when the stream holds nothing (it expired, or nothing was written).
     pub async fn ended(&self, correlation_id: &str) -> Result<Option<bool>, StreamError> {
@@ -353,6 +347,36 @@ impl ResponseStreams {
                 writer.complete();
             }
             Err(error) => writer.fail(error),
+        }
+    }
+
+    /// Whether a finished run's stream can still be read: false once it has
+    /// expired. A stream whose run's end is stored but which does not say so
+    /// within a moment (its host died between the two writes, or the backend
+    /// lost the entries) is sealed with the stored outcome first.
+    pub async fn settle(&self, run: &RunRecord) -> Result<bool, StreamError> {
+        const END_WRITTEN_WITHIN: Duration = Duration::from_secs(2);
+        let id = &run.correlation_id;
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let written_by = run.updated_at.saturating_add(ms(END_WRITTEN_WITHIN));
+        let expired = now_ms() >= run.updated_at.saturating_add(ms(self.ttl));
+        loop {
+            match self.ended(id).await? {
+                None if expired => return Ok(false),
+                Some(true) => return Ok(true),
+                None | Some(false) if now_ms() < written_by => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                None | Some(false) => {
+                    tracing::warn!(correlation_id = %id, "the run ended but its stream did not say so (its host died in between, or the backend lost the entries); the stream is ended with the stored outcome");
+                    let ending = match run.status {
+                        RunStatus::Completed => Ok(run.response.as_deref().unwrap_or_default()),
+                        _ => Err(run.error.as_deref().unwrap_or("the run failed")),
+                    };
+                    self.seal(id, ending);
+                    return Ok(true);
+                }
+            }
         }
     }
 

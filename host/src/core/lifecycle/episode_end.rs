@@ -10,6 +10,7 @@ use crate::core::ids;
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus};
 use crate::core::journal::{Call, Entry, Event};
 use crate::core::limits::Limits;
+use crate::core::replay::Replay;
 
 /// How the guest's code stopped.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +22,18 @@ pub enum Ending {
     /// It broke the contract (non-determinism, a trap, a deadline): the
     /// instance fails with this reason.
     Broken(String),
+}
+
+impl Ending {
+    /// The ending once checked against the journal: code that returned
+    /// before making every call the journal holds took another path than
+    /// the one recorded, so the instance breaks rather than completes.
+    pub fn checked(self, replay: &Replay) -> Self {
+        match (&self, replay.check_complete()) {
+            (Ending::Returned(Ok(_)), Err(e)) => Ending::Broken(e.to_string()),
+            _ => self,
+        }
+    }
 }
 
 /// An inbox row the episode offered to the code.
@@ -236,6 +249,27 @@ fn finish(
         ));
     }
     effects
+}
+
+#[cfg(test)]
+mod ending_tests {
+    use super::*;
+
+    #[test]
+    fn code_that_returns_before_using_its_journal_breaks_and_its_own_error_stands() {
+        let journaled = || Replay::new(vec![(Call::Now { value: 1 }, 0)], Vec::new(), 0, 0);
+        let early = Ending::Returned(Ok("1".into())).checked(&journaled());
+        assert!(
+            matches!(&early, Ending::Broken(why) if why.contains("journal continues")),
+            "{early:?}"
+        );
+        let failed = Ending::Returned(Err("no".into()));
+        assert_eq!(failed.clone().checked(&journaled()), failed);
+        let fresh = Replay::new(Vec::new(), Vec::new(), 0, 0);
+        let done = Ending::Returned(Ok("1".into()));
+        assert_eq!(done.clone().checked(&fresh), done);
+        assert_eq!(Ending::Waiting.checked(&journaled()), Ending::Waiting);
+    }
 }
 
 #[cfg(test)]

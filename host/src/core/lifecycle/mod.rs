@@ -1,20 +1,152 @@
-//! One file per transition of an instance's life. Each `decide` takes the
-//! instance as it stands and what happened, and returns what the caller is
-//! told and the [`Effect`]s to write; none of them reads or writes anything.
+//! One file per transition of an instance's life, and one entry for all of
+//! them: [`decide`] takes the instance as it stands and a [`Command`] (what
+//! happened) and returns a [`Decision`]: what the caller is told, the
+//! [`Effect`]s to write, and the instance as it will stand once they are
+//! written ([`evolve`] folded over them). Nothing here reads or writes.
+//!
+//! Starting an instance is the one transition outside [`decide`]
+//! ([`start::plan`]): it has no instance to stand on, and the store allocates
+//! the new execution's number as it writes it.
 
 pub mod arrivals;
 pub mod continue_as_new;
 pub mod episode_end;
+pub mod evolve;
 pub mod purge;
 pub mod raise;
 pub mod resume;
+#[cfg(test)]
+mod scenarios;
 pub mod start;
 pub mod suspend;
 pub mod task_done;
 pub mod terminate;
 
 use super::effects::Effect;
-use super::instance::InstanceState;
+use super::instance::{InstanceState, Size};
+use super::limits::{LimitError, Limits};
+use episode_end::Episode;
+use evolve::{evolve, Evolved};
+use task_done::{Attempt, Settled};
+
+/// Everything that can happen to an instance that exists.
+#[derive(Debug)]
+pub enum Command<'a> {
+    /// An external event raised at it; `waiting` is what its inbox holds.
+    Raise {
+        name: &'a str,
+        payload: &'a str,
+        waiting: Size,
+        limits: &'a Limits,
+    },
+    /// Suspend, resume, terminate or purge.
+    Manage(&'a Operation),
+    /// A task's attempt ended; `pending`: the task's row still exists for
+    /// the attempt's execution.
+    TaskDone {
+        pending: bool,
+        attempt: &'a Attempt,
+        result: Result<String, String>,
+        now: i64,
+        limits: &'a Limits,
+    },
+    /// An episode of its code ended.
+    EndEpisode {
+        episode: Episode,
+        limits: &'a Limits,
+    },
+    /// Woken with nothing new for its code: only the rows addressed to an
+    /// older execution are dropped, and the code does not run.
+    Idle { stale: Vec<i64> },
+}
+
+/// What the caller of a [`Command`] is told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A raise or a management operation: done, or why not.
+    Change(Change),
+    /// A raise refused by a limit: nothing is written.
+    Refused(LimitError),
+    /// What became of a task's result.
+    Task(TaskFate),
+    /// An episode's end: its effects say it all.
+    Episode,
+}
+
+/// What became of a task's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskFate {
+    /// Delivered to the instance's inbox.
+    Delivered,
+    /// Its task runs again later.
+    Retrying,
+    /// Stale (the instance moved on, or the task is no longer pending).
+    Dropped,
+}
+
+/// The one shape of every transition's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub reply: Reply,
+    pub effects: Vec<Effect>,
+    /// The instance once the effects are written; `None` when there is none
+    /// (missing, purged) or its execution ended (what follows must be read).
+    pub next: Option<InstanceState>,
+}
+
+/// What `command` means for the instance as it stands (`None`: no such
+/// instance).
+pub fn decide(state: Option<&InstanceState>, command: Command) -> Decision {
+    let (reply, effects) = match command {
+        Command::Raise {
+            name,
+            payload,
+            waiting,
+            limits,
+        } => match raise::decide(state, name, payload, waiting, limits) {
+            Ok(changed) => (Reply::Change(changed.change), changed.effects),
+            Err(refused) => (Reply::Refused(refused), Vec::new()),
+        },
+        Command::Manage(op) => {
+            let changed = manage(state, op);
+            (Reply::Change(changed.change), changed.effects)
+        }
+        Command::TaskDone {
+            pending,
+            attempt,
+            result,
+            now,
+            limits,
+        } => match task_done::decide(state, pending, attempt, result, now, limits) {
+            Settled::Delivered(effects) => (Reply::Task(TaskFate::Delivered), effects),
+            Settled::Retrying(effects) => (Reply::Task(TaskFate::Retrying), effects),
+            Settled::Dropped => (Reply::Task(TaskFate::Dropped), Vec::new()),
+        },
+        Command::EndEpisode { episode, limits } => match state {
+            Some(state) => (Reply::Episode, episode_end::decide(state, episode, limits)),
+            None => (Reply::Episode, Vec::new()),
+        },
+        Command::Idle { stale } if stale.is_empty() => (Reply::Episode, Vec::new()),
+        Command::Idle { stale } => (Reply::Episode, vec![Effect::ConsumeInbox(stale)]),
+    };
+    let next = state.and_then(|state| after(state, &effects));
+    Decision {
+        reply,
+        effects,
+        next,
+    }
+}
+
+/// The instance once `effects` are written, or `None` once they end it.
+fn after(state: &InstanceState, effects: &[Effect]) -> Option<InstanceState> {
+    let mut next = state.clone();
+    for effect in effects {
+        if evolve(&mut next, effect) == Evolved::Over {
+            return None;
+        }
+    }
+    Some(next)
+}
 
 /// What a management operation tells its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,14 +159,14 @@ pub enum Change {
     NotApplicable,
 }
 
-/// An answer and what to write for it.
+/// A management transition's answer and what to write for it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
+pub struct Changed {
     pub change: Change,
     pub effects: Vec<Effect>,
 }
 
-impl Decision {
+impl Changed {
     pub fn done(effects: Vec<Effect>) -> Self {
         Self {
             change: Change::Done,
@@ -50,11 +182,30 @@ impl Decision {
     }
 }
 
+/// A management operation on one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operation {
+    Suspend,
+    Resume,
+    Terminate { reason: String },
+    Purge,
+}
+
+/// What a management operation on the instance as it stands means.
+fn manage(state: Option<&InstanceState>, op: &Operation) -> Changed {
+    match op {
+        Operation::Suspend => suspend::decide(state),
+        Operation::Resume => resume::decide(state),
+        Operation::Terminate { reason } => terminate::decide(state, reason),
+        Operation::Purge => purge::decide(state),
+    }
+}
+
 /// The common refusals: no such instance, or one that is over.
-fn refuse_missing_or_finished(state: Option<&InstanceState>) -> Result<&InstanceState, Decision> {
+fn refuse_missing_or_finished(state: Option<&InstanceState>) -> Result<&InstanceState, Changed> {
     match state {
-        None => Err(Decision::only(Change::NotFound)),
-        Some(s) if s.status.is_finished() => Err(Decision::only(Change::Finished)),
+        None => Err(Changed::only(Change::NotFound)),
+        Some(s) if s.status.is_finished() => Err(Changed::only(Change::Finished)),
         Some(s) => Ok(s),
     }
 }

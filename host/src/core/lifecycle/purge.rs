@@ -1,15 +1,15 @@
 //! Purging an instance: a finished one is deleted with its history; a running
 //! one must be terminated first.
 
-use super::{Change, Decision};
+use super::{Change, Changed};
 use crate::core::effects::Effect;
 use crate::core::instance::InstanceState;
 
-pub fn decide(state: Option<&InstanceState>) -> Decision {
+pub fn decide(state: Option<&InstanceState>) -> Changed {
     match state {
-        None => Decision::only(Change::NotFound),
-        Some(s) if s.status.is_finished() => Decision::done(vec![Effect::Purge]),
-        Some(_) => Decision::only(Change::NotApplicable),
+        None => Changed::only(Change::NotFound),
+        Some(s) if s.status.is_finished() => Changed::done(vec![Effect::Purge]),
+        Some(_) => Changed::only(Change::NotApplicable),
     }
 }
 

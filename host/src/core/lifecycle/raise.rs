@@ -1,7 +1,7 @@
 //! An external event raised at an instance: queued in its inbox for the
 //! current execution, unless the instance is over or its inbox is full.
 
-use super::{refuse_missing_or_finished, Decision};
+use super::{refuse_missing_or_finished, Changed};
 use crate::core::effects::Effect;
 use crate::core::instance::{InstanceState, Size};
 use crate::core::journal::Event;
@@ -15,7 +15,7 @@ pub fn decide(
     payload: &str,
     waiting: Size,
     limits: &Limits,
-) -> Result<Decision, LimitError> {
+) -> Result<Changed, LimitError> {
     let state = match refuse_missing_or_finished(state) {
         Ok(s) => s,
         Err(refused) => return Ok(refused),
@@ -26,7 +26,7 @@ pub fn decide(
         payload: payload.to_string(),
     };
     limits.check_inbox(waiting, event.payload_len() as u64)?;
-    Ok(Decision::done(vec![Effect::Deliver {
+    Ok(Changed::done(vec![Effect::Deliver {
         instance: state.id.clone(),
         execution: state.execution,
         event,

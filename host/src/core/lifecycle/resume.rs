@@ -2,24 +2,24 @@
 //! its first episode runs; the others to Running, and consume what their
 //! inbox gathered meanwhile.
 
-use super::{refuse_missing_or_finished, Change, Decision};
+use super::{refuse_missing_or_finished, Change, Changed};
 use crate::core::effects::Effect;
 use crate::core::instance::{InstanceState, RuntimeStatus};
 
-pub fn decide(state: Option<&InstanceState>) -> Decision {
+pub fn decide(state: Option<&InstanceState>) -> Changed {
     let state = match refuse_missing_or_finished(state) {
         Ok(s) => s,
         Err(refused) => return refused,
     };
     if state.status != RuntimeStatus::Suspended {
-        return Decision::only(Change::NotApplicable);
+        return Changed::only(Change::NotApplicable);
     }
     let status = if state.has_run {
         RuntimeStatus::Running
     } else {
         RuntimeStatus::Pending
     };
-    Decision::done(vec![Effect::SetStatus {
+    Changed::done(vec![Effect::SetStatus {
         status,
         output: None,
         custom_status: None,

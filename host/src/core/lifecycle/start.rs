@@ -2,18 +2,39 @@
 //! execution, its old history purged). A running id is refused.
 
 use super::Change;
-use crate::core::effects::Effect;
-use crate::core::instance::{InstanceState, NewInstance};
+use crate::core::instance::{InstanceState, NewInstance, ParentRef};
+use crate::core::journal::Event;
+
+/// How an instance starts: on a new id, or on a finished one whose old
+/// history is purged first.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Start {
+    Fresh(NewInstance),
+    Again(NewInstance),
+}
 
 /// `Err(NotApplicable)` when an instance with that id exists and is not over.
-/// The new execution's number is allocated by the store when it writes
-/// `Create`: numbers are never reused, even after a purge.
-pub fn decide(existing: Option<&InstanceState>, new: NewInstance) -> Result<Vec<Effect>, Change> {
+/// The new execution's number is allocated by the store when it creates the
+/// instance: numbers are never reused, even after a purge.
+pub fn plan(existing: Option<&InstanceState>, new: NewInstance) -> Result<Start, Change> {
     match existing {
         Some(s) if !s.status.is_finished() => Err(Change::NotApplicable),
-        Some(_) => Ok(vec![Effect::Purge, Effect::Create(new)]),
-        None => Ok(vec![Effect::Create(new)]),
+        Some(_) => Ok(Start::Again(new)),
+        None => Ok(Start::Fresh(new)),
     }
+}
+
+/// A sub-orchestration whose id is taken by a running instance (only a
+/// caller who made the same id by hand can collide with a derived child
+/// id): its parent's task fails, with the reason. `None` for an instance
+/// without a parent, whose starter is refused instead.
+pub fn collision(new: &NewInstance) -> Option<(&ParentRef, Event)> {
+    let parent = new.parent.as_ref()?;
+    let event = Event::TaskFailed {
+        task: parent.task,
+        error: format!("instance {} already exists", new.id),
+    };
+    Some((parent, event))
 }
 
 #[cfg(test)]
@@ -34,8 +55,32 @@ mod tests {
     }
 
     #[test]
+    fn a_child_whose_id_is_taken_fails_its_parents_task_and_a_top_level_start_has_no_parent_to_tell(
+    ) {
+        assert_eq!(collision(&new()), None);
+        let parent = crate::core::instance::ParentRef {
+            id: "p".into(),
+            execution: 2,
+            task: 5,
+        };
+        let child = NewInstance {
+            parent: Some(parent.clone()),
+            ..new()
+        };
+        let (to, event) = collision(&child).expect("a child has a parent");
+        assert_eq!(to, &parent);
+        assert_eq!(
+            event,
+            Event::TaskFailed {
+                task: 5,
+                error: "instance i already exists".into()
+            }
+        );
+    }
+
+    #[test]
     fn a_new_id_is_created() {
-        assert_eq!(decide(None, new()), Ok(vec![Effect::Create(new())]));
+        assert_eq!(plan(None, new()), Ok(Start::Fresh(new())));
     }
 
     #[test]
@@ -46,7 +91,7 @@ mod tests {
             RuntimeStatus::Suspended,
         ] {
             assert_eq!(
-                decide(Some(&instance(status)), new()),
+                plan(Some(&instance(status)), new()),
                 Err(Change::NotApplicable)
             );
         }
@@ -60,8 +105,8 @@ mod tests {
             RuntimeStatus::Terminated,
         ] {
             assert_eq!(
-                decide(Some(&instance(status)), new()),
-                Ok(vec![Effect::Purge, Effect::Create(new())])
+                plan(Some(&instance(status)), new()),
+                Ok(Start::Again(new()))
             );
         }
     }

@@ -1,19 +1,19 @@
 //! Suspending an instance: its code stops running; events and task results
 //! keep arriving in its inbox and are consumed after resume.
 
-use super::{refuse_missing_or_finished, Change, Decision};
+use super::{refuse_missing_or_finished, Change, Changed};
 use crate::core::effects::Effect;
 use crate::core::instance::{InstanceState, RuntimeStatus};
 
-pub fn decide(state: Option<&InstanceState>) -> Decision {
+pub fn decide(state: Option<&InstanceState>) -> Changed {
     let state = match refuse_missing_or_finished(state) {
         Ok(s) => s,
         Err(refused) => return refused,
     };
     if !state.status.is_active() {
-        return Decision::only(Change::NotApplicable);
+        return Changed::only(Change::NotApplicable);
     }
-    Decision::done(vec![Effect::SetStatus {
+    Changed::done(vec![Effect::SetStatus {
         status: RuntimeStatus::Suspended,
         output: None,
         custom_status: None,

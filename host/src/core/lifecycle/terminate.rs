@@ -1,11 +1,11 @@
 //! Terminating an instance: it ends now with the reason as its output; its
 //! pending tasks and timers are dropped and its parent is told.
 
-use super::{refuse_missing_or_finished, Decision};
+use super::{refuse_missing_or_finished, Changed};
 use crate::core::effects::Effect;
 use crate::core::instance::{InstanceState, RuntimeStatus};
 
-pub fn decide(state: Option<&InstanceState>, reason: &str) -> Decision {
+pub fn decide(state: Option<&InstanceState>, reason: &str) -> Changed {
     let state = match refuse_missing_or_finished(state) {
         Ok(s) => s,
         Err(refused) => return refused,
@@ -27,7 +27,7 @@ pub fn decide(state: Option<&InstanceState>, reason: &str) -> Decision {
             Some(&output),
         ));
     }
-    Decision::done(effects)
+    Changed::done(effects)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! What a store running orchestration code holds beyond a tool call's: the
 //! instance, its replay, the journal's clock, and why the host may stop the
-//! guest. A leaf of `runtime`: the store's state and the `durable` import
+//! guest. A leaf of `wasm`: the store's state and the `durable` import
 //! both use it, and it uses neither.
 
 use std::sync::atomic::{AtomicI64, Ordering};

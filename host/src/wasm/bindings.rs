@@ -1,6 +1,6 @@
 //! Host bindings generated from `wit/` for the `agenthost-component` world.
 //! Imports are trappable: `durable` suspends an orchestration by trapping out
-//! of the guest (see `durable_imports`).
+//! of the guest (see `host/durable.rs`).
 
 wasmtime::component::bindgen!({
     path: "../wit",

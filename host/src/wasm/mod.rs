@@ -3,23 +3,21 @@
 //! memory and CPU limits.
 //!
 //! Nothing here knows about HTTP or sessions. A guest reaches the host only
-//! through the imports linked in [`state`]; it gets WASI p2 with no
+//! through the imports linked in [`host`], one file per capability; it gets WASI p2 with no
 //! environment, no files, no sockets and no arguments.
 
 mod bindings;
 mod cache;
 mod connect;
 mod destinations;
-mod durable_imports;
 mod engine;
 mod engine_tick;
 mod error;
 mod grants;
+mod host;
 mod manifest;
 mod orchestration_scope;
-mod outbound;
 mod settings_bindings;
-mod state;
 
 pub use cache::ArtifactCache;
 pub use destinations::{NetworkPolicy, ResolveSettingError};
@@ -40,8 +38,9 @@ use wasmtime::{Engine, Store};
 use bindings::{AgenthostComponent, AgenthostComponentPre};
 use orchestration_scope::Stop;
 
+use crate::core::lifecycle::episode_end::Ending;
 use crate::core::replay::Replay;
-use state::GuestState;
+use host::GuestState;
 
 /// Per-call limits every guest runs under.
 #[derive(Debug, Clone, Copy)]
@@ -93,17 +92,6 @@ pub enum ActivityFailure {
     Failed(String),
 }
 
-/// How an orchestration episode ended.
-#[derive(Debug)]
-pub enum EpisodeEnd {
-    /// `run-orchestration` returned: the output or the orchestration's own error.
-    Returned(Result<String, String>),
-    /// The code awaits a task that has not finished.
-    Waiting,
-    /// The code broke the replay contract (non-determinism, unknown task, …).
-    Broken(String),
-}
-
 /// The engine and everything compiled on it; shared by all requests.
 pub struct Runtime {
     engine: Engine,
@@ -111,7 +99,7 @@ pub struct Runtime {
     /// slot instead of failing when every slot is taken.
     slots: tokio::sync::Semaphore,
     linker: Linker<GuestState>,
-    /// The same imports, with clock waits trapping ([`state::link_orchestration`]).
+    /// The same imports, with clock waits trapping ([`host::link_orchestration`]).
     orchestration_linker: Linker<GuestState>,
     cache: ArtifactCache,
     ceilings: Ceilings,
@@ -161,9 +149,9 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self, LoadError> {
         let engine = engine::build(&config)?;
         let mut linker = Linker::new(&engine);
-        state::link(&mut linker)?;
+        host::link(&mut linker)?;
         let mut orchestration_linker = Linker::new(&engine);
-        state::link_orchestration(&mut orchestration_linker)?;
+        host::link_orchestration(&mut orchestration_linker)?;
         let cache = ArtifactCache::open(&config.cache_dir, &engine)?;
         let ticker = engine::EpochTicker::start(engine.clone());
         let slots = tokio::sync::Semaphore::new(config.max_instances.max(1) as usize);
@@ -268,7 +256,7 @@ impl Runtime {
         component: &LoadedComponent,
     ) -> Result<(bindings::Manifest, Vec<settings_bindings::Settings>), GuestError> {
         let _slot = self.slot(component).await?;
-        let mut store = state::new_store(&self.engine, &component.name, &component.grants);
+        let mut store = host::new_store(&self.engine, &component.name, &component.grants);
         let instantiate_error = |e: wasmtime::Error| GuestError::Instantiate {
             component: component.name.clone(),
             reason: error::describe(&e),
@@ -360,10 +348,10 @@ impl Runtime {
         input: &str,
         instance_id: &str,
         replay: Replay,
-    ) -> Result<(EpisodeEnd, Replay), GuestError> {
+    ) -> Result<(Ending, Replay), GuestError> {
         let _slot = self.slot(component).await?;
         let cpu_time = self.episode_cpu_time.min(component.grants.limits.cpu_time);
-        let mut store = state::new_orchestration_store(
+        let mut store = host::new_orchestration_store(
             &self.engine,
             &component.name,
             &component.grants,
@@ -381,16 +369,16 @@ impl Runtime {
             .call_run_orchestration(&mut store, name, input)
             .await;
         let end = match result {
-            Ok(returned) => EpisodeEnd::Returned(returned),
+            Ok(returned) => Ending::Returned(returned),
             Err(e) => match e.downcast_ref::<Stop>() {
-                Some(Stop::Waiting) => EpisodeEnd::Waiting,
-                Some(stop) => EpisodeEnd::Broken(stop.to_string()),
+                Some(Stop::Waiting) => Ending::Waiting,
+                Some(stop) => Ending::Broken(stop.to_string()),
                 None if matches!(
                     e.downcast_ref::<wasmtime::Trap>(),
                     Some(wasmtime::Trap::Interrupt)
                 ) =>
                 {
-                    EpisodeEnd::Broken(format!(
+                    Ending::Broken(format!(
                         "the orchestration code used more than {cpu_time:?} of CPU in one episode \
                          (--episode-cpu-time): an episode must only decide what comes next; \
                          do heavy work in an activity"
@@ -407,8 +395,7 @@ impl Runtime {
         };
         let replay = store
             .data_mut()
-            .orchestration
-            .take()
+            .take_orchestration()
             .map(|scope| scope.replay)
             .ok_or_else(|| GuestError::Trap {
                 component: component.name.clone(),
@@ -439,7 +426,7 @@ impl Runtime {
         &self,
         component: &LoadedComponent,
     ) -> Result<(Store<GuestState>, AgenthostComponent), GuestError> {
-        let store = state::new_store(&self.engine, &component.name, &component.grants);
+        let store = host::new_store(&self.engine, &component.name, &component.grants);
         self.instantiate_in(component, store).await
     }
 

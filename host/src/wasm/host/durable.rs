@@ -5,19 +5,31 @@
 
 use std::sync::atomic::Ordering;
 
-use super::bindings::agenthost::host::durable::{self as wit, RetryPolicy as WitRetry};
-use super::orchestration_scope::{OrchestrationScope, Stop};
-use super::state::GuestState;
+use wasmtime::component::{HasSelf, Linker};
+
+use super::GuestState;
 use crate::core::journal::{Call, RetryPolicy};
 use crate::core::replay::{ReplayError, TaskResult};
+use crate::wasm::bindings::agenthost::host::durable::{self as wit, RetryPolicy as WitRetry};
+use crate::wasm::orchestration_scope::{OrchestrationScope, Stop};
 
 fn stop(stop: Stop) -> wasmtime::Error {
     wasmtime::Error::new(stop)
 }
 
-impl GuestState {
+/// What the import needs: the orchestration the store runs, if it runs one
+/// (a tool call or an activity has none, and every durable call traps).
+pub(crate) struct Durable {
+    pub scope: Option<OrchestrationScope>,
+}
+
+pub(super) fn link(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    wit::add_to_linker::<_, HasSelf<Durable>>(linker, |s| &mut s.durable)
+}
+
+impl Durable {
     fn scope(&mut self) -> wasmtime::Result<&mut OrchestrationScope> {
-        self.orchestration
+        self.scope
             .as_mut()
             .ok_or_else(|| stop(Stop::NotAnOrchestration))
     }
@@ -54,7 +66,7 @@ fn retry(policy: Option<WitRetry>) -> Option<RetryPolicy> {
     })
 }
 
-impl wit::Host for GuestState {
+impl wit::Host for Durable {
     fn call_agent(
         &mut self,
         agent: String,

@@ -2,17 +2,43 @@
 //! to a host the component was not granted fails in the guest with
 //! `HTTP-request-denied` and never leaves the machine; one to a granted name
 //! that resolves inside the host's network fails with
-//! `destination-IP-prohibited` ([`super::destinations`]).
+//! `destination-IP-prohibited` ([`crate::wasm::destinations`]).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+use wasmtime::component::Linker;
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
+    WasiHttpView,
+};
 
-use super::connect::{self, Timeouts};
-use super::destinations::Refusal;
-use super::grants::Grants;
+use super::GuestState;
+use crate::wasm::connect::{self, Timeouts};
+use crate::wasm::destinations::Refusal;
+use crate::wasm::grants::Grants;
+
+/// The guest's `wasi:http` context and the hooks that decide, per request,
+/// whether it may leave the machine.
+pub(crate) struct Http {
+    pub ctx: WasiHttpCtx,
+    pub hooks: OutboundHttp,
+}
+
+impl WasiHttpView for GuestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http.ctx,
+            table: &mut self.table,
+            hooks: &mut self.http.hooks,
+        }
+    }
+}
+
+pub(super) fn link(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
+}
 
 /// The `wasi:http` hooks of one guest instance.
 pub struct OutboundHttp {

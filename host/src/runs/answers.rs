@@ -1,0 +1,237 @@
+//! What the runs service answers its callers (the HTTP edge, the client):
+//! typed outcomes and typed refusals, so a caller never reads the store to
+//! complete an answer and never decides what a missing row means.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Runs;
+use crate::core::chat::Usage;
+use crate::store::{
+    Decided, Decision, Deletion, NewRun, PendingCall, RunRecord, RunStatus, SessionKey, StoreError,
+    StoredMessage,
+};
+use crate::wasm::AgentOptions;
+
+/// Why the runs service refused or could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RunsError {
+    #[error("agent '{name}' is not registered; registered agents: {}", registered.join(", "))]
+    UnknownAgent {
+        name: String,
+        registered: Vec<String>,
+    },
+    #[error("agent '{agent}' has no run with correlation id '{correlation_id}'")]
+    RunNotFound {
+        agent: String,
+        correlation_id: String,
+    },
+    #[error("agent '{}' has no session '{}' (never used, expired, or deleted)", .0.agent, .0.session_id)]
+    SessionNotFound(SessionKey),
+    #[error("session '{}' of agent '{}' has a run under way: delete it once the run ended", .0.session_id, .0.agent)]
+    SessionBusy(SessionKey),
+    #[error("run '{correlation_id}' of agent '{agent}' waits for no decision on call '{call_id}'")]
+    NoSuchApproval {
+        agent: String,
+        correlation_id: String,
+        call_id: String,
+    },
+    #[error("call '{call_id}' was already {}", if *approved { "approved" } else { "denied" })]
+    AlreadyDecided { call_id: String, approved: bool },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// An agent served when its request arrived: what its runs are stored with.
+#[derive(Debug, Clone)]
+pub struct Served {
+    name: String,
+    options: AgentOptions,
+}
+
+/// A run as its caller sees it: the record and the tool calls it waits on.
+#[derive(Debug, Clone)]
+pub struct RunState {
+    pub record: RunRecord,
+    /// Empty unless the run awaits approvals.
+    pub pending: Vec<PendingCall>,
+}
+
+/// How a run asked for synchronously ended within its caller's budget.
+#[derive(Debug)]
+pub enum Answer {
+    /// The answer, and the session's message count when it was asked for.
+    Completed {
+        record: RunRecord,
+        messages: Option<u64>,
+    },
+    /// A tool call waits for a human's decision.
+    AwaitingApproval(RunState),
+    Failed(RunRecord),
+    /// Not finished within the budget: the stored run, to follow.
+    StillRunning(RunRecord),
+}
+
+/// One page of a session's conversation and the session's token use.
+#[derive(Debug)]
+pub struct ConversationPage {
+    pub messages: Vec<(i64, StoredMessage)>,
+    pub usage: Usage,
+}
+
+impl Runs {
+    /// The agent `name` as served now, or the refusal naming those that
+    /// are: looked up once per request, before its body is read.
+    pub fn served(&self, name: &str) -> Result<Served, RunsError> {
+        self.registry
+            .agent(name)
+            .map(|a| Served {
+                name: name.to_string(),
+                options: a.spec.options,
+            })
+            .ok_or_else(|| RunsError::UnknownAgent {
+                name: name.to_string(),
+                registered: self.registry.agent_names(),
+            })
+    }
+
+    /// Stores a run of a served agent and schedules it.
+    pub async fn accept(
+        self: &Arc<Self>,
+        agent: Served,
+        run: NewRun,
+    ) -> Result<RunRecord, RunsError> {
+        debug_assert_eq!(agent.name, run.session.agent);
+        Ok(self.enqueue(run, agent.options).await?)
+    }
+
+    /// [`Self::accept`], then waits up to `budget` for the run's end.
+    /// `count_messages`: whether a completed answer carries the session's
+    /// message count (one more read).
+    pub async fn ask(
+        self: &Arc<Self>,
+        agent: Served,
+        run: NewRun,
+        budget: Duration,
+        count_messages: bool,
+    ) -> Result<Answer, RunsError> {
+        debug_assert_eq!(agent.name, run.session.agent);
+        // Listening before it is stored, nothing can be missed: no read.
+        let finished = self.finished.subscribe();
+        let record = self.enqueue(run, agent.options).await?;
+        let done = self
+            .wait_on(finished, &record.correlation_id, budget, false)
+            .await?;
+        Ok(match done {
+            None => Answer::StillRunning(record),
+            Some(done) => match done.status {
+                RunStatus::Completed => {
+                    let messages = if count_messages {
+                        Some(self.store.message_count(&done.session()).await?)
+                    } else {
+                        None
+                    };
+                    Answer::Completed {
+                        record: done,
+                        messages,
+                    }
+                }
+                RunStatus::AwaitingApproval => {
+                    let pending = self.store.pending_approvals(&done.correlation_id).await?;
+                    Answer::AwaitingApproval(RunState {
+                        record: done,
+                        pending,
+                    })
+                }
+                _ => Answer::Failed(done),
+            },
+        })
+    }
+
+    /// The run `correlation_id` of `agent`, without its pending calls.
+    pub async fn record(&self, agent: &str, correlation_id: &str) -> Result<RunRecord, RunsError> {
+        match self.store.run(correlation_id).await? {
+            Some(run) if run.agent == agent => Ok(run),
+            _ => Err(RunsError::RunNotFound {
+                agent: agent.to_string(),
+                correlation_id: correlation_id.to_string(),
+            }),
+        }
+    }
+
+    /// The run `correlation_id` of `agent` and, while it is not finished, the
+    /// tool calls it waits on.
+    pub async fn state(&self, agent: &str, correlation_id: &str) -> Result<RunState, RunsError> {
+        let record = self.record(agent, correlation_id).await?;
+        let pending = self.pending_of(&record).await?;
+        Ok(RunState { record, pending })
+    }
+
+    /// The tool calls an unfinished run waits on (none for a finished one).
+    pub async fn pending_of(&self, run: &RunRecord) -> Result<Vec<PendingCall>, StoreError> {
+        if run.status.is_finished() {
+            Ok(Vec::new())
+        } else {
+            self.store.pending_approvals(&run.correlation_id).await
+        }
+    }
+
+    /// Records a human's decision on a tool call of the run `correlation_id`
+    /// of `agent` and wakes the run.
+    pub async fn approve(
+        self: &Arc<Self>,
+        agent: &str,
+        correlation_id: &str,
+        call_id: &str,
+        decision: Decision,
+    ) -> Result<(), RunsError> {
+        let no_such = || RunsError::NoSuchApproval {
+            agent: agent.to_string(),
+            correlation_id: correlation_id.to_string(),
+            call_id: call_id.to_string(),
+        };
+        match self.store.run(correlation_id).await? {
+            Some(run) if run.agent == agent => {}
+            _ => return Err(no_such()),
+        }
+        match self.decide(correlation_id, call_id, decision).await? {
+            Decided::Recorded(_) => Ok(()),
+            Decided::Already { approved } => Err(RunsError::AlreadyDecided {
+                call_id: call_id.to_string(),
+                approved,
+            }),
+            Decided::Unknown => Err(no_such()),
+        }
+    }
+
+    /// A page of the session's messages after `after` (at most `limit`),
+    /// with the session's token use.
+    pub async fn conversation(
+        &self,
+        session: &SessionKey,
+        after: i64,
+        limit: usize,
+    ) -> Result<ConversationPage, RunsError> {
+        let messages = self
+            .store
+            .messages_page(session, after, limit)
+            .await?
+            .ok_or_else(|| RunsError::SessionNotFound(session.clone()))?;
+        let usage = self.store.session_usage(session).await?;
+        Ok(ConversationPage { messages, usage })
+    }
+
+    /// Forgets a session, unless a run of it has not ended.
+    pub async fn forget_session(&self, session: &SessionKey) -> Result<(), RunsError> {
+        match self.delete_session(session).await? {
+            Deletion::Done => Ok(()),
+            Deletion::Missing => Err(RunsError::SessionNotFound(session.clone())),
+            Deletion::Busy => Err(RunsError::SessionBusy(session.clone())),
+        }
+    }
+
+    /// Tool calls waiting for a decision, over every run (for `/metrics`).
+    pub async fn pending_approvals_count(&self) -> Result<i64, StoreError> {
+        self.store.count_pending_approvals().await
+    }
+}
