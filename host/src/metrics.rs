@@ -94,6 +94,8 @@ const EPISODES: &str = "agenthost_episodes_total";
 const COMMIT_BATCH: &str = "agenthost_journal_commit_batch_size";
 const COMMIT: &str = "agenthost_journal_commit_seconds";
 const HOT_INSTANCES: &str = "agenthost_hot_instances";
+const INBOX_EVENTS: &str = "agenthost_inbox_events";
+const WAITING_INSTANCES: &str = "agenthost_waiting_instances";
 const WAITING_RUNS: &str = "agenthost_waiting_callers";
 const LEASE_RENEWALS: &str = "agenthost_lease_renewals_total";
 const TAKE_OVERS: &str = "agenthost_take_overs_total";
@@ -141,6 +143,16 @@ fn describe() {
     describe_gauge!(
         HOT_INSTANCES,
         "Orchestration instances kept in memory between episodes"
+    );
+    describe_gauge!(
+        INBOX_EVENTS,
+        "Events in the inboxes of hot instances not yet taken by their code: timers not yet due, \
+         events raised before the code waits for them, results arrived since the last episode"
+    );
+    describe_gauge!(
+        WAITING_INSTANCES,
+        "Running orchestration instances of the task hub, each waiting for an event, a timer or \
+         a task (read from the store when scraped)"
     );
     describe_gauge!(WAITING_RUNS, "HTTP callers waiting for a run to end");
     describe_counter!(
@@ -220,8 +232,14 @@ pub(crate) fn commit(batch: usize, took: Duration) {
     histogram!(COMMIT).record(took.as_secs_f64());
 }
 
-pub(crate) fn hot_instances(count: usize) {
+/// The hot instances held, and the inbox rows their images hold.
+pub(crate) fn hot_instances(count: usize, inbox_events: usize) {
     gauge!(HOT_INSTANCES).set(count as f64);
+    gauge!(INBOX_EVENTS).set(inbox_events as f64);
+}
+
+pub(crate) fn waiting_instances(count: i64) {
+    gauge!(WAITING_INSTANCES).set(count as f64);
 }
 
 /// Counts one waiting caller while it lives.

@@ -90,6 +90,16 @@ impl Orchestrator {
         })
     }
 
+    /// Brings the engine's gauges up to date for a scrape: the hot images
+    /// and their inbox rows (counted in memory), and the instances waiting
+    /// (one count read from the store: the engine holds only some of them).
+    pub async fn refresh_gauges(&self) -> Result<(), DurableError> {
+        self.hot.publish();
+        let waiting = self.store.count_waiting_instances().await?;
+        crate::metrics::waiting_instances(waiting);
+        Ok(())
+    }
+
     /// Raises `event` with `payload` on instance `id`.
     pub async fn raise_event(
         self: &Arc<Self>,

@@ -10,6 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::body::read_limited;
+use super::keys::Grant;
 use super::run_body::{error_code, RunAccepted, RunAwaiting, RunCompleted};
 use super::run_request::{self, JsonBody, Names};
 use super::{deprecation, error, streams, ApiError, AppState};
@@ -204,7 +205,10 @@ fn completed(run: &RunRecord, messages: Option<u64>) -> Response {
 
 fn accepted(state: &AppState, run: &RunRecord, note: &str) -> Response {
     let location = format!("/api/agents/{}/runs/{}", run.agent, run.correlation_id);
-    let token = state.config.keys.stream_token(&run.correlation_id);
+    let token = state
+        .config
+        .keys
+        .token(Grant::RunStream, &run.correlation_id);
     let body = RunAccepted::new(run, note, token.as_deref());
     let mut response = error::accepted(Json(body));
     if let Ok(value) = HeaderValue::from_str(&location) {

@@ -12,6 +12,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::body::read_limited;
+use super::keys::Grant;
 use super::{error, ApiError, AppState};
 use crate::runs::Decision;
 
@@ -70,9 +71,15 @@ pub async fn decide(
         .approve(&name, &correlation_id, &body.call_id, decision)
         .await?;
     let run_url = format!("/api/agents/{name}/runs/{correlation_id}");
+    // The run's token, as a run's own 202 carries it: the stream then opens
+    // without a key.
+    let token = state.config.keys.token(Grant::RunStream, &correlation_id);
     Ok(error::accepted(Json(Accepted {
         status: "accepted",
-        stream_url: format!("{run_url}/stream"),
+        stream_url: format!(
+            "{run_url}/stream{}",
+            token.map_or_else(String::new, |t| format!("?token={t}"))
+        ),
         run_url,
         correlation_id,
         call_id: body.call_id,

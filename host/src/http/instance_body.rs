@@ -45,7 +45,10 @@ pub(super) struct EventAccepted<'a> {
     pub status: &'static str,
 }
 
-/// The management URLs of one instance (the answer to a start).
+/// The management URLs of one instance (the answer to a start). When the
+/// host has keys each carries the instance's token, which opens these URLs
+/// of this instance alone: the caller who started it (with an invoke key, say)
+/// follows and manages it without an admin key.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct InstanceUrls {
@@ -59,17 +62,21 @@ pub(super) struct InstanceUrls {
 }
 
 impl InstanceUrls {
-    /// `base` is `scheme://host` of the request.
-    pub fn new(base: &str, id: &str) -> Self {
+    /// `base` is `scheme://host` of the request; `token` the instance's.
+    pub fn new(base: &str, id: &str, token: Option<&str>) -> Self {
         let instance = format!("{base}{PREFIX}/{}", urlencode(id));
+        let (alone, after) = match token {
+            Some(token) => (format!("?token={token}"), format!("&token={token}")),
+            None => (String::new(), String::new()),
+        };
         Self {
             id: id.to_string(),
-            send_event_post_uri: format!("{instance}/raiseEvent/{{eventName}}"),
-            terminate_post_uri: format!("{instance}/terminate?reason={{text}}"),
-            suspend_post_uri: format!("{instance}/suspend?reason={{text}}"),
-            resume_post_uri: format!("{instance}/resume?reason={{text}}"),
-            purge_history_delete_uri: instance.clone(),
-            status_query_get_uri: instance,
+            send_event_post_uri: format!("{instance}/raiseEvent/{{eventName}}{alone}"),
+            terminate_post_uri: format!("{instance}/terminate?reason={{text}}{after}"),
+            suspend_post_uri: format!("{instance}/suspend?reason={{text}}{after}"),
+            resume_post_uri: format!("{instance}/resume?reason={{text}}{after}"),
+            purge_history_delete_uri: format!("{instance}{alone}"),
+            status_query_get_uri: format!("{instance}{alone}"),
         }
     }
 }
@@ -123,7 +130,12 @@ pub(super) struct AgentRunRef {
 }
 
 impl AgentRunRef {
-    pub fn new(run: &crate::runs::RunRecord, pending: Vec<crate::runs::PendingCall>) -> Self {
+    /// `stream_token`: the run's, so that its stream opens without a key.
+    pub fn new(
+        run: &crate::runs::RunRecord,
+        pending: Vec<crate::runs::PendingCall>,
+        stream_token: Option<&str>,
+    ) -> Self {
         let status = if pending.is_empty() {
             run.status
         } else {
@@ -135,9 +147,10 @@ impl AgentRunRef {
             status,
             pending_approvals: pending,
             stream_url: format!(
-                "/api/agents/{}/runs/{}/stream",
+                "/api/agents/{}/runs/{}/stream{}",
                 run.agent,
-                urlencode(&run.correlation_id)
+                urlencode(&run.correlation_id),
+                stream_token.map_or_else(String::new, |t| format!("?token={t}"))
             ),
         }
     }
@@ -230,7 +243,7 @@ mod tests {
             serde_json::to_value(Timestamp(1_700_000_000_123))?,
             "2023-11-14T22:13:20.123Z"
         );
-        let urls = serde_json::to_value(InstanceUrls::new("http://h", "a b:c"))?;
+        let urls = serde_json::to_value(InstanceUrls::new("http://h", "a b:c", None))?;
         assert_eq!(
             urls["statusQueryGetUri"],
             "http://h/runtime/webhooks/durabletask/instances/a%20b:c"
@@ -238,6 +251,21 @@ mod tests {
         assert_eq!(
             urls["sendEventPostUri"],
             "http://h/runtime/webhooks/durabletask/instances/a%20b:c/raiseEvent/{eventName}"
+        );
+        let urls = serde_json::to_value(InstanceUrls::new("http://h", "i", Some("ab12")))?;
+        let instance = "http://h/runtime/webhooks/durabletask/instances/i";
+        assert_eq!(urls["statusQueryGetUri"], format!("{instance}?token=ab12"));
+        assert_eq!(
+            urls["purgeHistoryDeleteUri"],
+            format!("{instance}?token=ab12")
+        );
+        assert_eq!(
+            urls["sendEventPostUri"],
+            format!("{instance}/raiseEvent/{{eventName}}?token=ab12")
+        );
+        assert_eq!(
+            urls["terminatePostUri"],
+            format!("{instance}/terminate?reason={{text}}&token=ab12")
         );
         let event = HistoryEvent::new(Entry::Event(Event::TimerFired { task: 3 }), 0);
         let event = serde_json::to_value(event)?;

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::body::json_body;
 use super::instance_body::{AgentRunRef, HistoryEvent, InstanceStatus, Purged};
+use super::keys::Grant;
 use super::{error, ApiError, AppState};
 use crate::core::instance::RuntimeStatus;
 use crate::durable::{InstanceFilter, Operation};
@@ -76,7 +77,13 @@ pub async fn get(
             history
                 .runs
                 .into_iter()
-                .map(|(run, pending)| AgentRunRef::new(&run, pending))
+                .map(|(run, pending)| {
+                    let token = state
+                        .config
+                        .keys
+                        .token(Grant::RunStream, &run.correlation_id);
+                    AgentRunRef::new(&run, pending, token.as_deref())
+                })
                 .collect(),
         );
     }

@@ -8,23 +8,27 @@
 //! load balancer needs no secret. Keys are kept as SHA-256 digests and a
 //! presented key is compared with every configured one in constant time.
 //!
-//! A stream URL handed out in a 202 carries a token of its own (an HMAC of
-//! the run's id under a secret derived from the keys): a browser can follow
-//! that one stream without holding a key, and the token opens nothing else.
-//! Hosts configured with the same keys derive the same secret, so a token
-//! from one front works on another.
+//! URLs handed out in a 202 carry a token of their own (`?token=`, an HMAC
+//! of an id under a secret derived from the keys), as the function host puts
+//! a key in the URLs it hands out, so that whoever started the work can
+//! follow it without holding a key of a wider scope:
+//!
+//! - a run's `streamUrl` opens that run's stream, nothing else;
+//! - an orchestration start's `statusQueryGetUri` and its siblings open that
+//!   one instance's status, raise, terminate, suspend, resume and purge (the
+//!   Durable Functions client treats these URIs as capabilities: whoever holds
+//!   them manages the instance), nothing else: not another instance, not the
+//!   list, not a run.
+//!
+//! The two kinds are signed under different secrets, so a token of one kind
+//! never opens the other whatever ids callers choose. Hosts configured with
+//! the same keys derive the same secrets, so a token from one front works on
+//! another; rotating the keys invalidates the tokens handed out before.
 
-use axum::extract::{MatchedPath, RawPathParams, Request, State};
-use axum::http::{header, Method};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::RequestPartsExt;
+use axum::http::Method;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-
-use super::error::ApiError;
-use super::AppState;
 
 /// What a key may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -42,7 +46,7 @@ impl Scope {
         }
     }
 
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Self::Invoke => "invoke",
             Self::Admin => "admin",
@@ -63,12 +67,24 @@ pub enum KeyError {
     File { path: String, reason: String },
 }
 
+/// What a URL token was minted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// The stream of the run named by the token's id.
+    RunStream,
+    /// The management URLs of the instance named by the token's id.
+    Instance,
+}
+
 /// The configured keys; empty when the endpoints are open.
 #[derive(Clone, Default)]
 pub struct ApiKeys {
     digests: Vec<(Scope, [u8; 32])>,
     /// Signs stream tokens; derived from the keys.
     stream_secret: [u8; 32],
+    /// Signs instance tokens; derived from the keys, apart from the stream
+    /// secret so that the two kinds of token never open each other's URLs.
+    instance_secret: [u8; 32],
 }
 
 impl std::fmt::Debug for ApiKeys {
@@ -109,6 +125,8 @@ impl ApiKeys {
         let mut digests = Vec::with_capacity(lines.len());
         let mut secret = Sha256::new();
         secret.update(b"agenthost stream tokens\0");
+        let mut instance_secret = Sha256::new();
+        instance_secret.update(b"agenthost instance tokens\0");
         let mut sorted = Vec::with_capacity(lines.len());
         for line in &lines {
             let (scope, key) = line
@@ -126,12 +144,15 @@ impl ApiKeys {
         }
         sorted.sort();
         for key in &sorted {
-            secret.update(key.as_bytes());
-            secret.update(b"\0");
+            for secret in [&mut secret, &mut instance_secret] {
+                secret.update(key.as_bytes());
+                secret.update(b"\0");
+            }
         }
         Ok(Self {
             digests,
             stream_secret: secret.finalize().into(),
+            instance_secret: instance_secret.finalize().into(),
         })
     }
 
@@ -142,7 +163,7 @@ impl ApiKeys {
 
     /// The scope of `presented`, if it is a configured key. Every
     /// configured digest is compared, in constant time, whatever matched.
-    fn scope_of(&self, presented: &str) -> Option<Scope> {
+    pub(super) fn scope_of(&self, presented: &str) -> Option<Scope> {
         let presented = digest(presented);
         let mut found: Option<Scope> = None;
         for (scope, known) in &self.digests {
@@ -153,25 +174,33 @@ impl ApiKeys {
         found
     }
 
-    /// The token that opens the stream of run `correlation_id` alone.
-    pub fn stream_token(&self, correlation_id: &str) -> Option<String> {
+    /// The token that opens what `grant` names for `id` alone (the stream
+    /// of run `id`, or the management URLs of instance `id`); `None` when
+    /// the host has no keys (its URLs need no token).
+    pub fn token(&self, grant: Grant, id: &str) -> Option<String> {
         if self.is_empty() {
             return None;
         }
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.stream_secret).ok()?;
-        mac.update(correlation_id.as_bytes());
+        let mac = self.mac(grant, id)?;
         Some(hex::encode(mac.finalize().into_bytes()))
     }
 
-    fn opens_stream(&self, correlation_id: &str, token: &str) -> bool {
+    pub(super) fn opens(&self, grant: Grant, id: &str, token: &str) -> bool {
         let Ok(token) = hex::decode(token) else {
             return false;
         };
-        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.stream_secret) else {
-            return false;
+        self.mac(grant, id)
+            .is_some_and(|mac| mac.verify_slice(&token).is_ok())
+    }
+
+    fn mac(&self, grant: Grant, id: &str) -> Option<Hmac<Sha256>> {
+        let secret = match grant {
+            Grant::RunStream => &self.stream_secret,
+            Grant::Instance => &self.instance_secret,
         };
-        mac.update(correlation_id.as_bytes());
-        mac.verify_slice(&token).is_ok()
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret).ok()?;
+        mac.update(id.as_bytes());
+        Some(mac)
     }
 }
 
@@ -206,118 +235,6 @@ pub fn required_scope(method: &Method, route: &str) -> Option<Scope> {
         | ("POST", "/api/orchestrators/{name}/{instance_id}")
         | ("POST", "/api/{*path}") => Some(Scope::Invoke),
         _ => Some(Scope::Admin),
-    }
-}
-
-/// The key a request presents: `Authorization: Bearer`, `x-api-key`,
-/// `x-functions-key` (as the function host reads it) or `?code=`.
-fn presented(request: &Request) -> Option<String> {
-    let headers = request.headers();
-    let header_value = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
-    };
-    header_value(header::AUTHORIZATION.as_str())
-        .and_then(|v| {
-            let (scheme, key) = v.split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| key.trim().to_string())
-        })
-        .or_else(|| header_value("x-api-key"))
-        .or_else(|| header_value("x-functions-key"))
-        .or_else(|| query_value(request, "code"))
-}
-
-fn query_value(request: &Request, name: &str) -> Option<String> {
-    let query = request.uri().query()?;
-    url::form_urlencoded::parse(query.as_bytes())
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| value.into_owned())
-}
-
-/// The middleware: answers 401 (no key, or an unknown one) or 403 (a key
-/// whose scope does not cover the route) in JSON, before the handler runs.
-pub async fn authorize(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let keys = &state.config.keys;
-    if keys.is_empty() {
-        return next.run(request).await;
-    }
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_string())
-        .unwrap_or_default();
-    let Some(needed) = required_scope(request.method(), &route) else {
-        return next.run(request).await;
-    };
-    if route == "/api/agents/{name}/runs/{correlation_id}/stream" {
-        if let Some(token) = query_value(&request, "token") {
-            let (mut parts, body) = request.into_parts();
-            let run = parts
-                .extract::<RawPathParams>()
-                .await
-                .ok()
-                .and_then(|params| {
-                    params
-                        .iter()
-                        .find(|(name, _)| *name == "correlation_id")
-                        .map(|(_, id)| id.to_string())
-                });
-            let request = Request::from_parts(parts, body);
-            if run.is_some_and(|run| keys.opens_stream(&run, &token)) {
-                return next.run(request).await;
-            }
-            return refuse_or_run(request, needed, &route, keys, next).await;
-        }
-    }
-    refuse_or_run(request, needed, &route, keys, next).await
-}
-
-/// Runs the handler if the request's key covers `needed`, else answers the
-/// 401 (no key, an unknown key) or 403 (a key of too narrow a scope).
-async fn refuse_or_run(
-    request: Request,
-    needed: Scope,
-    route: &str,
-    keys: &ApiKeys,
-    next: Next,
-) -> Response {
-    if presented(&request)
-        .and_then(|key| keys.scope_of(&key))
-        .is_some_and(|scope| scope >= needed)
-    {
-        return next.run(request).await;
-    }
-    refuse(&request, needed, route, keys)
-}
-
-fn refuse(request: &Request, needed: Scope, route: &str, keys: &ApiKeys) -> Response {
-    match presented(request).and_then(|key| keys.scope_of(&key)) {
-        Some(scope) => ApiError::forbidden(format!(
-            "this key's scope ({}) does not allow {} {route}: it needs an {} key",
-            scope.as_str(),
-            request.method(),
-            needed.as_str()
-        ))
-        .into_response(),
-        None => {
-            let why = if presented(request).is_some() {
-                "the key presented is not one of this host's keys"
-            } else {
-                "this host requires a key: send it as `Authorization: Bearer KEY`, `x-api-key`, `x-functions-key` or `?code=KEY`"
-            };
-            let mut response = ApiError::unauthorized(why).into_response();
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-            response
-        }
     }
 }
 
@@ -371,10 +288,10 @@ mod tests {
     #[test]
     fn a_stream_token_opens_its_run_alone_and_follows_the_keys() {
         let keys = keys();
-        let token = keys.stream_token("run-1").unwrap();
-        assert!(keys.opens_stream("run-1", &token));
-        assert!(!keys.opens_stream("run-2", &token));
-        assert!(!keys.opens_stream("run-1", "00"));
+        let token = keys.token(Grant::RunStream, "run-1").unwrap();
+        assert!(keys.opens(Grant::RunStream, "run-1", &token));
+        assert!(!keys.opens(Grant::RunStream, "run-2", &token));
+        assert!(!keys.opens(Grant::RunStream, "run-1", "00"));
         // Another host with the same keys, listed in another order.
         let same = ApiKeys::from_settings(
             &[
@@ -385,10 +302,24 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert!(same.opens_stream("run-1", &token));
+        assert!(same.opens(Grant::RunStream, "run-1", &token));
         let other = ApiKeys::from_settings(&["admin:another-key-entirely!".into()], &[]).unwrap();
-        assert!(!other.opens_stream("run-1", &token));
-        assert_eq!(ApiKeys::default().stream_token("run-1"), None);
+        assert!(!other.opens(Grant::RunStream, "run-1", &token));
+        assert_eq!(ApiKeys::default().token(Grant::RunStream, "run-1"), None);
+    }
+
+    #[test]
+    fn an_instance_token_opens_its_instance_alone_and_never_a_stream() {
+        let keys = keys();
+        let token = keys.token(Grant::Instance, "i-1").unwrap();
+        assert!(keys.opens(Grant::Instance, "i-1", &token));
+        assert!(!keys.opens(Grant::Instance, "i-2", &token));
+        // A caller chooses instance ids, and an agent call's run is named
+        // after its instance: the kinds must not open each other whatever
+        // the ids.
+        assert!(!keys.opens(Grant::RunStream, "i-1", &token));
+        let stream = keys.token(Grant::RunStream, "i-1").unwrap();
+        assert!(!keys.opens(Grant::Instance, "i-1", &stream));
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub async fn get(State(state): State<AppState>) -> Response {
         Ok(count) => crate::metrics::approvals_pending(count),
         Err(e) => tracing::warn!(error = %e, "/metrics: could not count pending approvals"),
     }
+    if let Err(e) = state.orchestrator.refresh_gauges().await {
+        tracing::warn!(error = %e, "/metrics: could not count waiting instances");
+    }
     match crate::metrics::render() {
         Some(text) => (
             [(

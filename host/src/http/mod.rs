@@ -4,6 +4,7 @@
 
 mod agents;
 mod approvals;
+mod authorize;
 mod body;
 mod components;
 mod deprecation;
@@ -130,7 +131,7 @@ pub fn router(state: AppState) -> Router {
         // the scope); unknown routes answer 404 either way.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            keys::authorize,
+            authorize::authorize,
         ))
         .route_layer(axum::middleware::from_fn(metrics::tag_route))
         .fallback(error::no_route)

@@ -10,6 +10,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::openapi::OpenApi as Document;
 use utoipa::{Modify, OpenApi};
 
+use super::authorize::token_opens;
 use super::keys::{required_scope, Scope};
 use super::schemas::ErrorBody;
 
@@ -75,6 +76,7 @@ pub async fn get() -> Response {
 struct Security;
 
 const SCHEMES: [&str; 4] = ["bearer", "apiKey", "functionsKey", "code"];
+const URL_TOKEN: &str = "urlToken";
 
 impl Modify for Security {
     fn modify(&self, openapi: &mut Document) {
@@ -94,6 +96,14 @@ impl Modify for Security {
         components.add_security_scheme(
             SCHEMES[3],
             SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::new("code"))),
+        );
+        components.add_security_scheme(
+            URL_TOKEN,
+            SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::with_description(
+                "token",
+                "The token in a URL a 202 handed out: it opens that run's stream, or that \
+                 instance's status, event, terminate, suspend, resume and purge URLs, alone.",
+            ))),
         );
         for (path, item) in openapi.paths.paths.iter_mut() {
             // The router writes a catch-all as `{*path}`; OpenAPI as `{path}`.
@@ -116,12 +126,16 @@ impl Modify for Security {
                 match required_scope(&method, route) {
                     None => operation.security = Some(Vec::new()),
                     Some(scope) => {
+                        // A URL token stands in for a key where it opens the route.
+                        let token = token_opens(&method, route).map(|_| URL_TOKEN);
                         operation.security = Some(
                             SCHEMES
                                 .iter()
+                                .copied()
+                                .chain(token)
                                 .map(|scheme| {
                                     utoipa::openapi::security::SecurityRequirement::new(
-                                        *scheme,
+                                        scheme,
                                         Vec::<String>::new(),
                                     )
                                 })
@@ -131,7 +145,13 @@ impl Modify for Security {
                             Scope::Invoke => "invoke",
                             Scope::Admin => "admin",
                         };
-                        let scope = format!("Scope: `{name}` (when the host has endpoint keys).");
+                        let mut scope =
+                            format!("Scope: `{name}` (when the host has endpoint keys).");
+                        if token.is_some() {
+                            scope.push_str(
+                                " Or, without a key, the `token` of the URL a 202 handed out for it.",
+                            );
+                        }
                         operation.description = Some(match operation.description.take() {
                             Some(text) if !text.trim().is_empty() => format!("{text}\n\n{scope}"),
                             _ => scope,
@@ -165,5 +185,117 @@ mod tests {
             }
         }
         assert!(document["components"]["securitySchemes"]["functionsKey"].is_object());
+        // The URL token is offered where it opens the route, and only there.
+        let offers_token = |path: &str, method: &str| {
+            paths[path][method]["security"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|r| r.get("urlToken").is_some()))
+        };
+        let instance = "/runtime/webhooks/durabletask/instances/{id}";
+        assert!(offers_token(instance, "get"));
+        assert!(offers_token(&format!("{instance}/terminate"), "post"));
+        assert!(offers_token(
+            "/api/agents/{name}/runs/{correlation_id}/stream",
+            "get"
+        ));
+        assert!(!offers_token(
+            "/runtime/webhooks/durabletask/instances",
+            "get"
+        ));
+        assert!(!offers_token(
+            "/api/agents/{name}/runs/{correlation_id}",
+            "get"
+        ));
+    }
+
+    /// The (method, path) pairs the router in `mod.rs` registers, read from
+    /// its source: axum cannot list a router's routes, and the source is the
+    /// one place they are written. Each `.route("PATH", get(h).delete(h2))`
+    /// gives its path and the method functions chained in its second
+    /// argument; a catch-all `{*x}` is written `{x}` as OpenAPI writes it.
+    fn routed() -> Vec<(String, String)> {
+        const METHODS: [&str; 7] = ["get", "post", "delete", "put", "patch", "head", "options"];
+        let source = include_str!("mod.rs");
+        let mut routes = Vec::new();
+        for call in source.split(".route(").skip(1) {
+            // The call's arguments: up to the parenthesis that closes it.
+            let mut depth = 1;
+            let end = call
+                .char_indices()
+                .find(|(_, c)| {
+                    match c {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        _ => {}
+                    }
+                    depth == 0
+                })
+                .map_or(call.len(), |(at, _)| at);
+            let arguments = &call[..end];
+            let Some((path, handlers)) = arguments
+                .trim_start()
+                .strip_prefix('"')
+                .and_then(|rest| rest.split_once('"'))
+            else {
+                panic!("a route whose path is not a literal: .route({arguments})");
+            };
+            let path = path.replace("{*", "{");
+            // `get(` as a word, not `x::get(` nor `forget(`.
+            let bytes = handlers.as_bytes();
+            for (at, _) in handlers.match_indices('(') {
+                let word_start = handlers[..at]
+                    .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .map_or(0, |i| i + 1);
+                let word = &handlers[word_start..at];
+                let qualified = word_start > 0 && bytes[word_start - 1] == b':';
+                if METHODS.contains(&word) && !qualified {
+                    routes.push((word.to_string(), path.clone()));
+                }
+            }
+        }
+        routes
+    }
+
+    #[test]
+    fn every_route_the_router_serves_is_in_the_document_and_no_other() {
+        let source = include_str!("mod.rs");
+        // Routes added any other way would escape the reading above.
+        for other in [".nest(", ".merge(", ".route_service(", ".nest_service("] {
+            assert!(
+                !source.contains(other),
+                "mod.rs uses {other}: read it here too"
+            );
+        }
+        let mut routed = routed();
+        assert!(routed.len() >= 20, "{routed:?}");
+        // The reading itself: the router's first route, and a chain of two.
+        assert!(routed.contains(&("post".into(), "/api/agents/{name}/run".into())));
+        assert!(routed.contains(&(
+            "delete".into(),
+            "/api/agents/{name}/sessions/{session_id}".into()
+        )));
+        assert!(routed.contains(&("post".into(), "/api/{path}".into())));
+        routed.sort();
+        let document = serde_json::to_value(document()).unwrap_or_default();
+        let mut documented: Vec<(String, String)> = document["paths"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .flat_map(|(path, item)| {
+                item.as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(move |(method, _)| (method.clone(), path.clone()))
+            })
+            .collect();
+        documented.sort();
+        let missing: Vec<_> = routed.iter().filter(|r| !documented.contains(r)).collect();
+        assert!(missing.is_empty(), "routed but not documented: {missing:?}");
+        let unrouted: Vec<_> = documented.iter().filter(|d| !routed.contains(d)).collect();
+        assert!(
+            unrouted.is_empty(),
+            "documented but not routed: {unrouted:?}"
+        );
+        assert_eq!(routed, documented, "each route is registered once");
     }
 }

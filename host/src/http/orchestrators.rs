@@ -12,6 +12,7 @@ use axum::Json;
 use super::body::json_body;
 use super::instance_body::{EventAccepted, InstanceUrls};
 use super::instances::base_url;
+use super::keys::Grant;
 use super::{error, ApiError, AppState};
 use crate::registry::RouteTarget;
 
@@ -112,7 +113,8 @@ async fn start_instance(
         .orchestrator
         .start_instance(name, instance_id, input)
         .await?;
-    let urls = InstanceUrls::new(&base_url(headers), &id);
+    let token = state.config.keys.token(Grant::Instance, &id);
+    let urls = InstanceUrls::new(&base_url(headers), &id, token.as_deref());
     let location = HeaderValue::from_str(&urls.status_query_get_uri).ok();
     let mut response = error::accepted(Json(urls));
     if let Some(location) = location {

@@ -158,6 +158,17 @@ impl Store {
         )
     }
 
+    /// Running instances: each waits for an event, a timer or a task (an
+    /// episode under way is over in moments). One count over the status
+    /// index, for `/metrics`.
+    pub async fn count_waiting_instances(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE status = 'Running'")
+                .fetch_one(self.pool())
+                .await?,
+        )
+    }
+
     /// Instances matching `filter`, oldest first, after the continuation
     /// token (`created_at:id` of the last one returned before).
     pub async fn list_instances(
