@@ -10,9 +10,8 @@
 //! route, WIT import, lifecycle transition or store write goes.
 
 pub(crate) mod agents;
-pub mod cli;
+pub(crate) mod cli;
 pub mod client;
-pub mod client_cli;
 pub(crate) mod core;
 pub(crate) mod durable;
 pub mod embed;
@@ -24,10 +23,24 @@ pub(crate) mod metrics;
 pub(crate) mod model;
 pub(crate) mod registry;
 pub(crate) mod runs;
-pub mod server;
+pub(crate) mod server;
+pub(crate) mod settings;
 pub(crate) mod store;
 pub(crate) mod streams;
-pub mod taskhub;
-pub mod telemetry;
+pub(crate) mod taskhub;
+pub(crate) mod telemetry;
+/// The wasm runtime, public only to the benchmarks (`--features bench`):
+/// not part of the library's API.
+#[cfg(feature = "bench")]
+#[doc(hidden)]
 pub mod wasm;
+#[cfg(not(feature = "bench"))]
+pub(crate) mod wasm;
 pub(crate) mod workers;
+
+/// The `agenthost` command line: parses the arguments and runs the command
+/// (serve, worker, client, inspect), logging and tracing as its flags say.
+/// The binary is this one call, so the modules behind it stay private.
+pub fn run_command_line() -> std::process::ExitCode {
+    cli::main()
+}

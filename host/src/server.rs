@@ -9,17 +9,17 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::ServeArgs;
 use crate::embed::AgentHost;
+use crate::settings::Settings;
 use crate::wasm::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
 
-pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+pub(crate) async fn serve(args: Settings) -> anyhow::Result<()> {
     let grace = args.shutdown_grace;
     let (address, port) = (args.host, args.port);
     if args.api_keys.is_empty() && args.api_key_files.is_empty() && !address.is_loopback() {
         tracing::warn!(%address, "listening beyond this machine without endpoint keys: anyone who reaches the port can run agents, read conversations and manage instances (give --api-key SCOPE:KEY, or --require-keys to refuse to start like this)");
     }
-    let host = AgentHost::from_settings(args).await?;
+    let host = AgentHost::start(args).await?;
     let shutdown = install_shutdown_signal()?;
     let listener = TcpListener::bind((address, port)).await.with_context(|| {
         format!("could not listen on {address}:{port} (is another process using the port?)")
@@ -68,11 +68,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// `agenthost worker`: the work of a task hub (agent runs, episodes,
 /// activities, timers) with no HTTP, until a signal; then a graceful stop
 /// that hands this host's work back to the others.
-pub async fn work(mut args: ServeArgs) -> anyhow::Result<()> {
+pub(crate) async fn work(mut args: Settings) -> anyhow::Result<()> {
     args.worker_only = true;
     let grace = args.shutdown_grace;
-    let (store, hub) = args.store_location();
-    let host = AgentHost::from_settings(args).await?;
+    let (store, hub) = args.store_location()?;
+    let host = AgentHost::start(args).await?;
     let shutdown = install_shutdown_signal()?;
     let (agents, orchestrations) = host.served();
     tracing::info!(taskhub = %hub, agents = ?agents, orchestrations = ?orchestrations, "worker serving");
@@ -95,7 +95,7 @@ pub async fn work(mut args: ServeArgs) -> anyhow::Result<()> {
 
 /// `agenthost inspect FILE`: loads one component with default limits (a
 /// throw-away artifact cache) and prints its description.
-pub async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
     let cache = std::env::temp_dir().join(format!("agenthost-inspect-{}", std::process::id()));
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: cache.clone(),

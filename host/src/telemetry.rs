@@ -85,7 +85,7 @@ pub fn init(format: LogFormat) -> Telemetry {
         .with(otel)
         .init();
     if let Some((value, e)) = bad_filter {
-        tracing::warn!(AGENTHOST_LOG = %value, error = %e, "AGENTHOST_LOG is not a filter (e.g. `info,agenthost::store=debug`); using the default");
+        tracing::warn!(AGENTHOST_LOG = %value, error = %e, "AGENTHOST_LOG is not a filter (e.g. `info,agenthost::durable=debug`); using the default");
     }
     if let Some(e) = exporter_error {
         tracing::warn!(error = %e, "traces are not exported");

@@ -103,6 +103,7 @@ impl Replay {
         self.calls.len() < self.history.len()
     }
 
+    #[cfg(test)]
     pub fn new_calls(&self) -> &[Call] {
         &self.new_calls
     }

@@ -151,7 +151,7 @@ impl RemoteModel {
             body.insert("response_format".into(), format.clone());
         }
         if let Some(temperature) = request.temperature {
-            body.insert("temperature".into(), json!(temperature));
+            body.insert("temperature".into(), json!(as_written(temperature)));
         }
         if let Some(tokens) = request.max_output_tokens {
             body.insert("max_tokens".into(), json!(tokens));
@@ -392,8 +392,24 @@ impl WireResponse {
     }
 }
 
+/// The `f64` an operator wrote as this `f32`: `0.2` stays `0.2` on the wire
+/// (widening the `f32` would send `0.20000000298023224`).
+fn as_written(value: f32) -> f64 {
+    value
+        .to_string()
+        .parse()
+        .unwrap_or_else(|_| f64::from(value))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_temperature_goes_on_the_wire_as_it_was_written() {
+        assert_eq!(super::as_written(0.2), 0.2);
+        assert_eq!(super::as_written(1.0), 1.0);
+        assert_eq!(super::as_written(0.7), 0.7);
+    }
+
     use super::*;
     use reqwest::header::HeaderValue;
 

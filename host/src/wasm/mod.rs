@@ -20,12 +20,10 @@ mod orchestration_scope;
 mod settings_bindings;
 
 pub use cache::ArtifactCache;
-pub use destinations::{NetworkPolicy, ResolveSettingError};
+pub use destinations::NetworkPolicy;
 pub use error::{GuestError, LoadError};
 pub use grants::{Ceilings, Grants};
-pub use manifest::{
-    ActivitySpec, AgentOptions, AgentSpec, Approval, EventRouteSpec, Manifest, OrchestrationSpec,
-};
+pub use manifest::{AgentOptions, AgentSpec, Approval, Manifest, OrchestrationSpec};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -170,11 +168,6 @@ impl Runtime {
             episode_cpu_time: config.episode_cpu_time,
             _ticker: ticker,
         })
-    }
-
-    /// The host's limits, which grants may only lower.
-    pub fn ceilings(&self) -> &Ceilings {
-        &self.ceilings
     }
 
     /// Reads one file and its sidecar grants, then loads it as

@@ -4,6 +4,11 @@
 //! `Router` to merge into the application's own; [`AgentHost::shutdown`]
 //! drains the worker. `agenthost serve` is built on exactly this.
 //!
+//! The settings are a plain [`Settings`] struct with `serve`'s defaults:
+//! set its fields in code, or read it from a config file with serde;
+//! [`Builder::new`] starts from the `AGENTHOST_*` environment variables as
+//! `serve` does.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use axum::routing::get;
@@ -28,81 +33,76 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use crate::agents::{AgentRunner, AgentsSettings};
-use crate::cli::ServeArgs;
 use crate::durable::{Orchestrator, OrchestratorConfig};
 use crate::http::{self, ApiKeys, AppState, HttpConfig};
 use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
 use crate::runs::Runs;
-use crate::store::{now_ms, Kind, Membership, Store, TaskHub};
+use crate::store::{Kind, Membership, Store, TaskHub};
 use crate::streams::{ResponseStreams, StreamSettings};
 use crate::wasm::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
 
-/// Settings of an embedded host: every `agenthost serve` flag, with the
-/// same defaults and the same environment variables.
-pub struct Builder {
-    args: ServeArgs,
-}
+mod error;
+mod sweeps;
 
-#[derive(Parser)]
-struct Defaults {
-    #[command(flatten)]
-    args: ServeArgs,
+pub use crate::settings::{Secret, Settings};
+pub use error::StartError;
+
+/// Builds an embedded host from [`Settings`].
+pub struct Builder {
+    settings: Settings,
 }
 
 impl Builder {
-    /// The defaults of `agenthost serve`, after its environment variables
-    /// (an error names a malformed one).
-    pub fn new() -> Result<Self, clap::Error> {
-        Ok(Self {
-            args: Defaults::try_parse_from(["agenthost"])?.args,
-        })
+    /// The defaults of `agenthost serve`, after its `AGENTHOST_*`
+    /// environment variables (an error names a malformed one).
+    pub fn new() -> Result<Self, StartError> {
+        let settings = crate::settings::settings_from_env().map_err(StartError::setting)?;
+        Ok(Self { settings })
     }
 
-    /// Settings as `agenthost serve` parsed them.
-    pub fn from_args(args: ServeArgs) -> Self {
-        Self { args }
+    /// These settings as they are (no environment variable is read).
+    pub fn with_settings(settings: Settings) -> Self {
+        Self { settings }
     }
 
     /// The directory of `.wasm` components.
     pub fn components(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.args.components = dir.into();
+        self.settings.components = dir.into();
         self
     }
 
     /// The store URL (`sqlite://…` or `postgres://…`).
     pub fn store(mut self, url: &str) -> Self {
-        self.args.store = Some(url.to_string());
+        self.settings.store = Some(url.to_string());
         self
     }
 
     /// An endpoint key, `SCOPE:KEY` (`invoke` or `admin`): with one, the
     /// routes answer only callers that present a key of their scope.
     pub fn api_key(mut self, setting: &str) -> Self {
-        self.args
-            .api_keys
-            .push(crate::cli::Secret(setting.to_string()));
+        self.settings.api_keys.push(Secret::new(setting));
         self
     }
 
+    /// The task hub inside the store.
     pub fn taskhub(mut self, name: &str) -> Self {
-        self.args.taskhub = Some(name.to_string());
+        self.settings.taskhub = Some(name.to_string());
         self
     }
 
     /// Any other setting.
-    pub fn configure(mut self, change: impl FnOnce(&mut ServeArgs)) -> Self {
-        change(&mut self.args);
+    pub fn configure(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        change(&mut self.settings);
         self
     }
 
-    pub async fn start(self) -> anyhow::Result<AgentHost> {
-        AgentHost::from_settings(self.args).await
+    /// Opens the store, loads the components and starts the worker.
+    pub async fn start(self) -> Result<AgentHost, StartError> {
+        AgentHost::start(self.settings).await
     }
 }
 
@@ -118,7 +118,7 @@ pub struct AgentHost {
 
 impl AgentHost {
     /// Opens the store, loads the components and starts the worker.
-    pub async fn from_settings(args: ServeArgs) -> anyhow::Result<Self> {
+    pub(crate) async fn start(args: Settings) -> Result<Self, StartError> {
         crate::metrics::install();
         let key_settings: Vec<String> = args
             .api_keys
@@ -126,20 +126,17 @@ impl AgentHost {
             .map(|k| k.expose().to_string())
             .collect();
         let keys = ApiKeys::from_settings(&key_settings, &args.api_key_files)
-            .context("invalid endpoint keys")?;
+            .map_err(|e| StartError::Keys(e.into()))?;
         if keys.is_empty() && args.require_keys && !args.worker_only {
-            anyhow::bail!(
-                "--require-keys is set but no endpoint key is configured: give --api-key \
-                 SCOPE:KEY (SCOPE invoke or admin), AGENTHOST_API_KEYS or --api-key-file"
-            );
+            return Err(StartError::KeysRequired);
         }
-        let settings = ModelSettings::from_env().context("invalid model configuration")?;
+        let settings = ModelSettings::from_env().map_err(|e| StartError::Model(e.into()))?;
         let model = ModelClient::new(settings, args.model_timeout)
-            .context("could not create the model client")?;
+            .map_err(|e| StartError::Model(e.into()))?;
         model
             .check_credential()
             .await
-            .context("the model's credential cannot obtain a token")?;
+            .map_err(|e| StartError::Credential(e.into()))?;
         if model.is_offline() {
             tracing::warn!("no model endpoint configured (set OPENAI_BASE_URL/OPENAI_API_KEY/OPENAI_MODEL or AZURE_OPENAI_ENDPOINT/AZURE_OPENAI_DEPLOYMENT_NAME); answering with the built-in offline model");
         } else {
@@ -147,13 +144,10 @@ impl AgentHost {
         }
         let role = args.role();
         let store = open_store(&args).await?;
-        tracing::info!(session_ttl = ?args.session_ttl.0, "idle sessions are forgotten after session_ttl (every message renews it; None: never)");
+        tracing::info!(session_ttl = ?args.session_ttl, "idle sessions are forgotten after session_ttl (every message renews it; None: never)");
         if !role.works() && store.kind() == Kind::Sqlite {
             store.close().await;
-            anyhow::bail!(
-                "--no-worker needs a task hub that `agenthost worker` processes share: \
-                 use a PostgreSQL store (--store postgres://…), or drop --no-worker"
-            );
+            return Err(StartError::FrontNeedsSharedHub);
         }
         let runtime = Arc::new(
             Runtime::new(RuntimeConfig {
@@ -166,36 +160,39 @@ impl AgentHost {
                 describe_timeout: args.describe_timeout,
                 episode_cpu_time: args.episode_cpu_time,
                 network: NetworkPolicy::from_settings(&args.resolve)
-                    .context("invalid --resolve")?,
+                    .map_err(StartError::setting)?,
             })
-            .context("could not start the wasm runtime")?,
+            .map_err(|e| StartError::Runtime(e.into()))?,
         );
         let registry = Arc::new(Registry::new(
             runtime.clone(),
             store.clone(),
             args.components.clone(),
         ));
-        let loaded = registry.sync().await.with_context(|| {
-            format!(
-                "could not read the components directory {}",
-                args.components.display()
-            )
-        })?;
+        let loaded = registry
+            .sync()
+            .await
+            .map_err(|source| StartError::Components {
+                dir: args.components.clone(),
+                source,
+            })?;
         if loaded.loaded.is_empty() {
             tracing::warn!(dir = %args.components.display(), "no .wasm components loaded; nothing is served until one is added");
         }
         let watching = CancellationToken::new();
         if args.watch {
-            crate::registry::watch(registry.clone(), watching.clone()).with_context(|| {
-                format!(
-                    "could not watch the components directory {} (start with --watch=false to load it once)",
-                    args.components.display()
-                )
+            crate::registry::watch(registry.clone(), watching.clone()).map_err(|e| {
+                StartError::Watch {
+                    dir: args.components.clone(),
+                    source: e.into(),
+                }
             })?;
         }
 
         let settings = Arc::new(match &args.agent_settings {
-            Some(path) => AgentsSettings::load(path)?,
+            Some(path) => {
+                AgentsSettings::load(path).map_err(|e| StartError::AgentSettings(e.into()))?
+            }
             None => AgentsSettings::default(),
         });
         let runner = AgentRunner::new(
@@ -217,13 +214,13 @@ impl AgentHost {
             },
         )
         .await
-        .context("could not open the response streams")?;
+        .map_err(|e| StartError::Streams(e.into()))?;
         let runs = Runs::new(
             store.clone(),
             registry.clone(),
             runner,
             streams.clone(),
-            args.session_ttl.0,
+            args.session_ttl,
             settings.clone(),
             role.works(),
         );
@@ -243,16 +240,20 @@ impl AgentHost {
         runs.start();
         let background = CancellationToken::new();
         if role.works() {
-            tokio::spawn(expire_sessions(
+            tokio::spawn(sweeps::expire_sessions(
                 store.clone(),
                 registry.clone(),
                 settings.clone(),
-                args.session_ttl.0,
+                args.session_ttl,
                 background.clone(),
             ));
         }
-        if let (true, Some(retain)) = (role.works(), args.retain.0) {
-            tokio::spawn(retain_finished(store.clone(), retain, background.clone()));
+        if let (true, Some(retain)) = (role.works(), args.retain) {
+            tokio::spawn(sweeps::retain_finished(
+                store.clone(),
+                retain,
+                background.clone(),
+            ));
         }
         let state = AppState {
             registry,
@@ -336,9 +337,9 @@ impl AgentHost {
 }
 
 /// Opens the task hub the settings name, with the remedy in the error.
-async fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
-    let (url, hub) = args.store_location();
-    let hub = TaskHub::new(&hub)?;
+async fn open_store(args: &Settings) -> Result<Store, StartError> {
+    let (url, hub) = args.store_location().map_err(StartError::setting)?;
+    let hub = TaskHub::new(&hub).map_err(StartError::setting)?;
     let membership = Membership {
         role: args.role(),
         lease: args.lease,
@@ -348,102 +349,10 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
             tracing::info!(taskhub = %hub, kind = ?store.kind(), "store open");
             Ok(store)
         }
-        Err(e) if e.is_unreachable() => Err(anyhow::anyhow!(
-            "{e}. Start the database, or point --store (AGENTHOST_STORE) or the connection \
-             string's Endpoint at a reachable one; a SQLite path must be in a writable directory"
-        )),
-        Err(e) => Err(anyhow::Error::new(e).context(format!("could not open task hub '{hub}'"))),
-    }
-}
-
-/// Sweeps idle sessions: each agent with its own expiry (the operator's
-/// agent settings, else its component's), the others with the host's. The
-/// check at enqueue time makes expiry exact; this reclaims space and keeps a
-/// forgotten conversation from being read back.
-async fn expire_sessions(
-    store: Store,
-    registry: Arc<Registry>,
-    settings: Arc<AgentsSettings>,
-    host_ttl: Option<Duration>,
-    stop: CancellationToken,
-) {
-    let ms = |ttl: Duration| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-    let mut pause = Duration::from_secs(1);
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(pause) => {}
-            () = stop.cancelled() => return,
-        }
-        // Agents come and go (hot reload): their expiry is read each time.
-        let own: Vec<(String, Option<Duration>)> = registry
-            .agent_names()
-            .into_iter()
-            .filter_map(|name| {
-                let described = registry.agent(&name)?.spec.options;
-                let ttl = settings.of(&name).over(&described).session_ttl?;
-                Some((name, ttl))
-            })
-            .chain(settings.session_ttls())
-            .collect();
-        let mut own = own;
-        own.sort_by(|a, b| a.0.cmp(&b.0));
-        own.dedup_by(|a, b| a.0 == b.0);
-        let shortest = own.iter().filter_map(|(_, t)| *t).chain(host_ttl).min();
-        pause = shortest.map_or(Duration::from_secs(60), |t| {
-            (t / 2).clamp(Duration::from_millis(200), Duration::from_secs(60))
-        });
-        let now = now_ms();
-        let mut expired = 0;
-        let mut failed = None;
-        for (agent, ttl) in &own {
-            if let Some(ttl) = ttl {
-                let of_agent = |a: &str| a == agent;
-                let expiring = store.expire_sessions(now - ms(*ttl), &of_agent);
-                match store.within("idle sessions", expiring).await {
-                    Ok(n) => expired += n,
-                    Err(e) => failed = Some(e),
-                }
-            }
-        }
-        if let Some(ttl) = host_ttl {
-            let other = |a: &str| !own.iter().any(|(name, _)| name == a);
-            match store
-                .within(
-                    "idle sessions",
-                    store.expire_sessions(now - ms(ttl), &other),
-                )
-                .await
-            {
-                Ok(n) => expired += n,
-                Err(e) => failed = Some(e),
-            }
-        }
-        if expired > 0 {
-            tracing::info!(sessions = expired, "expired idle sessions");
-        }
-        if let Some(e) = failed {
-            tracing::warn!(error = %e, "could not expire idle sessions");
-        }
-    }
-}
-
-/// Deletes finished instances and ended runs older than `retain`, a sweep
-/// every tenth of it (between a second and an hour); batches are bounded by
-/// the store, so a first sweep over years of history does not hold it.
-async fn retain_finished(store: Store, retain: Duration, stop: CancellationToken) {
-    let pause = (retain / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
-    let ms = i64::try_from(retain.as_millis()).unwrap_or(i64::MAX);
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(pause) => {}
-            () = stop.cancelled() => return,
-        }
-        match store.sweep_finished(now_ms().saturating_sub(ms)).await {
-            Ok(swept) if swept.instances + swept.runs > 0 => {
-                tracing::info!(instances = swept.instances, runs = swept.runs, retain = %humantime::format_duration(retain), "deleted finished work past its retention");
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "retention sweep failed; it runs again later"),
-        }
+        Err(e) if e.is_unreachable() => Err(StartError::StoreUnreachable(e.to_string())),
+        Err(e) => Err(StartError::Store {
+            hub: hub.to_string(),
+            source: e.into(),
+        }),
     }
 }

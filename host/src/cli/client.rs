@@ -5,10 +5,10 @@
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::cli::{AgentCommand, ClientArgs, ClientCommand, OrchestrationCommand};
+use super::{AgentCommand, ClientArgs, ClientCommand, OrchestrationCommand};
 use crate::client::Client;
 
-pub async fn run(args: ClientArgs) -> anyhow::Result<()> {
+pub(super) async fn run(args: ClientArgs) -> anyhow::Result<()> {
     let mut client = Client::new(&args.endpoint())?;
     if let Some(key) = &args.api_key {
         client = client.with_key(key.expose());

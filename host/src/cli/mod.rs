@@ -1,0 +1,196 @@
+//! Command-line interface. Every flag has an `AGENTHOST_*` environment twin.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::settings::{Secret, ServeArgs};
+use crate::taskhub::ConnectionString;
+
+mod client;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agenthost",
+    version,
+    about = "Hosts AI agents as sandboxed WebAssembly components"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// How log lines are written on stderr: `text`, or `json` (one object a
+    /// line, for log shippers). Which lines: AGENTHOST_LOG, a filter such
+    /// as `info,agenthost::durable=debug,sqlx=warn`.
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTHOST_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: crate::telemetry::LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Serve the agents of a components directory over HTTP (and run the
+    /// work, unless --no-worker).
+    Serve(Box<ServeArgs>),
+    /// Run agents, activities, orchestrations and timers of a task hub, with
+    /// no HTTP: the console host beside `serve --no-worker` fronts. The HTTP
+    /// settings of `serve` are accepted and ignored.
+    Worker(Box<ServeArgs>),
+    /// Talk to a running host: run agents, start and follow orchestrations.
+    Client(ClientArgs),
+    /// Load one component (validate, compile, describe) and print what it
+    /// offers as JSON; exits non-zero with the reason when it does not load.
+    Inspect {
+        /// The `.wasm` component file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ClientArgs {
+    /// The host's URL. Default: the connection string's Endpoint when it is
+    /// an http(s) URL, else http://127.0.0.1:7071.
+    #[arg(long, env = "AGENTHOST_ENDPOINT")]
+    pub endpoint: Option<String>,
+
+    /// `Endpoint=<host URL>;TaskHub=<name>;Authentication=None`.
+    #[arg(long, env = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING")]
+    pub connection_string: Option<ConnectionString>,
+
+    /// The host's endpoint key (the key alone, no scope), when it requires one.
+    #[arg(long, env = "AGENTHOST_API_KEY", hide_env_values = true)]
+    pub api_key: Option<Secret>,
+
+    #[command(subcommand)]
+    pub command: ClientCommand,
+}
+
+impl ClientArgs {
+    pub(crate) fn endpoint(&self) -> String {
+        self.endpoint
+            .clone()
+            .or_else(|| {
+                self.connection_string
+                    .as_ref()
+                    .and_then(|c| c.endpoint.clone())
+                    .filter(|e| e.starts_with("http://") || e.starts_with("https://"))
+            })
+            .unwrap_or_else(|| "http://127.0.0.1:7071".into())
+    }
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub(crate) enum ClientCommand {
+    /// Agents.
+    #[command(subcommand)]
+    Agent(AgentCommand),
+    /// Durable orchestrations.
+    #[command(subcommand)]
+    Orchestration(OrchestrationCommand),
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub(crate) enum AgentCommand {
+    /// Run agent NAME on MESSAGE and print its answer (the session id goes
+    /// to stderr); the same --session continues one conversation.
+    Run {
+        name: String,
+        message: String,
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub(crate) enum OrchestrationCommand {
+    /// Start orchestration NAME; prints the instance id.
+    Start {
+        name: String,
+        /// The input, as JSON.
+        #[arg(long)]
+        input: Option<String>,
+        /// The instance id (default: a new one).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Print the instance's status as JSON (runtime_status, serialized_input,
+    /// serialized_output, serialized_custom_status, …).
+    Status { id: String },
+    /// Raise event EVENT at the instance.
+    Raise {
+        id: String,
+        event: String,
+        /// The event's payload, as JSON.
+        #[arg(long)]
+        data: Option<String>,
+    },
+    /// Terminate the instance.
+    Terminate {
+        id: String,
+        #[arg(long, default_value = "terminated by agenthost client")]
+        reason: String,
+    },
+    /// Wait for the instance to finish; prints its status. Exits non-zero
+    /// when it is still running after --timeout.
+    Wait {
+        id: String,
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// List the hub's instances as JSON.
+    List,
+}
+
+/// The `agenthost` command: see [`crate::run_command_line`].
+pub(crate) fn main() -> ExitCode {
+    quiet_error_backtraces();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run())
+}
+
+/// An orchestration that awaits unfinished work is stopped through a host
+/// error (wasmtime's `anyhow::Error`), once per episode. With
+/// `RUST_BACKTRACE=1` in the environment each of those would capture a host
+/// backtrace, a tenth of a step's time. Panics still print theirs; set
+/// `RUST_LIB_BACKTRACE=1` to have errors capture them too.
+fn quiet_error_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // Sound: no other thread exists yet.
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
+}
+
+async fn run() -> ExitCode {
+    let cli = Cli::parse();
+    // Kept to the end: dropping it sends the spans still queued.
+    let _telemetry = crate::telemetry::init(cli.log_format);
+    let result = match cli.command {
+        Command::Serve(args) => crate::server::serve((*args).into()).await,
+        Command::Worker(args) => crate::server::work((*args).into()).await,
+        Command::Inspect { file } => crate::server::inspect(&file).await,
+        Command::Client(args) => client::run(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! [`Settings`] as flags of `agenthost serve` and `agenthost worker`, each
+//! with an `AGENTHOST_*` environment twin. They live beside the settings,
+//! not in the command line, because `embed::Builder::new` reads the
+//! same environment variables.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser};
+
+use super::{defaults, Secret, Settings};
+use crate::taskhub::{ConnectionString, ConnectionStringError};
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ServeArgs {
+    /// Directory of `.wasm` components to serve.
+    #[arg(long, env = "AGENTHOST_COMPONENTS", default_value = defaults::COMPONENTS)]
+    pub components: PathBuf,
+
+    /// Watch the components directory: load added or replaced files, unload
+    /// deleted ones, without a restart.
+    #[arg(long, env = "AGENTHOST_WATCH", default_value_t = true, action = ArgAction::Set)]
+    pub watch: bool,
+
+    /// The durable store: `sqlite://PATH` (embedded, one host) or
+    /// `postgres://USER@HOST:PORT/DATABASE` (shared by several hosts).
+    /// Default: `sqlite://agenthost.db`, or the connection string's Endpoint.
+    #[arg(long, env = "AGENTHOST_STORE")]
+    pub store: Option<String>,
+
+    /// The task hub: an isolated namespace of instances, sessions, runs and
+    /// component versions inside the store. Hosts that share work use the
+    /// same hub. Default: `default`, or the connection string's TaskHub.
+    #[arg(long, env = "TASKHUB_NAME")]
+    pub taskhub: Option<String>,
+
+    /// `Endpoint=<store URL>;TaskHub=<name>;Authentication=None`, as set for
+    /// Durable Task Scheduler; `--store` and `--taskhub` win over it.
+    #[arg(long, env = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING", value_parser = connection_string)]
+    pub connection_string: Option<String>,
+
+    /// Serve HTTP only: starts, raises and agent runs are stored and carried
+    /// out by the `agenthost worker` processes of the same PostgreSQL task hub.
+    #[arg(long, env = "AGENTHOST_NO_WORKER")]
+    pub no_worker: bool,
+
+    /// On a task hub shared by several hosts (PostgreSQL): how long a host's
+    /// ownership of its instances and sessions outlives its last heartbeat,
+    /// so how soon a killed host's work is taken over by the others.
+    #[arg(long, env = "AGENTHOST_LEASE", default_value = defaults::LEASE, value_parser = humantime::parse_duration)]
+    pub lease: Duration,
+
+    /// Keep response streams in Redis Streams (`agent:response:{correlation_id}`)
+    /// instead of the store: `redis://HOST:PORT[/DB]` or `HOST:PORT`.
+    #[arg(long = "redis", env = "REDIS_CONNECTION_STRING")]
+    pub redis: Option<String>,
+
+    /// Refuse to start when Redis is configured but cannot be reached
+    /// (the default falls back to the store, with a warning).
+    #[arg(long, env = "AGENTHOST_REQUIRE_REDIS")]
+    pub require_redis: bool,
+
+    /// How long a run's response stream is kept (its Redis key's TTL).
+    #[arg(long, env = "AGENTHOST_STREAM_TTL", default_value = defaults::STREAM_TTL, value_parser = humantime::parse_duration)]
+    pub stream_ttl: Duration,
+
+    /// Readers that may follow response streams at once on this host
+    /// (SSE and text/plain); past it they get 429 `too_many_followers`.
+    #[arg(long, env = "AGENTHOST_MAX_STREAM_FOLLOWERS", default_value_t = defaults::MAX_STREAM_FOLLOWERS)]
+    pub max_stream_followers: usize,
+
+    /// Per-agent settings (model, temperature, max_output_tokens, timeout,
+    /// session_ttl, history_budget_tokens), a TOML file with one
+    /// `[agents.NAME]` table per agent; they override the agents' own.
+    #[arg(long, env = "AGENTHOST_AGENT_SETTINGS")]
+    pub agent_settings: Option<PathBuf>,
+
+    /// Address to listen on.
+    #[arg(long, env = "AGENTHOST_HOST", default_value = defaults::HOST)]
+    pub host: IpAddr,
+
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, env = "AGENTHOST_PORT", default_value_t = defaults::PORT)]
+    pub port: u16,
+
+    /// An endpoint key, `SCOPE:KEY` with SCOPE `invoke` (agent runs, their
+    /// streams and approvals, orchestration starts, component routes) or
+    /// `admin` (those and everything else: the management API,
+    /// conversations, components). Repeat it, or list them comma-separated
+    /// in AGENTHOST_API_KEYS; several keys per scope allow rotation. With no
+    /// key, every route is open. Health is always open.
+    #[arg(
+        long = "api-key",
+        env = "AGENTHOST_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<Secret>,
+
+    /// A file of endpoint keys, one `SCOPE:KEY` a line (`#` comments).
+    #[arg(long = "api-key-file", env = "AGENTHOST_API_KEY_FILE")]
+    pub api_key_files: Vec<PathBuf>,
+
+    /// Refuse to start without endpoint keys (for a host reachable from
+    /// other machines).
+    #[arg(long, env = "AGENTHOST_REQUIRE_KEYS")]
+    pub require_keys: bool,
+
+    /// Serve `GET /api/health`.
+    #[arg(long, env = "AGENTHOST_ENABLE_HEALTH_CHECK", default_value_t = true, action = ArgAction::Set)]
+    pub enable_health_check: bool,
+
+    /// A synchronous run waits `max-poll-retries × poll-interval` before answering 202.
+    #[arg(long, env = "AGENTHOST_MAX_POLL_RETRIES", default_value_t = defaults::MAX_POLL_RETRIES)]
+    pub max_poll_retries: u32,
+
+    /// See `--max-poll-retries`.
+    #[arg(long, env = "AGENTHOST_POLL_INTERVAL", default_value = defaults::POLL_INTERVAL, value_parser = humantime::parse_duration)]
+    pub poll_interval: Duration,
+
+    /// A store write batch under way for longer than this turns
+    /// `/api/health` and `/api/health/live` to 503; past four times it the
+    /// process exits non-zero, as it does at once if the store's writer dies,
+    /// so that a supervisor restarts it.
+    #[arg(long, env = "AGENTHOST_WRITER_DEADLINE", default_value = defaults::WRITER_DEADLINE, value_parser = humantime::parse_duration)]
+    pub writer_deadline: Duration,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "AGENTHOST_MAX_BODY_BYTES", default_value_t = defaults::MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+
+    /// Largest payload handed to the durable engine, in bytes: orchestration
+    /// inputs and outputs, events, custom status, activity and agent inputs,
+    /// task results.
+    #[arg(long, env = "AGENTHOST_MAX_PAYLOAD_BYTES", default_value_t = defaults::MAX_PAYLOAD_BYTES)]
+    pub max_payload_bytes: usize,
+
+    /// Most journal rows one orchestration execution may hold; past it the
+    /// instance fails (split long work with continue-as-new).
+    #[arg(long, env = "AGENTHOST_MAX_HISTORY_EVENTS", default_value_t = defaults::MAX_HISTORY_EVENTS)]
+    pub max_history_events: u64,
+
+    /// Most journal bytes one orchestration execution may hold.
+    #[arg(long, env = "AGENTHOST_MAX_HISTORY_BYTES", default_value_t = defaults::MAX_HISTORY_BYTES)]
+    pub max_history_bytes: u64,
+
+    /// Most events waiting in one instance's inbox; a raise past it gets 429.
+    #[arg(long, env = "AGENTHOST_MAX_INBOX_EVENTS", default_value_t = defaults::MAX_INBOX_EVENTS)]
+    pub max_inbox_events: u64,
+
+    /// Most bytes waiting in one instance's inbox; a raise past it gets 429.
+    #[arg(long, env = "AGENTHOST_MAX_INBOX_BYTES", default_value_t = defaults::MAX_INBOX_BYTES)]
+    pub max_inbox_bytes: u64,
+
+    /// Most attempts of one agent call or activity, whatever its retry policy asks.
+    #[arg(long, env = "AGENTHOST_MAX_TASK_ATTEMPTS", default_value_t = defaults::MAX_TASK_ATTEMPTS)]
+    pub max_task_attempts: u32,
+
+    /// Shortest pause between two attempts of a task.
+    #[arg(long, env = "AGENTHOST_MIN_RETRY_DELAY", default_value = defaults::MIN_RETRY_DELAY, value_parser = humantime::parse_duration)]
+    pub min_retry_delay: Duration,
+
+    /// Longest one episode of orchestration code may run (wall clock). Code
+    /// that blocks past it fails its instance with the reason.
+    #[arg(long, env = "AGENTHOST_EPISODE_TIMEOUT", default_value = defaults::EPISODE_TIMEOUT, value_parser = humantime::parse_duration)]
+    pub episode_timeout: Duration,
+
+    /// CPU time one episode of orchestration code may use (replaying and
+    /// deciding what comes next takes milliseconds). Code that spins past it
+    /// fails its instance with the reason, and frees its slot for others.
+    #[arg(long, env = "AGENTHOST_EPISODE_CPU_TIME", default_value = defaults::EPISODE_CPU_TIME, value_parser = humantime::parse_duration)]
+    pub episode_cpu_time: Duration,
+
+    /// Memory for hot orchestration instances (their state and journal kept
+    /// between episodes), in MiB; the least recently used are evicted past it
+    /// and rebuilt from the store when they next run.
+    #[arg(long, env = "AGENTHOST_HOT_INSTANCES_MIB", default_value_t = defaults::HOT_INSTANCES_MIB)]
+    pub hot_instances_mib: usize,
+
+    /// Longest a component's `describe()` may run when it is loaded.
+    #[arg(long, env = "AGENTHOST_DESCRIBE_TIMEOUT", default_value = defaults::DESCRIBE_TIMEOUT, value_parser = humantime::parse_duration)]
+    pub describe_timeout: Duration,
+
+    /// Forget sessions idle for this long (e.g. `30m`, `7d`); every message
+    /// renews it; `none` keeps them forever.
+    #[arg(long, env = "AGENTHOST_SESSION_TTL", default_value = defaults::SESSION_TTL)]
+    pub session_ttl: SessionTtl,
+
+    /// Delete finished orchestration instances (with their journals) and
+    /// ended run records this long after they finished (e.g. `30d`, `12h`);
+    /// `none` keeps them. A background sweep deletes them in bounded
+    /// batches; unfinished work is never touched.
+    #[arg(long, env = "AGENTHOST_RETAIN", default_value = defaults::RETAIN)]
+    pub retain: SessionTtl,
+
+    /// On SIGTERM/Ctrl-C, how long in-flight runs may take to finish.
+    #[arg(long, env = "AGENTHOST_SHUTDOWN_GRACE", default_value = defaults::SHUTDOWN_GRACE, value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Where compiled components are cached between starts.
+    #[arg(long, env = "AGENTHOST_CACHE_DIR", default_value = defaults::CACHE_DIR)]
+    pub cache_dir: PathBuf,
+
+    /// Timeout of one model HTTP request.
+    #[arg(long, env = "AGENTHOST_MODEL_TIMEOUT", default_value = defaults::MODEL_TIMEOUT, value_parser = humantime::parse_duration)]
+    pub model_timeout: Duration,
+
+    /// Most model turns with tool calls in one run.
+    #[arg(long, env = "AGENTHOST_MAX_TOOL_ROUNDS", default_value_t = defaults::MAX_TOOL_ROUNDS)]
+    pub max_tool_rounds: usize,
+
+    /// Tokens (estimated, about 4 characters each) of a conversation sent to
+    /// the model at most: older whole turns are left out, the stored
+    /// conversation stays whole.
+    #[arg(
+        long,
+        env = "AGENTHOST_HISTORY_BUDGET_TOKENS",
+        default_value_t = defaults::HISTORY_BUDGET_TOKENS
+    )]
+    pub history_budget_tokens: usize,
+
+    /// How long a call of a tool marked `always-require` waits for a human's
+    /// decision (`POST …/runs/{id}/approvals`) before it counts as denied.
+    #[arg(long, env = "AGENTHOST_APPROVAL_TIMEOUT", default_value = defaults::APPROVAL_TIMEOUT, value_parser = humantime::parse_duration)]
+    pub approval_timeout: Duration,
+
+    /// Memory limit of one guest instance, in MiB.
+    #[arg(long, env = "AGENTHOST_GUEST_MEMORY_MB", default_value_t = defaults::GUEST_MEMORY_MB)]
+    pub guest_memory_mb: usize,
+
+    /// CPU time limit of one call into a guest.
+    #[arg(long, env = "AGENTHOST_GUEST_CPU_TIME", default_value = defaults::GUEST_CPU_TIME, value_parser = humantime::parse_duration)]
+    pub guest_cpu_time: Duration,
+
+    /// Most guest instances alive at once.
+    #[arg(long, env = "AGENTHOST_MAX_INSTANCES", default_value_t = defaults::MAX_INSTANCES)]
+    pub max_instances: u32,
+
+    /// Answer a name guests' outbound requests use without DNS:
+    /// `NAME=ADDRESS[,ADDRESS…]` (repeatable; `;`-separated in
+    /// AGENTHOST_RESOLVE). The address is still checked: one inside the
+    /// host's network is reached only through a grant naming it.
+    #[arg(long = "resolve", env = "AGENTHOST_RESOLVE", value_delimiter = ';')]
+    pub resolve: Vec<String>,
+}
+
+impl From<ServeArgs> for Settings {
+    fn from(args: ServeArgs) -> Self {
+        let ServeArgs {
+            components,
+            watch,
+            store,
+            taskhub,
+            connection_string,
+            no_worker,
+            lease,
+            redis,
+            require_redis,
+            stream_ttl,
+            max_stream_followers,
+            agent_settings,
+            host,
+            port,
+            api_keys,
+            api_key_files,
+            require_keys,
+            enable_health_check,
+            max_poll_retries,
+            poll_interval,
+            writer_deadline,
+            max_body_bytes,
+            max_payload_bytes,
+            max_history_events,
+            max_history_bytes,
+            max_inbox_events,
+            max_inbox_bytes,
+            max_task_attempts,
+            min_retry_delay,
+            episode_timeout,
+            episode_cpu_time,
+            hot_instances_mib,
+            describe_timeout,
+            session_ttl,
+            retain,
+            shutdown_grace,
+            cache_dir,
+            model_timeout,
+            max_tool_rounds,
+            history_budget_tokens,
+            approval_timeout,
+            guest_memory_mb,
+            guest_cpu_time,
+            max_instances,
+            resolve,
+        } = args;
+        // Every flag is named above and every setting below, so a flag or a
+        // setting added to one side only fails to compile here.
+        Settings {
+            components,
+            watch,
+            store,
+            taskhub,
+            connection_string,
+            no_worker,
+            lease,
+            redis,
+            require_redis,
+            stream_ttl,
+            max_stream_followers,
+            agent_settings,
+            host,
+            port,
+            api_keys,
+            api_key_files,
+            require_keys,
+            enable_health_check,
+            max_poll_retries,
+            poll_interval,
+            writer_deadline,
+            max_body_bytes,
+            max_payload_bytes,
+            max_history_events,
+            max_history_bytes,
+            max_inbox_events,
+            max_inbox_bytes,
+            max_task_attempts,
+            min_retry_delay,
+            episode_timeout,
+            episode_cpu_time,
+            hot_instances_mib,
+            describe_timeout,
+            session_ttl: session_ttl.0,
+            retain: retain.0,
+            shutdown_grace,
+            cache_dir,
+            model_timeout,
+            max_tool_rounds,
+            history_budget_tokens,
+            approval_timeout,
+            guest_memory_mb,
+            guest_cpu_time,
+            max_instances,
+            resolve,
+            worker_only: false,
+        }
+    }
+}
+
+/// The settings of `agenthost serve` from its environment variables alone
+/// (no flags): what `embed::Builder::new` starts from.
+pub(crate) fn settings_from_env() -> Result<Settings, clap::Error> {
+    #[derive(Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+    Ok(Defaults::try_parse_from(["agenthost"])?.args.into())
+}
+
+/// A connection string checked when the flags are read, kept as written.
+fn connection_string(text: &str) -> Result<String, ConnectionStringError> {
+    text.parse::<ConnectionString>()?;
+    Ok(text.to_string())
+}
+
+/// How long something is kept (an idle session, a finished instance);
+/// `none` (or `null`, `off`, `never`) keeps it forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionTtl(pub Option<Duration>);
+
+impl std::str::FromStr for SessionTtl {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        crate::agents::parse_ttl(text).map(Self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SessionTtl;
+    use std::time::Duration;
+
+    #[test]
+    fn a_session_ttl_is_a_duration_or_none() {
+        assert_eq!(
+            "14d".parse(),
+            Ok(SessionTtl(Some(Duration::from_secs(14 * 86_400))))
+        );
+        assert_eq!("none".parse(), Ok(SessionTtl(None)));
+        assert_eq!("null".parse(), Ok(SessionTtl(None)));
+        assert!("soon".parse::<SessionTtl>().is_err());
+    }
+}
