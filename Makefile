@@ -4,12 +4,12 @@
 CARGO       ?= cargo
 WASM_TARGET := wasm32-wasip2
 SAMPLES     := writer weather scientists chaining parallel spam approval
-TEST_GUESTS := orchestration-tests versioned hostile
+TEST_GUESTS := orchestration-tests versioned hostile doc-poet doc-review
 COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test chaos components test-components release bench bench-peer toolchain lint api-fuzz-venv
+.PHONY: run test chaos components test-components release bench bench-peer toolchain lint api-fuzz-venv doc-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -18,7 +18,7 @@ run: components release
 ## The whole suite: formatting, lints (host and guests) and every test, then
 ## the integration suite again on PostgreSQL (PostgreSQL and Redis are
 ## started, installed if need be, when they are not up).
-test: components test-components lint api-fuzz-venv
+test: components test-components lint api-fuzz-venv doc-tools
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
 	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --test integration
 
@@ -43,12 +43,16 @@ components: toolchain
 	@for s in $(SAMPLES); do cp target/$(WASM_TARGET)/release/$$s.wasm $(COMPONENTS)/$$s.wasm; done
 	@ls -l $(COMPONENTS)
 
-# Guests only the tests use; `versioned` is built twice (v1, and v2 with other steps).
+# Guests only the tests use; `versioned` is built twice (v1, and v2 with other steps);
+# `doc-poet` and `doc-review` are the code blocks of docs/components.md and
+# docs/orchestrations.md (tests/doc_blocks.rs).
 test-components: toolchain
-	$(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned -p hostile
+	$(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned -p hostile -p doc-poet -p doc-review
 	@mkdir -p $(TEST_COMPONENTS)
 	cp target/$(WASM_TARGET)/release/orchestration_tests.wasm $(TEST_COMPONENTS)/orchestration-tests.wasm
 	cp target/$(WASM_TARGET)/release/hostile.wasm $(TEST_COMPONENTS)/hostile.wasm
+	cp target/$(WASM_TARGET)/release/doc_poet.wasm $(TEST_COMPONENTS)/doc-poet.wasm
+	cp target/$(WASM_TARGET)/release/doc_review.wasm $(TEST_COMPONENTS)/doc-review.wasm
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v1.wasm
 	$(CARGO) build --target $(WASM_TARGET) --release -p versioned --features v2
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v2.wasm
@@ -62,7 +66,7 @@ release:
 ## several hosts on one PostgreSQL hub (Redis and PostgreSQL are started if
 ## they are not up); report in target/bench/report.md.
 bench: components test-components bench-peer
-	$(CARGO) bench -p agenthost --bench http_and_load
+	$(CARGO) bench -p agenthost --features bench --bench http_and_load
 	$(CARGO) bench -p agenthost --bench durable
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_BENCH_REDIS=$$redis $(CARGO) bench -p agenthost --bench streams
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench shared_hub
@@ -79,9 +83,15 @@ api-fuzz-venv:
 	@test -x $(FUZZ_VENV)/bin/python || python3 -m venv $(FUZZ_VENV)
 	@$(FUZZ_VENV)/bin/st --version 2>/dev/null | grep -q 4.32.5 || $(FUZZ_VENV)/bin/pip install --quiet schemathesis==4.32.5
 
+# The commands tests/doc_blocks.rs runs as the docs show them (curl, sqlite3).
+doc-tools:
+	@command -v curl >/dev/null || (apt-get update -qq && apt-get install -y -qq curl)
+	@command -v sqlite3 >/dev/null || (apt-get update -qq && apt-get install -y -qq sqlite3)
+
 lint: toolchain
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS)) --all-targets -- -D warnings
+	$(CARGO) clippy -p agenthost --features bench --benches -- -D warnings
 	$(CARGO) clippy --target $(WASM_TARGET) $(addprefix -p ,$(SAMPLES) $(TEST_GUESTS)) -- -D warnings
 
 # rustup does not add the targets of rust-toolchain.toml to a toolchain that is

@@ -13,6 +13,7 @@ mod components_dir;
 mod concurrency;
 mod credentials;
 mod determinism;
+mod doc_blocks;
 mod durable_engine;
 mod embedding;
 mod endpoint_keys;
