@@ -323,7 +323,10 @@ async fn the_stream_url_of_a_202_opens_that_stream_without_a_key_and_no_other() 
     let host = HostBuilder::new(dir.path())
         .components(&["writer"])
         .openai(&model, "sk")
-        .env("AGENTHOST_API_KEYS", &format!("invoke:{INVOKE}"))
+        .env(
+            "AGENTHOST_API_KEYS",
+            &format!("invoke:{INVOKE},admin:{ADMIN}"),
+        )
         .start();
     let start = |message: &'static str| {
         client()

@@ -40,7 +40,9 @@ pub(crate) mod workers;
 
 /// The `agenthost` command line: parses the arguments and runs the command
 /// (serve, worker, client, inspect), logging and tracing as its flags say.
-/// The binary is this one call, so the modules behind it stay private.
+/// The binary is this one call, so the modules behind it stay private. Call
+/// it first in `main`, before any other thread exists: it sets an
+/// environment variable before starting its runtime.
 pub fn run_command_line() -> std::process::ExitCode {
     cli::main()
 }

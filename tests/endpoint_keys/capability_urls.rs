@@ -119,7 +119,7 @@ async fn an_invoke_caller_follows_and_manages_its_instance_by_the_urls_it_was_gi
             .unwrap();
         assert_eq!(response.status(), 401, "{method} {url}");
     }
-    let (status, _) = get(&format!("{instances}/{own}?token=00{token}")).await;
+    let (status, _) = get(&format!("{instances}/{own}?token={token}00")).await;
     assert_eq!(status, 401, "a token altered");
 
     // Its event URL, without a key: the instance completes with the payload.
@@ -160,6 +160,56 @@ async fn an_invoke_caller_follows_and_manages_its_instance_by_the_urls_it_was_gi
 }
 
 /// `GET url` as text, without a key.
+/// A caller who started an id and kept its URLs after it finished gets
+/// nothing of the instance started later under the same id (by anyone),
+/// while that instance's own URLs work.
+#[tokio::test(flavor = "multi_thread")]
+async fn urls_kept_from_a_finished_instance_open_nothing_of_a_later_one_with_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = keyed(dir.path(), &model);
+    let (before, _) = start(&host, "wait_event/order-42", json!(null)).await;
+    let kept = uri(&before, "statusQueryGetUri");
+    let raise = uri(&before, "sendEventPostUri").replace("{eventName}", "go");
+    let response = client()
+        .post(&raise)
+        .json(&json!("first"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    wait_for(&host, &kept, "Completed").await;
+
+    // Someone starts the id again: a new instance.
+    let (after, _) = start(&host, "wait_event/order-42", json!(null)).await;
+    let fresh = uri(&after, "statusQueryGetUri");
+    assert_ne!(fresh, kept, "a new token for the new instance");
+    let (status, body) = get(&fresh).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = get(&kept).await;
+    assert_eq!(status, 401, "the kept URL reads the new instance: {body}");
+    let response = client()
+        .post(&raise)
+        .json(&json!("stolen"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        401,
+        "the kept URL raises on the new instance"
+    );
+    let terminate = uri(&before, "terminatePostUri").replace("{text}", "x");
+    let response = client().post(&terminate).send().await.unwrap();
+    assert_eq!(
+        response.status(),
+        401,
+        "the kept URL terminates the new instance"
+    );
+    let (_, body) = get(&fresh).await;
+    assert_eq!(body["runtimeStatus"], "Running", "{body}");
+}
+
 async fn read_stream(url: &str) -> (StatusCode, String) {
     let response = client()
         .get(url)

@@ -14,6 +14,26 @@ pub fn agent_call_correlation(instance: &str, execution: i64, task: u32, attempt
     format!("{instance}:{execution}:{task}:{attempt}")
 }
 
+/// Whether `correlation` is the run of an agent call of `instance`'s
+/// `execution`. Instance ids may hold `:`, so the prefix alone would also
+/// take the runs of instance `a:1` (and of `a`'s children) for `a`'s
+/// execution 1: what follows it must be exactly `task:attempt`.
+pub fn is_agent_call_of(instance: &str, execution: i64, correlation: &str) -> bool {
+    let Some(rest) = correlation
+        .strip_prefix(instance)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .and_then(|rest| rest.strip_prefix(execution.to_string().as_str()))
+        .and_then(|rest| rest.strip_prefix(':'))
+    else {
+        return false;
+    };
+    let mut parts = rest.split(':');
+    let number = |part: Option<&str>| {
+        part.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    };
+    number(parts.next()) && number(parts.next()) && parts.next().is_none()
+}
+
 /// The instance id of a sub-orchestration.
 pub fn child_instance(parent: &str, execution: i64, task: u32) -> String {
     format!("{parent}:{execution}:{task}")
@@ -30,6 +50,32 @@ mod tests {
             agent_call_correlation("a", 2, 0, 0)
         );
         assert_ne!(child_instance("a", 1, 3), child_instance("a", 2, 3));
+    }
+
+    #[test]
+    fn the_agent_calls_of_an_execution_are_its_own_whatever_the_ids_hold() {
+        let own = agent_call_correlation("a", 1, 5, 0);
+        assert!(is_agent_call_of("a", 1, &own));
+        assert!(!is_agent_call_of("a", 2, &own));
+        // Instance `a:1`, and `a`'s child `a:1:0`, begin with `a:1:` too.
+        assert!(!is_agent_call_of(
+            "a",
+            1,
+            &agent_call_correlation("a:1", 5, 0, 0)
+        ));
+        let child = child_instance("a", 1, 0);
+        assert!(!is_agent_call_of(
+            "a",
+            1,
+            &agent_call_correlation(&child, 7, 0, 0)
+        ));
+        assert!(is_agent_call_of(
+            "a:1",
+            5,
+            &agent_call_correlation("a:1", 5, 0, 0)
+        ));
+        assert!(!is_agent_call_of("a", 1, "a:1:"));
+        assert!(!is_agent_call_of("a", 1, "a:1:x:0"));
     }
 
     #[test]

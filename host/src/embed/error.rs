@@ -9,7 +9,7 @@ type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[non_exhaustive]
 pub enum StartError {
     /// A setting (or its environment variable) is malformed.
-    #[error("invalid setting: {0}")]
+    #[error("invalid setting")]
     Setting(#[source] Cause),
     #[error("invalid endpoint keys")]
     Keys(#[source] Cause),
@@ -23,10 +23,11 @@ pub enum StartError {
     #[error("the model's credential cannot obtain a token")]
     Credential(#[source] Cause),
     #[error(
-        "{0}. Start the database, or point --store (AGENTHOST_STORE) or the connection \
-         string's Endpoint at a reachable one; a SQLite path must be in a writable directory"
+        "the task hub's store cannot be reached. Start the database, or point --store \
+         (AGENTHOST_STORE) or the connection string's Endpoint at a reachable one; a SQLite \
+         path must be in a writable directory"
     )]
-    StoreUnreachable(String),
+    StoreUnreachable(#[source] Cause),
     #[error("could not open task hub '{hub}'")]
     Store {
         hub: String,

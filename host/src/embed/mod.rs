@@ -64,7 +64,9 @@ impl Builder {
         Ok(Self { settings })
     }
 
-    /// These settings as they are (no environment variable is read).
+    /// These settings as they are: no `AGENTHOST_*` variable is read. (The
+    /// model endpoint and its credential still come from the environment,
+    /// `OPENAI_*` or `AZURE_OPENAI_*`, as for `agenthost serve`.)
     pub fn with_settings(settings: Settings) -> Self {
         Self { settings }
     }
@@ -349,7 +351,7 @@ async fn open_store(args: &Settings) -> Result<Store, StartError> {
             tracing::info!(taskhub = %hub, kind = ?store.kind(), "store open");
             Ok(store)
         }
-        Err(e) if e.is_unreachable() => Err(StartError::StoreUnreachable(e.to_string())),
+        Err(e) if e.is_unreachable() => Err(StartError::StoreUnreachable(e.into())),
         Err(e) => Err(StartError::Store {
             hub: hub.to_string(),
             source: e.into(),

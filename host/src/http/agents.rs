@@ -208,7 +208,7 @@ fn accepted(state: &AppState, run: &RunRecord, note: &str) -> Response {
     let token = state
         .config
         .keys
-        .token(Grant::RunStream, &run.correlation_id);
+        .token(Grant::RunStream, &run.correlation_id, 0);
     let body = RunAccepted::new(run, note, token.as_deref());
     let mut response = error::accepted(Json(body));
     if let Ok(value) = HeaderValue::from_str(&location) {

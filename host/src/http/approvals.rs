@@ -73,7 +73,10 @@ pub async fn decide(
     let run_url = format!("/api/agents/{name}/runs/{correlation_id}");
     // The run's token, as a run's own 202 carries it: the stream then opens
     // without a key.
-    let token = state.config.keys.token(Grant::RunStream, &correlation_id);
+    let token = state
+        .config
+        .keys
+        .token(Grant::RunStream, &correlation_id, 0);
     Ok(error::accepted(Json(Accepted {
         status: "accepted",
         stream_url: format!(

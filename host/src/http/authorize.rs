@@ -103,13 +103,43 @@ pub async fn authorize(State(state): State<AppState>, request: Request, next: Ne
                         .map(|(_, id)| id.to_string())
                 });
             let request = Request::from_parts(parts, body);
-            if id.is_some_and(|id| keys.opens(grant, &id, &token)) {
-                return next.run(request).await;
+            if let Some(id) = id {
+                if let Some(named) = keys.opens(grant, &id, &token) {
+                    let now = born(&state, grant, &id).await;
+                    if admits(named, now) {
+                        return next.run(request).await;
+                    }
+                }
             }
             return refuse_or_run(request, needed, &route, keys, next).await;
         }
     }
     refuse_or_run(request, needed, &route, keys, next).await
+}
+
+/// Whether a genuine token, minted for the instance created at `named`,
+/// opens what its id names now (created at `now`, `None` when there is
+/// none): the same one, or nothing (the handler then answers 404, as it
+/// would the key holder). A later instance under the same id is another: a
+/// token kept from the first opens none of it.
+fn admits(named: i64, now: Option<i64>) -> bool {
+    now.is_none_or(|now| now == named)
+}
+
+/// When the instance `id` was created, `None` when there is none. Runs
+/// need no such check: their ids are never reused (a fresh UUID, or an
+/// agent call's id, which holds its execution, and executions are numbered
+/// by a sequence that never goes back), so their tokens name moment 0.
+async fn born(state: &AppState, grant: Grant, id: &str) -> Option<i64> {
+    match grant {
+        Grant::Instance => state
+            .orchestrator
+            .status(id, false)
+            .await
+            .ok()
+            .map(|view| view.instance.created_at),
+        Grant::RunStream => None,
+    }
 }
 
 /// Runs the handler if the request's key covers `needed`, else answers the
@@ -158,6 +188,13 @@ fn refuse(request: &Request, needed: Scope, route: &str, keys: &ApiKeys) -> Resp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_opens_its_own_instance_or_a_gone_one_never_a_later_one_of_its_id() {
+        assert!(admits(1_000, Some(1_000)));
+        assert!(admits(1_000, None));
+        assert!(!admits(1_000, Some(1_001)));
+    }
 
     #[test]
     fn a_token_opens_the_urls_handed_out_and_no_other_route() {

@@ -81,7 +81,7 @@ pub async fn get(
                     let token = state
                         .config
                         .keys
-                        .token(Grant::RunStream, &run.correlation_id);
+                        .token(Grant::RunStream, &run.correlation_id, 0);
                     AgentRunRef::new(&run, pending, token.as_deref())
                 })
                 .collect(),

@@ -9,9 +9,9 @@
 //! presented key is compared with every configured one in constant time.
 //!
 //! URLs handed out in a 202 carry a token of their own (`?token=`, an HMAC
-//! of an id under a secret derived from the keys), as the function host puts
-//! a key in the URLs it hands out, so that whoever started the work can
-//! follow it without holding a key of a wider scope:
+//! of what it opens under a secret derived from an admin key), as the
+//! function host puts a key in the URLs it hands out, so that whoever
+//! started the work can follow it without holding a key of a wider scope:
 //!
 //! - a run's `streamUrl` opens that run's stream, nothing else;
 //! - an orchestration start's `statusQueryGetUri` and its siblings open that
@@ -20,10 +20,16 @@
 //!   them manages the instance), nothing else: not another instance, not the
 //!   list, not a run.
 //!
-//! The two kinds are signed under different secrets, so a token of one kind
-//! never opens the other whatever ids callers choose. Hosts configured with
-//! the same keys derive the same secrets, so a token from one front works on
-//! another; rotating the keys invalidates the tokens handed out before.
+//! A token signs its kind, its id and, for an instance, the moment it was
+//! created, so a token of one kind never opens the other whatever ids
+//! callers choose, and a token kept from an instance that finished does not
+//! open a later instance started under the same id (run ids are never
+//! reused: their tokens name moment 0). Only admin keys sign:
+//! an invoke key holder cannot mint a token (with no admin key, no URL
+//! carries one). The first admin key configured signs, and every admin key
+//! configured verifies, so adding a key keeps the URLs handed out working;
+//! removing the key that signed them ends them. Hosts with the same admin
+//! keys accept each other's tokens.
 
 use axum::http::Method;
 use hmac::{Hmac, Mac};
@@ -76,15 +82,22 @@ pub enum Grant {
     Instance,
 }
 
+impl Grant {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Self::RunStream => b"run stream\0",
+            Self::Instance => b"instance\0",
+        }
+    }
+}
+
 /// The configured keys; empty when the endpoints are open.
 #[derive(Clone, Default)]
 pub struct ApiKeys {
     digests: Vec<(Scope, [u8; 32])>,
-    /// Signs stream tokens; derived from the keys.
-    stream_secret: [u8; 32],
-    /// Signs instance tokens; derived from the keys, apart from the stream
-    /// secret so that the two kinds of token never open each other's URLs.
-    instance_secret: [u8; 32],
+    /// One URL-token secret per admin key, in the order configured: the
+    /// first signs, any verifies.
+    signers: Vec<[u8; 32]>,
 }
 
 impl std::fmt::Debug for ApiKeys {
@@ -123,11 +136,7 @@ impl ApiKeys {
             );
         }
         let mut digests = Vec::with_capacity(lines.len());
-        let mut secret = Sha256::new();
-        secret.update(b"agenthost stream tokens\0");
-        let mut instance_secret = Sha256::new();
-        instance_secret.update(b"agenthost instance tokens\0");
-        let mut sorted = Vec::with_capacity(lines.len());
+        let mut signers = Vec::new();
         for line in &lines {
             let (scope, key) = line
                 .split_once(':')
@@ -140,20 +149,14 @@ impl ApiKeys {
                 });
             }
             digests.push((scope, digest(key)));
-            sorted.push(key.to_string());
-        }
-        sorted.sort();
-        for key in &sorted {
-            for secret in [&mut secret, &mut instance_secret] {
+            if scope == Scope::Admin {
+                let mut secret = Sha256::new();
+                secret.update(b"agenthost url tokens\0");
                 secret.update(key.as_bytes());
-                secret.update(b"\0");
+                signers.push(secret.finalize().into());
             }
         }
-        Ok(Self {
-            digests,
-            stream_secret: secret.finalize().into(),
-            instance_secret: instance_secret.finalize().into(),
-        })
+        Ok(Self { digests, signers })
     }
 
     /// True when no key is configured: every route is open.
@@ -174,34 +177,46 @@ impl ApiKeys {
         found
     }
 
+    /// Whether URLs handed out carry tokens (an admin key is configured).
+    pub fn signs(&self) -> bool {
+        !self.signers.is_empty()
+    }
+
     /// The token that opens what `grant` names for `id` alone (the stream
-    /// of run `id`, or the management URLs of instance `id`); `None` when
-    /// the host has no keys (its URLs need no token).
-    pub fn token(&self, grant: Grant, id: &str) -> Option<String> {
-        if self.is_empty() {
-            return None;
-        }
-        let mac = self.mac(grant, id)?;
-        Some(hex::encode(mac.finalize().into_bytes()))
+    /// of run `id`, or the management URLs of instance `id`) while `id` is
+    /// the run or instance created at `born` (ms): `{born:x}.{hmac}`.
+    /// `None` when no admin key is configured (no URL then carries a token).
+    pub fn token(&self, grant: Grant, id: &str, born: i64) -> Option<String> {
+        let signer = self.signers.first()?;
+        let mac = mac(signer, grant, id, born)?;
+        Some(format!(
+            "{born:x}.{}",
+            hex::encode(mac.finalize().into_bytes())
+        ))
     }
 
-    pub(super) fn opens(&self, grant: Grant, id: &str, token: &str) -> bool {
-        let Ok(token) = hex::decode(token) else {
-            return false;
-        };
-        self.mac(grant, id)
-            .is_some_and(|mac| mac.verify_slice(&token).is_ok())
+    /// The creation moment a token names, when it was minted for `grant`
+    /// and `id` under any admin key configured now; the caller compares it
+    /// with the run's or instance's own.
+    pub(super) fn opens(&self, grant: Grant, id: &str, token: &str) -> Option<i64> {
+        let (born, signature) = token.split_once('.')?;
+        let born = i64::from_str_radix(born, 16).ok()?;
+        let signature = hex::decode(signature).ok()?;
+        let verified = self.signers.iter().fold(false, |opened, signer| {
+            let verified = mac(signer, grant, id, born)
+                .is_some_and(|mac| mac.verify_slice(&signature).is_ok());
+            opened | verified
+        });
+        verified.then_some(born)
     }
+}
 
-    fn mac(&self, grant: Grant, id: &str) -> Option<Hmac<Sha256>> {
-        let secret = match grant {
-            Grant::RunStream => &self.stream_secret,
-            Grant::Instance => &self.instance_secret,
-        };
-        let mut mac = Hmac::<Sha256>::new_from_slice(secret).ok()?;
-        mac.update(id.as_bytes());
-        Some(mac)
-    }
+fn mac(secret: &[u8; 32], grant: Grant, id: &str, born: i64) -> Option<Hmac<Sha256>> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).ok()?;
+    mac.update(grant.label());
+    mac.update(&born.to_be_bytes());
+    mac.update(id.as_bytes());
+    Some(mac)
 }
 
 /// What may be shown of a malformed setting: its scope part when it looks
@@ -286,40 +301,89 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_token_opens_its_run_alone_and_follows_the_keys() {
+    fn a_stream_token_opens_its_run_alone_and_follows_the_admin_keys() {
         let keys = keys();
-        let token = keys.token(Grant::RunStream, "run-1").unwrap();
-        assert!(keys.opens(Grant::RunStream, "run-1", &token));
-        assert!(!keys.opens(Grant::RunStream, "run-2", &token));
-        assert!(!keys.opens(Grant::RunStream, "run-1", "00"));
-        // Another host with the same keys, listed in another order.
+        let token = keys.token(Grant::RunStream, "run-1", 7).unwrap();
+        assert_eq!(keys.opens(Grant::RunStream, "run-1", &token), Some(7));
+        assert_eq!(keys.opens(Grant::RunStream, "run-2", &token), None);
+        assert_eq!(keys.opens(Grant::RunStream, "run-1", "00"), None);
+        // Another host with the same admin key, and other invoke keys.
         let same = ApiKeys::from_settings(
             &[
-                "invoke:0123456789abcdef-rotated".into(),
-                "invoke:0123456789abcdef-invoke".into(),
+                "invoke:0123456789abcdef-elsewhere".into(),
                 "admin:0123456789abcdef-admin".into(),
             ],
             &[],
         )
         .unwrap();
-        assert!(same.opens(Grant::RunStream, "run-1", &token));
+        assert_eq!(same.opens(Grant::RunStream, "run-1", &token), Some(7));
         let other = ApiKeys::from_settings(&["admin:another-key-entirely!".into()], &[]).unwrap();
-        assert!(!other.opens(Grant::RunStream, "run-1", &token));
-        assert_eq!(ApiKeys::default().token(Grant::RunStream, "run-1"), None);
+        assert_eq!(other.opens(Grant::RunStream, "run-1", &token), None);
+        assert_eq!(ApiKeys::default().token(Grant::RunStream, "run-1", 7), None);
     }
 
     #[test]
     fn an_instance_token_opens_its_instance_alone_and_never_a_stream() {
         let keys = keys();
-        let token = keys.token(Grant::Instance, "i-1").unwrap();
-        assert!(keys.opens(Grant::Instance, "i-1", &token));
-        assert!(!keys.opens(Grant::Instance, "i-2", &token));
+        let token = keys.token(Grant::Instance, "i-1", 7).unwrap();
+        assert_eq!(keys.opens(Grant::Instance, "i-1", &token), Some(7));
+        assert_eq!(keys.opens(Grant::Instance, "i-2", &token), None);
         // A caller chooses instance ids, and an agent call's run is named
         // after its instance: the kinds must not open each other whatever
         // the ids.
-        assert!(!keys.opens(Grant::RunStream, "i-1", &token));
-        let stream = keys.token(Grant::RunStream, "i-1").unwrap();
-        assert!(!keys.opens(Grant::Instance, "i-1", &stream));
+        assert_eq!(keys.opens(Grant::RunStream, "i-1", &token), None);
+        let stream = keys.token(Grant::RunStream, "i-1", 7).unwrap();
+        assert_eq!(keys.opens(Grant::Instance, "i-1", &stream), None);
+    }
+
+    #[test]
+    fn a_token_names_the_moment_its_instance_was_created_and_that_cannot_be_changed() {
+        let keys = keys();
+        let old = keys.token(Grant::Instance, "order-42", 1_000).unwrap();
+        // The token names the instance it was minted for; the check compares
+        // that with the instance of the id now (authorize::admits).
+        assert_eq!(keys.opens(Grant::Instance, "order-42", &old), Some(1_000));
+        let forged_moment = old.replacen("3e8", "3e9", 1);
+        assert_eq!(
+            keys.opens(Grant::Instance, "order-42", &forged_moment),
+            None
+        );
+    }
+
+    #[test]
+    fn only_admin_keys_sign_so_an_invoke_key_cannot_forge_a_token() {
+        let invoke_only =
+            ApiKeys::from_settings(&["invoke:0123456789abcdef-invoke".into()], &[]).unwrap();
+        assert_eq!(invoke_only.token(Grant::Instance, "i-1", 7), None);
+        assert_eq!(invoke_only.opens(Grant::Instance, "i-1", ""), None);
+        // Knowing every invoke key of a host tells nothing of its tokens.
+        let mut forged = Sha256::new();
+        forged.update(b"agenthost url tokens\0");
+        forged.update(b"0123456789abcdef-invoke");
+        let forged: [u8; 32] = forged.finalize().into();
+        let forged = mac(&forged, Grant::Instance, "i-1", 7).unwrap();
+        let forged = hex::encode(forged.finalize().into_bytes());
+        assert_eq!(
+            keys().opens(Grant::Instance, "i-1", &format!("7.{forged}")),
+            None
+        );
+    }
+
+    #[test]
+    fn adding_an_admin_key_keeps_the_tokens_handed_out_and_removing_the_signer_ends_them() {
+        let before = ApiKeys::from_settings(&["admin:0123456789abcdef-old".into()], &[]).unwrap();
+        let token = before.token(Grant::Instance, "i-1", 7).unwrap();
+        let rotating = ApiKeys::from_settings(
+            &[
+                "admin:0123456789abcdef-new".into(),
+                "admin:0123456789abcdef-old".into(),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(rotating.opens(Grant::Instance, "i-1", &token), Some(7));
+        let after = ApiKeys::from_settings(&["admin:0123456789abcdef-new".into()], &[]).unwrap();
+        assert_eq!(after.opens(Grant::Instance, "i-1", &token), None);
     }
 
     #[test]

@@ -113,7 +113,17 @@ async fn start_instance(
         .orchestrator
         .start_instance(name, instance_id, input)
         .await?;
-    let token = state.config.keys.token(Grant::Instance, &id);
+    // The token names the instance's creation, so it never opens a later
+    // instance of the same id: read back only when tokens are handed out.
+    let token = if state.config.keys.signs() {
+        let started = state.orchestrator.status(&id, false).await?;
+        state
+            .config
+            .keys
+            .token(Grant::Instance, &id, started.instance.created_at)
+    } else {
+        None
+    };
     let urls = InstanceUrls::new(&base_url(headers), &id, token.as_deref());
     let location = HeaderValue::from_str(&urls.status_query_get_uri).ok();
     let mut response = error::accepted(Json(urls));

@@ -14,6 +14,7 @@ use super::run_writes::{RunWrite, RunWritten};
 use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, Store, StoreError, StoredMessage};
 use crate::core::chat::{ChatMessage, Usage};
 use crate::core::fence::{self, SessionFence, SessionHolder};
+use crate::core::ids::is_agent_call_of;
 
 const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
                            response, error, error_code, usage, created_at, updated_at, traceparent";
@@ -272,7 +273,8 @@ impl Store {
     }
 
     /// The agent runs of an orchestration instance's execution, oldest
-    /// first (their correlation ids are `{instance}:{execution}:…`).
+    /// first (their correlation ids are `{instance}:{execution}:{task}:{attempt}`;
+    /// the prefix selects, the core's rule keeps only this instance's).
     pub async fn runs_of_instance(
         &self,
         instance: &str,
@@ -287,7 +289,11 @@ impl Store {
             .bind(i64::try_from(prefix.chars().count()).unwrap_or(i64::MAX))
             .fetch_all(self.pool())
             .await?;
-        rows.iter().map(run_from_row).collect()
+        let runs: Result<Vec<RunRecord>, StoreError> = rows.iter().map(run_from_row).collect();
+        Ok(runs?
+            .into_iter()
+            .filter(|run| is_agent_call_of(instance, execution, &run.correlation_id))
+            .collect())
     }
 
     /// The oldest unfinished run of a session: the next one to execute. On
