@@ -1,8 +1,10 @@
 //! The rules of the house that the compiler does not check, checked on the
 //! source itself so that they stay true (docs/architecture.md explains them):
-//! the edge never reads the store, one file picks HTTP statuses, and only
-//! the core interprets effects with a catch-all.
+//! the layer table and no import circle (of modules, and of files), the
+//! edge never reads the store, one file picks HTTP statuses, and only the
+//! core interprets effects with a catch-all.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -166,45 +168,162 @@ fn every_module_sits_in_the_layer_table_and_imports_only_its_layer_or_below() {
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 
+/// The first circle found by a depth-first walk from `node`, if any.
+fn circle_from<T: Ord + Clone>(
+    node: &T,
+    edges: &BTreeMap<T, BTreeSet<T>>,
+    path: &mut Vec<T>,
+    done: &mut BTreeSet<T>,
+) -> Option<Vec<T>> {
+    if let Some(at) = path.iter().position(|n| n == node) {
+        let mut circle = path[at..].to_vec();
+        circle.push(node.clone());
+        return Some(circle);
+    }
+    if done.contains(node) {
+        return None;
+    }
+    path.push(node.clone());
+    for next in edges.get(node).into_iter().flatten() {
+        if let Some(circle) = circle_from(next, edges, path, done) {
+            return Some(circle);
+        }
+    }
+    path.pop();
+    done.insert(node.clone());
+    None
+}
+
 #[test]
 fn no_two_modules_import_each_other_even_through_others() {
-    use std::collections::{BTreeMap, BTreeSet};
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (from, to, _) in module_imports() {
         edges.entry(from).or_default().insert(to);
     }
-    // Depth-first search for a back edge, reporting the circle it closes.
-    fn visit(
-        node: &str,
-        edges: &BTreeMap<String, BTreeSet<String>>,
-        path: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(at) = path.iter().position(|n| n == node) {
-            let mut circle = path[at..].to_vec();
-            circle.push(node.to_string());
-            return Some(circle);
-        }
-        if done.contains(node) {
-            return None;
-        }
-        path.push(node.to_string());
-        for next in edges.get(node).into_iter().flatten() {
-            if let Some(circle) = visit(next, edges, path, done) {
-                return Some(circle);
-            }
-        }
-        path.pop();
-        done.insert(node.to_string());
-        None
-    }
     let mut done = BTreeSet::new();
     for node in edges.keys() {
-        let circle = visit(node, &edges, &mut Vec::new(), &mut done);
+        let circle = circle_from(node, &edges, &mut Vec::new(), &mut done);
         assert!(
             circle.is_none(),
             "import circle: {}",
             circle.unwrap_or_default().join(" -> ")
         );
+    }
+}
+
+/// The module path of a source file (`store/sessions.rs` → `store::sessions`,
+/// `store/mod.rs` → `store`).
+fn module_of(relative: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = relative
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The files each file of `src` imports through `crate::…` and `super::…`
+/// paths (a `use` group counts each of its members), leaving out imports
+/// between a module and the modules inside it: a parent declares its
+/// children and may re-export them, and a child may use its parent's items.
+fn file_imports() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let src = src();
+    let mut modules = BTreeSet::new();
+    for file in sources(&src) {
+        if let Ok(relative) = file.strip_prefix(&src) {
+            modules.insert(module_of(relative));
+        }
+    }
+    let resolve = |path: &[String]| -> Option<Vec<String>> {
+        (1..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|candidate| modules.contains(candidate))
+    };
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for file in sources(&src) {
+        let Ok(relative) = file.strip_prefix(&src) else {
+            continue;
+        };
+        let me = module_of(relative);
+        let parent: Vec<String> = me[..me.len().saturating_sub(1)].to_vec();
+        let text: String = code(&file)
+            .into_iter()
+            .take_while(|(_, line)| !line.contains("#[cfg(test)]"))
+            .map(|(_, line)| line + "\n")
+            .collect();
+        let mut paths: Vec<Vec<String>> = Vec::new();
+        for (root, base) in [("crate::", Vec::new()), ("super::", parent.clone())] {
+            for part in text.split(root).skip(1) {
+                let path: String = part
+                    .chars()
+                    .take_while(|c| {
+                        c.is_alphanumeric()
+                            || *c == '_'
+                            || *c == ':'
+                            || *c == '{'
+                            || *c == ','
+                            || *c == ' '
+                            || *c == '\n'
+                    })
+                    .collect();
+                let (head, group) = match path.split_once('{') {
+                    Some((head, group)) => (head, Some(group)),
+                    None => (path.as_str(), None),
+                };
+                let head: Vec<String> = head
+                    .split("::")
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_'))
+                    .collect();
+                let mut prefix = base.clone();
+                prefix.extend(head);
+                match group {
+                    Some(group) => {
+                        for member in group.split(',') {
+                            let mut full = prefix.clone();
+                            full.extend(
+                                member
+                                    .split("::")
+                                    .map(|s| s.trim().to_string())
+                                    .filter(|s| !s.is_empty()),
+                            );
+                            paths.push(full);
+                        }
+                    }
+                    None => paths.push(prefix),
+                }
+            }
+        }
+        for path in paths {
+            let Some(target) = resolve(&path) else {
+                continue;
+            };
+            let inside = |a: &[String], b: &[String]| a.len() <= b.len() && b[..a.len()] == *a;
+            if target.is_empty() || inside(&target, &me) || inside(&me, &target) {
+                continue;
+            }
+            edges.entry(me.clone()).or_default().insert(target);
+        }
+    }
+    edges
+}
+
+#[test]
+fn no_two_files_import_each_other_even_through_others() {
+    let edges = file_imports();
+    let mut done = BTreeSet::new();
+    for node in edges.keys() {
+        if let Some(circle) = circle_from(node, &edges, &mut Vec::new(), &mut done) {
+            let names: Vec<String> = circle.iter().map(|m| m.join("/")).collect();
+            panic!("files import each other: {}", names.join(" -> "));
+        }
     }
 }
