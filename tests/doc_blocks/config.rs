@@ -203,18 +203,7 @@ async fn the_prometheus_scrape_config_scrapes_metrics_with_the_admin_key() {
         .send()
         .await
         .unwrap();
-    assert_eq!(scrape.status(), 200);
-    let content_type = scrape.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        content_type.starts_with("text/plain; version=0.0.4"),
-        "{content_type}"
-    );
-    let text = scrape.text().await.unwrap();
-    openmetrics_parser::prometheus::parse_prometheus(&text)
-        .unwrap_or_else(|e| panic!("{path} is not Prometheus text: {e:?}\n{text}"));
+    let text = crate::support::prometheus_text(scrape).await;
     assert!(text.contains("agenthost_component_loads_total"), "{text}");
     // Without the authorization the scrape is refused.
     let anonymous = client().get(host.url(path)).send().await.unwrap();

@@ -20,16 +20,7 @@ type Exposition = openmetrics_parser::MetricsExposition<
 /// The scraped metrics, parsed by a Prometheus text-format parser.
 async fn scrape(host: &Host) -> Exposition {
     let response = client().get(host.url("/metrics")).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let content_type = response.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        content_type.starts_with("text/plain; version=0.0.4"),
-        "{content_type}"
-    );
-    let text = response.text().await.unwrap();
+    let text = crate::support::prometheus_text(response).await;
     openmetrics_parser::prometheus::parse_prometheus(&text)
         .unwrap_or_else(|e| panic!("/metrics does not parse: {e:?}\n{text}"))
 }

@@ -83,6 +83,24 @@ pub async fn wait_run_finished(url: &str) -> serde_json::Value {
 }
 
 /// `GET url` and its JSON body.
+/// The text of a `/metrics` answer: 200, the Prometheus text content type,
+/// and a body a Prometheus text-format parser accepts.
+pub async fn prometheus_text(response: reqwest::Response) -> String {
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    let text = response.text().await.unwrap();
+    openmetrics_parser::prometheus::parse_prometheus(&text)
+        .unwrap_or_else(|e| panic!("not Prometheus text: {e:?}\n{text}"));
+    text
+}
+
 pub async fn get_json<T: serde::de::DeserializeOwned>(url: impl reqwest::IntoUrl) -> T {
     client()
         .get(url)
