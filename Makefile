@@ -16,11 +16,12 @@ run: components release
 	./target/release/agenthost serve --components $(COMPONENTS) --store sqlite://agenthost.db --port $(PORT)
 
 ## The whole suite: formatting, lints (host and guests) and every test, then
-## the integration suite again on PostgreSQL (PostgreSQL and Redis are
-## started, installed if need be, when they are not up).
+## the library's tests and the integration suite again on PostgreSQL
+## (PostgreSQL and Redis are started, installed if need be, when they are
+## not up).
 test: components test-components lint api-fuzz-venv doc-tools
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
-	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --test integration
+	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --lib --test integration
 
 ## The fault suite at full size (make test runs it at a smoke size): mixed
 ## load under seeded faults, on SQLite (one host) then on PostgreSQL (a front
@@ -63,15 +64,19 @@ release:
 
 ## Throughput/latency and component load benchmarks, the durable engine beside
 ## DBOS (the peer) in the same run, streamed answers (store and Redis), then
-## several hosts on one PostgreSQL hub (Redis and PostgreSQL are started if
-## they are not up); report in target/bench/report.md.
+## several hosts on one PostgreSQL hub, and the durable workloads on
+## PostgreSQL (one serve; a front + 2 workers) beside DBOS on PostgreSQL and
+## pgbench (Redis and PostgreSQL are started, installed if need be, when they
+## are not up; Debian's postgresql brings psql and pgbench: without pgbench
+## the report says so); report in target/bench/report.md.
 bench: components test-components bench-peer
 	$(CARGO) bench -p agenthost --features bench --bench http_and_load
 	$(CARGO) bench -p agenthost --bench durable
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_BENCH_REDIS=$$redis $(CARGO) bench -p agenthost --bench streams
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench shared_hub
 
-# The benchmark peer, DBOS (PyPI), in a virtualenv under target/.
+# The benchmark peer, DBOS (PyPI), in a virtualenv under target/; dbos
+# brings psycopg (with its binary build), its PostgreSQL driver.
 PEER_VENV := target/bench-venv
 bench-peer:
 	@test -x $(PEER_VENV)/bin/python || python3 -m venv $(PEER_VENV)

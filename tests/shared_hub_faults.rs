@@ -323,6 +323,39 @@ async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice
     );
 }
 
+/// The answer to a COMMIT lost before the server even has the COMMIT (the
+/// client is cut, the server gets it half a second later): the writer's
+/// question "did that batch commit?" must wait for that transaction to end,
+/// not read the table before the mark is committed and write the batch
+/// again (a start then collides with its own instance). PostgreSQL only.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_still_on_its_way_to_the_server_is_waited_for_not_written_twice() {
+    use crate::support::tcp_proxy::TcpProxy;
+    let Some(url) = test_store() else {
+        return;
+    };
+    let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .store(&proxy.postgres_url(&url))
+        .start();
+    proxy.cut_after_late(b"COMMIT", Duration::from_millis(500));
+    let started = client()
+        .post(host.url("/api/orchestrators/two_events/late"))
+        .json(&serde_json::json!(null))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proxy.cuts_after_done(), 1, "the COMMIT's answer was lost");
+    assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
+    assert!(
+        host.output().contains("the batch had committed"),
+        "{}",
+        host.output()
+    );
+}
+
 /// PostgreSQL connections that go silent (no reset, nothing flows: a silent
 /// partition, a dropped NAT entry) for longer than the lease and every
 /// deadline: once the database can be reached again the host serves again

@@ -27,6 +27,9 @@ struct State {
     /// Once a client sends these bytes, they are forwarded and the
     /// connection is cut before any answer comes back.
     cut_after: Mutex<Option<Vec<u8>>>,
+    /// How long the bytes that trip `cut_after` wait before the server gets
+    /// them (the client is cut at once).
+    late: Mutex<Duration>,
     /// How many connections were cut by `cut_after`.
     cut_after_count: AtomicU64,
     /// Connections accepted so far (each one's number).
@@ -54,6 +57,7 @@ impl TcpProxy {
             silent: AtomicBool::new(false),
             cuts,
             cut_after: Mutex::new(None),
+            late: Mutex::new(Duration::ZERO),
             cut_after_count: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             abandoned_below: AtomicU64::new(0),
@@ -101,6 +105,14 @@ impl TcpProxy {
 
     /// Arms a cut after the next client packet that contains `bytes`.
     pub fn cut_after(&self, bytes: &[u8]) {
+        self.cut_after_late(bytes, Duration::ZERO);
+    }
+
+    /// As [`Self::cut_after`], but the server gets those bytes only `late`
+    /// after the client was cut: an answer lost before the server has even
+    /// begun the COMMIT.
+    pub fn cut_after_late(&self, bytes: &[u8], late: Duration) {
+        *self.state.late.lock().unwrap() = late;
         *self.state.cut_after.lock().unwrap() = Some(bytes.to_vec());
     }
 
@@ -143,6 +155,18 @@ async fn relay(state: Arc<State>, number: u64, client: TcpStream, server: TcpStr
                     }
                     hit
                 };
+                let late = *state.late.lock().unwrap();
+                if cut && !late.is_zero() {
+                    state.cut_after_count.fetch_add(1, Ordering::SeqCst);
+                    let bytes = up[..n].to_vec();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(late).await;
+                        let _ = server_write.write_all(&bytes).await;
+                        let _ = server_write.flush().await;
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    });
+                    return;
+                }
                 if server_write.write_all(&up[..n]).await.is_err() {
                     return;
                 }

@@ -46,8 +46,8 @@ pub(super) async fn apply(
     let mut journal_len = journal_len;
     for effect in effects {
         match effect {
-            Effect::ConsumeInbox(rows) => tx.delete_inbox_rows(&rows).await?,
-            Effect::ParkInbox(rows) => tx.park_inbox_rows(&rows).await?,
+            Effect::ConsumeInbox(rows) => tx.delete_inbox_rows(&target.id, &rows).await?,
+            Effect::ParkInbox(rows) => tx.park_inbox_rows(&target.id, &rows).await?,
             Effect::Append { entries, at } => {
                 let bytes = append(tx, &target.id, journal_len, &entries, at).await?;
                 journal_len += entries.len() as u64;

@@ -8,6 +8,8 @@
 
 mod apply;
 mod approvals;
+#[cfg(test)]
+mod batch_equivalence;
 mod claims;
 mod commit_queue;
 mod durable_records;
@@ -17,7 +19,9 @@ mod group_commit;
 mod hub;
 mod instances;
 mod open;
+mod postgres_batch;
 mod postgres_commit;
+mod postgres_flush;
 mod postgres_run_tx;
 mod postgres_tx;
 mod records;

@@ -15,10 +15,12 @@ use tokio::sync::mpsc;
 
 use super::commit_queue::{Job, Shared, Taken};
 use super::durable_records::{Read, ReadOut, Write, Written};
-use super::postgres_tx::PgTx;
+use super::postgres_batch::plan;
+use super::postgres_flush::{flush, Extras, Rows};
+use super::postgres_tx::{image, PgTx};
 use super::run_writes::RunWritten;
 use super::shared_hub::SharedHub;
-use super::writes::{read_one, write_one};
+use super::writes::write_one;
 use super::{now_ms, StoreError};
 
 /// How often a write that lost a deadlock or a serialization race to
@@ -31,6 +33,11 @@ pub(super) async fn start(
     queue: mpsc::UnboundedReceiver<Job>,
     shared: Shared,
 ) -> Result<(), StoreError> {
+    // The writer sends a few statements of fixed shapes, each prepared once
+    // on its connection: planned once, not again for each batch (PostgreSQL
+    // would otherwise plan the first five executions of each anew, and a
+    // batch's statement again whenever its arrays change length enough).
+    let options = options.options([("plan_cache_mode", "force_generic_plan")]);
     let connection = PgConnection::connect_with(&options).await?;
     tokio::spawn(write_loop(options, hub, connection, queue, shared));
     Ok(())
@@ -118,12 +125,9 @@ impl Writer {
     }
 
     async fn read(&mut self, read: Read) -> Result<ReadOut, StoreError> {
-        let owner = self.hub.owner().map(str::to_string);
         let result = tokio::time::timeout(CALL_DEADLINE, async {
-            let mut tx = self.connection().await?.begin().await?;
-            let out = read_one(&mut PgTx(&mut tx, owner.as_deref()), read).await?;
-            tx.commit().await?;
-            Ok(out)
+            let Read::Image(id) = read;
+            Ok(ReadOut::Image(image(self.connection().await?, &id).await?))
         })
         .await
         .unwrap_or_else(|_| {
@@ -164,14 +168,10 @@ impl Writer {
         let hub = self.hub.clone();
         let batch = self.batch_id();
         let prune = self.batches.is_multiple_of(PRUNE_EVERY);
-        let mut results = Vec::with_capacity(writes.len());
+        let mut results = Vec::new();
         let attempt = tokio::time::timeout(CALL_DEADLINE, async {
             let mut tx = self.connection().await?.begin().await?;
-            for write in writes {
-                results.push(write_one(&mut PgTx(&mut tx, hub.owner()), write.clone(), now).await?);
-            }
-            tell_the_others(&mut tx, &hub, &results).await?;
-            mark(&mut tx, &batch, now, prune).await?;
+            results = write_all(&mut tx, &hub, writes, now, &batch, prune).await?;
             Ok::<_, StoreError>(tx.commit().await)
         })
         .await;
@@ -208,7 +208,9 @@ impl Writer {
 
     /// What a COMMIT did. One whose answer was lost with the connection
     /// may have committed: the database is asked, on a fresh connection,
-    /// whether the batch's id is there, and asked again until it answers,
+    /// whether the batch's id is there once the transaction that wrote it
+    /// has ended (the server may still be committing it when the answer is
+    /// lost), and asked again until it answers,
     /// because writing the batch again would apply it twice (an event
     /// delivered twice, a start answered 409 by its own instance).
     async fn resolve(
@@ -227,12 +229,20 @@ impl Writer {
         let mut pause = Duration::from_millis(50);
         loop {
             let asked = tokio::time::timeout(CALL_DEADLINE, async {
-                let exists: bool =
-                    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM commits WHERE id = $1)")
-                        .bind(batch)
-                        .fetch_one(self.connection().await?)
-                        .await?;
-                Ok::<_, StoreError>(exists)
+                // Not a plain read: the server may still be finishing that
+                // COMMIT, and a read would not see its mark yet. Inserting
+                // the same id waits for the transaction that holds it to end,
+                // then conflicts if it committed. Rolled back either way.
+                let mut tx = self.connection().await?.begin().await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO commits (id, at) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                tx.rollback().await?;
+                Ok::<_, StoreError>(inserted == 0)
             })
             .await
             .unwrap_or_else(|_| {
@@ -274,7 +284,7 @@ impl Writer {
                         write_one(&mut PgTx(&mut tx, hub.owner()), write.clone(), now).await?;
                     tell_the_others(&mut tx, &hub, std::slice::from_ref(&done)).await?;
                     written = Some(done);
-                    mark(&mut tx, &batch, now, false).await?;
+                    mark(&mut tx, &batch, now).await?;
                     Ok::<_, StoreError>(tx.commit().await)
                 })
                 .await;
@@ -302,6 +312,69 @@ impl Writer {
     }
 }
 
+/// A batch's writes in its transaction: the agent run path's statement by
+/// statement, then the durable engine's planned in memory and written by
+/// one statement with the batch's mark and `NOTIFY`s
+/// ([`super::postgres_batch`]), or, when one of them needs it, statement by
+/// statement too. Answers in the order of `writes`.
+async fn write_all(
+    tx: &mut PgConnection,
+    hub: &SharedHub,
+    writes: &[Write],
+    now: i64,
+    batch: &str,
+    prune: bool,
+) -> Result<Vec<Written>, StoreError> {
+    let me = hub.owner();
+    let mut results: Vec<Option<Written>> = (0..writes.len()).map(|_| None).collect();
+    let mut durable = Vec::new();
+    for (at, write) in writes.iter().enumerate() {
+        match write {
+            Write::Run(_) => {
+                results[at] = Some(write_one(&mut PgTx(&mut *tx, me), write.clone(), now).await?)
+            }
+            _ => durable.push((at, write)),
+        }
+    }
+    if prune {
+        prune_marks(tx, now).await?;
+    }
+    let durable_writes: Vec<Write> = durable.iter().map(|(_, w)| (*w).clone()).collect();
+    let planned = match durable_writes.is_empty() {
+        true => Some((Vec::new(), Rows::default())),
+        false => plan(tx, me, &durable_writes, now).await?,
+    };
+    let Some((written, rows)) = planned else {
+        for ((at, _), write) in durable.into_iter().zip(durable_writes) {
+            results[at] = Some(write_one(&mut PgTx(&mut *tx, me), write, now).await?);
+        }
+        let results = all_answered(results)?;
+        tell_the_others(tx, hub, &results).await?;
+        mark(tx, batch, now).await?;
+        return Ok(results);
+    };
+    for ((at, _), written) in durable.into_iter().zip(written) {
+        results[at] = Some(written);
+    }
+    let results = all_answered(results)?;
+    let extras = Extras {
+        me,
+        now,
+        batch,
+        channel: &hub.channel,
+        payloads: payloads(hub, &results),
+    };
+    flush(tx, rows, extras).await?;
+    Ok(results)
+}
+
+fn all_answered(results: Vec<Option<Written>>) -> Result<Vec<Written>, StoreError> {
+    results
+        .into_iter()
+        .map(|r| r.ok_or_else(|| StoreError::Write("a write of the batch got no answer".into())))
+        .collect()
+}
+
 /// Names, on the hub's channel, every instance these writes gave something
 /// new (an inbox row, a new execution, a management operation) that may be
 /// another host's, so that its owner runs it and any host holding a hot
@@ -313,6 +386,19 @@ async fn tell_the_others(
     hub: &SharedHub,
     results: &[Written],
 ) -> Result<(), StoreError> {
+    for payload in payloads(hub, results) {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&hub.channel)
+            .bind(payload)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The `NOTIFY` payloads of a batch's writes (see [`tell_the_others`]),
+/// one of each.
+fn payloads(hub: &SharedHub, results: &[Written]) -> Vec<String> {
     let ids: BTreeSet<&str> = results
         .iter()
         .filter_map(Written::applied)
@@ -340,24 +426,20 @@ async fn tell_the_others(
     }
     payloads.sort();
     payloads.dedup();
-    for payload in payloads {
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(&hub.channel)
-            .bind(payload)
-            .execute(&mut *tx)
-            .await?;
-    }
+    payloads
+}
+
+/// Prunes the ids of batches old enough that none is still in doubt.
+async fn prune_marks(tx: &mut PgConnection, now: i64) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM commits WHERE at < $1")
+        .bind(now - KEEP_BATCH_IDS_MS)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 
-/// Writes the batch's id in its transaction (and now and then prunes old ones).
-async fn mark(tx: &mut PgConnection, batch: &str, now: i64, prune: bool) -> Result<(), StoreError> {
-    if prune {
-        sqlx::query("DELETE FROM commits WHERE at < $1")
-            .bind(now - KEEP_BATCH_IDS_MS)
-            .execute(&mut *tx)
-            .await?;
-    }
+/// Writes the batch's id in its transaction.
+async fn mark(tx: &mut PgConnection, batch: &str, now: i64) -> Result<(), StoreError> {
     sqlx::query("INSERT INTO commits (id, at) VALUES ($1, $2)")
         .bind(batch)
         .bind(now)

@@ -2,7 +2,7 @@
 //! claims a session it enqueues to unless a live host has it.
 
 use super::postgres_tx::PgTx;
-use super::run_tx::{Claimed, FencedEnd, RunEndRow, RunRow, RunTx};
+use super::run_tx::{Claimed, FencedEnd, Opened, RunEndRow, RunRow, RunTx};
 use super::shared_hub::SharedHub;
 use super::StoreError;
 use crate::core::fence::{SessionFence, SessionHolder};
@@ -111,6 +111,51 @@ impl RunTx for PgTx<'_> {
         Ok(())
     }
 
+    async fn open_run(&mut self, run: &RunRow<'_>, now: i64) -> Result<Opened, StoreError> {
+        // The claim rides on the upsert (a fresh session is born claimed, at
+        // epoch 1, as a claim right after its insert would leave it); the
+        // final SELECT reads the runs as they were before this one.
+        let sql = format!(
+            "WITH touched AS ( \
+               INSERT INTO sessions AS s (agent, id, created_at, last_active_at, owner, epoch) \
+               VALUES ($1, $2, $3, $3, $4, CASE WHEN $4::TEXT IS NULL THEN 0 ELSE 1 END) \
+               ON CONFLICT (agent, id) DO UPDATE SET last_active_at = excluded.last_active_at, \
+                 owner = CASE WHEN $4::TEXT IS NOT NULL AND (s.owner IS NULL OR s.owner = $4 OR s.owner NOT IN ({live})) \
+                   THEN $4 ELSE s.owner END, \
+                 epoch = CASE WHEN $4::TEXT IS NOT NULL AND s.owner IS DISTINCT FROM $4 AND (s.owner IS NULL OR s.owner NOT IN ({live})) \
+                   THEN s.epoch + 1 ELSE s.epoch END \
+               RETURNING (xmax = 0) AS new_session, owner, epoch \
+             ), queued AS ( \
+               INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, status, created_at, updated_at) \
+               VALUES ($5, $1, $2, $6, $7, $8, 'pending', $3, $3) \
+             ) \
+             SELECT t.new_session, t.owner, t.epoch, EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_id = $2 \
+               AND status IN ('pending', 'running')) AS busy FROM touched t",
+            live = SharedHub::live_hosts()
+        );
+        let (new_session, owner, epoch, busy): (bool, Option<String>, i64, bool) =
+            sqlx::query_as(&sql)
+                .bind(run.agent)
+                .bind(run.session_id)
+                .bind(now)
+                .bind(self.1)
+                .bind(run.correlation_id)
+                .bind(run.message)
+                .bind(run.response_format)
+                .bind(run.traceparent)
+                .fetch_one(&mut *self.0)
+                .await?;
+        let claimed = match (self.1, owner) {
+            (Some(me), Some(owner)) if me == owner => Claimed::Here(Some(epoch)),
+            _ => Claimed::Elsewhere,
+        };
+        Ok(Opened {
+            new_session,
+            claimed,
+            next_in_line: !busy,
+        })
+    }
+
     async fn append_messages(
         &mut self,
         agent: &str,
@@ -120,10 +165,13 @@ impl RunTx for PgTx<'_> {
         now: i64,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) \
-             SELECT $1, $2, (SELECT COALESCE(MAX(seq), 0) FROM messages WHERE agent = $1 AND session_id = $2) + b.n, \
-                    $3, b.body, $5 \
-             FROM UNNEST($4::TEXT[]) WITH ORDINALITY AS b(body, n)",
+            "WITH added AS ( \
+               INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) \
+               SELECT $1, $2, (SELECT COALESCE(MAX(seq), 0) FROM messages WHERE agent = $1 AND session_id = $2) + b.n, \
+                      $3, b.body, $5 \
+               FROM UNNEST($4::TEXT[]) WITH ORDINALITY AS b(body, n) \
+             ) \
+             UPDATE sessions SET last_active_at = $5 WHERE agent = $1 AND id = $2",
         )
         .bind(agent)
         .bind(id)
@@ -132,12 +180,6 @@ impl RunTx for PgTx<'_> {
         .bind(now)
         .execute(&mut *self.0)
         .await?;
-        sqlx::query("UPDATE sessions SET last_active_at = $1 WHERE agent = $2 AND id = $3")
-            .bind(now)
-            .bind(agent)
-            .bind(id)
-            .execute(&mut *self.0)
-            .await?;
         Ok(())
     }
 
@@ -171,9 +213,13 @@ impl RunTx for PgTx<'_> {
         end: &RunEndRow,
         now: i64,
         fence: &SessionFence,
+        bodies: &[String],
     ) -> Result<FencedEnd, StoreError> {
         // The session's row is locked (a take-over waits for this commit),
-        // the fence checked and the run ended, in one statement.
+        // the fence checked, the run ended and its messages stored, in one
+        // statement. The parts see one snapshot: the messages follow the
+        // session's last one as it stood, which no other run adds to (a
+        // session's runs execute one at a time).
         let (admitted, changed): (i64, i64) = sqlx::query_as(
             "WITH held AS ( \
                SELECT 1 FROM sessions WHERE agent = $8 AND id = $9 AND owner = $10 AND epoch = $11 FOR UPDATE \
@@ -181,6 +227,14 @@ impl RunTx for PgTx<'_> {
                UPDATE runs SET status = $1, response = $2, error = $3, error_code = $4, usage = $5, updated_at = $6 \
                WHERE correlation_id = $7 AND status IN ('pending', 'running') AND EXISTS (SELECT 1 FROM held) \
                RETURNING 1 \
+             ), added AS ( \
+               INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) \
+               SELECT $8, $9, (SELECT COALESCE(MAX(seq), 0) FROM messages WHERE agent = $8 AND session_id = $9) + b.n, \
+                      $7, b.body, $6 \
+               FROM UNNEST($12::TEXT[]) WITH ORDINALITY AS b(body, n) WHERE EXISTS (SELECT 1 FROM ended) \
+             ), touched AS ( \
+               UPDATE sessions SET last_active_at = $6 WHERE agent = $8 AND id = $9 \
+               AND cardinality($12::TEXT[]) > 0 AND EXISTS (SELECT 1 FROM ended) \
              ) \
              SELECT (SELECT count(*) FROM held), (SELECT count(*) FROM ended)",
         )
@@ -195,6 +249,7 @@ impl RunTx for PgTx<'_> {
         .bind(session.1)
         .bind(&fence.owner)
         .bind(fence.epoch)
+        .bind(bodies)
         .fetch_one(&mut *self.0)
         .await?;
         Ok(match (admitted > 0, changed > 0) {

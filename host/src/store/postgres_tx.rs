@@ -9,7 +9,7 @@ use sqlx::{PgConnection, Row};
 
 use super::durable_records::InboxRow;
 use super::durable_records::Target;
-use super::durable_records::{from_json, Loaded};
+use super::durable_records::{from_json, Image, Loaded};
 use super::tx::{NextExecution, RowUpdate, Tx};
 use super::StoreError;
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus, Size};
@@ -21,7 +21,12 @@ use crate::core::lifecycle::task_done::Attempt;
 /// an instance it owns).
 pub(super) struct PgTx<'c>(pub &'c mut PgConnection, pub Option<&'c str>);
 
-fn loaded(row: &PgRow) -> Result<Loaded, StoreError> {
+/// An instance row as [`Loaded`]. Its `has_run` is read as
+/// `history_events > 0`: the count moves with every journal row written or
+/// dropped, in the same transaction, and reading it costs no look into the
+/// journal (a look a plan made while the journal was small does by scanning
+/// all of it).
+pub(super) fn loaded(row: &PgRow) -> Result<Loaded, StoreError> {
     let status: String = row.try_get("status")?;
     let parent = match row.try_get::<Option<String>, _>("parent_id")? {
         Some(id) => Some(ParentRef {
@@ -59,6 +64,70 @@ fn loaded(row: &PgRow) -> Result<Loaded, StoreError> {
     })
 }
 
+/// An instance's state, journal and inbox in one statement (one snapshot,
+/// no transaction, no lock: a read decides nothing).
+pub(super) async fn image(
+    connection: &mut PgConnection,
+    id: &str,
+) -> Result<Option<Image>, StoreError> {
+    let Some(row) = sqlx::query(
+        "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
+         history_events, history_bytes, created_at, owner, traceparent, \
+         history_events > 0 AS has_run, \
+         ARRAY(SELECT entry FROM journal j WHERE j.instance_id = $1 ORDER BY seq) AS journal_entries, \
+         ARRAY(SELECT recorded_at FROM journal j WHERE j.instance_id = $1 ORDER BY seq) AS journal_at, \
+         ARRAY(SELECT b.id FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_ids, \
+         ARRAY(SELECT b.execution FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_executions, \
+         ARRAY(SELECT b.event FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_events, \
+         ARRAY(SELECT b.visible_at FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_visible_at, \
+         ARRAY(SELECT b.parked FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_parked \
+         FROM instances WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(&mut *connection)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let entries: Vec<String> = row.try_get("journal_entries")?;
+    let at: Vec<i64> = row.try_get("journal_at")?;
+    let journal = entries
+        .iter()
+        .zip(at)
+        .map(|(entry, at)| Ok((from_json(entry, "journal entry")?, at)))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let ids: Vec<i64> = row.try_get("inbox_ids")?;
+    let executions: Vec<i64> = row.try_get("inbox_executions")?;
+    let events: Vec<String> = row.try_get("inbox_events")?;
+    let visible_at: Vec<i64> = row.try_get("inbox_visible_at")?;
+    let parked: Vec<i32> = row.try_get("inbox_parked")?;
+    let mut inbox = Vec::with_capacity(ids.len());
+    for (n, id) in ids.into_iter().enumerate() {
+        let (Some(execution), Some(event), Some(visible_at), Some(parked)) = (
+            executions.get(n),
+            events.get(n),
+            visible_at.get(n),
+            parked.get(n),
+        ) else {
+            return Err(StoreError::Corrupt(
+                "an inbox row changed while it was read".into(),
+            ));
+        };
+        inbox.push(InboxRow {
+            id,
+            execution: *execution,
+            event: from_json(event, "inbox event")?,
+            visible_at: *visible_at,
+            parked: *parked != 0,
+        });
+    }
+    Ok(Some(Image {
+        loaded: loaded(&row)?,
+        journal,
+        inbox,
+    }))
+}
+
 impl Tx for PgTx<'_> {
     fn me(&self) -> Option<&str> {
         self.1
@@ -67,7 +136,7 @@ impl Tx for PgTx<'_> {
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         let row = sqlx::query(
             "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-             history_events, history_bytes, created_at, owner, traceparent, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
+             history_events, history_bytes, created_at, owner, traceparent, history_events > 0 AS has_run \
              FROM instances WHERE id = $1 FOR UPDATE",
         )
         .bind(id)
@@ -133,7 +202,7 @@ impl Tx for PgTx<'_> {
             .collect()
     }
 
-    async fn park_inbox_rows(&mut self, rows: &[i64]) -> Result<(), StoreError> {
+    async fn park_inbox_rows(&mut self, _id: &str, rows: &[i64]) -> Result<(), StoreError> {
         sqlx::query("UPDATE inbox SET parked = 1 WHERE id = ANY($1)")
             .bind(rows)
             .execute(&mut *self.0)
@@ -141,7 +210,7 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
-    async fn delete_inbox_rows(&mut self, rows: &[i64]) -> Result<(), StoreError> {
+    async fn delete_inbox_rows(&mut self, _id: &str, rows: &[i64]) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM inbox WHERE id = ANY($1)")
             .bind(rows)
             .execute(&mut *self.0)

@@ -90,8 +90,10 @@ pub(super) trait RunTx {
     ) -> impl Future<Output = Result<bool, StoreError>>;
     /// Ends a run still pending or running, if `fence` still holds its
     /// session ([`crate::core::fence::admits`]), the session's row locked
-    /// until the transaction ends: in one statement where the database
-    /// allows it, so the fence costs no round trip of its own.
+    /// until the transaction ends, and, when this ends it, stores `bodies`
+    /// after the session's last message: in one statement where the
+    /// database allows it, so neither the fence nor the messages cost a
+    /// round trip of their own.
     fn end_run_fenced(
         &mut self,
         session: (&str, &str),
@@ -99,7 +101,29 @@ pub(super) trait RunTx {
         end: &RunEndRow,
         now: i64,
         fence: &SessionFence,
+        bodies: &[String],
     ) -> impl Future<Output = Result<FencedEnd, StoreError>>;
+    /// Queues a run: the session created or marked active and claimed,
+    /// whether it waits behind another run read, and the run stored. Steps
+    /// of their own by default; one statement where the database allows it.
+    fn open_run(
+        &mut self,
+        run: &RunRow<'_>,
+        now: i64,
+    ) -> impl Future<Output = Result<Opened, StoreError>> {
+        async move {
+            let (agent, id) = (run.agent, run.session_id);
+            let new_session = self.touch_session(agent, id, now).await?;
+            let claimed = self.claim_session(agent, id).await?;
+            let next_in_line = !self.has_unfinished_run(agent, id).await?;
+            self.insert_run(run, now).await?;
+            Ok(Opened {
+                new_session,
+                claimed,
+                next_in_line,
+            })
+        }
+    }
     /// Response stream entries; their ids.
     fn insert_stream_rows(
         &mut self,
@@ -116,6 +140,16 @@ pub(crate) enum Claimed {
     Elsewhere,
     /// This host: with the session's epoch on a shared hub.
     Here(Option<i64>),
+}
+
+/// What queueing a run found ([`RunTx::open_run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Opened {
+    /// The session did not exist before.
+    pub new_session: bool,
+    pub claimed: Claimed,
+    /// No other run of the session was waiting or running.
+    pub next_in_line: bool,
 }
 
 /// What a fenced end of a run found.

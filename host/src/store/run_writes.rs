@@ -82,26 +82,21 @@ pub(super) async fn write_run(
                 Some(cutoff) => tx.expire_idle_session(agent, id, cutoff).await?,
                 None => false,
             };
-            let new_session = tx.touch_session(agent, id, now).await?;
-            let claimed = tx.claim_session(agent, id).await?;
-            let (run_here, epoch) = match claimed {
+            let format = run.response_format.as_ref().map(|f| f.to_string());
+            let row = RunRow {
+                correlation_id: &run.correlation_id,
+                agent,
+                session_id: id,
+                message: &run.message,
+                response_format: format.as_deref(),
+                traceparent: run.traceparent.as_deref(),
+            };
+            let opened = tx.open_run(&row, now).await?;
+            let (run_here, epoch) = match opened.claimed {
                 Claimed::Here(epoch) => (true, epoch),
                 Claimed::Elsewhere => (false, None),
             };
-            let next_in_line = !tx.has_unfinished_run(agent, id).await?;
-            let format = run.response_format.as_ref().map(|f| f.to_string());
-            tx.insert_run(
-                &RunRow {
-                    correlation_id: &run.correlation_id,
-                    agent,
-                    session_id: id,
-                    message: &run.message,
-                    response_format: format.as_deref(),
-                    traceparent: run.traceparent.as_deref(),
-                },
-                now,
-            )
-            .await?;
+            let (new_session, next_in_line) = (opened.new_session, opened.next_in_line);
             Ok(RunWritten::Started {
                 expired,
                 new_session,
@@ -132,12 +127,20 @@ pub(super) async fn write_run(
             bodies,
             end,
         } => {
+            // A run another host ended meanwhile keeps that host's messages.
             let changed = match &fence {
-                None => tx.end_run(&correlation_id, &end, now).await?,
+                None => {
+                    let changed = tx.end_run(&correlation_id, &end, now).await?;
+                    if changed && !bodies.is_empty() {
+                        tx.append_messages(&agent, &session_id, &correlation_id, &bodies, now)
+                            .await?;
+                    }
+                    changed
+                }
                 Some(fence) => {
                     let session = (agent.as_str(), session_id.as_str());
                     match tx
-                        .end_run_fenced(session, &correlation_id, &end, now, fence)
+                        .end_run_fenced(session, &correlation_id, &end, now, fence, &bodies)
                         .await?
                     {
                         FencedEnd::Fenced => return Ok(RunWritten::Fenced),
@@ -146,11 +149,6 @@ pub(super) async fn write_run(
                     }
                 }
             };
-            // A run another host ended meanwhile keeps that host's messages.
-            if changed && !bodies.is_empty() {
-                tx.append_messages(&agent, &session_id, &correlation_id, &bodies, now)
-                    .await?;
-            }
             Ok(RunWritten::Ended {
                 correlation_id,
                 changed,

@@ -150,16 +150,20 @@ impl RunTx for SqliteTx<'_> {
         end: &RunEndRow,
         now: i64,
         fence: &SessionFence,
+        bodies: &[String],
     ) -> Result<FencedEnd, StoreError> {
         let holder = self.session_holder(session.0, session.1).await?;
         if !fence::admits(holder.as_ref(), Some(fence)) {
             return Ok(FencedEnd::Fenced);
         }
-        Ok(if self.end_run(correlation_id, end, now).await? {
-            FencedEnd::Ended
-        } else {
-            FencedEnd::AlreadyEnded
-        })
+        if !self.end_run(correlation_id, end, now).await? {
+            return Ok(FencedEnd::AlreadyEnded);
+        }
+        if !bodies.is_empty() {
+            self.append_messages(session.0, session.1, correlation_id, bodies, now)
+                .await?;
+        }
+        Ok(FencedEnd::Ended)
     }
 
     async fn insert_stream_rows(

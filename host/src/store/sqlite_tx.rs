@@ -124,7 +124,7 @@ impl Tx for SqliteTx<'_> {
         Ok(inbox)
     }
 
-    async fn park_inbox_rows(&mut self, rows: &[i64]) -> Result<(), StoreError> {
+    async fn park_inbox_rows(&mut self, _id: &str, rows: &[i64]) -> Result<(), StoreError> {
         for chunk in rows.chunks(ROWS_PER_STATEMENT) {
             let sql = format!(
                 "UPDATE inbox SET parked = 1 WHERE id IN ({})",
@@ -137,7 +137,7 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
-    async fn delete_inbox_rows(&mut self, rows: &[i64]) -> Result<(), StoreError> {
+    async fn delete_inbox_rows(&mut self, _id: &str, rows: &[i64]) -> Result<(), StoreError> {
         for chunk in rows.chunks(ROWS_PER_STATEMENT) {
             let sql = format!("DELETE FROM inbox WHERE id IN ({})", marks(chunk.len(), 1));
             self.0

@@ -58,8 +58,18 @@ pub(super) trait Tx {
     /// The whole inbox, timers not yet due too, in arrival order.
     fn inbox(&mut self, id: &str) -> impl Future<Output = Result<Vec<InboxRow>, StoreError>>;
 
-    fn delete_inbox_rows(&mut self, rows: &[i64]) -> impl Future<Output = Result<(), StoreError>>;
-    fn park_inbox_rows(&mut self, rows: &[i64]) -> impl Future<Output = Result<(), StoreError>>;
+    /// Rows of instance `id`'s inbox (the id lets a batch that gathers
+    /// its writes know whose inbox shrank).
+    fn delete_inbox_rows(
+        &mut self,
+        id: &str,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<(), StoreError>>;
+    fn park_inbox_rows(
+        &mut self,
+        id: &str,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<(), StoreError>>;
     /// Journal rows `(seq, entry as JSON)`.
     fn append_journal(
         &mut self,

@@ -20,6 +20,21 @@ pub(super) async fn write_one(
 ) -> Result<Written, StoreError> {
     match write {
         Write::Run(write) => Ok(Written::Run(write_run(tx, write, now).await?)),
+        durable => write_durable(tx, durable, now).await,
+    }
+}
+
+/// A write of the durable engine (any but [`Write::Run`]), which needs
+/// only the engine's statements ([`Tx`]).
+pub(super) async fn write_durable(
+    tx: &mut impl Tx,
+    write: Write,
+    now: i64,
+) -> Result<Written, StoreError> {
+    match write {
+        Write::Run(_) => Err(StoreError::Write(
+            "an agent run's write is not a durable engine's".into(),
+        )),
         Write::Episode {
             target,
             replayed,

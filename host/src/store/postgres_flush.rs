@@ -1,0 +1,384 @@
+//! The rows a planned batch writes ([`super::postgres_batch`]), and the one
+//! statement that writes them: a data-modifying `WITH` part per kind of row
+//! the batch has (inbox rows deleted, parked and added, journal rows,
+//! executions, instances created and updated, tasks added and finished),
+//! the batch's commit mark, and a `SELECT` that sends its `NOTIFY`s. Only
+//! the parts a batch needs are sent: each shape is prepared once per
+//! connection, and an empty part costs the server nothing.
+//!
+//! The parts see one snapshot, not each other's rows. The planning made
+//! sure no two of them touch one row (an instance created in the batch
+//! carries its later changes; a row deleted and parked is only deleted, as
+//! it would be in either order).
+
+use std::collections::{BTreeMap, HashSet};
+
+use sqlx::postgres::PgArguments;
+use sqlx::{Arguments, PgConnection};
+
+use super::tx::RowUpdate;
+use super::StoreError;
+use crate::core::instance::{NewInstance, RuntimeStatus};
+
+/// A task's key: instance, execution, task number.
+pub(super) type TaskKey = (String, i64, u32);
+
+/// The rows a planned batch writes, by table.
+#[derive(Default)]
+pub(super) struct Rows {
+    pub inbox_deleted: Vec<i64>,
+    pub inbox_parked: Vec<i64>,
+    pub inbox: InboxInserts,
+    pub journal: JournalInserts,
+    pub executions: (Vec<i64>, Vec<String>),
+    pub created: Vec<Created>,
+    /// Changes to rows that existed before the batch, merged per instance.
+    pub updates: BTreeMap<String, RowUpdate>,
+    pub tasks_added: TaskInserts,
+    pub tasks_finished: Vec<TaskKey>,
+}
+
+#[derive(Default)]
+pub(super) struct InboxInserts {
+    pub id: Vec<i64>,
+    pub instance: Vec<String>,
+    pub execution: Vec<i64>,
+    pub event: Vec<String>,
+    pub visible_at: Vec<i64>,
+}
+
+#[derive(Default)]
+pub(super) struct JournalInserts {
+    pub instance: Vec<String>,
+    pub seq: Vec<i64>,
+    pub entry: Vec<String>,
+    pub at: Vec<i64>,
+}
+
+#[derive(Default)]
+pub(super) struct TaskInserts {
+    pub instance: Vec<String>,
+    pub execution: Vec<i64>,
+    pub task: Vec<i64>,
+    pub call: Vec<String>,
+}
+
+/// An instance created in the batch, with the changes later writes of the
+/// batch made to it.
+pub(super) struct Created {
+    pub new: NewInstance,
+    pub execution: i64,
+    pub row: RowUpdate,
+}
+
+/// Merges `later` into `row`, as two `UPDATE`s one after the other would.
+pub(super) fn merge(row: &mut RowUpdate, later: RowUpdate) {
+    row.status = later.status.or(row.status.take());
+    row.output = later.output.or(row.output.take());
+    row.custom_status = later.custom_status.or(row.custom_status.take());
+    row.events = row.events.saturating_add(later.events);
+    row.bytes = row.bytes.saturating_add(later.bytes);
+}
+
+/// What else the flushing statement carries.
+pub(super) struct Extras<'a> {
+    pub me: Option<&'a str>,
+    pub now: i64,
+    /// The batch's id, written so an ambiguous COMMIT can be resolved.
+    pub batch: &'a str,
+    pub channel: &'a str,
+    /// `NOTIFY` payloads, delivered at commit.
+    pub payloads: Vec<String>,
+}
+
+/// Writes a planned batch's rows, its commit mark and its `NOTIFY`s in one
+/// statement.
+pub(super) async fn flush(
+    connection: &mut PgConnection,
+    rows: Rows,
+    extras: Extras<'_>,
+) -> Result<(), StoreError> {
+    let (sql, arguments) = statement(rows, extras)?;
+    sqlx::query_with(&sql, arguments)
+        .execute(&mut *connection)
+        .await?;
+    Ok(())
+}
+
+/// The statement's text and its arguments, numbered as the parts are added.
+struct Statement {
+    parts: Vec<String>,
+    arguments: PgArguments,
+    count: usize,
+}
+
+impl Statement {
+    /// Binds `value`; its placeholder.
+    fn bind<'q, T>(&mut self, value: T) -> Result<String, StoreError>
+    where
+        T: 'q + sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        self.arguments
+            .add(value)
+            .map_err(|e| StoreError::Write(format!("could not bind a batch's rows: {e}")))?;
+        self.count += 1;
+        Ok(format!("${}", self.count))
+    }
+
+    fn part(&mut self, name: &str, sql: String) {
+        self.parts.push(format!("{name} AS ({sql})"));
+    }
+}
+
+fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), StoreError> {
+    let mut s = Statement {
+        parts: Vec::new(),
+        arguments: PgArguments::default(),
+        count: 0,
+    };
+    let now = s.bind(extras.now)?;
+    // Bound only where a part uses it: a placeholder nothing uses has no type.
+    let mut me = None;
+    let mut me = |s: &mut Statement| -> Result<String, StoreError> {
+        if let Some(placeholder) = &me {
+            return Ok(Clone::clone(placeholder));
+        }
+        let placeholder = s.bind(extras.me.map(str::to_string))?;
+        me = Some(placeholder.clone());
+        Ok(placeholder)
+    };
+    let deleted: HashSet<i64> = rows.inbox_deleted.iter().copied().collect();
+    let parked: Vec<i64> = rows
+        .inbox_parked
+        .into_iter()
+        .filter(|id| !deleted.contains(id))
+        .collect();
+    if !rows.inbox_deleted.is_empty() {
+        let ids = s.bind(rows.inbox_deleted)?;
+        s.part(
+            "inbox_deleted",
+            format!("DELETE FROM inbox WHERE id = ANY({ids}::BIGINT[])"),
+        );
+    }
+    if !parked.is_empty() {
+        let ids = s.bind(parked)?;
+        s.part(
+            "inbox_parked",
+            format!("UPDATE inbox SET parked = 1 WHERE id = ANY({ids}::BIGINT[])"),
+        );
+    }
+    if !rows.inbox.id.is_empty() {
+        let inbox = rows.inbox;
+        let columns = [
+            s.bind(inbox.id)? + "::BIGINT[]",
+            s.bind(inbox.instance)? + "::TEXT[]",
+            s.bind(inbox.execution)? + "::BIGINT[]",
+            s.bind(inbox.event)? + "::TEXT[]",
+            s.bind(inbox.visible_at)? + "::BIGINT[]",
+        ];
+        s.part(
+            "inbox_added",
+            format!(
+                "INSERT INTO inbox (id, instance_id, execution, event, visible_at) SELECT * FROM UNNEST({})",
+                columns.join(", ")
+            ),
+        );
+    }
+    if !rows.journal.seq.is_empty() {
+        let journal = rows.journal;
+        let columns = [
+            s.bind(journal.instance)? + "::TEXT[]",
+            s.bind(journal.seq)? + "::BIGINT[]",
+            s.bind(journal.entry)? + "::TEXT[]",
+            s.bind(journal.at)? + "::BIGINT[]",
+        ];
+        s.part(
+            "journal_added",
+            format!(
+                "INSERT INTO journal (instance_id, seq, entry, recorded_at) SELECT * FROM UNNEST({})",
+                columns.join(", ")
+            ),
+        );
+    }
+    if !rows.executions.0.is_empty() {
+        let columns = [
+            s.bind(rows.executions.0)? + "::BIGINT[]",
+            s.bind(rows.executions.1)? + "::TEXT[]",
+        ];
+        s.part(
+            "executions_added",
+            format!(
+                "INSERT INTO executions (id, instance_id) SELECT * FROM UNNEST({})",
+                columns.join(", ")
+            ),
+        );
+    }
+    if !rows.created.is_empty() {
+        let c = Columns::of_created(rows.created);
+        let me = me(&mut s)?;
+        let columns = [
+            s.bind(c.id)? + "::TEXT[]",
+            s.bind(c.name)? + "::TEXT[]",
+            s.bind(c.status)? + "::TEXT[]",
+            s.bind(c.input)? + "::TEXT[]",
+            s.bind(c.output)? + "::TEXT[]",
+            s.bind(c.custom_status)? + "::TEXT[]",
+            s.bind(c.digest)? + "::TEXT[]",
+            s.bind(c.parent_id)? + "::TEXT[]",
+            s.bind(c.parent_execution)? + "::BIGINT[]",
+            s.bind(c.parent_task)? + "::BIGINT[]",
+            s.bind(c.execution)? + "::BIGINT[]",
+            s.bind(c.events)? + "::BIGINT[]",
+            s.bind(c.bytes)? + "::BIGINT[]",
+            s.bind(c.traceparent)? + "::TEXT[]",
+        ];
+        s.part(
+            "instances_added",
+            format!(
+                "INSERT INTO instances (id, name, status, input, output, custom_status, component_digest, \
+                 parent_id, parent_execution, parent_task, execution, history_events, history_bytes, traceparent, \
+                 created_at, updated_at, owner) \
+                 SELECT c.*, {now}::BIGINT, {now}::BIGINT, {me}::TEXT FROM UNNEST({}) AS c",
+                columns.join(", ")
+            ),
+        );
+    }
+    if !rows.updates.is_empty() {
+        let c = Columns::of_updates(rows.updates);
+        let columns = [
+            s.bind(c.id)? + "::TEXT[]",
+            s.bind(c.status)? + "::TEXT[]",
+            s.bind(c.output)? + "::TEXT[]",
+            s.bind(c.custom_status)? + "::TEXT[]",
+            s.bind(c.events)? + "::BIGINT[]",
+            s.bind(c.bytes)? + "::BIGINT[]",
+        ];
+        s.part(
+            "instances_updated",
+            format!(
+                "UPDATE instances i SET status = COALESCE(u.status, i.status), \
+                 output = COALESCE(u.output, i.output), custom_status = COALESCE(u.custom_status, i.custom_status), \
+                 history_events = i.history_events + u.events, history_bytes = i.history_bytes + u.bytes, \
+                 updated_at = {now}::BIGINT \
+                 FROM UNNEST({}) AS u(id, status, output, custom_status, events, bytes) WHERE i.id = u.id",
+                columns.join(", ")
+            ),
+        );
+    }
+    if !rows.tasks_added.task.is_empty() {
+        let added = rows.tasks_added;
+        let me = me(&mut s)?;
+        let columns = [
+            s.bind(added.instance)? + "::TEXT[]",
+            s.bind(added.execution)? + "::BIGINT[]",
+            s.bind(added.task)? + "::BIGINT[]",
+            s.bind(added.call)? + "::TEXT[]",
+        ];
+        s.part(
+            "tasks_added",
+            format!(
+                "INSERT INTO tasks (instance_id, execution, task, call, attempt, due_at, owner) \
+                 SELECT t.*, 0, {now}::BIGINT, {me}::TEXT FROM UNNEST({}) AS t",
+                columns.join(", ")
+            ),
+        );
+    }
+    if !rows.tasks_finished.is_empty() {
+        let (mut instance, mut execution, mut task) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, e, t) in rows.tasks_finished {
+            instance.push(i);
+            execution.push(e);
+            task.push(i64::from(t));
+        }
+        let columns = [
+            s.bind(instance)? + "::TEXT[]",
+            s.bind(execution)? + "::BIGINT[]",
+            s.bind(task)? + "::BIGINT[]",
+        ];
+        s.part(
+            "tasks_finished",
+            format!(
+                "DELETE FROM tasks t USING UNNEST({}) AS f(i, e, n) \
+                 WHERE t.instance_id = f.i AND t.execution = f.e AND t.task = f.n",
+                columns.join(", ")
+            ),
+        );
+    }
+    let batch = s.bind(extras.batch.to_string())?;
+    s.part(
+        "marked",
+        format!("INSERT INTO commits (id, at) VALUES ({batch}, {now}::BIGINT)"),
+    );
+    let tail = if extras.payloads.is_empty() {
+        "SELECT 1".to_string()
+    } else {
+        let channel = s.bind(extras.channel.to_string())?;
+        let payloads = s.bind(extras.payloads)?;
+        format!("SELECT pg_notify({channel}, p) FROM UNNEST({payloads}::TEXT[]) AS p")
+    };
+    let sql = format!("WITH {} {tail}", s.parts.join(", "));
+    Ok((sql, s.arguments))
+}
+
+/// Instance rows as columns, for `UNNEST`.
+#[derive(Default)]
+struct Columns {
+    id: Vec<String>,
+    name: Vec<String>,
+    status: Vec<Option<&'static str>>,
+    input: Vec<String>,
+    output: Vec<Option<String>>,
+    custom_status: Vec<Option<String>>,
+    digest: Vec<String>,
+    parent_id: Vec<Option<String>>,
+    parent_execution: Vec<Option<i64>>,
+    parent_task: Vec<Option<i64>>,
+    execution: Vec<i64>,
+    events: Vec<i64>,
+    bytes: Vec<i64>,
+    traceparent: Vec<Option<String>>,
+}
+
+impl Columns {
+    fn of_created(created: Vec<Created>) -> Self {
+        let mut c = Self::default();
+        for Created {
+            new,
+            execution,
+            row,
+        } in created
+        {
+            c.id.push(new.id);
+            c.name.push(new.name);
+            c.status
+                .push(Some(row.status.unwrap_or(RuntimeStatus::Pending).as_str()));
+            c.input.push(new.input);
+            c.output.push(row.output);
+            c.custom_status.push(row.custom_status);
+            c.digest.push(new.digest);
+            c.parent_id.push(new.parent.as_ref().map(|p| p.id.clone()));
+            c.parent_execution
+                .push(new.parent.as_ref().map(|p| p.execution));
+            c.parent_task
+                .push(new.parent.as_ref().map(|p| i64::from(p.task)));
+            c.execution.push(execution);
+            c.events.push(row.events);
+            c.bytes.push(row.bytes);
+            c.traceparent.push(new.traceparent);
+        }
+        c
+    }
+
+    fn of_updates(updates: BTreeMap<String, RowUpdate>) -> Self {
+        let mut c = Self::default();
+        for (id, row) in updates {
+            c.id.push(id);
+            c.status.push(row.status.map(RuntimeStatus::as_str));
+            c.output.push(row.output);
+            c.custom_status.push(row.custom_status);
+            c.events.push(row.events);
+            c.bytes.push(row.bytes);
+        }
+        c
+    }
+}
