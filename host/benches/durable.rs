@@ -12,193 +12,26 @@
 
 mod common;
 
-use std::process::Command;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use common::{fmt, percentile, root, BenchHost};
-use serde_json::{json, Value};
+use common::workloads::{self, peer_waiting, Measured, Setup, ALONE, FANOUTS, ROUNDS};
+use common::{fmt, BenchHost};
+use serde_json::Value;
 
 const WAITING: [usize; 2] = [10_000, 100_000];
-const CLIENTS: usize = 16;
-const SEQUENCES: usize = 20;
-const FANOUTS: usize = 5;
-/// Runs of one sequence alone (after a warm-up); the median is quoted. A
-/// lone run's time varies by 2× from one to the next on this VM: five runs
-/// made the median swing between reports.
-const ALONE: usize = 21;
-/// Rounds of the 20-sequence workload; the median is quoted.
-const ROUNDS: usize = 5;
 
 fn main() -> anyhow::Result<()> {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let ours = tokio.block_on(run())?;
-    let peer = run_peer();
+    // Each setup is one `serve` on a fresh SQLite store in its directory.
+    let launch =
+        |dir: &Path, _: &str| BenchHost::start(dir, &["orchestration-tests"]).map(Setup::single);
+    let ours = tokio.block_on(workloads::run(&launch, &WAITING))?;
+    let peer = workloads::run_peer(&peer_waiting(), None);
     let section = report(&ours, &peer);
     common::report(&section, false)
-}
-
-/// What one run of our workloads measured.
-#[derive(Default)]
-struct Measured {
-    steps_per_s: f64,
-    steps_per_s_self_polled: f64,
-    alone: Duration,
-    fanout: Duration,
-    fanout_range: (Duration, Duration),
-    waiting: Vec<Waiting>,
-}
-
-struct Waiting {
-    count: usize,
-    idle_rss: f64,
-    starts_per_s: f64,
-    until_waiting: Duration,
-    rss: f64,
-    raise_time: Duration,
-    raise_to_done: Duration,
-}
-
-impl Waiting {
-    fn kib_each(&self) -> f64 {
-        (self.rss - self.idle_rss) * 1024.0 / self.count as f64
-    }
-
-    fn done_per_s(&self) -> f64 {
-        self.count as f64 / self.raise_to_done.as_secs_f64()
-    }
-}
-
-async fn run() -> anyhow::Result<Measured> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(64)
-        .build()?;
-    let mut measured = Measured::default();
-    {
-        let dir = tempfile::tempdir()?;
-        let host = BenchHost::start(dir.path(), &["orchestration-tests"])?;
-        let base = host.base.clone();
-        let mut single = Vec::new();
-        for _ in 0..=ALONE {
-            single.push(run_to_completion(&http, &base, "sequence", json!({"n": 10})).await?);
-        }
-        single.remove(0); // warm-up: the first run compiles nothing but warms caches
-        measured.alone = percentile(&mut single, 50.0);
-        // One poller watches for the end: twenty polling their own instance
-        // every half millisecond take CPU from the engine being measured.
-        let mut rounds = Vec::new();
-        for _ in 0..ROUNDS {
-            let started = Instant::now();
-            for_each_concurrently(
-                &http,
-                &Arc::new(base.clone()),
-                SEQUENCES,
-                |base, _| format!("{base}/api/orchestrators/sequence"),
-                Some(json!({"n": 10})),
-            )
-            .await?;
-            wait_until_none_every(&http, &base, "Pending,Running", Duration::from_millis(1))
-                .await?;
-            rounds.push(started.elapsed());
-        }
-        measured.steps_per_s =
-            (SEQUENCES * 10) as f64 / percentile(&mut rounds, 50.0).as_secs_f64();
-        // The harness of earlier reports, for comparison with them.
-        let started = Instant::now();
-        let runs: Vec<_> = (0..SEQUENCES)
-            .map(|_| {
-                let (http, base) = (http.clone(), base.clone());
-                tokio::spawn(async move {
-                    run_to_completion(&http, &base, "sequence", json!({"n": 10})).await
-                })
-            })
-            .collect();
-        for run in runs {
-            run.await??;
-        }
-        measured.steps_per_s_self_polled =
-            (SEQUENCES * 10) as f64 / started.elapsed().as_secs_f64();
-        let mut fanouts = Vec::new();
-        for _ in 0..FANOUTS {
-            fanouts.push(run_to_completion(&http, &base, "fanout", json!({"n": 100})).await?);
-        }
-        measured.fanout = percentile(&mut fanouts, 50.0);
-        measured.fanout_range = (
-            percentile(&mut fanouts, 0.0),
-            percentile(&mut fanouts, 100.0),
-        );
-    }
-    for count in WAITING {
-        measured.waiting.push(waiting(&http, count).await?);
-    }
-    Ok(measured)
-}
-
-/// `count` instances of `wait_event` in a fresh host: started, waiting, then
-/// one event raised at each.
-async fn waiting(http: &reqwest::Client, count: usize) -> anyhow::Result<Waiting> {
-    let dir = tempfile::tempdir()?;
-    let host = BenchHost::start(dir.path(), &["orchestration-tests"])?;
-    let base = Arc::new(host.base.clone());
-    let idle_rss = host.rss_mib()?;
-    let started = Instant::now();
-    let starts = |base: &str, i: usize| format!("{base}/api/orchestrators/wait_event/wait-{i}");
-    for_each_concurrently(http, &base, count, starts, None).await?;
-    let start_time = started.elapsed();
-    wait_until_none(http, &base, "Pending").await?;
-    let until_waiting = started.elapsed();
-    let rss = host.rss_mib()?;
-    let raised = Instant::now();
-    let instances = |base: &str, i: usize| {
-        format!("{base}/runtime/webhooks/durabletask/instances/wait-{i}/raiseEvent/go")
-    };
-    for_each_concurrently(http, &base, count, instances, Some(json!({"go": true}))).await?;
-    let raise_time = raised.elapsed();
-    wait_until_none(http, &base, "Running,Pending").await?;
-    Ok(Waiting {
-        count,
-        idle_rss,
-        starts_per_s: count as f64 / start_time.as_secs_f64(),
-        until_waiting,
-        rss,
-        raise_time,
-        raise_to_done: raised.elapsed(),
-    })
-}
-
-/// Runs the DBOS peer; `Err` says why it did not run.
-fn run_peer() -> Result<Value, String> {
-    let python = root().join("target/bench-venv/bin/python");
-    if !python.exists() {
-        return Err("target/bench-venv is missing: run `make bench-peer` (make bench does)".into());
-    }
-    let waiting = std::env::var("AGENTHOST_BENCH_PEER_WAITING").unwrap_or_else(|_| "2000".into());
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let output = Command::new(python)
-        .arg(root().join("host/benches/peer/dbos_peer.py"))
-        .arg(dir.path())
-        .arg(&waiting)
-        .output()
-        .map_err(|e| format!("could not start the peer: {e}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<Value>(l).ok())
-        .ok_or_else(|| {
-            format!(
-                "the peer printed no result (exit {:?}): {}",
-                output.status.code(),
-                String::from_utf8_lossy(&output.stderr)
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            )
-        })
 }
 
 fn report(ours: &Measured, peer: &Result<Value, String>) -> String {
@@ -291,96 +124,4 @@ fn report(ours: &Measured, peer: &Result<Value, String>) -> String {
         out += &format!("\nPeer raw figures: `{v}`\n");
     }
     out
-}
-
-/// POSTs to `url(base, i)` for i in 0..count from `CLIENTS` concurrent clients.
-async fn for_each_concurrently(
-    http: &reqwest::Client,
-    base: &Arc<String>,
-    count: usize,
-    url: fn(&str, usize) -> String,
-    body: Option<Value>,
-) -> anyhow::Result<()> {
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|c| {
-            let (http, base, body) = (http.clone(), base.clone(), body.clone());
-            tokio::spawn(async move {
-                for i in (c..count).step_by(CLIENTS) {
-                    let mut request = http.post(url(&base, i));
-                    if let Some(body) = &body {
-                        request = request.json(body);
-                    }
-                    let response = request.send().await?;
-                    anyhow::ensure!(
-                        response.status() == 202,
-                        "POST {} answered {}",
-                        url(&base, i),
-                        response.status()
-                    );
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    for client in clients {
-        client.await??;
-    }
-    Ok(())
-}
-
-/// Polls until no instance has one of `statuses`.
-async fn wait_until_none(http: &reqwest::Client, base: &str, statuses: &str) -> anyhow::Result<()> {
-    wait_until_none_every(http, base, statuses, Duration::from_millis(20)).await
-}
-
-async fn wait_until_none_every(
-    http: &reqwest::Client,
-    base: &str,
-    statuses: &str,
-    every: Duration,
-) -> anyhow::Result<()> {
-    let url = format!("{base}/runtime/webhooks/durabletask/instances?runtimeStatus={statuses}&top=1&showInput=false");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let page: Vec<Value> = http.get(&url).send().await?.json().await?;
-        if page.is_empty() {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "instances still {statuses} after 10 minutes"
-        );
-        tokio::time::sleep(every).await;
-    }
-}
-
-/// Starts an instance and returns the time until it completed.
-async fn run_to_completion(
-    http: &reqwest::Client,
-    base: &str,
-    name: &str,
-    input: Value,
-) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    let response: Value = http
-        .post(format!("{base}/api/orchestrators/{name}"))
-        .json(&input)
-        .send()
-        .await?
-        .json()
-        .await?;
-    let status_url = response["statusQueryGetUri"]
-        .as_str()
-        .ok_or_else(|| anyhow::anyhow!("no status URL: {response}"))?
-        .to_string();
-    loop {
-        let status: Value = http.get(&status_url).send().await?.json().await?;
-        match status["runtimeStatus"].as_str() {
-            Some("Completed") => return Ok(started.elapsed()),
-            Some("Failed") | Some("Terminated") => {
-                anyhow::bail!("{name} did not complete: {status}")
-            }
-            _ => tokio::time::sleep(Duration::from_micros(500)).await,
-        }
-    }
 }

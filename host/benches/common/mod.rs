@@ -1,7 +1,9 @@
-//! Shared by the benchmarks: the real host binary on a free port, and
-//! percentiles.
+//! Shared by the benchmarks: the real host binary on a free port,
+//! percentiles, and the durable workloads (`workloads`).
 
 #![allow(dead_code)]
+
+pub mod workloads;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,11 +1,16 @@
 """The benchmark peer: the durable engine workloads of `benches/durable.rs`,
-run on DBOS (Python, SQLite system database, WAL) in this process.
+run on DBOS (Python) in this process, its system database SQLite (WAL) in
+DIR, or PostgreSQL when DATABASE_URL is given.
 
-Prints one JSON object on stdout; `benches/durable.rs` runs this script in
-the same `make bench` run and reports both side by side. Installed by
-`make bench-peer` into target/bench-venv; nothing here asserts a speed.
+Prints one JSON object on stdout; `benches/durable.rs` (SQLite) and
+`benches/shared_hub.rs` (PostgreSQL) run this script in the same `make bench`
+run and report both side by side. Installed by `make bench-peer` into
+target/bench-venv (DBOS brings psycopg, its PostgreSQL driver); nothing here
+asserts a speed.
 
-Usage: python dbos_peer.py DIR WAITING
+Usage: python dbos_peer.py DIR WAITING [DATABASE_URL]
+  DATABASE_URL: postgresql://user@host:port/database (postgres:// is taken
+  too), a database of its own: DBOS creates its tables there.
 """
 
 import asyncio
@@ -167,16 +172,22 @@ if __name__ == "__main__":
 
     DBOS_VERSION = version("dbos")
     directory, waiting = sys.argv[1], int(sys.argv[2])
+    database_url = sys.argv[3] if len(sys.argv) > 3 else ""
     os.makedirs(directory, exist_ok=True)
-    database = os.path.join(directory, "dbos.sqlite")
-    # WAL, as our store uses: the journal mode is kept in the file itself.
-    import sqlite3
+    if database_url.startswith(("postgres://", "postgresql://")):
+        # SQLAlchemy's spelling; DBOS picks its driver (psycopg) itself.
+        system_database_url = "postgresql://" + database_url.split("://", 1)[1]
+    else:
+        database = os.path.join(directory, "dbos.sqlite")
+        # WAL, as our store uses: the journal mode is kept in the file itself.
+        import sqlite3
 
-    with sqlite3.connect(database) as connection:
-        connection.execute("PRAGMA journal_mode=WAL")
+        with sqlite3.connect(database) as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+        system_database_url = f"sqlite:///{database}"
     config: DBOSConfig = {
         "name": "agenthost-bench-peer",
-        "system_database_url": f"sqlite:///{database}",
+        "system_database_url": system_database_url,
     }
     DBOS(config=config)
     DBOS.launch()
