@@ -281,16 +281,10 @@ async fn a_worker_paused_past_its_lease_mid_activity_commits_nothing_after_the_t
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice() {
     use crate::support::durable::{raise, start_with_id, status, wait_for};
-    use crate::support::tcp_proxy::TcpProxy;
     let Some(url) = test_store() else {
         return;
     };
-    let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let host = HostBuilder::new(dir.path())
-        .components(&["orchestration-tests"])
-        .store(&proxy.postgres_url(&url))
-        .start();
+    let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
     let id = start_with_id(&host, "two_events", "ambiguous", &serde_json::json!(null)).await;
     wait_for(&host, &id, &["Running"]).await;
 
@@ -307,20 +301,7 @@ async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice
     let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
     assert_eq!(done["output"], serde_json::json!([1, 2]), "{done}");
 
-    proxy.cut_after(b"COMMIT");
-    let started = client()
-        .post(host.url("/api/orchestrators/two_events/second"))
-        .json(&serde_json::json!(null))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(proxy.cuts_after_done(), 2);
-    assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
-    assert!(
-        host.output().contains("the batch had committed"),
-        "{}",
-        host.output()
-    );
+    start_losing_the_commit(&proxy, &host, "second", Duration::ZERO).await;
 }
 
 /// The answer to a COMMIT lost before the server even has the COMMIT (the
@@ -330,24 +311,53 @@ async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice
 /// again (a start then collides with its own instance). PostgreSQL only.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_commit_still_on_its_way_to_the_server_is_waited_for_not_written_twice() {
-    use crate::support::tcp_proxy::TcpProxy;
     let Some(url) = test_store() else {
         return;
     };
-    let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
+    start_losing_the_commit(&proxy, &host, "late", Duration::from_millis(500)).await;
+}
+
+/// One host on the PostgreSQL database `url`, through a proxy that can cut
+/// its connections.
+async fn host_behind_a_proxy(
+    url: &str,
+) -> (
+    crate::support::tcp_proxy::TcpProxy,
+    tempfile::TempDir,
+    crate::support::host::Host,
+) {
+    let proxy = crate::support::tcp_proxy::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
     let dir = tempfile::tempdir().unwrap();
     let host = HostBuilder::new(dir.path())
         .components(&["orchestration-tests"])
-        .store(&proxy.postgres_url(&url))
+        .store(&proxy.postgres_url(url))
         .start();
-    proxy.cut_after_late(b"COMMIT", Duration::from_millis(500));
+    (proxy, dir, host)
+}
+
+/// Starts `two_events` as `id` while the proxy loses the answer to the next
+/// COMMIT (the server gets that COMMIT `late`): the start must be answered
+/// 202, the writer having found that its batch committed.
+async fn start_losing_the_commit(
+    proxy: &crate::support::tcp_proxy::TcpProxy,
+    host: &crate::support::host::Host,
+    id: &str,
+    late: Duration,
+) {
+    let cuts = proxy.cuts_after_done();
+    proxy.cut_after_late(b"COMMIT", late);
     let started = client()
-        .post(host.url("/api/orchestrators/two_events/late"))
+        .post(host.url(&format!("/api/orchestrators/two_events/{id}")))
         .json(&serde_json::json!(null))
         .send()
         .await
         .unwrap();
-    assert_eq!(proxy.cuts_after_done(), 1, "the COMMIT's answer was lost");
+    assert_eq!(
+        proxy.cuts_after_done(),
+        cuts + 1,
+        "the COMMIT's answer was lost"
+    );
     assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
     assert!(
         host.output().contains("the batch had committed"),
