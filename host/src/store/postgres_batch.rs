@@ -216,9 +216,10 @@ impl<'c> Planned<'c> {
         )))
     }
 
-    /// The next id of `sequence` (the serial column of `table`), reserving
-    /// a few at a time: ids are taken in ascending order, so the batch's
-    /// inbox rows keep the order they were written in.
+    /// The next id of `table`'s serial column, past what the preload
+    /// reserved: a few more are reserved at a time, and ids are taken in
+    /// ascending order, so the batch's inbox rows keep the order they were
+    /// written in.
     async fn next_id(&mut self, table: &'static str) -> Result<i64, StoreError> {
         let pool = if table == "inbox" {
             &mut self.inbox_ids
