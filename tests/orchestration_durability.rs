@@ -129,10 +129,11 @@ async fn kill_9_at_random_moments_over_a_mixed_load_loses_nothing_and_repeats_no
     let builder = HostBuilder::new(dir.path())
         .components(&["writer", "orchestration-tests"])
         .openai(&model, "sk");
-    // Slow answers keep agent calls in flight when the kills come.
+    // Slow answers keep agent calls in flight when the kills come (longer
+    // than it takes to start everything, however fast the steps run).
     for _ in 0..10 + KILLS * 10 {
         model.push(Reply::Delay(
-            Duration::from_millis(800),
+            Duration::from_millis(2_000),
             Box::new(Reply::Echo),
         ));
     }
@@ -156,9 +157,11 @@ async fn kill_9_at_random_moments_over_a_mixed_load_loses_nothing_and_repeats_no
         expected.push((start(&host, "counted", &input).await, json!(STEPS)));
     }
     for i in 0..10 {
+        // Long enough to be under way at the first kill: a step is one
+        // commit, well under a millisecond.
         expected.push((
-            start(&host, "sequence", &json!({"n": 120})).await,
-            json!(7140),
+            start(&host, "sequence", &json!({"n": 400})).await,
+            json!(79_800),
         ));
         let question = format!("question {i}");
         let id = start(&host, "ask_writer", &json!(question)).await;

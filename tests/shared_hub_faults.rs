@@ -272,12 +272,15 @@ async fn a_worker_paused_past_its_lease_mid_activity_commits_nothing_after_the_t
     assert_eq!(steps.iter().filter(|s| **s == 2).count(), 1, "{steps:?}");
 }
 
-/// The answer to a COMMIT lost with its connection (the proxy cuts it right
-/// after the host sent COMMIT): the writer asks the database whether the
-/// batch committed instead of writing it again. A raised event is
-/// delivered once (a second delivery would complete `two_events` with the
-/// same payload twice), and a start is answered 202, not 409 by its own
-/// instance. PostgreSQL only.
+/// The answer to a commit lost with its connection: the writer asks the
+/// database whether the batch committed instead of writing it again. Two
+/// commits are lost: a raised event that the waiting instance's episode
+/// takes at once (the event and the episode go as one statement with no
+/// transaction around it: the proxy cuts right after that statement), then
+/// a start (a transaction: the proxy cuts right after its COMMIT). The
+/// event is delivered once (a second delivery would complete `two_events`
+/// with the same payload twice), and the start is answered 202, not 409 by
+/// its own instance. PostgreSQL only.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice() {
     use crate::support::durable::{raise, start_with_id, status, wait_for};
@@ -288,9 +291,19 @@ async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice
     let id = start_with_id(&host, "two_events", "ambiguous", &serde_json::json!(null)).await;
     wait_for(&host, &id, &["Running"]).await;
 
-    proxy.cut_after(b"COMMIT");
+    // The event's journal entry travels in the statement's parameters.
+    proxy.cut_after(b"event_raised");
     assert_eq!(raise(&host, &id, "step", &serde_json::json!(1)).await, 202);
-    assert_eq!(proxy.cuts_after_done(), 1, "the COMMIT's answer was lost");
+    assert_eq!(
+        proxy.cuts_after_done(),
+        1,
+        "the statement's answer was lost"
+    );
+    assert!(
+        host.output().contains("the batch had committed"),
+        "the one statement was its own commit: {}",
+        host.output()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, running) = status(&host, &id).await;
     assert_eq!(

@@ -107,10 +107,7 @@ impl Orchestrator {
         event: &str,
         payload: &str,
     ) -> Result<(), DurableError> {
-        let (change, applied) = self
-            .store
-            .raise(id, event, payload, self.config.limits.clone())
-            .await?;
+        let (change, applied) = self.raise(id, event, payload).await?;
         self.dispatch(applied);
         DurableError::refused(change?, id, false)
     }

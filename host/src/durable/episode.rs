@@ -6,16 +6,25 @@ use std::collections::HashSet;
 use tracing::Instrument;
 
 use super::hot::HotInstance;
+use super::in_flight::TaskRunning;
 use super::Orchestrator;
 use crate::core::effects::Effect;
+use crate::core::instance::InstanceState;
 use crate::core::instance::RuntimeStatus;
+use crate::core::instance::Size;
 use crate::core::journal::Entry;
-use crate::core::lifecycle::arrivals;
+use crate::core::lifecycle::arrivals::{self, Sorted};
 use crate::core::lifecycle::episode_end::{Arrived, Ending, Episode};
+use crate::core::lifecycle::in_hand;
+use crate::core::lifecycle::task_done::Attempt;
+use crate::core::lifecycle::Change;
 use crate::core::lifecycle::{self, Command};
+use crate::core::limits::LimitError;
 use crate::core::replay::Replay;
 use crate::registry::VersionError;
-use crate::store::{now_ms, Applied, Image, InboxRow, StoreError, Target};
+use crate::store::{
+    now_ms, Applied, ArrivalWritten, Arriving, Image, InboxRow, StoreError, Target, TaskFate,
+};
 use crate::wasm::LoadedComponent;
 
 /// Runs an episode if the instance has work; returns what to dispatch.
@@ -27,6 +36,164 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Applied, Store
         return Ok(applied);
     }
     Ok(run_once(orchestrator, id, false).await?.unwrap_or_default())
+}
+
+/// A task's result this host holds and has not stored: its instance's
+/// next episode runs on it first, and the two are committed together.
+pub struct InHand {
+    pub attempt: Attempt,
+    pub result: Result<String, String>,
+    /// Kept until the result is stored: the task is not run again meanwhile.
+    pub running: TaskRunning,
+}
+
+/// Runs the instance's episode on a task's result in hand, when the
+/// instance is hot here and the result is one that is delivered: the
+/// result and the episode are committed in one write (one commit per step
+/// instead of two). Otherwise, or if the code leaves the result for later,
+/// the result is stored alone, as any other, and its instance woken.
+pub async fn run_on_result(
+    orchestrator: &Orchestrator,
+    id: &str,
+    in_hand: InHand,
+) -> Result<Applied, StoreError> {
+    let InHand {
+        attempt,
+        result,
+        running,
+    } = in_hand;
+    let arriving = Arriving::Result { attempt, result };
+    let written = match run_taking(orchestrator, id, &arriving).await? {
+        Some(written) => written,
+        None => {
+            let Arriving::Result { attempt, result } = arriving else {
+                return Err(StoreError::Write("a result turned into an event".into()));
+            };
+            let limits = orchestrator.config.limits.clone();
+            let (fate, applied) = orchestrator
+                .store
+                .task_done(id, attempt, result, limits)
+                .await?;
+            ArrivalWritten::Result(fate, applied)
+        }
+    };
+    drop(running);
+    Ok(match written {
+        ArrivalWritten::WithEpisode(applied) | ArrivalWritten::Event(_, applied) => applied,
+        ArrivalWritten::Result(fate, applied) => {
+            if fate == TaskFate::Retrying {
+                // The scheduler must learn when the next attempt is due.
+                orchestrator.notify();
+            }
+            applied
+        }
+    })
+}
+
+/// Raises an event at an instance whose episodes the caller holds: when
+/// the instance is hot here and waits for it, its episode runs on the event
+/// and both are committed in one write; otherwise the event is stored as
+/// any raise. What the raise came to, and what to dispatch.
+pub async fn raise_on(
+    orchestrator: &Orchestrator,
+    id: &str,
+    name: &str,
+    payload: &str,
+) -> Result<(Result<Change, LimitError>, Applied), StoreError> {
+    let arriving = Arriving::Event {
+        name: name.to_string(),
+        payload: payload.to_string(),
+    };
+    match run_taking(orchestrator, id, &arriving).await? {
+        Some(ArrivalWritten::WithEpisode(applied)) => Ok((Ok(Change::Done), applied)),
+        Some(ArrivalWritten::Event(change, applied)) => Ok((change, applied)),
+        Some(ArrivalWritten::Result(..)) => {
+            Err(StoreError::Write("an event was written as a result".into()))
+        }
+        None => {
+            let limits = orchestrator.config.limits.clone();
+            orchestrator.store.raise(id, name, payload, limits).await
+        }
+    }
+}
+
+/// The episode on an arrival in hand, committed with it; `None` when it
+/// could not run on it (nothing written, the image kept).
+async fn run_taking(
+    orchestrator: &Orchestrator,
+    id: &str,
+    arriving: &Arriving,
+) -> Result<Option<ArrivalWritten>, StoreError> {
+    let mut claim = orchestrator.hot.claim(id);
+    let Some(mut hot) = claim.image.take() else {
+        return Ok(None);
+    };
+    let state = hot.loaded.state.clone();
+    let now = now_ms();
+    let limits = orchestrator.config.limits.clone();
+    // The inbox as the image holds it, for an event's limits.
+    let waiting = Size {
+        events: hot.inbox.len() as u64,
+        bytes: hot.inbox.iter().map(|r| r.event.payload_len() as u64).sum(),
+    };
+    let Some(event) = in_hand::delivers(&state, arriving, waiting, now, &limits) else {
+        claim.put(hot, &HashSet::new());
+        return Ok(None);
+    };
+    hot.inbox.push(InboxRow {
+        id: in_hand::ROW,
+        execution: state.execution,
+        event,
+        visible_at: now,
+        parked: false,
+    });
+    let read: HashSet<i64> = hot.inbox.iter().map(|row| row.id).collect();
+    let parked: HashSet<i64> = hot
+        .inbox
+        .iter()
+        .filter(|row| row.parked)
+        .map(|row| row.id)
+        .collect();
+    let arrivals = hot.inbox.iter().map(InboxRow::arrival).collect();
+    let sorted = arrivals::decide(&state, arrivals, now);
+    let decided = decide_by_code(orchestrator, id, &hot, &state, sorted, &parked, now).await?;
+    let taken = decided.as_deref().is_some_and(in_hand::taken);
+    let Some(effects) = decided.filter(|_| taken) else {
+        // The code left the arrival for later: it is stored as any other.
+        hot.inbox.retain(|row| row.id != in_hand::ROW);
+        claim.put(hot, &HashSet::new());
+        return Ok(None);
+    };
+    let target = Target {
+        id: id.to_string(),
+        execution: state.execution,
+        name: hot.loaded.name.clone(),
+        digest: hot.loaded.digest.clone(),
+    };
+    let name = hot.loaded.name.clone();
+    let ended = Effect::final_status(&effects);
+    let next = hot.after(&effects);
+    // The arrival never enters the inbox: the effects journal it.
+    let effects = in_hand::as_stored(effects);
+    let written = orchestrator
+        .store
+        .arrival_and_episode(
+            arriving.clone(),
+            target,
+            state.history.events,
+            effects,
+            limits,
+        )
+        .await?;
+    if let ArrivalWritten::WithEpisode(_) = &written {
+        counted(&name, ended);
+        if let Some(next) = next {
+            claim.put(next, &read);
+        }
+    }
+    // Otherwise the instance moved on meanwhile (its image was stale): the
+    // arrival was stored as any other, and the image is dropped.
+    Ok(Some(written))
 }
 
 /// `None` when the hot image the episode ran on was stale, or had nothing
@@ -123,6 +290,51 @@ async fn run_once(
             None => Some(Applied::default()),
         });
     }
+    let Some(effects) =
+        decide_by_code(orchestrator, id, &hot, &state, sorted, &parked, now).await?
+    else {
+        return Ok(Some(Applied::default()));
+    };
+    let name = hot.loaded.name.clone();
+    let ended = Effect::final_status(&effects);
+    let next = hot.after(&effects);
+    Ok(
+        match store.commit_episode(target, replayed, effects).await? {
+            Some(applied) => {
+                counted(&name, ended);
+                if let Some(next) = next {
+                    claim.put(next, &read);
+                }
+                Some(applied)
+            }
+            None if was_hot => None,
+            None => Some(Applied::default()),
+        },
+    )
+}
+
+/// An episode committed: counted, and its instance's end if it ended.
+fn counted(name: &str, ended: Option<RuntimeStatus>) {
+    crate::metrics::episode(name);
+    if ended == Some(RuntimeStatus::Completed) {
+        crate::metrics::orchestration(name, "completed")
+    } else if ended == Some(RuntimeStatus::Failed) {
+        crate::metrics::orchestration(name, "failed")
+    }
+}
+
+/// Runs the instance's code on its journal and the arrivals `sorted` took,
+/// and returns what the core makes of it. `None`: its component version
+/// cannot be had now (nothing is lost: the arrivals stay where they are).
+async fn decide_by_code(
+    orchestrator: &Orchestrator,
+    id: &str,
+    hot: &HotInstance,
+    state: &InstanceState,
+    sorted: Sorted,
+    parked: &HashSet<i64>,
+    now: i64,
+) -> Result<Option<Vec<Effect>>, StoreError> {
     let mut calls = Vec::with_capacity(hot.journal.len());
     let mut events = Vec::with_capacity(hot.journal.len());
     for (entry, at) in &hot.journal {
@@ -144,7 +356,7 @@ async fn run_once(
         Err(VersionError::Store(e)) => return Err(e),
         Err(e) if e.is_transient() => {
             tracing::error!(instance_id = %id, error = %e, "cannot run the instance's component version now; retrying");
-            return Ok(Some(Applied::default()));
+            return Ok(None);
         }
         Err(e) => (Ending::Broken(e.to_string()), None, None),
         Ok(component) => {
@@ -202,31 +414,11 @@ async fn run_once(
         at: now,
     };
     let limits = &orchestrator.config.limits;
-    let effects = lifecycle::decide(Some(&state), Command::EndEpisode { episode, limits }).effects;
+    let effects = lifecycle::decide(Some(state), Command::EndEpisode { episode, limits }).effects;
     if let Some(reason) = Effect::failure(&effects) {
         tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }
-    let ended = Effect::final_status(&effects);
-    let name = name.clone();
-    let next = hot.after(&effects);
-    Ok(
-        match store.commit_episode(target, replayed, effects).await? {
-            Some(applied) => {
-                crate::metrics::episode(&name);
-                if ended == Some(RuntimeStatus::Completed) {
-                    crate::metrics::orchestration(&name, "completed")
-                } else if ended == Some(RuntimeStatus::Failed) {
-                    crate::metrics::orchestration(&name, "failed")
-                }
-                if let Some(next) = next {
-                    claim.put(next, &read);
-                }
-                Some(applied)
-            }
-            None if was_hot => None,
-            None => Some(Applied::default()),
-        },
-    )
+    Ok(Some(effects))
 }
 
 /// Runs the guest under the episode's wall-clock limit. The CPU limit stops

@@ -12,6 +12,7 @@
 mod answers;
 mod episode;
 mod hot;
+mod in_flight;
 mod orchestrator;
 mod tasks;
 

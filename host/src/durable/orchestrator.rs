@@ -2,25 +2,28 @@
 //! time per instance, running their tasks, firing timers, and the management
 //! operations (raise, suspend, resume, terminate, purge).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::episode::InHand;
 use super::hot::HotInstances;
+use super::in_flight::{TaskRunning, TasksInFlight};
 use super::tasks::{self, Outcome};
 use super::{episode, DurableError};
 use crate::core::ids;
 use crate::core::instance::NewInstance;
 use crate::core::journal::Call;
 use crate::core::lifecycle::task_done::Attempt;
-use crate::core::limits::Limits;
+use crate::core::lifecycle::Change;
+use crate::core::limits::{LimitError, Limits};
 use crate::registry::Registry;
 use crate::runs::Runs;
-use crate::store::{now_ms, Applied, Store, TaskFate, TaskRow, Wake};
+use crate::store::{now_ms, Applied, Store, StoreError, TaskFate, TaskRow, Wake};
 use crate::wasm::{LoadedComponent, Runtime};
 use crate::workers::{drain, KeyedWorkers};
 
@@ -47,8 +50,8 @@ pub struct Orchestrator {
     instances: KeyedWorkers<String>,
     /// State, journals and inboxes of recently run instances.
     pub(super) hot: Arc<HotInstances>,
-    /// (instance, execution, task) of every task running in this process.
-    tasks_in_flight: Mutex<HashSet<(String, i64, u32)>>,
+    /// Every task running in this process, until its result is stored.
+    tasks_in_flight: TasksInFlight,
     /// Bounds episodes running at once, so a burst of thousands of instances
     /// queues here rather than in the store's connection pool.
     pub(super) episodes: tokio::sync::Semaphore,
@@ -79,7 +82,7 @@ impl Orchestrator {
             instances: KeyedWorkers::default(),
             hot,
             config,
-            tasks_in_flight: Mutex::new(HashSet::new()),
+            tasks_in_flight: TasksInFlight::default(),
             episodes: tokio::sync::Semaphore::new(MAX_CONCURRENT_EPISODES),
             wake: Notify::new(),
             stopping: CancellationToken::new(),
@@ -149,11 +152,7 @@ impl Orchestrator {
                 Ok(ids) => ids.into_iter().for_each(|id| self.wake_instance(id)),
                 Err(e) => tracing::error!(error = %e, "could not read instances with work"),
             }
-            let running_here = self
-                .tasks_in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .len();
+            let running_here = self.tasks_in_flight.len();
             match store
                 .within(
                     "the due tasks",
@@ -182,10 +181,19 @@ impl Orchestrator {
         if !self.works || self.stopping.is_cancelled() || !self.instances.claim(&id) {
             return;
         }
+        self.run_instance(id, None);
+    }
+
+    /// Runs the episodes of an instance the caller claimed, one after the
+    /// other while something new arrives; the first runs on `in_hand`, a
+    /// task's result not yet stored, when there is one.
+    fn run_instance(self: &Arc<Self>, id: String, mut in_hand: Option<InHand>) {
         let this = self.clone();
         self.tracker.spawn(async move {
             loop {
                 if this.stopping.is_cancelled() {
+                    // A result in hand is dropped: its task runs again at
+                    // the next start, from the store.
                     this.instances.release(&id);
                     return;
                 }
@@ -193,7 +201,10 @@ impl Orchestrator {
                 // task, not the whole episode's state (a burst of 100,000
                 // starts queues 100,000 of them).
                 let ran = match this.episodes.acquire().await {
-                    Ok(_permit) => Box::pin(episode::run(&this, &id)).await,
+                    Ok(_permit) => match in_hand.take() {
+                        Some(result) => Box::pin(episode::run_on_result(&this, &id, result)).await,
+                        None => Box::pin(episode::run(&this, &id)).await,
+                    },
                     Err(_) => return,
                 };
                 match ran {
@@ -225,16 +236,13 @@ impl Orchestrator {
     /// pass (`fresh` false) may have finished since that read: it is checked
     /// against the store first, so it never runs twice.
     fn spawn_task(self: &Arc<Self>, row: TaskRow, fresh: bool) {
-        let key = (row.instance_id.clone(), row.execution, row.task);
-        {
-            let mut in_flight = self
-                .tasks_in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            if !self.works || self.stopping.is_cancelled() || !in_flight.insert(key.clone()) {
-                return;
-            }
+        if !self.works || self.stopping.is_cancelled() {
+            return;
         }
+        let key = (row.instance_id.clone(), row.execution, row.task);
+        let Some(running) = self.tasks_in_flight.start(key) else {
+            return;
+        };
         let this = self.clone();
         self.tracker.spawn(async move {
             let store = &this.store;
@@ -244,16 +252,12 @@ impl Orchestrator {
                     .await
                     .unwrap_or(false);
             if still_due {
-                this.run_task(&row).await;
+                this.run_task(&row, running).await;
             }
-            this.tasks_in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&key);
         });
     }
 
-    async fn run_task(self: &Arc<Self>, row: &TaskRow) {
+    async fn run_task(self: &Arc<Self>, row: &TaskRow, running: TaskRunning) {
         let result = match tasks::run(self, row).await {
             Outcome::Interrupted => return,
             Outcome::Done(result) => result,
@@ -271,6 +275,19 @@ impl Orchestrator {
             attempt: row.attempt,
             retry,
         };
+        // The instance's next episode runs on the result before it is
+        // stored, and both are committed at once, unless an episode of it
+        // runs now (the result is then stored alone, and that episode
+        // looks again).
+        if !self.stopping.is_cancelled() && self.instances.claim(&row.instance_id) {
+            let in_hand = InHand {
+                attempt,
+                result,
+                running,
+            };
+            self.run_instance(row.instance_id.clone(), Some(in_hand));
+            return;
+        }
         match self
             .store
             .task_done(
@@ -282,6 +299,7 @@ impl Orchestrator {
             .await
         {
             Ok((outcome, applied)) => {
+                drop(running);
                 match outcome {
                     // The scheduler must learn when the next attempt is due.
                     TaskFate::Retrying => self.notify(),
@@ -296,6 +314,30 @@ impl Orchestrator {
                 tracing::error!(instance_id = %row.instance_id, task = row.task, error = %e, "could not record the task's outcome; it runs again")
             }
         }
+    }
+
+    /// Raises an event at an instance. One that runs here, hot, gets the
+    /// event straight into its next episode, committed with it (unless an
+    /// episode of it runs now); any other has it stored in its inbox.
+    pub(super) async fn raise(
+        self: &Arc<Self>,
+        id: &str,
+        event: &str,
+        payload: &str,
+    ) -> Result<(Result<Change, LimitError>, Applied), StoreError> {
+        let limits = self.config.limits.clone();
+        if !self.works || self.stopping.is_cancelled() || !self.instances.claim(&id.to_string()) {
+            return self.store.raise(id, event, payload, limits).await;
+        }
+        let raised = match self.episodes.acquire().await {
+            Ok(_permit) => episode::raise_on(self, id, event, payload).await,
+            Err(_) => self.store.raise(id, event, payload, limits).await,
+        };
+        // Whatever arrived meanwhile is the instance's worker's.
+        if self.instances.look_again(&id.to_string()) {
+            self.run_instance(id.to_string(), None);
+        }
+        raised
     }
 
     /// Starts an instance of orchestration `name`; returns its id.

@@ -13,6 +13,7 @@ use crate::core::effects::Effect;
 use crate::core::instance::{InstanceState, NewInstance};
 use crate::core::journal::{Entry, Event};
 use crate::core::lifecycle::arrivals::Arrival;
+pub use crate::core::lifecycle::in_hand::Arriving;
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
 use crate::core::lifecycle::{Operation, TaskFate};
@@ -120,6 +121,23 @@ pub enum Write {
         result: Result<String, String>,
         limits: Arc<Limits>,
     },
+    /// What arrived for an instance (a task's result, a raised event) with
+    /// the episode the instance ran on it before it was stored: one write
+    /// where there would be two (the arrival into the inbox, then the
+    /// episode taking it out), so one commit per step. Written whole only
+    /// if the arrival is one the instance takes now (the task waits for
+    /// this attempt and the result is delivered; the event is accepted)
+    /// and the episode's fence holds: the arrival then never enters the
+    /// inbox, `effects` journal it. Otherwise the arrival alone is written,
+    /// exactly as [`Write::TaskDone`] or [`Write::Raise`] would write it,
+    /// and the episode is dropped.
+    ArrivalAndEpisode {
+        arriving: Arriving,
+        target: Target,
+        replayed: u64,
+        effects: Vec<Effect>,
+        limits: Arc<Limits>,
+    },
     Start(NewInstance),
     Raise {
         instance: String,
@@ -156,6 +174,7 @@ pub enum Written {
     /// restarted meanwhile): nothing was written.
     Episode(Option<Applied>),
     TaskDone(TaskFate, Applied),
+    ArrivalAndEpisode(ArrivalWritten),
     /// `None` when the id is held by an unfinished instance.
     Start(Option<Applied>),
     Raise(Result<Change, LimitError>, Applied),
@@ -163,11 +182,27 @@ pub enum Written {
     Run(RunWritten),
 }
 
+/// What became of a [`Write::ArrivalAndEpisode`].
+#[derive(Debug)]
+pub enum ArrivalWritten {
+    /// The arrival and the episode run on it are committed together.
+    WithEpisode(Applied),
+    /// The result alone was written, as a [`Write::TaskDone`] would have.
+    Result(TaskFate, Applied),
+    /// The event alone was written, as a [`Write::Raise`] would have.
+    Event(Result<Change, LimitError>, Applied),
+}
+
 impl Written {
     pub(super) fn applied(&self) -> Option<&Applied> {
         match self {
             Written::Episode(applied) | Written::Start(applied) => applied.as_ref(),
             Written::TaskDone(_, applied)
+            | Written::ArrivalAndEpisode(
+                ArrivalWritten::WithEpisode(applied)
+                | ArrivalWritten::Result(_, applied)
+                | ArrivalWritten::Event(_, applied),
+            )
             | Written::Raise(_, applied)
             | Written::Manage(_, applied) => Some(applied),
             Written::Run(_) => None,
@@ -178,6 +213,11 @@ impl Written {
         match self {
             Written::Episode(applied) | Written::Start(applied) => applied.as_mut(),
             Written::TaskDone(_, applied)
+            | Written::ArrivalAndEpisode(
+                ArrivalWritten::WithEpisode(applied)
+                | ArrivalWritten::Result(_, applied)
+                | ArrivalWritten::Event(_, applied),
+            )
             | Written::Raise(_, applied)
             | Written::Manage(_, applied) => Some(applied),
             Written::Run(_) => None,

@@ -7,8 +7,9 @@ use serde::Serialize;
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Any, Row};
 
-use super::durable_records::{Applied, Write, Written};
+use super::durable_records::{Applied, ArrivalWritten, Arriving, Target, Write, Written};
 use super::{Store, StoreError};
+use crate::core::effects::Effect;
 use crate::core::instance::{NewInstance, RuntimeStatus};
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
@@ -125,6 +126,29 @@ impl Store {
         };
         match self.committer().commit(write).await? {
             Written::TaskDone(outcome, applied) => Ok((outcome, applied)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Records what arrived for an instance with the episode it ran on
+    /// it (see [`Write::ArrivalAndEpisode`]): both, or the arrival alone.
+    pub async fn arrival_and_episode(
+        &self,
+        arriving: Arriving,
+        target: Target,
+        replayed: u64,
+        effects: Vec<Effect>,
+        limits: Arc<Limits>,
+    ) -> Result<ArrivalWritten, StoreError> {
+        let write = Write::ArrivalAndEpisode {
+            arriving,
+            target,
+            replayed,
+            effects,
+            limits,
+        };
+        match self.committer().commit(write).await? {
+            Written::ArrivalAndEpisode(written) => Ok(written),
             other => Err(unexpected(other)),
         }
     }

@@ -6,42 +6,179 @@
 //! ([`super::postgres_flush`]), with
 //! the batch's `NOTIFY`s and its commit mark.
 //!
+//! An episode's write needs no read at all when nothing else in the batch
+//! touches its instance: its fence ([`crate::core::fence::admits_episode`])
+//! goes into the statement as the `WHERE` of its instance's update, and a
+//! fence that does not hold refuses the whole statement
+//! ([`FENCE_REFUSED`]). A sub-orchestration it starts is likewise assumed
+//! new, the id's unique key refusing the statement if it is not. Refused,
+//! the batch is planned again with [`Care::Careful`]: every instance read
+//! and locked first, as the statement path would. A batch of such episodes
+//! alone is one statement and no transaction around it.
+//!
 //! The decisions are the statement path's own code ([`super::writes`]):
 //! [`Planned`] is a [`Tx`] whose reads answer from the batch's view of the
 //! rows and whose writes are gathered. Gathered rows are written in a fixed
 //! order by table, which is only right when no two of them touch one row
-//! in an order that matters: the rare changes that would (a purge, a new
-//! execution, a retry, a terminate's cleanup, a task finished in the batch
-//! that scheduled it) end the planning, and the batch goes down the
-//! statement path in the same transaction, where nothing was written yet.
+//! in an order that matters. Dropping an instance's pending work (an
+//! instance that ends) is planned: what the batch gathered for it goes from
+//! memory, what was stored before goes by the statement. The rare changes
+//! that would need an order (a purge, a new execution, a retry, a task
+//! finished in the batch that scheduled it) end the planning, and the batch
+//! goes down the statement path in a transaction where nothing was written
+//! yet.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 
 use sqlx::PgConnection;
 
-use super::durable_records::{InboxRow, Loaded, Target, Write, Written};
-use super::postgres_flush::{merge, Created, Rows, TaskKey};
+use super::durable_records::{ArrivalWritten, Arriving, InboxRow, Loaded, Target, Write, Written};
+use super::postgres_flush::{merge, Created, Fence, Rows, TaskKey};
+use super::postgres_ids::{IdPool, Sequence};
 use super::postgres_tx::{loaded, PgTx};
 use super::tx::{NextExecution, RowUpdate, Tx};
-use super::writes::write_durable;
+use super::writes::{write_durable, write_fenced_episode};
 use super::StoreError;
 use crate::core::instance::{InstanceState, NewInstance, RuntimeStatus, Size};
 use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::Attempt;
 
-/// Decides `writes` (none of them [`Write::Run`]) in memory, in order.
+/// The SQLSTATE of a statement refused because an episode's fence did not
+/// hold (raised by the hub's `fences_held`, migration 0011).
+pub(super) const FENCE_REFUSED: &str = "AH409";
+
+/// How much a batch trusts what its writes say of their instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Care {
+    /// Episodes on instances no other write of the batch names are written
+    /// under their fence without a read; the sub-orchestrations they start
+    /// are assumed new.
+    Fenced,
+    /// Every instance is read and locked before anything is decided.
+    Careful,
+}
+
+/// Which of `writes` go under their fence: episodes of a host that owns
+/// what it runs, on an instance no other write of the batch names (another
+/// write would decide on the instance as the batch left it, which a fence
+/// checked by the statement cannot show it).
+pub(super) fn fenced(writes: &[Write], me: Option<&str>, care: Care) -> Vec<bool> {
+    if care == Care::Careful || me.is_none() {
+        return vec![false; writes.len()];
+    }
+    let mut named: HashMap<&str, usize> = HashMap::new();
+    for write in writes {
+        if let Some(id) = names(write) {
+            *named.entry(id).or_default() += 1;
+        }
+    }
+    writes
+        .iter()
+        .map(|write| match write {
+            Write::Episode { target, .. } | Write::ArrivalAndEpisode { target, .. } => {
+                named.get(target.id.as_str()) == Some(&1)
+            }
+            _ => false,
+        })
+        .collect()
+}
+
+/// The instance a write names, if any.
+fn names(write: &Write) -> Option<&str> {
+    match write {
+        Write::Episode { target, .. } | Write::ArrivalAndEpisode { target, .. } => Some(&target.id),
+        Write::TaskDone { instance, .. }
+        | Write::Raise { instance, .. }
+        | Write::Manage { instance, .. } => Some(instance),
+        Write::Start(new) => Some(&new.id),
+        Write::Run(_) => None,
+    }
+}
+
+/// Decides `writes` (none of them [`Write::Run`]) in memory, in order;
+/// `fenced` says which go under their fence (see [`fenced`]).
 /// `Ok(None)`: one of them needs the statement path; nothing was written.
 pub(super) async fn plan(
     connection: &mut PgConnection,
     me: Option<&str>,
     writes: &[Write],
+    fenced: &[bool],
     now: i64,
+    ids: &mut IdPool,
 ) -> Result<Option<(Vec<Written>, Rows)>, StoreError> {
-    let mut planned = Planned::new(connection, me, writes.len());
-    planned.preload(writes).await?;
+    let care = match fenced.iter().any(|f| *f) {
+        true => Care::Fenced,
+        false => Care::Careful,
+    };
+    let mut planned = Planned::new(connection, me, writes.len(), ids, care);
+    planned.preload(writes, fenced).await?;
     let mut results = Vec::with_capacity(writes.len());
-    for write in writes {
-        match write_durable(&mut planned, write.clone(), now).await {
+    for (write, fenced) in writes.iter().zip(fenced) {
+        let written = match (write, fenced) {
+            (
+                Write::Episode {
+                    target,
+                    replayed,
+                    effects,
+                },
+                true,
+            ) => {
+                planned.rows.fences.push(Fence {
+                    id: target.id.clone(),
+                    execution: target.execution,
+                    replayed: *replayed,
+                });
+                planned.rows.updates.entry(target.id.clone()).or_default();
+                write_fenced_episode(
+                    &mut planned,
+                    target.clone(),
+                    *replayed,
+                    effects.clone(),
+                    now,
+                )
+                .await
+            }
+            (
+                Write::ArrivalAndEpisode {
+                    arriving,
+                    target,
+                    replayed,
+                    effects,
+                    ..
+                },
+                true,
+            ) => {
+                planned.rows.fences.push(Fence {
+                    id: target.id.clone(),
+                    execution: target.execution,
+                    replayed: *replayed,
+                });
+                planned.rows.updates.entry(target.id.clone()).or_default();
+                if let Arriving::Result { attempt, .. } = arriving {
+                    // The task must still wait for this attempt: its row is
+                    // deleted only if so, and counted with the fences.
+                    let key = (target.id.clone(), attempt.execution, attempt.task);
+                    planned.tasks_finished.insert(key.clone());
+                    planned.rows.tasks_settled.push((key, attempt.attempt));
+                }
+                write_fenced_episode(
+                    &mut planned,
+                    target.clone(),
+                    *replayed,
+                    effects.clone(),
+                    now,
+                )
+                .await
+                .map(|written| match written {
+                    Written::Episode(Some(applied)) => {
+                        Written::ArrivalAndEpisode(ArrivalWritten::WithEpisode(applied))
+                    }
+                    other => other,
+                })
+            }
+            _ => write_durable(&mut planned, write.clone(), now).await,
+        };
+        match written {
             Ok(written) => results.push(written),
             Err(why) if planned.fallback => {
                 tracing::debug!(writes = writes.len(), %why, "a batch goes statement by statement");
@@ -53,18 +190,21 @@ pub(super) async fn plan(
         }
     }
     #[cfg(test)]
-    counts::PLANNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        counts::PLANNED.fetch_add(1, Relaxed);
+        counts::FENCED.fetch_add(planned.rows.fences.len() as u64, Relaxed);
+    }
     Ok(Some((results, planned.rows)))
 }
-
-/// How many ids of a sequence one round trip reserves at least.
-const RESERVE_AT_LEAST: usize = 16;
 
 struct Planned<'c> {
     connection: &'c mut PgConnection,
     me: Option<&'c str>,
     /// Writes in the batch, to size reservations.
     writes: usize,
+    ids: &'c mut IdPool,
+    care: Care,
     /// Each instance as the batch sees it (`None`: there is none).
     instances: HashMap<String, Option<Loaded>>,
     /// Inbox sizes as stored before the batch.
@@ -77,19 +217,27 @@ struct Planned<'c> {
     tasks_stored: HashMap<TaskKey, Option<u32>>,
     tasks_added: HashSet<TaskKey>,
     tasks_finished: HashSet<TaskKey>,
-    inbox_ids: VecDeque<i64>,
-    execution_ids: VecDeque<i64>,
+    /// Instances whose pending work the batch dropped.
+    cleared: HashSet<String>,
     rows: Rows,
     /// Set when a write needs the statement path.
     fallback: bool,
 }
 
 impl<'c> Planned<'c> {
-    fn new(connection: &'c mut PgConnection, me: Option<&'c str>, writes: usize) -> Self {
+    fn new(
+        connection: &'c mut PgConnection,
+        me: Option<&'c str>,
+        writes: usize,
+        ids: &'c mut IdPool,
+        care: Care,
+    ) -> Self {
         Self {
             connection,
             me,
             writes,
+            ids,
+            care,
             instances: HashMap::new(),
             inbox_stored: HashMap::new(),
             inbox_pushed: HashMap::new(),
@@ -97,8 +245,7 @@ impl<'c> Planned<'c> {
             tasks_stored: HashMap::new(),
             tasks_added: HashSet::new(),
             tasks_finished: HashSet::new(),
-            inbox_ids: VecDeque::new(),
-            execution_ids: VecDeque::new(),
+            cleared: HashSet::new(),
             rows: Rows::default(),
             fallback: false,
         }
@@ -106,36 +253,44 @@ impl<'c> Planned<'c> {
 
     /// One statement: reads and locks, in id order (two hosts lock the
     /// instances they share in the same order), every instance the writes
-    /// name, with the inbox sizes a raise checks and the tasks whose results
-    /// arrive, and reserves the inbox rows and executions the writes will
-    /// most likely need (one per result and raise, one per start).
-    async fn preload(&mut self, writes: &[Write]) -> Result<(), StoreError> {
+    /// not under their fence name, with the inbox sizes a raise checks and
+    /// the tasks whose results arrive. Sent only when there is one.
+    async fn preload(&mut self, writes: &[Write], fenced: &[bool]) -> Result<(), StoreError> {
         let mut ids = Vec::new();
         let mut raised = Vec::new();
         let mut tasks: Vec<TaskKey> = Vec::new();
-        let (mut pushes, mut starts) = (0_i64, 0_i64);
-        for write in writes {
+        for (write, fenced) in writes.iter().zip(fenced) {
             match write {
+                _ if *fenced => {}
                 Write::Episode { target, .. } => ids.push(target.id.clone()),
                 Write::TaskDone {
                     instance, attempt, ..
                 } => {
                     ids.push(instance.clone());
                     tasks.push((instance.clone(), attempt.execution, attempt.task));
-                    pushes += 1;
                 }
-                Write::Start(new) => {
-                    ids.push(new.id.clone());
-                    starts += 1;
+                Write::ArrivalAndEpisode {
+                    target, arriving, ..
+                } => {
+                    ids.push(target.id.clone());
+                    match arriving {
+                        Arriving::Result { attempt, .. } => {
+                            tasks.push((target.id.clone(), attempt.execution, attempt.task))
+                        }
+                        Arriving::Event { .. } => raised.push(target.id.clone()),
+                    }
                 }
+                Write::Start(new) => ids.push(new.id.clone()),
                 Write::Raise { instance, .. } => {
                     ids.push(instance.clone());
                     raised.push(instance.clone());
-                    pushes += 1;
                 }
                 Write::Manage { instance, .. } => ids.push(instance.clone()),
                 Write::Run(_) => {}
             }
+        }
+        if ids.is_empty() {
+            return Ok(());
         }
         ids.sort();
         ids.dedup();
@@ -154,8 +309,6 @@ impl<'c> Planned<'c> {
             .bind(task_instance)
             .bind(task_execution)
             .bind(task_number)
-            .bind(pushes)
-            .bind(starts)
             .fetch_all(&mut *self.connection)
             .await?;
         for id in &ids {
@@ -167,20 +320,8 @@ impl<'c> Planned<'c> {
         for key in tasks {
             self.tasks_stored.insert(key, None);
         }
-        for (n, row) in rows.iter().enumerate() {
+        for row in &rows {
             use sqlx::Row;
-            if n == 0 {
-                let reserved = |column: &str| -> Result<Vec<i64>, StoreError> {
-                    let mut ids: Vec<i64> = row.try_get(column)?;
-                    ids.sort_unstable();
-                    Ok(ids)
-                };
-                self.inbox_ids.extend(reserved("inbox_ids")?);
-                self.execution_ids.extend(reserved("execution_ids")?);
-            }
-            if row.try_get::<Option<String>, _>("id")?.is_none() {
-                continue;
-            }
             let instance = loaded(row)?;
             let id = instance.state.id.clone();
             if let Some(events) = row.try_get::<Option<i64>, _>("inbox_events")? {
@@ -216,36 +357,11 @@ impl<'c> Planned<'c> {
         )))
     }
 
-    /// The next id of `table`'s serial column, past what the preload
-    /// reserved: a few more are reserved at a time, and ids are taken in
-    /// ascending order, so the batch's inbox rows keep the order they were
-    /// written in.
-    async fn next_id(&mut self, table: &'static str) -> Result<i64, StoreError> {
-        let pool = if table == "inbox" {
-            &mut self.inbox_ids
-        } else {
-            &mut self.execution_ids
-        };
-        if let Some(id) = pool.pop_front() {
-            return Ok(id);
-        }
-        let count = i64::try_from((self.writes * 2).max(RESERVE_AT_LEAST)).unwrap_or(1_024);
-        let mut ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT nextval(pg_get_serial_sequence($1, 'id')) FROM generate_series(1, $2)",
-        )
-        .bind(table)
-        .bind(count)
-        .fetch_all(&mut *self.connection)
-        .await?;
-        ids.sort_unstable();
-        let pool = if table == "inbox" {
-            &mut self.inbox_ids
-        } else {
-            &mut self.execution_ids
-        };
-        pool.extend(ids);
-        pool.pop_front()
-            .ok_or_else(|| StoreError::Write(format!("the {table} sequence gave no id")))
+    /// The next id of `sequence`, from the writer's reserved ids (a few
+    /// more than the batch may need are reserved when it runs out).
+    async fn next_id(&mut self, sequence: Sequence) -> Result<i64, StoreError> {
+        let hint = self.writes.saturating_mul(2);
+        self.ids.next(self.connection, sequence, hint).await
     }
 }
 
@@ -257,6 +373,12 @@ impl Tx for Planned<'_> {
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         if let Some(known) = self.instances.get(id) {
             return Ok(known.clone());
+        }
+        // Only a sub-orchestration's id is loaded without being preloaded:
+        // under fences it is assumed new (the statement is refused if not).
+        if self.care == Care::Fenced {
+            self.instances.insert(id.to_string(), None);
+            return Ok(None);
         }
         let stored = PgTx(&mut *self.connection, self.me).load(id).await?;
         self.instances.insert(id.to_string(), stored.clone());
@@ -281,7 +403,7 @@ impl Tx for Planned<'_> {
 
     async fn task_pending(&mut self, id: &str, attempt: &Attempt) -> Result<bool, StoreError> {
         let key = (id.to_string(), attempt.execution, attempt.task);
-        if self.tasks_finished.contains(&key) {
+        if self.tasks_finished.contains(&key) || self.cleared.contains(id) {
             return Ok(false);
         }
         if self.tasks_added.contains(&key) {
@@ -322,8 +444,10 @@ impl Tx for Planned<'_> {
         Ok(())
     }
 
-    async fn park_inbox_rows(&mut self, _id: &str, rows: &[i64]) -> Result<(), StoreError> {
-        self.rows.inbox_parked.extend_from_slice(rows);
+    async fn park_inbox_rows(&mut self, id: &str, rows: &[i64]) -> Result<(), StoreError> {
+        self.rows
+            .inbox_parked
+            .extend(rows.iter().map(|row| (id.to_string(), *row)));
         Ok(())
     }
 
@@ -369,7 +493,7 @@ impl Tx for Planned<'_> {
     }
 
     async fn new_execution(&mut self, id: &str) -> Result<i64, StoreError> {
-        let execution = self.next_id("executions").await?;
+        let execution = self.next_id(Sequence::Executions).await?;
         self.rows.executions.0.push(execution);
         self.rows.executions.1.push(id.to_string());
         Ok(execution)
@@ -416,7 +540,7 @@ impl Tx for Planned<'_> {
         event: &str,
         visible_at: i64,
     ) -> Result<i64, StoreError> {
-        let row = self.next_id("inbox").await?;
+        let row = self.next_id(Sequence::Inbox).await?;
         let inbox = &mut self.rows.inbox;
         inbox.id.push(row);
         inbox.instance.push(id.to_string());
@@ -469,8 +593,18 @@ impl Tx for Planned<'_> {
         self.fallback("a retry")
     }
 
-    async fn clear_pending(&mut self, _id: &str) -> Result<(), StoreError> {
-        self.fallback("dropping an instance's pending work")
+    /// What the batch gathered for the instance so far goes; what was
+    /// stored before is deleted by the statement, which does not see the
+    /// rows it inserts itself: the same rows go as if deleted here.
+    async fn clear_pending(&mut self, id: &str) -> Result<(), StoreError> {
+        self.rows.drop_gathered_of(id);
+        self.tasks_added.retain(|key| key.0 != id);
+        self.inbox_pushed.remove(id);
+        self.inbox_shrunk.insert(id.to_string());
+        if self.cleared.insert(id.to_string()) {
+            self.rows.cleared.push(id.to_string());
+        }
+        Ok(())
     }
 
     async fn begin_execution(&mut self, _next: NextExecution<'_>) -> Result<(), StoreError> {
@@ -482,11 +616,9 @@ impl Tx for Planned<'_> {
     }
 }
 
-/// The statement a planned batch begins with. The reservations sit in a
-/// row of their own, joined to the locked instances, so they come back
-/// when no instance exists yet (a batch of starts).
+/// The statement a planned batch begins with, when it has instances to read.
 const PRELOAD: &str = "\
-WITH locked AS (SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, \
+SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, \
   parent_task, history_events, history_bytes, created_at, owner, traceparent, \
   history_events > 0 AS has_run, \
   CASE WHEN id = ANY($2) THEN (SELECT COUNT(*) FROM inbox b WHERE b.instance_id = instances.id) END AS inbox_events, \
@@ -495,11 +627,7 @@ WITH locked AS (SELECT id, name, status, execution, input, component_digest, par
   ARRAY(SELECT unnest(ARRAY[t.execution, t.task, t.attempt]) FROM tasks t \
     JOIN UNNEST($3::TEXT[], $4::BIGINT[], $5::BIGINT[]) AS k(i, e, n) \
     ON t.instance_id = k.i AND t.execution = k.e AND t.task = k.n WHERE t.instance_id = instances.id) AS tasks \
-  FROM instances WHERE id = ANY($1) ORDER BY id FOR UPDATE), \
-reserved AS (SELECT \
-  ARRAY(SELECT nextval(pg_get_serial_sequence('inbox', 'id')) FROM generate_series(1, $6::BIGINT)) AS inbox_ids, \
-  ARRAY(SELECT nextval(pg_get_serial_sequence('executions', 'id')) FROM generate_series(1, $7::BIGINT)) AS execution_ids) \
-SELECT r.inbox_ids, r.execution_ids, l.* FROM reserved r LEFT JOIN locked l ON true";
+  FROM instances WHERE id = ANY($1) ORDER BY id FOR UPDATE";
 
 /// Batches planned and batches sent down the statement path, for tests.
 #[cfg(test)]
@@ -507,4 +635,6 @@ pub(super) mod counts {
     use std::sync::atomic::AtomicU64;
     pub static PLANNED: AtomicU64 = AtomicU64::new(0);
     pub static STATEMENTS: AtomicU64 = AtomicU64::new(0);
+    /// Episodes written under their fence, without a read.
+    pub static FENCED: AtomicU64 = AtomicU64::new(0);
 }

@@ -15,8 +15,9 @@ use tokio::sync::mpsc;
 
 use super::commit_queue::{Job, Shared, Taken};
 use super::durable_records::{Read, ReadOut, Write, Written};
-use super::postgres_batch::plan;
+use super::postgres_batch::{fenced, plan, Care, FENCE_REFUSED};
 use super::postgres_flush::{flush, Extras, Rows};
+use super::postgres_ids::IdPool;
 use super::postgres_tx::{image, PgTx};
 use super::run_writes::RunWritten;
 use super::shared_hub::SharedHub;
@@ -37,7 +38,17 @@ pub(super) async fn start(
     // on its connection: planned once, not again for each batch (PostgreSQL
     // would otherwise plan the first five executions of each anew, and a
     // batch's statement again whenever its arrays change length enough).
-    let options = options.options([("plan_cache_mode", "force_generic_plan")]);
+    // Every one of them looks rows up by key, so they are planned as key
+    // lookups whatever the tables' statistics say: a plan made once while
+    // the hub is small (a hash join over a scan of `instances`) would
+    // otherwise be kept for the connection's life, however large the
+    // tables grow (no ANALYZE runs where autovacuum is off).
+    let options = options.options([
+        ("plan_cache_mode", "force_generic_plan"),
+        ("enable_seqscan", "off"),
+        ("enable_hashjoin", "off"),
+        ("enable_mergejoin", "off"),
+    ]);
     let connection = PgConnection::connect_with(&options).await?;
     tokio::spawn(write_loop(options, hub, connection, queue, shared));
     Ok(())
@@ -55,6 +66,7 @@ async fn write_loop(
         hub,
         connection: Some(connection),
         batches: 0,
+        ids: IdPool::default(),
     };
     let _alive = shared.health.guard();
     while let Some(job) = queue.recv().await {
@@ -90,6 +102,8 @@ struct Writer {
     connection: Option<PgConnection>,
     /// Transactions committed, to prune old batch ids now and then.
     batches: u64,
+    /// Inbox and execution ids reserved for planned batches.
+    ids: IdPool,
 }
 
 /// How long one transaction of the writer may take before its connection
@@ -105,14 +119,21 @@ const PRUNE_EVERY: u64 = 1_024;
 
 impl Writer {
     async fn connection(&mut self) -> Result<&mut PgConnection, StoreError> {
+        Ok(self.parts().await?.0)
+    }
+
+    /// The connection (opened again if it was dropped) and the reserved ids.
+    async fn parts(&mut self) -> Result<(&mut PgConnection, &mut IdPool), StoreError> {
         if self.connection.is_none() {
             let connection = PgConnection::connect_with(&self.options).await?;
             tracing::info!("the store's writer reconnected to PostgreSQL");
             self.connection = Some(connection);
         }
-        self.connection
+        let connection = self
+            .connection
             .as_mut()
-            .ok_or_else(|| StoreError::Write("no connection".into()))
+            .ok_or_else(|| StoreError::Write("no connection".into()))?;
+        Ok((connection, &mut self.ids))
     }
 
     /// Forgets a connection that broke (anything but a statement refused).
@@ -160,24 +181,79 @@ impl Writer {
         }
     }
 
+    /// Episodes go under their fence first; if one did not hold (or a child
+    /// it starts was not new), the batch is decided again on every instance
+    /// read and locked.
     async fn try_batch(
         &mut self,
         writes: &[Write],
     ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
+        match self.try_batch_with(writes, Care::Fenced).await {
+            Ok(Some(results)) => return Ok(results),
+            Ok(None) => {}
+            Err(e) if moved_on(&e) => {
+                tracing::debug!(error = %e, "a fenced write did not hold; the batch is decided again on what is stored");
+            }
+            Err(e) => return Err(e),
+        }
+        self.try_batch_with(writes, Care::Careful)
+            .await?
+            .ok_or_else(|| StoreError::Write("a careful batch was not written".into()))
+    }
+
+    /// A batch whose every write is an episode under its fence is one
+    /// statement with no transaction around it; any other, a transaction.
+    /// `None`: it needs a transaction after all (the statement path).
+    async fn try_batch_with(
+        &mut self,
+        writes: &[Write],
+        care: Care,
+    ) -> Result<Option<Vec<Result<Written, StoreError>>>, StoreError> {
         let now = now_ms();
         let hub = self.hub.clone();
         let batch = self.batch_id();
         let prune = self.batches.is_multiple_of(PRUNE_EVERY);
-        let mut results = Vec::new();
+        let fenced = fenced(writes, hub.owner(), care);
+        let alone = fenced.iter().all(|f| *f);
+        let mut results = None;
         let attempt = tokio::time::timeout(CALL_DEADLINE, async {
-            let mut tx = self.connection().await?.begin().await?;
-            results = write_all(&mut tx, &hub, writes, now, &batch, prune).await?;
+            let (connection, ids) = self.parts().await?;
+            let batch = Batch {
+                hub: &hub,
+                writes,
+                fenced: &fenced,
+                now,
+                id: &batch,
+                prune,
+            };
+            if alone {
+                return Ok(match write_all(connection, ids, batch, false).await? {
+                    // The one statement was the commit.
+                    Sent::Written { answers, committed } => {
+                        results = Some(answers);
+                        committed
+                    }
+                    Sent::NeedsTransaction => Ok(()),
+                });
+            }
+            let mut tx = connection.begin().await?;
+            match write_all(&mut tx, ids, batch, true).await? {
+                Sent::Written { answers, committed } => {
+                    committed?;
+                    results = Some(answers);
+                }
+                Sent::NeedsTransaction => {
+                    return Err(StoreError::Write(
+                        "a batch in a transaction asked for one".into(),
+                    ))
+                }
+            }
             Ok::<_, StoreError>(tx.commit().await)
         })
         .await;
         let committed = self.settle(attempt)?;
         self.resolve(committed, &batch).await?;
-        Ok(results.into_iter().map(Ok).collect())
+        Ok(results.map(|results| results.into_iter().map(Ok).collect()))
     }
 
     /// A transaction that ran past [`CALL_DEADLINE`] (the connection went
@@ -225,7 +301,7 @@ impl Writer {
             Err(e) => e,
         };
         self.connection = None;
-        tracing::warn!(batch, error = %error, "the answer to a COMMIT was lost; asking the database whether it committed");
+        tracing::warn!(batch, error = %error, "the answer to a commit was lost; asking the database whether it committed");
         let mut pause = Duration::from_millis(50);
         loop {
             let asked = tokio::time::timeout(CALL_DEADLINE, async {
@@ -271,6 +347,9 @@ impl Writer {
     }
 
     async fn write_alone(&mut self, write: Write) -> Result<Written, StoreError> {
+        // The statement path draws ids from the sequences: reserved ones
+        // would now be older than those (see `postgres_ids`).
+        self.ids.clear();
         let mut tries = 0;
         loop {
             let result = async {
@@ -312,19 +391,54 @@ impl Writer {
     }
 }
 
-/// A batch's writes in its transaction: the agent run path's statement by
-/// statement, then the durable engine's planned in memory and written by
-/// one statement with the batch's mark and `NOTIFY`s
-/// ([`super::postgres_batch`]), or, when one of them needs it, statement by
-/// statement too. Answers in the order of `writes`.
+/// What [`write_all`] came to.
+enum Sent {
+    /// The batch's answers, in the order of its writes. `committed`: the
+    /// outcome of the statement that was the commit, outside a transaction
+    /// (inside one, a failed statement is an error and this is `Ok`).
+    Written {
+        answers: Vec<Written>,
+        committed: Result<(), sqlx::Error>,
+    },
+    /// Outside a transaction, a write needs the statement path: nothing
+    /// was sent.
+    NeedsTransaction,
+}
+
+/// A batch as [`write_all`] writes it.
+struct Batch<'a> {
+    hub: &'a SharedHub,
+    writes: &'a [Write],
+    /// Which writes go under their fence ([`fenced`]).
+    fenced: &'a [bool],
+    now: i64,
+    /// The batch's id, written in it.
+    id: &'a str,
+    /// Whether to prune old batch ids too.
+    prune: bool,
+}
+
+/// A batch's writes: the agent run path's statement by statement, then the
+/// durable engine's planned in memory and written by one statement with
+/// the batch's mark and `NOTIFY`s ([`super::postgres_batch`]), or, when
+/// one of them needs it, statement by statement too. Answers in the order
+/// of `writes`. Outside a transaction (`in_tx` false: every write an
+/// episode under its fence) the planned statement is the commit itself,
+/// and a batch that needs the statement path comes back unwritten.
 async fn write_all(
     tx: &mut PgConnection,
-    hub: &SharedHub,
-    writes: &[Write],
-    now: i64,
-    batch: &str,
-    prune: bool,
-) -> Result<Vec<Written>, StoreError> {
+    ids: &mut IdPool,
+    batch: Batch<'_>,
+    in_tx: bool,
+) -> Result<Sent, StoreError> {
+    let Batch {
+        hub,
+        writes,
+        fenced,
+        now,
+        id,
+        prune,
+    } = batch;
     let me = hub.owner();
     let mut results: Vec<Option<Written>> = (0..writes.len()).map(|_| None).collect();
     let mut durable = Vec::new();
@@ -333,39 +447,57 @@ async fn write_all(
             Write::Run(_) => {
                 results[at] = Some(write_one(&mut PgTx(&mut *tx, me), write.clone(), now).await?)
             }
-            _ => durable.push((at, write)),
+            _ => durable.push(at),
         }
     }
     if prune {
         prune_marks(tx, now).await?;
     }
-    let durable_writes: Vec<Write> = durable.iter().map(|(_, w)| (*w).clone()).collect();
+    let durable_writes: Vec<Write> = durable.iter().map(|at| writes[*at].clone()).collect();
+    let durable_fenced: Vec<bool> = durable.iter().map(|at| fenced[*at]).collect();
     let planned = match durable_writes.is_empty() {
         true => Some((Vec::new(), Rows::default())),
-        false => plan(tx, me, &durable_writes, now).await?,
+        false => plan(tx, me, &durable_writes, &durable_fenced, now, ids).await?,
     };
     let Some((written, rows)) = planned else {
-        for ((at, _), write) in durable.into_iter().zip(durable_writes) {
+        ids.clear();
+        if !in_tx {
+            return Ok(Sent::NeedsTransaction);
+        }
+        for (at, write) in durable.into_iter().zip(durable_writes) {
             results[at] = Some(write_one(&mut PgTx(&mut *tx, me), write, now).await?);
         }
         let results = all_answered(results)?;
         tell_the_others(tx, hub, &results).await?;
-        mark(tx, batch, now).await?;
-        return Ok(results);
+        mark(tx, id, now).await?;
+        return Ok(Sent::Written {
+            answers: results,
+            committed: Ok(()),
+        });
     };
-    for ((at, _), written) in durable.into_iter().zip(written) {
+    for (at, written) in durable.into_iter().zip(written) {
         results[at] = Some(written);
     }
     let results = all_answered(results)?;
     let extras = Extras {
         me,
         now,
-        batch,
+        batch: id,
         channel: &hub.channel,
         payloads: payloads(hub, &results),
     };
-    flush(tx, rows, extras).await?;
-    Ok(results)
+    let committed = flush(tx, rows, extras).await?;
+    if in_tx {
+        committed?;
+        return Ok(Sent::Written {
+            answers: results,
+            committed: Ok(()),
+        });
+    }
+    Ok(Sent::Written {
+        answers: results,
+        committed,
+    })
 }
 
 fn all_answered(results: Vec<Option<Written>>) -> Result<Vec<Written>, StoreError> {
@@ -446,6 +578,18 @@ async fn mark(tx: &mut PgConnection, batch: &str, now: i64) -> Result<(), StoreE
         .execute(&mut *tx)
         .await?;
     Ok(())
+}
+
+/// A statement refused because what a fenced write assumed did not hold:
+/// an episode's instance moved on, or the id of a child it starts was
+/// taken. Nothing was written; the batch is decided again on what is stored.
+fn moved_on(error: &StoreError) -> bool {
+    match error {
+        StoreError::Query(sqlx::Error::Database(e)) => {
+            matches!(e.code().as_deref(), Some(FENCE_REFUSED) | Some("23505"))
+        }
+        _ => false,
+    }
 }
 
 /// A deadlock or serialization failure against another host's transaction:

@@ -9,9 +9,17 @@
 //! The parts see one snapshot, not each other's rows. The planning made
 //! sure no two of them touch one row (an instance created in the batch
 //! carries its later changes; a row deleted and parked is only deleted, as
-//! it would be in either order).
+//! it would be in either order; an instance's pending work dropped takes
+//! the rows of it the batch gathered before, in memory, and the stored ones
+//! by the statement).
+//!
+//! Episodes written under their fence ([`Fence`]) update their instance
+//! row only where it is still as they ran on it; the statement's last part
+//! counts the rows so updated and, if one is missing, refuses the whole
+//! statement (`fences_held`, migration 0011): nothing of the batch is
+//! written, and no `NOTIFY` leaves.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, PgConnection};
@@ -23,11 +31,21 @@ use crate::core::instance::{NewInstance, RuntimeStatus};
 /// A task's key: instance, execution, task number.
 pub(super) type TaskKey = (String, i64, u32);
 
+/// An episode written without a read: its instance row is updated only if
+/// it still has this execution, an active status, this host as its owner,
+/// and `replayed` journal entries ([`crate::core::fence::admits_episode`]).
+pub(super) struct Fence {
+    pub id: String,
+    pub execution: i64,
+    pub replayed: u64,
+}
+
 /// The rows a planned batch writes, by table.
 #[derive(Default)]
 pub(super) struct Rows {
     pub inbox_deleted: Vec<i64>,
-    pub inbox_parked: Vec<i64>,
+    /// (instance, row).
+    pub inbox_parked: Vec<(String, i64)>,
     pub inbox: InboxInserts,
     pub journal: JournalInserts,
     pub executions: (Vec<i64>, Vec<String>),
@@ -36,6 +54,40 @@ pub(super) struct Rows {
     pub updates: BTreeMap<String, RowUpdate>,
     pub tasks_added: TaskInserts,
     pub tasks_finished: Vec<TaskKey>,
+    /// Instances whose stored inbox rows and tasks are all deleted.
+    pub cleared: Vec<String>,
+    /// Instance rows updated only where their episode's fence holds.
+    pub fences: Vec<Fence>,
+    /// Tasks whose result was written with the episode run on it: each row
+    /// is deleted only if it still waits for that attempt, and counted
+    /// with the fences.
+    pub tasks_settled: Vec<(TaskKey, u32)>,
+}
+
+impl Rows {
+    /// Forgets the inbox rows and tasks gathered for instance `id` (its
+    /// pending work is dropped after them).
+    pub fn drop_gathered_of(&mut self, id: &str) {
+        let inbox = std::mem::take(&mut self.inbox);
+        for n in 0..inbox.id.len() {
+            if inbox.instance[n] != id {
+                self.inbox.id.push(inbox.id[n]);
+                self.inbox.instance.push(inbox.instance[n].clone());
+                self.inbox.execution.push(inbox.execution[n]);
+                self.inbox.event.push(inbox.event[n].clone());
+                self.inbox.visible_at.push(inbox.visible_at[n]);
+            }
+        }
+        let tasks = std::mem::take(&mut self.tasks_added);
+        for n in 0..tasks.task.len() {
+            if tasks.instance[n] != id {
+                self.tasks_added.instance.push(tasks.instance[n].clone());
+                self.tasks_added.execution.push(tasks.execution[n]);
+                self.tasks_added.task.push(tasks.task[n]);
+                self.tasks_added.call.push(tasks.call[n].clone());
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -92,17 +144,19 @@ pub(super) struct Extras<'a> {
 }
 
 /// Writes a planned batch's rows, its commit mark and its `NOTIFY`s in one
-/// statement.
+/// statement; the inner result is the statement's own (outside a
+/// transaction, it is the commit's: an error there may still have
+/// committed, and the caller resolves it).
 pub(super) async fn flush(
     connection: &mut PgConnection,
     rows: Rows,
     extras: Extras<'_>,
-) -> Result<(), StoreError> {
+) -> Result<Result<(), sqlx::Error>, StoreError> {
     let (sql, arguments) = statement(rows, extras)?;
-    sqlx::query_with(&sql, arguments)
+    Ok(sqlx::query_with(&sql, arguments)
         .execute(&mut *connection)
-        .await?;
-    Ok(())
+        .await
+        .map(|_| ()))
 }
 
 /// The statement's text and its arguments, numbered as the parts are added.
@@ -148,11 +202,62 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
         Ok(placeholder)
     };
     let deleted: HashSet<i64> = rows.inbox_deleted.iter().copied().collect();
+    let cleared: HashSet<&str> = rows.cleared.iter().map(String::as_str).collect();
     let parked: Vec<i64> = rows
         .inbox_parked
         .into_iter()
-        .filter(|id| !deleted.contains(id))
+        .filter(|(instance, id)| !deleted.contains(id) && !cleared.contains(instance.as_str()))
+        .map(|(_, id)| id)
         .collect();
+    let tasks_finished: Vec<TaskKey> = rows
+        .tasks_finished
+        .into_iter()
+        .filter(|(instance, _, _)| !cleared.contains(instance.as_str()))
+        .collect();
+    // Settled tasks are deleted by their own part, which counts them: an
+    // instance's pending work dropped in the same statement leaves them
+    // to it (two deletes of one row in one statement: only one finds it).
+    let settled = rows.tasks_settled.len();
+    let mut unsettled = "true".to_string();
+    if settled > 0 {
+        let (mut instance, mut execution, mut task, mut attempt) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ((i, e, t), a) in rows.tasks_settled {
+            instance.push(i);
+            execution.push(e);
+            task.push(i64::from(t));
+            attempt.push(i64::from(a));
+        }
+        let columns = [
+            s.bind(instance)? + "::TEXT[]",
+            s.bind(execution)? + "::BIGINT[]",
+            s.bind(task)? + "::BIGINT[]",
+            s.bind(attempt)? + "::BIGINT[]",
+        ];
+        let keys = columns.join(", ");
+        s.part(
+            "tasks_settled",
+            format!(
+                "DELETE FROM tasks t USING UNNEST({keys}) AS f(i, e, n, a) \
+                 WHERE t.instance_id = f.i AND t.execution = f.e AND t.task = f.n AND t.attempt = f.a RETURNING 1"
+            ),
+        );
+        unsettled = format!(
+            "NOT EXISTS (SELECT 1 FROM UNNEST({keys}) AS f(i, e, n, a) \
+             WHERE t.instance_id = f.i AND t.execution = f.e AND t.task = f.n)"
+        );
+    }
+    if !rows.cleared.is_empty() {
+        let ids = s.bind(rows.cleared.clone())?;
+        s.part(
+            "inbox_cleared",
+            format!("DELETE FROM inbox WHERE instance_id = ANY({ids}::TEXT[])"),
+        );
+        s.part(
+            "tasks_cleared",
+            format!("DELETE FROM tasks t WHERE t.instance_id = ANY({ids}::TEXT[]) AND {unsettled}"),
+        );
+    }
     if !rows.inbox_deleted.is_empty() {
         let ids = s.bind(rows.inbox_deleted)?;
         s.part(
@@ -243,8 +348,9 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
             ),
         );
     }
+    let fences = rows.fences.len();
     if !rows.updates.is_empty() {
-        let c = Columns::of_updates(rows.updates);
+        let c = Columns::of_updates(rows.updates, rows.fences);
         let columns = [
             s.bind(c.id)? + "::TEXT[]",
             s.bind(c.status)? + "::TEXT[]",
@@ -252,7 +358,22 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
             s.bind(c.custom_status)? + "::TEXT[]",
             s.bind(c.events)? + "::BIGINT[]",
             s.bind(c.bytes)? + "::BIGINT[]",
+            s.bind(c.fence_execution)? + "::BIGINT[]",
+            s.bind(c.fence_replayed)? + "::BIGINT[]",
         ];
+        // The fence of an episode written without a read: the rule of
+        // `core::fence::admits_episode`, on the row as it stands.
+        let fence = match fences {
+            0 => "true".to_string(),
+            _ => {
+                let me = me(&mut s)?;
+                format!(
+                    "(u.fence_execution IS NULL OR (i.execution = u.fence_execution \
+                     AND i.history_events = u.fence_replayed \
+                     AND i.status IN ('Pending', 'Running', 'ContinuedAsNew') AND i.owner = {me}::TEXT))"
+                )
+            }
+        };
         s.part(
             "instances_updated",
             format!(
@@ -260,7 +381,8 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
                  output = COALESCE(u.output, i.output), custom_status = COALESCE(u.custom_status, i.custom_status), \
                  history_events = i.history_events + u.events, history_bytes = i.history_bytes + u.bytes, \
                  updated_at = {now}::BIGINT \
-                 FROM UNNEST({}) AS u(id, status, output, custom_status, events, bytes) WHERE i.id = u.id",
+                 FROM UNNEST({}) AS u(id, status, output, custom_status, events, bytes, fence_execution, fence_replayed) \
+                 WHERE i.id = u.id AND {fence} RETURNING u.fence_execution IS NOT NULL AS fenced",
                 columns.join(", ")
             ),
         );
@@ -283,9 +405,9 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
             ),
         );
     }
-    if !rows.tasks_finished.is_empty() {
+    if !tasks_finished.is_empty() {
         let (mut instance, mut execution, mut task) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, e, t) in rows.tasks_finished {
+        for (i, e, t) in tasks_finished {
             instance.push(i);
             execution.push(e);
             task.push(i64::from(t));
@@ -309,13 +431,27 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
         "marked",
         format!("INSERT INTO commits (id, at) VALUES ({batch}, {now}::BIGINT)"),
     );
-    let tail = if extras.payloads.is_empty() {
-        "SELECT 1".to_string()
+    let held = match (fences, settled) {
+        (0, 0) => "true".to_string(),
+        (fences, settled) => {
+            let expected = s.bind(i64::try_from(fences + settled).unwrap_or(i64::MAX))?;
+            let settled = match settled {
+                0 => "0",
+                _ => "(SELECT COUNT(*) FROM tasks_settled)",
+            };
+            format!(
+                "fences_held({expected}::BIGINT, (SELECT COUNT(*) FROM instances_updated WHERE fenced) + {settled})"
+            )
+        }
+    };
+    let notified = if extras.payloads.is_empty() {
+        "0".to_string()
     } else {
         let channel = s.bind(extras.channel.to_string())?;
         let payloads = s.bind(extras.payloads)?;
-        format!("SELECT pg_notify({channel}, p) FROM UNNEST({payloads}::TEXT[]) AS p")
+        format!("(SELECT COUNT(pg_notify({channel}, p)) FROM UNNEST({payloads}::TEXT[]) AS p)")
     };
+    let tail = format!("SELECT {held} AS held, {notified} AS notified");
     let sql = format!("WITH {} {tail}", s.parts.join(", "));
     Ok((sql, s.arguments))
 }
@@ -337,6 +473,9 @@ struct Columns {
     events: Vec<i64>,
     bytes: Vec<i64>,
     traceparent: Vec<Option<String>>,
+    /// An updated row's fence: the execution and journal length it must have.
+    fence_execution: Vec<Option<i64>>,
+    fence_replayed: Vec<Option<i64>>,
 }
 
 impl Columns {
@@ -369,9 +508,16 @@ impl Columns {
         c
     }
 
-    fn of_updates(updates: BTreeMap<String, RowUpdate>) -> Self {
+    /// The updates, each with its fence if it has one.
+    fn of_updates(updates: BTreeMap<String, RowUpdate>, fences: Vec<Fence>) -> Self {
+        let fences: HashMap<String, Fence> =
+            fences.into_iter().map(|f| (f.id.clone(), f)).collect();
         let mut c = Self::default();
         for (id, row) in updates {
+            let fence = fences.get(&id);
+            c.fence_execution.push(fence.map(|f| f.execution));
+            c.fence_replayed
+                .push(fence.map(|f| i64::try_from(f.replayed).unwrap_or(i64::MAX)));
             c.id.push(id);
             c.status.push(row.status.map(RuntimeStatus::as_str));
             c.output.push(row.output);

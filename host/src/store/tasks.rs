@@ -67,12 +67,22 @@ impl Store {
         Ok(found.is_some())
     }
 
-    /// The earliest time after `now` at which a timer fires or a task is due.
+    /// The earliest time after `now` at which a timer fires or a failed
+    /// task's next attempt is due. Only those become due later: a new task,
+    /// a result or a raised event is due when it is written, and is
+    /// dispatched by whoever wrote it (or told by a notification). Written a
+    /// moment after the caller read its clock, they would look a
+    /// millisecond ahead and keep its scheduler passing every millisecond
+    /// while any instance runs.
     pub async fn next_due_after(&self, now: i64) -> Result<Option<i64>, StoreError> {
-        let next: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > $1 \
-             UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > $1) AS due",
-        )
+        let timer = match self.kind() {
+            super::Kind::Postgres => "(event::jsonb ->> 'event') = 'timer_fired'",
+            super::Kind::Sqlite => "json_extract(event, '$.event') = 'timer_fired'",
+        };
+        let next: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > $1 AND {timer} \
+             UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > $1 AND attempt > 0) AS due"
+        ))
         .bind(now)
         .fetch_one(self.pool())
         .await?;

@@ -4,14 +4,19 @@
 //! else a write is committed.
 
 use super::apply::{apply, create};
-use super::durable_records::{Applied, Loaded, Read, ReadOut, Target, Write, Written};
+use super::durable_records::{
+    Applied, ArrivalWritten, Arriving, Loaded, Read, ReadOut, Target, Write, Written,
+};
 use super::episodes::image;
 use super::run_tx::RunTx;
 use super::run_writes::write_run;
 use super::tx::Tx;
 use super::StoreError;
+use crate::core::effects::Effect;
 use crate::core::fence::{self, EpisodeFence, InstanceHolder};
+use crate::core::lifecycle::task_done::{self, Attempt};
 use crate::core::lifecycle::{self, Change, Command, Decision, Reply, TaskFate};
+use crate::core::limits::{LimitError, Limits};
 
 pub(super) async fn write_one(
     tx: &mut (impl Tx + RunTx),
@@ -46,17 +51,8 @@ pub(super) async fn write_durable(
                 replayed,
                 writer: tx.me(),
             };
-            let Some(current) = current.filter(|c| {
-                fence::admits_episode(
-                    &InstanceHolder {
-                        execution: c.state.execution,
-                        active: c.state.status.is_active(),
-                        owner: c.owner.as_deref(),
-                        journal_len: c.state.history.events,
-                    },
-                    &fence,
-                )
-            }) else {
+            let Some(current) = current.filter(|c| fence::admits_episode(&holder(c), &fence))
+            else {
                 return Ok(Written::Episode(None));
             };
             let journal_len = current.state.history.events;
@@ -69,38 +65,88 @@ pub(super) async fn write_durable(
             result,
             limits,
         } => {
-            let Some(current) = tx.load(&instance).await? else {
-                return Ok(Written::TaskDone(TaskFate::Dropped, Applied::default()));
+            let (fate, applied) = task_done(tx, instance, attempt, result, &limits, now).await?;
+            Ok(Written::TaskDone(fate, applied))
+        }
+        Write::ArrivalAndEpisode {
+            arriving,
+            target,
+            replayed,
+            effects,
+            limits,
+        } => {
+            let current = tx.load(&target.id).await?;
+            let fence = EpisodeFence {
+                execution: target.execution,
+                replayed,
+                writer: tx.me(),
             };
-            let mine = is_mine(tx.me(), Some(&current));
-            let pending = tx.task_pending(&instance, &attempt).await?;
-            let decision = lifecycle::decide(
-                Some(&current.state),
-                Command::TaskDone {
-                    pending,
-                    attempt: &attempt,
-                    result,
-                    now,
-                    limits: &limits,
-                },
-            );
-            let (Reply::Task(outcome), effects) = (decision.reply, decision.effects) else {
-                return Err(StoreError::Write(
-                    "a task's result got another reply".into(),
-                ));
+            let admitted = current
+                .as_ref()
+                .filter(|c| fence::admits_episode(&holder(c), &fence));
+            let written = match arriving {
+                Arriving::Result { attempt, result } => {
+                    // The episode took the result as the task's outcome: it
+                    // stands if the task still waits for this very attempt
+                    // and the result is one that is delivered (not retried).
+                    let delivered = admitted.is_some_and(|c| {
+                        matches!(
+                            task_done::decide(
+                                Some(&c.state),
+                                true,
+                                &attempt,
+                                result.clone(),
+                                now,
+                                &limits
+                            ),
+                            task_done::Settled::Delivered(_)
+                        )
+                    });
+                    if delivered && tx.task_pending(&target.id, &attempt).await? {
+                        tx.finish_task(&target, attempt.task).await?;
+                        None
+                    } else {
+                        let (fate, applied) =
+                            task_done(tx, target.id.clone(), attempt, result, &limits, now).await?;
+                        Some(ArrivalWritten::Result(fate, applied))
+                    }
+                }
+                Arriving::Event { name, payload } => {
+                    // The episode took the event: it stands if the event is
+                    // accepted, as a raise would accept it.
+                    let accepted = match admitted {
+                        Some(c) => {
+                            let waiting = tx.inbox_size(&target.id).await?;
+                            let decision = lifecycle::decide(
+                                Some(&c.state),
+                                Command::Raise {
+                                    name: &name,
+                                    payload: &payload,
+                                    waiting,
+                                    limits: &limits,
+                                },
+                            );
+                            decision.reply == Reply::Change(Change::Done)
+                        }
+                        None => false,
+                    };
+                    if accepted {
+                        None
+                    } else {
+                        let (change, applied) =
+                            raise(tx, target.id.clone(), &name, &payload, &limits, now).await?;
+                        Some(ArrivalWritten::Event(change, applied))
+                    }
+                }
             };
-            let target = Target {
-                id: instance,
-                execution: attempt.execution,
-                name: current.name,
-                digest: current.digest,
-            };
-            let journal_len = current.state.history.events;
-            let applied = apply(tx, &target, journal_len, effects, now).await?;
-            Ok(Written::TaskDone(
-                outcome,
+            if let Some(alone) = written {
+                return Ok(Written::ArrivalAndEpisode(alone));
+            }
+            let mine = is_mine(tx.me(), current.as_ref());
+            let applied = apply(tx, &target, replayed, effects, now).await?;
+            Ok(Written::ArrivalAndEpisode(ArrivalWritten::WithEpisode(
                 with_news(applied, &target.id, mine),
-            ))
+            )))
         }
         Write::Start(new) => {
             let id = new.id.clone();
@@ -124,27 +170,8 @@ pub(super) async fn write_durable(
             payload,
             limits,
         } => {
-            let current = tx.load(&instance).await?;
-            let waiting = match &current {
-                Some(_) => tx.inbox_size(&instance).await?,
-                None => Default::default(),
-            };
-            let decision = lifecycle::decide(
-                current.as_ref().map(|c| &c.state),
-                Command::Raise {
-                    name: &name,
-                    payload: &payload,
-                    waiting,
-                    limits: &limits,
-                },
-            );
-            match decision.reply {
-                Reply::Refused(refused) => Ok(Written::Raise(Err(refused), Applied::default())),
-                Reply::Change(_) | Reply::Task(_) | Reply::Episode => {
-                    let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
-                    Ok(Written::Raise(Ok(change), applied))
-                }
-            }
+            let (change, applied) = raise(tx, instance, &name, &payload, &limits, now).await?;
+            Ok(Written::Raise(change, applied))
         }
         Write::Manage { instance, op } => {
             let current = tx.load(&instance).await?;
@@ -154,6 +181,104 @@ pub(super) async fn write_durable(
             Ok(Written::Manage(change, applied))
         }
     }
+}
+
+/// A task's result, decided on the instance and the task as stored.
+async fn task_done(
+    tx: &mut impl Tx,
+    instance: String,
+    attempt: Attempt,
+    result: Result<String, String>,
+    limits: &Limits,
+    now: i64,
+) -> Result<(TaskFate, Applied), StoreError> {
+    let Some(current) = tx.load(&instance).await? else {
+        return Ok((TaskFate::Dropped, Applied::default()));
+    };
+    let mine = is_mine(tx.me(), Some(&current));
+    let pending = tx.task_pending(&instance, &attempt).await?;
+    let decision = lifecycle::decide(
+        Some(&current.state),
+        Command::TaskDone {
+            pending,
+            attempt: &attempt,
+            result,
+            now,
+            limits,
+        },
+    );
+    let (Reply::Task(outcome), effects) = (decision.reply, decision.effects) else {
+        return Err(StoreError::Write(
+            "a task's result got another reply".into(),
+        ));
+    };
+    let target = Target {
+        id: instance,
+        execution: attempt.execution,
+        name: current.name,
+        digest: current.digest,
+    };
+    let journal_len = current.state.history.events;
+    let applied = apply(tx, &target, journal_len, effects, now).await?;
+    Ok((outcome, with_news(applied, &target.id, mine)))
+}
+
+/// An event raised at an instance, decided on the instance as stored.
+async fn raise(
+    tx: &mut impl Tx,
+    instance: String,
+    name: &str,
+    payload: &str,
+    limits: &Limits,
+    now: i64,
+) -> Result<(Result<Change, LimitError>, Applied), StoreError> {
+    let current = tx.load(&instance).await?;
+    let waiting = match &current {
+        Some(_) => tx.inbox_size(&instance).await?,
+        None => Default::default(),
+    };
+    let decision = lifecycle::decide(
+        current.as_ref().map(|c| &c.state),
+        Command::Raise {
+            name,
+            payload,
+            waiting,
+            limits,
+        },
+    );
+    match decision.reply {
+        Reply::Refused(refused) => Ok((Err(refused), Applied::default())),
+        Reply::Change(_) | Reply::Task(_) | Reply::Episode => {
+            let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
+            Ok((Ok(change), applied))
+        }
+    }
+}
+
+/// An instance as the episode fence reads it.
+fn holder(current: &Loaded) -> InstanceHolder<'_> {
+    InstanceHolder {
+        execution: current.state.execution,
+        active: current.state.status.is_active(),
+        owner: current.owner.as_deref(),
+        journal_len: current.state.history.events,
+    }
+}
+
+/// An episode's effects written under its fence, without reading its
+/// instance: the caller makes the fence (the same rule as
+/// [`fence::admits_episode`], with `replayed` as the journal's length) the
+/// condition of the statement that writes them, which is refused whole if
+/// it does not hold. Only for a host that owns what it runs.
+pub(super) async fn write_fenced_episode(
+    tx: &mut impl Tx,
+    target: Target,
+    replayed: u64,
+    effects: Vec<Effect>,
+    now: i64,
+) -> Result<Written, StoreError> {
+    let applied = apply(tx, &target, replayed, effects, now).await?;
+    Ok(Written::Episode(Some(with_news(applied, &target.id, true))))
 }
 
 pub(super) async fn read_one(tx: &mut impl Tx, read: Read) -> Result<ReadOut, StoreError> {

@@ -12,6 +12,7 @@ pub mod arrivals;
 pub mod continue_as_new;
 pub mod episode_end;
 pub mod evolve;
+pub mod in_hand;
 pub mod purge;
 pub mod raise;
 pub mod resume;

@@ -1,0 +1,534 @@
+//! The writes of one durable step on both stores: an arrival (a task's
+//! result, a raised event) with the episode run on it
+//! ([`Write::ArrivalAndEpisode`]), and, on PostgreSQL,
+//! episodes written under their fence without a read
+//! ([`super::postgres_batch`]) and the careful retry when a fence or a new
+//! child's id does not hold. Each test runs on SQLite, and again on
+//! PostgreSQL when `AGENTHOST_TEST_STORE` names one (`make test` does).
+
+use std::sync::Arc;
+
+use crate::core::effects::Effect;
+use crate::core::instance::RuntimeStatus;
+use crate::core::journal::{Call, Entry, Event};
+use crate::core::lifecycle::task_done::Attempt;
+use crate::core::lifecycle::Operation;
+use crate::core::limits::Limits;
+use crate::store::durable_records::{ArrivalWritten, Arriving, Write, Written};
+use crate::store::test_fixtures::new;
+use crate::store::{Membership, Store, StoreError, Target, TaskFate, TaskHub};
+
+/// SQLite, and PostgreSQL when a database is named (each on a fresh hub).
+async fn stores() -> Result<Vec<(Store, Option<tempfile::TempDir>)>, StoreError> {
+    let (dir, sqlite) = crate::store::test_fixtures::sqlite().await?;
+    let mut stores = vec![(sqlite, Some(dir))];
+    if let Some(url) = std::env::var("AGENTHOST_TEST_STORE")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+    {
+        let hub = TaskHub::new(&format!("steps{}", uuid::Uuid::new_v4().simple()))
+            .map_err(|e| StoreError::Write(e.to_string()))?;
+        stores.push((Store::open(&url, &hub, Membership::default()).await?, None));
+    }
+    Ok(stores)
+}
+
+fn activity(n: u32) -> Call {
+    Call::CallActivity {
+        name: format!("step{n}"),
+        input: "null".into(),
+        retry: None,
+    }
+}
+
+fn target(id: &str, execution: i64) -> Target {
+    Target {
+        id: id.into(),
+        execution,
+        name: "o".into(),
+        digest: "d".into(),
+    }
+}
+
+fn attempt(execution: i64, task: u32, attempt: u32) -> Attempt {
+    Attempt {
+        execution,
+        task,
+        attempt,
+        retry: None,
+    }
+}
+
+/// Starts `id` and commits its first episode, which schedules task 0;
+/// returns its execution.
+async fn running(store: &Store, id: &str) -> Result<i64, StoreError> {
+    store.start(new(id)).await?;
+    let execution = store.load(id).await?.map_or(0, |l| l.state.execution);
+    let first = vec![
+        Effect::Append {
+            entries: vec![Entry::Call(activity(0))],
+            at: 1,
+        },
+        Effect::ScheduleTask {
+            task: 0,
+            call: activity(0),
+        },
+        Effect::SetStatus {
+            status: RuntimeStatus::Running,
+            output: None,
+            custom_status: None,
+        },
+    ];
+    let applied = store
+        .commit_episode(target(id, execution), 0, first)
+        .await?;
+    assert!(applied.is_some(), "the first episode commits");
+    Ok(execution)
+}
+
+/// The episode that took task 0's result: it journals the result and
+/// schedules task 1.
+fn next_step(result: &str) -> Vec<Effect> {
+    vec![
+        Effect::Append {
+            entries: vec![
+                Entry::Event(Event::TaskCompleted {
+                    task: 0,
+                    result: result.into(),
+                }),
+                Entry::Call(activity(1)),
+            ],
+            at: 2,
+        },
+        Effect::ScheduleTask {
+            task: 1,
+            call: activity(1),
+        },
+        Effect::SetStatus {
+            status: RuntimeStatus::Running,
+            output: None,
+            custom_status: None,
+        },
+    ]
+}
+
+/// (history events, inbox events, due tasks as (execution, task)) of `id`.
+async fn seen(store: &Store, id: &str) -> Result<(u64, Vec<Event>, Vec<u32>), StoreError> {
+    let image = store
+        .image(id)
+        .await?
+        .ok_or_else(|| StoreError::Write(format!("no instance {id}")))?;
+    let mut tasks: Vec<u32> = store
+        .due_tasks(i64::MAX, 100, 0)
+        .await?
+        .into_iter()
+        .filter(|t| t.instance_id == id)
+        .map(|t| t.task)
+        .collect();
+    tasks.sort_unstable();
+    Ok((
+        image.loaded.state.history.events,
+        image.inbox.into_iter().map(|r| r.event).collect(),
+        tasks,
+    ))
+}
+
+async fn result_and_episode(
+    store: &Store,
+    id: &str,
+    execution: i64,
+    replayed: u64,
+    tried: Attempt,
+    effects: Vec<Effect>,
+) -> Result<ArrivalWritten, StoreError> {
+    let arriving = Arriving::Result {
+        attempt: tried,
+        result: Ok("\"r0\"".into()),
+    };
+    store
+        .arrival_and_episode(
+            arriving,
+            target(id, execution),
+            replayed,
+            effects,
+            Arc::new(Limits::default()),
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_and_the_episode_run_on_it_are_written_together_never_through_the_inbox(
+) -> Result<(), StoreError> {
+    for (store, _dir) in stores().await? {
+        let execution = running(&store, "a").await?;
+        let written = result_and_episode(
+            &store,
+            "a",
+            execution,
+            1,
+            attempt(execution, 0, 0),
+            next_step("\"r0\""),
+        )
+        .await?;
+        let ArrivalWritten::WithEpisode(applied) = written else {
+            panic!("{written:?} on {:?}", store.kind());
+        };
+        assert_eq!(applied.tasks.len(), 1, "task 1 is dispatched");
+        assert!(applied.posted.is_empty(), "nothing entered the inbox");
+        assert_eq!(seen(&store, "a").await?, (3, Vec::new(), vec![1]));
+        store.close().await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_whose_attempt_or_instance_moved_on_is_written_alone_as_any_other(
+) -> Result<(), StoreError> {
+    for (store, _dir) in stores().await? {
+        let kind = store.kind();
+        // The task waits for attempt 0, not 1: the result is stale.
+        let execution = running(&store, "stale").await?;
+        let written = result_and_episode(
+            &store,
+            "stale",
+            execution,
+            1,
+            attempt(execution, 0, 1),
+            next_step("\"r0\""),
+        )
+        .await?;
+        assert!(
+            matches!(written, ArrivalWritten::Result(TaskFate::Dropped, _)),
+            "{written:?} on {kind:?}"
+        );
+        assert_eq!(seen(&store, "stale").await?, (1, Vec::new(), vec![0]));
+
+        // The episode replayed a journal that is not the stored one: the
+        // result is delivered to the inbox, the episode dropped.
+        let execution = running(&store, "moved").await?;
+        let written = result_and_episode(
+            &store,
+            "moved",
+            execution,
+            0,
+            attempt(execution, 0, 0),
+            next_step("\"r0\""),
+        )
+        .await?;
+        assert!(
+            matches!(written, ArrivalWritten::Result(TaskFate::Delivered, _)),
+            "{written:?} on {kind:?}"
+        );
+        let delivered = Event::TaskCompleted {
+            task: 0,
+            result: "\"r0\"".into(),
+        };
+        assert_eq!(
+            seen(&store, "moved").await?,
+            (1, vec![delivered], Vec::new())
+        );
+
+        // A suspended instance takes the result into its inbox.
+        let execution = running(&store, "held").await?;
+        store.manage("held", Operation::Suspend).await?;
+        let written = result_and_episode(
+            &store,
+            "held",
+            execution,
+            1,
+            attempt(execution, 0, 0),
+            next_step("\"r0\""),
+        )
+        .await?;
+        assert!(
+            matches!(written, ArrivalWritten::Result(TaskFate::Delivered, _)),
+            "{written:?} on {kind:?}"
+        );
+        store.close().await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_step_ends_the_instance_and_drops_its_other_pending_work() -> Result<(), StoreError>
+{
+    for (store, _dir) in stores().await? {
+        let execution = running(&store, "end").await?;
+        // A second task and a timer are pending besides task 0.
+        let more = vec![
+            Effect::Append {
+                entries: vec![
+                    Entry::Call(activity(1)),
+                    Entry::Call(Call::StartTimer { fire_at: 10 }),
+                ],
+                at: 2,
+            },
+            Effect::ScheduleTask {
+                task: 1,
+                call: activity(1),
+            },
+            Effect::ArmTimer {
+                task: 2,
+                fire_at: i64::MAX,
+            },
+        ];
+        assert!(store
+            .commit_episode(target("end", execution), 1, more)
+            .await?
+            .is_some());
+        assert_eq!(seen(&store, "end").await?.2, vec![0, 1]);
+        let finish = vec![
+            Effect::Append {
+                entries: vec![Entry::Event(Event::TaskCompleted {
+                    task: 0,
+                    result: "\"r0\"".into(),
+                })],
+                at: 3,
+            },
+            Effect::SetStatus {
+                status: RuntimeStatus::Completed,
+                output: Some("\"done\"".into()),
+                custom_status: None,
+            },
+            Effect::DropPending,
+        ];
+        let written = result_and_episode(
+            &store,
+            "end",
+            execution,
+            3,
+            attempt(execution, 0, 0),
+            finish,
+        )
+        .await?;
+        assert!(
+            matches!(written, ArrivalWritten::WithEpisode(_)),
+            "{written:?} on {:?}",
+            store.kind()
+        );
+        let image = store.image("end").await?;
+        assert_eq!(
+            image.as_ref().map(|i| i.loaded.state.status),
+            Some(RuntimeStatus::Completed)
+        );
+        assert_eq!(seen(&store, "end").await?, (4, Vec::new(), Vec::new()));
+        store.close().await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_episode_whose_instance_moved_on_or_whose_child_exists_is_decided_on_what_is_stored(
+) -> Result<(), StoreError> {
+    for (store, _dir) in stores().await? {
+        let kind = store.kind();
+        let fenced_before = counted();
+        // Two episodes on one journal: the second's fence no longer holds.
+        let execution = running(&store, "twice").await?;
+        assert!(store
+            .commit_episode(target("twice", execution), 1, next_step("\"a\""))
+            .await?
+            .is_some());
+        let late = store
+            .commit_episode(target("twice", execution), 1, next_step("\"b\""))
+            .await?;
+        assert!(late.is_none(), "refused on {kind:?}");
+        assert_eq!(seen(&store, "twice").await?.0, 3, "written once");
+
+        // A terminated instance takes no episode.
+        let execution = running(&store, "ended").await?;
+        store
+            .manage(
+                "ended",
+                Operation::Terminate {
+                    reason: "stop".into(),
+                },
+            )
+            .await?;
+        assert!(store
+            .commit_episode(target("ended", execution), 1, next_step("\"c\""))
+            .await?
+            .is_none());
+
+        // A child whose id is taken by a running instance: the parent is
+        // told (the core's collision rule), on either store.
+        let execution = running(&store, "parent").await?;
+        let mut taken = new("parent-child");
+        taken.name = "other".into();
+        store.start(taken).await?;
+        let mut child = new("parent-child");
+        child.parent = Some(crate::core::instance::ParentRef {
+            id: "parent".into(),
+            execution,
+            task: 1,
+        });
+        let spawn = vec![
+            Effect::Append {
+                entries: vec![Entry::Call(Call::CallOrchestration {
+                    name: "o".into(),
+                    input: "null".into(),
+                })],
+                at: 2,
+            },
+            Effect::Create(child),
+        ];
+        let applied = store
+            .commit_episode(target("parent", execution), 1, spawn)
+            .await?;
+        assert!(applied.is_some(), "the parent's episode commits");
+        let (_, inbox, _) = seen(&store, "parent").await?;
+        assert!(
+            matches!(inbox.as_slice(), [Event::TaskFailed { task: 1, .. }]),
+            "the parent hears the child could not start, on {kind:?}: {inbox:?}"
+        );
+        if kind == crate::store::Kind::Postgres {
+            let fenced = counted() - fenced_before;
+            assert!(fenced >= 3, "episodes went under their fence: {fenced}");
+        }
+        store.close().await;
+    }
+    Ok(())
+}
+
+/// Episodes written under their fence so far (PostgreSQL).
+fn counted() -> u64 {
+    crate::store::postgres_batch::counts::FENCED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// An arrival with its episode sent with another write on its instance in
+/// the same batch: both decided in order, on what is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_and_a_raise_on_one_instance_in_one_batch_are_decided_in_order(
+) -> Result<(), StoreError> {
+    for (store, _dir) in stores().await? {
+        let execution = running(&store, "both").await?;
+        let results = store
+            .committer()
+            .commit_all(vec![
+                Write::Raise {
+                    instance: "both".into(),
+                    name: "go".into(),
+                    payload: "1".into(),
+                    limits: Arc::new(Limits::default()),
+                },
+                Write::ArrivalAndEpisode {
+                    arriving: Arriving::Result {
+                        attempt: attempt(execution, 0, 0),
+                        result: Ok("\"r0\"".into()),
+                    },
+                    target: target("both", execution),
+                    replayed: 1,
+                    effects: next_step("\"r0\""),
+                    limits: Arc::new(Limits::default()),
+                },
+            ])
+            .await;
+        let results: Vec<Written> = results.into_iter().collect::<Result<_, _>>()?;
+        assert!(matches!(
+            &results[1],
+            Written::ArrivalAndEpisode(ArrivalWritten::WithEpisode(_))
+        ));
+        let raised = Event::EventRaised {
+            name: "go".into(),
+            payload: "1".into(),
+        };
+        assert_eq!(seen(&store, "both").await?, (3, vec![raised], vec![1]));
+        store.close().await;
+    }
+    Ok(())
+}
+
+/// The episode an event raised at `id` wakes: it journals the event and
+/// ends the instance.
+fn takes_event(name: &str, payload: &str) -> Vec<Effect> {
+    vec![
+        Effect::Append {
+            entries: vec![Entry::Event(Event::EventRaised {
+                name: name.into(),
+                payload: payload.into(),
+            })],
+            at: 2,
+        },
+        Effect::SetStatus {
+            status: RuntimeStatus::Completed,
+            output: Some(payload.into()),
+            custom_status: None,
+        },
+        Effect::DropPending,
+    ]
+}
+
+async fn event_and_episode(
+    store: &Store,
+    id: &str,
+    execution: i64,
+    replayed: u64,
+    limits: Limits,
+) -> Result<ArrivalWritten, StoreError> {
+    let arriving = Arriving::Event {
+        name: "go".into(),
+        payload: "1".into(),
+    };
+    store
+        .arrival_and_episode(
+            arriving,
+            target(id, execution),
+            replayed,
+            takes_event("go", "1"),
+            Arc::new(limits),
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raised_event_is_taken_by_its_episode_or_stored_as_a_raise_would_store_it(
+) -> Result<(), StoreError> {
+    for (store, _dir) in stores().await? {
+        let kind = store.kind();
+        // Taken: the instance ends, nothing waits in its inbox.
+        let execution = running(&store, "taken").await?;
+        let written = event_and_episode(&store, "taken", execution, 1, Limits::default()).await?;
+        assert!(
+            matches!(written, ArrivalWritten::WithEpisode(_)),
+            "{written:?} on {kind:?}"
+        );
+        let (events, inbox, tasks) = seen(&store, "taken").await?;
+        assert_eq!((events, inbox.len(), tasks.len()), (2, 0, 0));
+        let status = store.image("taken").await?.map(|i| i.loaded.state.status);
+        assert_eq!(status, Some(RuntimeStatus::Completed));
+
+        // The episode ran on a journal that moved on: the event waits in
+        // the inbox, as a raise leaves it.
+        let execution = running(&store, "late").await?;
+        let written = event_and_episode(&store, "late", execution, 0, Limits::default()).await?;
+        assert!(
+            matches!(
+                written,
+                ArrivalWritten::Event(Ok(crate::core::lifecycle::Change::Done), _)
+            ),
+            "{written:?} on {kind:?}"
+        );
+        assert_eq!(seen(&store, "late").await?.1.len(), 1);
+
+        // A finished instance takes no event, with or without an episode.
+        let execution = running(&store, "over").await?;
+        store
+            .manage(
+                "over",
+                Operation::Terminate {
+                    reason: "stop".into(),
+                },
+            )
+            .await?;
+        let written = event_and_episode(&store, "over", execution, 1, Limits::default()).await?;
+        assert!(
+            matches!(
+                written,
+                ArrivalWritten::Event(Ok(crate::core::lifecycle::Change::Finished), _)
+            ),
+            "{written:?} on {kind:?}"
+        );
+        store.close().await;
+    }
+    Ok(())
+}
