@@ -41,6 +41,18 @@ impl<K: Eq + Hash + Clone> KeyedWorkers<K> {
         }
     }
 
+    /// Claims `key` only if no worker runs for it; unlike [`Self::claim`],
+    /// a running worker is not told to look again (the caller has nothing
+    /// for it yet, and tells it through `claim` once it does).
+    pub fn try_claim(&self, key: &K) -> bool {
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        if active.contains_key(key) {
+            return false;
+        }
+        active.insert(key.clone(), false);
+        true
+    }
+
     /// Called by a worker that found no work: true when it must look again,
     /// false when it has been released and must exit.
     pub fn look_again(&self, key: &K) -> bool {
@@ -90,5 +102,14 @@ mod tests {
             workers.claim(&"s"),
             "released: the next wake starts a worker"
         );
+    }
+
+    #[test]
+    fn a_try_that_finds_a_worker_running_leaves_it_alone() {
+        let workers = KeyedWorkers::default();
+        assert!(workers.try_claim(&"s"));
+        assert!(!workers.try_claim(&"s"));
+        assert!(!workers.look_again(&"s"), "not told to look again");
+        assert!(workers.try_claim(&"s"), "released");
     }
 }

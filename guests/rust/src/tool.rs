@@ -10,6 +10,15 @@ use crate::bindings::agenthost::host::types as wit;
 
 type Handler = Box<dyn Fn(&str) -> Result<String, wit::ActivityError> + Send + Sync>;
 
+/// The JSON Schema of a tool's arguments, made only when the host asks the
+/// component to describe itself: every activity call and episode runs in a
+/// fresh instance, which builds the component anew, and deriving every
+/// tool's schema there cost more than the call itself.
+fn schema_of<A: JsonSchema>() -> String {
+    serde_json::to_string(&schemars::schema_for!(A))
+        .unwrap_or_else(|_| String::from("{\"type\":\"object\"}"))
+}
+
 /// Whether the host may run a tool as soon as the model asks for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Approval {
@@ -32,7 +41,7 @@ pub type ToolError = String;
 pub struct Tool {
     name: String,
     description: String,
-    schema: String,
+    schema: fn() -> String,
     approval: Approval,
     handler: Handler,
 }
@@ -53,8 +62,6 @@ impl Tool {
         E: Display,
         F: Fn(A) -> Result<R, E> + Send + Sync + 'static,
     {
-        let schema = serde_json::to_string(&schemars::schema_for!(A))
-            .unwrap_or_else(|_| String::from("{\"type\":\"object\"}"));
         let handler: Handler = Box::new(move |arguments: &str| {
             let args: A = serde_json::from_str(arguments)
                 .map_err(|e| wit::ActivityError::InvalidArguments(e.to_string()))?;
@@ -66,7 +73,7 @@ impl Tool {
         Self {
             name: name.into(),
             description: description.into(),
-            schema,
+            schema: schema_of::<A>,
             approval: Approval::NeverRequire,
             handler,
         }
@@ -90,7 +97,7 @@ impl Tool {
         wit::Activity {
             name: self.name.clone(),
             description: self.description.clone(),
-            parameters_schema: self.schema.clone(),
+            parameters_schema: (self.schema)(),
             approval: match self.approval {
                 Approval::NeverRequire => wit::ApprovalMode::NeverRequire,
                 Approval::AlwaysRequire => wit::ApprovalMode::AlwaysRequire,

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use tracing::Instrument;
 
 use super::hot::HotInstance;
-use super::in_flight::TaskRunning;
+use super::in_flight::InHand;
 use super::Orchestrator;
 use crate::core::effects::Effect;
 use crate::core::instance::InstanceState;
@@ -16,7 +16,6 @@ use crate::core::journal::Entry;
 use crate::core::lifecycle::arrivals::{self, Sorted};
 use crate::core::lifecycle::episode_end::{Arrived, Ending, Episode};
 use crate::core::lifecycle::in_hand;
-use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
 use crate::core::lifecycle::{self, Command};
 use crate::core::limits::LimitError;
@@ -36,15 +35,6 @@ pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Applied, Store
         return Ok(applied);
     }
     Ok(run_once(orchestrator, id, false).await?.unwrap_or_default())
-}
-
-/// A task's result this host holds and has not stored: its instance's
-/// next episode runs on it first, and the two are committed together.
-pub struct InHand {
-    pub attempt: Attempt,
-    pub result: Result<String, String>,
-    /// Kept until the result is stored: the task is not run again meanwhile.
-    pub running: TaskRunning,
 }
 
 /// Runs the instance's episode on a task's result in hand, when the
@@ -88,6 +78,37 @@ pub async fn run_on_result(
             applied
         }
     })
+}
+
+/// Several results in hand (a fan-out's, arriving together): stored as
+/// any others, in one batch, then one episode takes them all.
+pub async fn run_on_results(
+    orchestrator: &Orchestrator,
+    id: &str,
+    held: Vec<InHand>,
+) -> Result<Applied, StoreError> {
+    let limits = orchestrator.config.limits.clone();
+    let (writes, running): (Vec<_>, Vec<_>) = held
+        .into_iter()
+        .map(|h| ((h.attempt, h.result), h.running))
+        .unzip();
+    let results = orchestrator.store.tasks_done(id, writes, limits).await;
+    drop(running);
+    let mut applied = Applied::default();
+    for result in results {
+        let (fate, done) = result?;
+        if fate == TaskFate::Retrying {
+            orchestrator.notify();
+        }
+        applied.tasks.extend(done.tasks);
+        applied
+            .wake
+            .extend(done.wake.into_iter().filter(|w| w != id));
+    }
+    let ran = run(orchestrator, id).await?;
+    applied.tasks.extend(ran.tasks);
+    applied.wake.extend(ran.wake);
+    Ok(applied)
 }
 
 /// Raises an event at an instance whose episodes the caller holds: when

@@ -166,6 +166,29 @@ impl HotInstances {
         inner.evict_past(self.budget);
     }
 
+    /// Keeps an instance this host just created (and committed) hot from
+    /// the start: its first episode then reads nothing. Left alone if an
+    /// image or an episode of it is there already.
+    pub fn seed(&self, loaded: Loaded) {
+        let mut inner = self.inner();
+        let id = loaded.state.id.clone();
+        if inner.entries.contains(&id) || inner.claimed.contains_key(&id) {
+            return;
+        }
+        let image = HotInstance {
+            loaded,
+            journal: Vec::new(),
+            inbox: Vec::new(),
+        };
+        let size = image.size();
+        if size > self.budget {
+            return;
+        }
+        inner.entries.put(id, image);
+        inner.bytes += size;
+        inner.evict_past(self.budget);
+    }
+
     /// Forgets an instance whose state changed outside its episodes. An
     /// episode under way then cannot put its image back either.
     pub fn forget(&self, id: &str) {

@@ -1,10 +1,13 @@
 //! The tasks running in this process, so that a scheduler pass never
 //! starts one twice: a task counts as running from its start until its
 //! result is stored, which may be after the task itself has returned (its
-//! result then waits for the episode it is committed with).
+//! result is then in hand: it waits for its instance's worker, which runs
+//! the next episode on it and stores both at once).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+
+use crate::core::lifecycle::task_done::Attempt;
 
 /// (instance, execution, task).
 type Key = (String, i64, u32);
@@ -48,6 +51,40 @@ impl Drop for TaskRunning {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.key);
+    }
+}
+
+/// A task's result this host holds and has not stored.
+pub struct InHand {
+    pub attempt: Attempt,
+    pub result: Result<String, String>,
+    /// Kept until the result is stored: the task is not run again meanwhile.
+    pub running: TaskRunning,
+}
+
+/// Results in hand, by instance, until the instance's worker takes them.
+#[derive(Default)]
+pub(super) struct ResultsInHand {
+    held: Mutex<HashMap<String, Vec<InHand>>>,
+}
+
+impl ResultsInHand {
+    pub fn hold(&self, instance: &str, result: InHand) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(instance.to_string())
+            .or_default()
+            .push(result);
+    }
+
+    /// Every result held for `instance`, in the order they came.
+    pub fn take(&self, instance: &str) -> Vec<InHand> {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(instance)
+            .unwrap_or_default()
     }
 }
 

@@ -10,9 +10,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::episode::InHand;
 use super::hot::HotInstances;
-use super::in_flight::{TaskRunning, TasksInFlight};
+use super::in_flight::{InHand, ResultsInHand, TaskRunning, TasksInFlight};
 use super::tasks::{self, Outcome};
 use super::{episode, DurableError};
 use crate::core::ids;
@@ -52,6 +51,8 @@ pub struct Orchestrator {
     pub(super) hot: Arc<HotInstances>,
     /// Every task running in this process, until its result is stored.
     tasks_in_flight: TasksInFlight,
+    /// Results not yet stored, waiting for their instance's worker.
+    results_in_hand: ResultsInHand,
     /// Bounds episodes running at once, so a burst of thousands of instances
     /// queues here rather than in the store's connection pool.
     pub(super) episodes: tokio::sync::Semaphore,
@@ -83,6 +84,7 @@ impl Orchestrator {
             hot,
             config,
             tasks_in_flight: TasksInFlight::default(),
+            results_in_hand: ResultsInHand::default(),
             episodes: tokio::sync::Semaphore::new(MAX_CONCURRENT_EPISODES),
             wake: Notify::new(),
             stopping: CancellationToken::new(),
@@ -181,13 +183,14 @@ impl Orchestrator {
         if !self.works || self.stopping.is_cancelled() || !self.instances.claim(&id) {
             return;
         }
-        self.run_instance(id, None);
+        self.run_instance(id);
     }
 
     /// Runs the episodes of an instance the caller claimed, one after the
-    /// other while something new arrives; the first runs on `in_hand`, a
-    /// task's result not yet stored, when there is one.
-    fn run_instance(self: &Arc<Self>, id: String, mut in_hand: Option<InHand>) {
+    /// other while something new arrives. Results held for it go first: one
+    /// alone is committed with the episode run on it; several are stored
+    /// together, then one episode takes them all.
+    fn run_instance(self: &Arc<Self>, id: String) {
         let this = self.clone();
         self.tracker.spawn(async move {
             loop {
@@ -201,10 +204,17 @@ impl Orchestrator {
                 // task, not the whole episode's state (a burst of 100,000
                 // starts queues 100,000 of them).
                 let ran = match this.episodes.acquire().await {
-                    Ok(_permit) => match in_hand.take() {
-                        Some(result) => Box::pin(episode::run_on_result(&this, &id, result)).await,
-                        None => Box::pin(episode::run(&this, &id)).await,
-                    },
+                    Ok(_permit) => {
+                        let mut held = this.results_in_hand.take(&id);
+                        match held.len() {
+                            0 => Box::pin(episode::run(&this, &id)).await,
+                            1 => match held.pop() {
+                                Some(one) => Box::pin(episode::run_on_result(&this, &id, one)).await,
+                                None => Ok(Applied::default()),
+                            },
+                            _ => Box::pin(episode::run_on_results(&this, &id, held)).await,
+                        }
+                    }
                     Err(_) => return,
                 };
                 match ran {
@@ -220,8 +230,17 @@ impl Orchestrator {
     }
 
     /// Carries out what a commit asked for: run the tasks it scheduled, wake
-    /// the instances it touched.
+    /// the instances it touched (those it created, and this host runs, are
+    /// hot from the start).
     pub(super) fn dispatch(self: &Arc<Self>, applied: Applied) {
+        if self.works {
+            let me = self.store.owner_id();
+            applied
+                .created
+                .into_iter()
+                .filter(|created| created.owner.as_deref() == me)
+                .for_each(|created| self.hot.seed(created));
+        }
         applied
             .tasks
             .into_iter()
@@ -275,17 +294,19 @@ impl Orchestrator {
             attempt: row.attempt,
             retry,
         };
-        // The instance's next episode runs on the result before it is
-        // stored, and both are committed at once, unless an episode of it
-        // runs now (the result is then stored alone, and that episode
-        // looks again).
-        if !self.stopping.is_cancelled() && self.instances.claim(&row.instance_id) {
+        // The result goes to the instance's worker (started, or told to
+        // look again), whose next episode runs on it before it is stored:
+        // both are committed at once.
+        if !self.stopping.is_cancelled() {
             let in_hand = InHand {
                 attempt,
                 result,
                 running,
             };
-            self.run_instance(row.instance_id.clone(), Some(in_hand));
+            self.results_in_hand.hold(&row.instance_id, in_hand);
+            if self.instances.claim(&row.instance_id) {
+                self.run_instance(row.instance_id.clone());
+            }
             return;
         }
         match self
@@ -326,7 +347,8 @@ impl Orchestrator {
         payload: &str,
     ) -> Result<(Result<Change, LimitError>, Applied), StoreError> {
         let limits = self.config.limits.clone();
-        if !self.works || self.stopping.is_cancelled() || !self.instances.claim(&id.to_string()) {
+        if !self.works || self.stopping.is_cancelled() || !self.instances.try_claim(&id.to_string())
+        {
             return self.store.raise(id, event, payload, limits).await;
         }
         let raised = match self.episodes.acquire().await {
@@ -335,7 +357,7 @@ impl Orchestrator {
         };
         // Whatever arrived meanwhile is the instance's worker's.
         if self.instances.look_again(&id.to_string()) {
-            self.run_instance(id.to_string(), None);
+            self.run_instance(id.to_string());
         }
         raised
     }

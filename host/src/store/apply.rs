@@ -2,11 +2,11 @@
 //! The order is the decision's; nothing here chooses anything: where a rule
 //! is needed (a sub-orchestration's id already taken), the core decides.
 
-use super::durable_records::{to_json, Applied, InboxRow, Target};
+use super::durable_records::{to_json, Applied, InboxRow, Loaded, Target};
 use super::tx::{NextExecution, RowUpdate, Tx};
 use super::{StoreError, TaskRow};
 use crate::core::effects::Effect;
-use crate::core::instance::NewInstance;
+use crate::core::instance::{InstanceState, NewInstance, RuntimeStatus, Size};
 use crate::core::journal::{Call, Entry, Event};
 use crate::core::lifecycle::start;
 
@@ -60,7 +60,10 @@ pub(super) async fn apply(
             }
             Effect::ScheduleTask { task, call } => scheduled.push((task, call)),
             Effect::Create(new) => match create(tx, new.clone(), now).await? {
-                Ok(()) => applied.wake.push(new.id),
+                Ok(created) => {
+                    applied.wake.push(new.id);
+                    applied.created.push(created);
+                }
                 Err(()) => match start::collision(&new) {
                     Some((parent, event)) => {
                         push_inbox(tx, &mut applied, &parent.id, parent.execution, event, now)
@@ -163,12 +166,13 @@ pub(super) async fn apply(
 }
 
 /// Creates `new` unless an unfinished instance holds its id (`Err(())`); a
-/// finished one is purged first: its id begins a new execution.
+/// finished one is purged first: its id begins a new execution. The
+/// instance as stored.
 pub(super) async fn create(
     tx: &mut impl Tx,
     new: NewInstance,
     now: i64,
-) -> Result<Result<(), ()>, StoreError> {
+) -> Result<Result<Loaded, ()>, StoreError> {
     let existing = tx.load(&new.id).await?.map(|l| l.state);
     let new = match start::plan(existing.as_ref(), new) {
         Err(_) => return Ok(Err(())),
@@ -180,7 +184,22 @@ pub(super) async fn create(
     };
     let execution = tx.new_execution(&new.id).await?;
     tx.insert_instance(&new, execution, now).await?;
-    Ok(Ok(()))
+    Ok(Ok(Loaded {
+        state: InstanceState {
+            id: new.id,
+            status: RuntimeStatus::Pending,
+            execution,
+            parent: new.parent,
+            history: Size::default(),
+            has_run: false,
+        },
+        name: new.name,
+        digest: new.digest,
+        input: new.input,
+        created_at: now,
+        owner: tx.me().map(str::to_string),
+        traceparent: new.traceparent,
+    }))
 }
 
 async fn push_inbox(

@@ -42,6 +42,9 @@ pub struct Applied {
     /// Instances given something new whose owner may be another host: on a
     /// shared hub, the others are told (see [`super::shared_hub`]).
     pub news: Vec<String>,
+    /// Instances this write created, as stored: the host that runs them
+    /// starts from these instead of reading them back.
+    pub created: Vec<Loaded>,
 }
 
 /// One row of an instance's inbox.

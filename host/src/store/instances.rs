@@ -130,6 +130,34 @@ impl Store {
         }
     }
 
+    /// Records the results of several attempts of one instance's tasks,
+    /// queued at once (they share a transaction); each answer in order.
+    pub async fn tasks_done(
+        &self,
+        instance: &str,
+        results: Vec<(Attempt, Result<String, String>)>,
+        limits: Arc<Limits>,
+    ) -> Vec<Result<(TaskFate, Applied), StoreError>> {
+        let writes = results
+            .into_iter()
+            .map(|(attempt, result)| Write::TaskDone {
+                instance: instance.to_string(),
+                attempt,
+                result,
+                limits: limits.clone(),
+            })
+            .collect();
+        self.committer()
+            .commit_all(writes)
+            .await
+            .into_iter()
+            .map(|written| match written? {
+                Written::TaskDone(outcome, applied) => Ok((outcome, applied)),
+                other => Err(unexpected(other)),
+            })
+            .collect()
+    }
+
     /// Records what arrived for an instance with the episode it ran on
     /// it (see [`Write::ArrivalAndEpisode`]): both, or the arrival alone.
     pub async fn arrival_and_episode(

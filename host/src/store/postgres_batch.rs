@@ -10,11 +10,12 @@
 //! touches its instance: its fence ([`crate::core::fence::admits_episode`])
 //! goes into the statement as the `WHERE` of its instance's update, and a
 //! fence that does not hold refuses the whole statement
-//! ([`FENCE_REFUSED`]). A sub-orchestration it starts is likewise assumed
-//! new, the id's unique key refusing the statement if it is not. Refused,
+//! ([`FENCE_REFUSED`]). An instance started, by a client or as a
+//! sub-orchestration, is likewise assumed new, the id's unique key
+//! refusing the statement if it is not. Refused,
 //! the batch is planned again with [`Care::Careful`]: every instance read
 //! and locked first, as the statement path would. A batch of such episodes
-//! alone is one statement and no transaction around it.
+//! and starts alone is one statement and no transaction around it.
 //!
 //! The decisions are the statement path's own code ([`super::writes`]):
 //! [`Planned`] is a [`Tx`] whose reads answer from the batch's view of the
@@ -58,12 +59,13 @@ pub(super) enum Care {
     Careful,
 }
 
-/// Which of `writes` go under their fence: episodes of a host that owns
-/// what it runs, on an instance no other write of the batch names (another
-/// write would decide on the instance as the batch left it, which a fence
-/// checked by the statement cannot show it).
+/// Which of `writes` need no read: episodes of a host that owns what it
+/// runs, which go under their fence, and starts, whose instance is assumed
+/// new (its id's unique key refuses the statement if not), each on an
+/// instance no other write of the batch names (another write would decide
+/// on the instance as the batch left it, which the statement cannot show).
 pub(super) fn fenced(writes: &[Write], me: Option<&str>, care: Care) -> Vec<bool> {
-    if care == Care::Careful || me.is_none() {
+    if care == Care::Careful {
         return vec![false; writes.len()];
     }
     let mut named: HashMap<&str, usize> = HashMap::new();
@@ -76,8 +78,9 @@ pub(super) fn fenced(writes: &[Write], me: Option<&str>, care: Care) -> Vec<bool
         .iter()
         .map(|write| match write {
             Write::Episode { target, .. } | Write::ArrivalAndEpisode { target, .. } => {
-                named.get(target.id.as_str()) == Some(&1)
+                me.is_some() && named.get(target.id.as_str()) == Some(&1)
             }
+            Write::Start(new) => named.get(new.id.as_str()) == Some(&1),
             _ => false,
         })
         .collect()
@@ -374,8 +377,8 @@ impl Tx for Planned<'_> {
         if let Some(known) = self.instances.get(id) {
             return Ok(known.clone());
         }
-        // Only a sub-orchestration's id is loaded without being preloaded:
-        // under fences it is assumed new (the statement is refused if not).
+        // Only the id of an instance being started is loaded without being
+        // preloaded: it is assumed new (the statement is refused if not).
         if self.care == Care::Fenced {
             self.instances.insert(id.to_string(), None);
             return Ok(None);

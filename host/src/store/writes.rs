@@ -154,9 +154,10 @@ pub(super) async fn write_durable(
             // for the others.
             let mine = tx.me().is_some();
             Ok(Written::Start(match create(tx, new, now).await? {
-                Ok(()) => {
+                Ok(created) => {
                     let applied = Applied {
                         wake: vec![id.clone()],
+                        created: vec![created],
                         ..Applied::default()
                     };
                     Some(with_news(applied, &id, mine))
