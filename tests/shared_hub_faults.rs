@@ -274,13 +274,13 @@ async fn a_worker_paused_past_its_lease_mid_activity_commits_nothing_after_the_t
 
 /// The answer to a commit lost with its connection: the writer asks the
 /// database whether the batch committed instead of writing it again. Two
-/// commits are lost: a raised event that the waiting instance's episode
+/// answers are lost: that of a raised event the waiting instance's episode
 /// takes at once (the event and the episode go as one statement with no
 /// transaction around it: the proxy cuts right after that statement), then
-/// a start (a transaction: the proxy cuts right after its COMMIT). The
-/// event is delivered once (a second delivery would complete `two_events`
-/// with the same payload twice), and the start is answered 202, not 409 by
-/// its own instance. PostgreSQL only.
+/// that of a start (one statement too). The event is delivered once (a
+/// second delivery would complete `two_events` with the same payload
+/// twice), and the start is answered 202, not 409 by its own instance.
+/// PostgreSQL only.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice() {
     use crate::support::durable::{raise, start_with_id, status, wait_for};
@@ -314,21 +314,73 @@ async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice
     let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
     assert_eq!(done["output"], serde_json::json!([1, 2]), "{done}");
 
-    start_losing_the_commit(&proxy, &host, "second", Duration::ZERO).await;
+    start_losing_the_answer(&proxy, &host, "second-start", Duration::ZERO).await;
+    assert!(
+        host.output().contains("the batch had committed"),
+        "{}",
+        host.output()
+    );
 }
 
-/// The answer to a COMMIT lost before the server even has the COMMIT (the
-/// client is cut, the server gets it half a second later): the writer's
-/// question "did that batch commit?" must wait for that transaction to end,
-/// not read the table before the mark is committed and write the batch
-/// again (a start then collides with its own instance). PostgreSQL only.
+/// A start's statement that reaches the server only after the host gave up
+/// on its connection (the client is cut, the server gets the statement half
+/// a second later): the writer ends that connection's server process before
+/// it asks whether the batch committed, so the answer it gets is final and
+/// the late statement never runs after it. The start is answered 202.
+/// PostgreSQL only.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_commit_still_on_its_way_to_the_server_is_waited_for_not_written_twice() {
     let Some(url) = test_store() else {
         return;
     };
     let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
-    start_losing_the_commit(&proxy, &host, "late", Duration::from_millis(500)).await;
+    start_losing_the_answer(&proxy, &host, "late-start", Duration::from_millis(500)).await;
+    assert!(
+        host.output()
+            .contains("the server process of the lost connection has ended"),
+        "{}",
+        host.output()
+    );
+}
+
+/// An event raised at an instance that is not hot on the host (it restarted)
+/// goes into its inbox in a transaction; the statement that writes it
+/// reaches the server only after the host gave up on the connection, inside
+/// a transaction still open there. The host ends that server process, finds
+/// the batch not committed and writes the event again: it is delivered once
+/// (twice, `two_events` would end with the first payload twice).
+/// PostgreSQL only.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_on_its_way_to_the_server_after_its_writer_gave_up_is_delivered_once() {
+    use crate::support::durable::{raise, start_with_id, wait_for};
+    let Some(url) = test_store() else {
+        return;
+    };
+    let (proxy, dir, mut host) = host_behind_a_proxy(&url).await;
+    let id = start_with_id(&host, "two_events", "cold-late", &serde_json::json!(null)).await;
+    wait_for(&host, &id, &["Running"]).await;
+    // A new process: nothing of the instance is in memory.
+    host.terminate();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .store(&proxy.postgres_url(&url))
+        .start();
+    proxy.cut_after_late(b"event_raised", Duration::from_millis(500));
+    assert_eq!(raise(&host, &id, "step", &serde_json::json!(1)).await, 202);
+    assert_eq!(
+        proxy.cuts_after_done(),
+        1,
+        "the statement's answer was lost"
+    );
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(raise(&host, &id, "step", &serde_json::json!(2)).await, 202);
+    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+    assert_eq!(
+        done["output"],
+        serde_json::json!([1, 2]),
+        "{done}\n{}",
+        host.output()
+    );
 }
 
 /// One host on the PostgreSQL database `url`, through a proxy that can cut
@@ -349,17 +401,19 @@ async fn host_behind_a_proxy(
     (proxy, dir, host)
 }
 
-/// Starts `two_events` as `id` while the proxy loses the answer to the next
-/// COMMIT (the server gets that COMMIT `late`): the start must be answered
-/// 202, the writer having found that its batch committed.
-async fn start_losing_the_commit(
+/// Starts `two_events` as `id` while the proxy loses the answer to the
+/// statement that writes it (the server gets that statement `late`): the
+/// start must be answered 202, whether the batch had committed or was
+/// written again.
+async fn start_losing_the_answer(
     proxy: &crate::support::tcp_proxy::TcpProxy,
     host: &crate::support::host::Host,
     id: &str,
     late: Duration,
 ) {
     let cuts = proxy.cuts_after_done();
-    proxy.cut_after_late(b"COMMIT", late);
+    // The id travels in the statement's parameters, and in no earlier one.
+    proxy.cut_after_late(id.as_bytes(), late);
     let started = client()
         .post(host.url(&format!("/api/orchestrators/two_events/{id}")))
         .json(&serde_json::json!(null))
@@ -369,14 +423,11 @@ async fn start_losing_the_commit(
     assert_eq!(
         proxy.cuts_after_done(),
         cuts + 1,
-        "the COMMIT's answer was lost"
+        "the statement's answer was lost"
     );
     assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
-    assert!(
-        host.output().contains("the batch had committed"),
-        "{}",
-        host.output()
-    );
+    let (code, body) = crate::support::durable::status(host, id).await;
+    assert_eq!(body["instanceId"], id, "{code}: {body}");
 }
 
 /// PostgreSQL connections that go silent (no reset, nothing flows: a silent

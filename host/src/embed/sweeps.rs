@@ -52,7 +52,7 @@ pub(super) async fn expire_sessions(
         for (agent, ttl) in &own {
             if let Some(ttl) = ttl {
                 let of_agent = |a: &str| a == agent;
-                let expiring = store.expire_sessions(now - ms(*ttl), &of_agent);
+                let expiring = store.expire_sessions(now - ms(*ttl), Some(agent), &of_agent);
                 match store.within("idle sessions", expiring).await {
                     Ok(n) => expired += n,
                     Err(e) => failed = Some(e),
@@ -64,7 +64,7 @@ pub(super) async fn expire_sessions(
             match store
                 .within(
                     "idle sessions",
-                    store.expire_sessions(now - ms(ttl), &other),
+                    store.expire_sessions(now - ms(ttl), None, &other),
                 )
                 .await
             {

@@ -172,6 +172,7 @@ impl Runs {
             let first = enqueued.next_in_line.then(|| Handed {
                 run: enqueued.record.clone(),
                 fence: enqueued.fence.clone(),
+                new_session: enqueued.new_session,
             });
             self.wake_with(run.session, first, None);
         }
@@ -372,8 +373,13 @@ impl Runs {
             }
             let handed = first.take();
             let was_handed = handed.is_some();
-            if let Some(Handed { fence, .. }) = &handed {
+            let mut empty_history = false;
+            if let Some(Handed {
+                fence, new_session, ..
+            }) = &handed
+            {
                 known = fence.clone();
+                empty_history = *new_session;
             }
             let next = match handed {
                 Some(Handed { run, .. }) => Ok(Some(run)),
@@ -386,7 +392,7 @@ impl Runs {
             };
             match next {
                 Ok(Some(run)) => {
-                    let (ended, used) = self.execute(run, known.take()).await;
+                    let (ended, used) = self.execute(run, known.take(), empty_history).await;
                     known = used;
                     // A run handed over was the session's only one, and a
                     // run waiting for a human holds the session up: unless
@@ -412,22 +418,27 @@ impl Runs {
     /// task moves between worker threads.
     /// Executes a run; false when it waits for a human's decision (it is
     /// not ended, and nothing of it stays in memory).
+    /// `empty_history`: the session is known to hold no messages yet.
     async fn execute(
         &self,
         run: RunRecord,
         known: Option<SessionFence>,
+        empty_history: bool,
     ) -> (bool, Option<SessionFence>) {
         let span = tracing::info_span!("run", agent = %run.agent, session = %run.thread_id, correlation_id = %run.correlation_id);
         // The trace of the request that started the run, wherever and
         // whenever it executes.
         crate::telemetry::continue_trace(&span, run.traceparent.as_deref());
-        self.execute_in_span(run, known).instrument(span).await
+        self.execute_in_span(run, known, empty_history)
+            .instrument(span)
+            .await
     }
 
     async fn execute_in_span(
         &self,
         run: RunRecord,
         known: Option<SessionFence>,
+        empty_history: bool,
     ) -> (bool, Option<SessionFence>) {
         let id = run.correlation_id.clone();
         let session = run.session();
@@ -450,7 +461,14 @@ impl Runs {
                 }
             },
         };
-        let mut kept = self.histories.as_ref().and_then(|h| h.take(&session));
+        // Where histories are kept in memory they are the truth (taken, so
+        // that a run going on after a human's decision reads the store);
+        // elsewhere a session that began with this run has none to read.
+        let mut kept = match (&self.histories, empty_history) {
+            (Some(histories), _) => histories.take(&session),
+            (None, true) => Some(Vec::new()),
+            (None, false) => None,
+        };
         let mut pause = END_RETRY_FIRST;
         let (stream, result) = loop {
             let attempt = *self
@@ -644,4 +662,7 @@ impl Runs {
 struct Handed {
     run: RunRecord,
     fence: Option<SessionFence>,
+    /// The session began with this run (or had expired): it has no history
+    /// to read.
+    new_session: bool,
 }

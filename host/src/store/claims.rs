@@ -129,20 +129,33 @@ impl Store {
         // executor need not read it again): read no earlier than this.
         let taken_at = now_ms();
         // Driven by the (small, indexed) set of unfinished runs, not by
-        // every session ever opened.
-        let unfinished = "(s.agent, s.id) IN (SELECT agent, session_id FROM runs \
+        // every session ever opened (materialized: planned on a hub whose
+        // statistics were never gathered, the join would read every session
+        // this host owns, one per run ever made without a session id).
+        let unfinished =
+            "WITH unfinished AS MATERIALIZED (SELECT DISTINCT agent, session_id FROM runs \
                           WHERE status IN ('pending', 'running'))";
+        // Read by a plain index scan, which marks the entries of runs that
+        // ended as dead for the next pass: a bitmap scan (what the planner
+        // picks) visits every one of them again each second until a vacuum,
+        // thousands a second under load.
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("SET LOCAL enable_bitmapscan = off")
+            .execute(&mut *tx)
+            .await?;
         let mut rows = sqlx::query(&format!(
-            "SELECT s.agent, s.id, s.epoch FROM sessions s WHERE s.owner = $1 AND {unfinished}"
+            "{unfinished} SELECT s.agent, s.id, s.epoch FROM unfinished u \
+             JOIN sessions s ON s.agent = u.agent AND s.id = u.session_id WHERE s.owner = $1"
         ))
         .bind(me)
-        .fetch_all(self.pool())
+        .fetch_all(&mut *tx)
         .await?;
         if !hub.lease_lapsed() {
             let claimed = sqlx::query(&format!(
-                "WITH picked AS ( \
-                   SELECT s.agent, s.id, s.owner AS previous FROM sessions s \
-                   WHERE (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) AND {unfinished} \
+                "{unfinished}, picked AS ( \
+                   SELECT s.agent, s.id, s.owner AS previous FROM unfinished u \
+                   JOIN sessions s ON s.agent = u.agent AND s.id = u.session_id \
+                   WHERE (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) \
                    LIMIT $2 FOR UPDATE OF s SKIP LOCKED) \
                  UPDATE sessions SET owner = $1, epoch = sessions.epoch + 1 FROM picked \
                  WHERE sessions.agent = picked.agent AND sessions.id = picked.id \
@@ -152,11 +165,12 @@ impl Store {
             ))
             .bind(me)
             .bind(limit_of(claim))
-            .fetch_all(self.pool())
+            .fetch_all(&mut *tx)
             .await?;
             took_over(&claimed, "sessions")?;
             rows.extend(claimed);
         }
+        tx.commit().await?;
         rows.iter()
             .map(|row| {
                 let fence = SessionFence {

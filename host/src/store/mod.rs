@@ -24,9 +24,13 @@ mod postgres_commit;
 mod postgres_flush;
 mod postgres_ids;
 mod postgres_run_tx;
+mod postgres_runs;
+mod postgres_statement;
 mod postgres_tx;
 mod records;
 mod retention;
+#[cfg(test)]
+mod run_batches;
 mod run_tx;
 mod run_writes;
 mod sessions;

@@ -16,10 +16,12 @@ use tokio::sync::mpsc;
 use super::commit_queue::{Job, Shared, Taken};
 use super::durable_records::{Read, ReadOut, Write, Written};
 use super::postgres_batch::{fenced, plan, Care, FENCE_REFUSED};
-use super::postgres_flush::{flush, Extras, Rows};
+use super::postgres_flush::{add_rows, Rows};
 use super::postgres_ids::IdPool;
+use super::postgres_runs::{add_runs, set_based, RunParts};
+use super::postgres_statement::{send, Statement, Tail};
 use super::postgres_tx::{image, PgTx};
-use super::run_writes::RunWritten;
+use super::run_writes::{RunWrite, RunWritten};
 use super::shared_hub::SharedHub;
 use super::writes::write_one;
 use super::{now_ms, StoreError};
@@ -49,15 +51,25 @@ pub(super) async fn start(
         ("enable_hashjoin", "off"),
         ("enable_mergejoin", "off"),
     ]);
-    let connection = PgConnection::connect_with(&options).await?;
-    tokio::spawn(write_loop(options, hub, connection, queue, shared));
+    let (connection, backend) = connect(&options).await?;
+    tokio::spawn(write_loop(options, hub, connection, backend, queue, shared));
     Ok(())
+}
+
+/// A connection of the writer, and the id of its server process.
+async fn connect(options: &PgConnectOptions) -> Result<(PgConnection, i32), StoreError> {
+    let mut connection = PgConnection::connect_with(options).await?;
+    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut connection)
+        .await?;
+    Ok((connection, backend))
 }
 
 async fn write_loop(
     options: PgConnectOptions,
     hub: Arc<SharedHub>,
     connection: PgConnection,
+    backend: i32,
     mut queue: mpsc::UnboundedReceiver<Job>,
     shared: Shared,
 ) {
@@ -65,6 +77,7 @@ async fn write_loop(
         options,
         hub,
         connection: Some(connection),
+        backend: Some(backend),
         batches: 0,
         ids: IdPool::default(),
     };
@@ -100,6 +113,8 @@ struct Writer {
     /// Dropped when it fails other than by a statement's own error, and
     /// opened again for the next batch.
     connection: Option<PgConnection>,
+    /// The server process of the last connection opened.
+    backend: Option<i32>,
     /// Transactions committed, to prune old batch ids now and then.
     batches: u64,
     /// Inbox and execution ids reserved for planned batches.
@@ -125,9 +140,10 @@ impl Writer {
     /// The connection (opened again if it was dropped) and the reserved ids.
     async fn parts(&mut self) -> Result<(&mut PgConnection, &mut IdPool), StoreError> {
         if self.connection.is_none() {
-            let connection = PgConnection::connect_with(&self.options).await?;
+            let (connection, backend) = connect(&self.options).await?;
             tracing::info!("the store's writer reconnected to PostgreSQL");
             self.connection = Some(connection);
+            self.backend = Some(backend);
         }
         let connection = self
             .connection
@@ -201,9 +217,10 @@ impl Writer {
             .ok_or_else(|| StoreError::Write("a careful batch was not written".into()))
     }
 
-    /// A batch whose every write is an episode under its fence is one
-    /// statement with no transaction around it; any other, a transaction.
-    /// `None`: it needs a transaction after all (the statement path).
+    /// A batch whose every write needs no read (episodes under their fence,
+    /// starts, runs' writes in their set form) is one statement with no
+    /// transaction around it; any other, a transaction. `None`: it needs a
+    /// transaction after all (the statement path).
     async fn try_batch_with(
         &mut self,
         writes: &[Write],
@@ -214,8 +231,19 @@ impl Writer {
         let batch = self.batch_id();
         let prune = self.batches.is_multiple_of(PRUNE_EVERY);
         let fenced = fenced(writes, hub.owner(), care);
-        let alone = fenced.iter().all(|f| *f);
-        let mut results = None;
+        let run_writes: Vec<&RunWrite> = writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Run(run) => Some(run),
+                _ => None,
+            })
+            .collect();
+        let alone = set_based(&run_writes)
+            && writes
+                .iter()
+                .zip(&fenced)
+                .all(|(w, f)| *f || matches!(w, Write::Run(_)));
+        let mut pending = None;
         let attempt = tokio::time::timeout(CALL_DEADLINE, async {
             let (connection, ids) = self.parts().await?;
             let batch = Batch {
@@ -229,31 +257,40 @@ impl Writer {
             if alone {
                 return Ok(match write_all(connection, ids, batch, false).await? {
                     // The one statement was the commit.
-                    Sent::Written { answers, committed } => {
-                        results = Some(answers);
+                    Sent::Written {
+                        pending: written,
+                        committed,
+                    } => {
+                        pending = Some(written);
                         committed
                     }
-                    Sent::NeedsTransaction => Ok(()),
+                    Sent::NeedsTransaction => Ok(None),
                 });
             }
             let mut tx = connection.begin().await?;
-            match write_all(&mut tx, ids, batch, true).await? {
-                Sent::Written { answers, committed } => {
-                    committed?;
-                    results = Some(answers);
+            let answers = match write_all(&mut tx, ids, batch, true).await? {
+                Sent::Written {
+                    pending: written,
+                    committed,
+                } => {
+                    pending = Some(written);
+                    committed?
                 }
                 Sent::NeedsTransaction => {
                     return Err(StoreError::Write(
                         "a batch in a transaction asked for one".into(),
                     ))
                 }
-            }
-            Ok::<_, StoreError>(tx.commit().await)
+            };
+            Ok::<_, StoreError>(tx.commit().await.map(|()| answers))
         })
         .await;
         let committed = self.settle(attempt)?;
-        self.resolve(committed, &batch).await?;
-        Ok(results.map(|results| results.into_iter().map(Ok).collect()))
+        let answers = self.resolve(committed, &batch).await?;
+        pending
+            .map(|written| written.complete(answers.as_deref()))
+            .transpose()
+            .map(|results| results.map(|results| results.into_iter().map(Ok).collect()))
     }
 
     /// A transaction that ran past [`CALL_DEADLINE`] (the connection went
@@ -262,8 +299,8 @@ impl Writer {
     /// answer is lost, and is resolved the same way.
     fn settle(
         &mut self,
-        attempt: Result<Result<Result<(), sqlx::Error>, StoreError>, tokio::time::error::Elapsed>,
-    ) -> Result<Result<(), sqlx::Error>, StoreError> {
+        attempt: Result<Outcome, tokio::time::error::Elapsed>,
+    ) -> Result<Committed, StoreError> {
         match attempt {
             Ok(statements) => statements,
             Err(_) => {
@@ -291,20 +328,33 @@ impl Writer {
     /// delivered twice, a start answered 409 by its own instance).
     async fn resolve(
         &mut self,
-        committed: Result<(), sqlx::Error>,
+        committed: Committed,
         batch: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         let error = match committed {
-            Ok(()) => return Ok(()),
+            Ok(answers) => return Ok(answers),
             // The database refused the COMMIT itself: nothing was written.
             Err(e @ sqlx::Error::Database(_)) => return Err(e.into()),
             Err(e) => e,
         };
         self.connection = None;
+        // The server process that had the batch: whatever of it is still on
+        // its way there (a COMMIT, or the whole statement, held up by the
+        // network after this side gave up) must never run after the answer
+        // below was given.
+        let abandoned = self.backend.take();
         tracing::warn!(batch, error = %error, "the answer to a commit was lost; asking the database whether it committed");
         let mut pause = Duration::from_millis(50);
         loop {
             let asked = tokio::time::timeout(CALL_DEADLINE, async {
+                if let Some(pid) = abandoned {
+                    end_process(self.connection().await?, pid).await?;
+                    tracing::info!(
+                        batch,
+                        pid,
+                        "the server process of the lost connection has ended"
+                    );
+                }
                 // Not a plain read: the server may still be finishing that
                 // COMMIT, and a read would not see its mark yet. Inserting
                 // the same id waits for the transaction that holds it to end,
@@ -317,8 +367,18 @@ impl Writer {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+                // What the statement answered, kept with its mark.
+                let answers: Option<Option<String>> = match inserted {
+                    0 => {
+                        sqlx::query_scalar("SELECT answers FROM commits WHERE id = $1")
+                            .bind(batch)
+                            .fetch_optional(&mut *tx)
+                            .await?
+                    }
+                    _ => None,
+                };
                 tx.rollback().await?;
-                Ok::<_, StoreError>(inserted == 0)
+                Ok::<_, StoreError>((inserted == 0).then(|| answers.flatten()))
             })
             .await
             .unwrap_or_else(|_| {
@@ -327,11 +387,11 @@ impl Writer {
                 ))
             });
             match asked {
-                Ok(true) => {
+                Ok(Some(answers)) => {
                     tracing::info!(batch, "the batch had committed; its answers stand");
-                    return Ok(());
+                    return Ok(answers);
                 }
-                Ok(false) => {
+                Ok(None) => {
                     tracing::info!(batch, "the batch had not committed; writing it again");
                     return Err(StoreError::Query(error));
                 }
@@ -364,7 +424,7 @@ impl Writer {
                     tell_the_others(&mut tx, &hub, std::slice::from_ref(&done)).await?;
                     written = Some(done);
                     mark(&mut tx, &batch, now).await?;
-                    Ok::<_, StoreError>(tx.commit().await)
+                    Ok::<_, StoreError>(tx.commit().await.map(|()| None))
                 })
                 .await;
                 let committed = self.settle(attempt)?;
@@ -391,18 +451,44 @@ impl Writer {
     }
 }
 
+/// What a commit came to: the statement's answers (see
+/// [`super::postgres_statement`]), or the error that may hide a commit.
+type Committed = Result<Option<String>, sqlx::Error>;
+
+/// A batch's transaction or statement: its commit's outcome, unless it
+/// failed before it could commit.
+type Outcome = Result<Committed, StoreError>;
+
 /// What [`write_all`] came to.
 enum Sent {
-    /// The batch's answers, in the order of its writes. `committed`: the
-    /// outcome of the statement that was the commit, outside a transaction
-    /// (inside one, a failed statement is an error and this is `Ok`).
+    /// The batch was sent. `committed`: the outcome of the statement that
+    /// was the commit, outside a transaction (inside one, a failed
+    /// statement is an error, and this holds the statement's answers).
     Written {
-        answers: Vec<Written>,
-        committed: Result<(), sqlx::Error>,
+        pending: Pending,
+        committed: Committed,
     },
     /// Outside a transaction, a write needs the statement path: nothing
     /// was sent.
     NeedsTransaction,
+}
+
+/// A batch's answers as far as they were known before its statement ran;
+/// the runs' come from the statement's answers.
+struct Pending {
+    answers: Vec<Option<Written>>,
+    runs: Option<(Vec<usize>, RunParts)>,
+}
+
+impl Pending {
+    fn complete(mut self, answers: Option<&str>) -> Result<Vec<Written>, StoreError> {
+        if let Some((at, parts)) = self.runs.take() {
+            for (at, answer) in at.into_iter().zip(parts.answers(answers)?) {
+                self.answers[at] = Some(Written::Run(answer));
+            }
+        }
+        all_answered(self.answers)
+    }
 }
 
 /// A batch as [`write_all`] writes it.
@@ -418,13 +504,13 @@ struct Batch<'a> {
     prune: bool,
 }
 
-/// A batch's writes: the agent run path's statement by statement, then the
-/// durable engine's planned in memory and written by one statement with
-/// the batch's mark and `NOTIFY`s ([`super::postgres_batch`]), or, when
-/// one of them needs it, statement by statement too. Answers in the order
-/// of `writes`. Outside a transaction (`in_tx` false: every write an
-/// episode under its fence) the planned statement is the commit itself,
-/// and a batch that needs the statement path comes back unwritten.
+/// A batch's writes, in one statement ([`super::postgres_statement`]): the
+/// agent runs' in their set form ([`super::postgres_runs`]), the durable
+/// engine's planned in memory ([`super::postgres_batch`]), with the
+/// batch's mark and `NOTIFY`s. A write with no set form (a tool round's
+/// messages) or one that needs the statement path goes statement by
+/// statement before it, which only a transaction allows: outside one
+/// (`in_tx` false) such a batch comes back unwritten.
 async fn write_all(
     tx: &mut PgConnection,
     ids: &mut IdPool,
@@ -440,14 +526,29 @@ async fn write_all(
         prune,
     } = batch;
     let me = hub.owner();
-    let mut results: Vec<Option<Written>> = (0..writes.len()).map(|_| None).collect();
+    let mut answers: Vec<Option<Written>> = (0..writes.len()).map(|_| None).collect();
+    let mut statement = Statement::new(now, me)?;
     let mut durable = Vec::new();
+    let mut runs = Vec::new();
     for (at, write) in writes.iter().enumerate() {
         match write {
-            Write::Run(_) => {
-                results[at] = Some(write_one(&mut PgTx(&mut *tx, me), write.clone(), now).await?)
-            }
+            Write::Run(run) => runs.push((at, run)),
             _ => durable.push(at),
+        }
+    }
+    let run_writes: Vec<&RunWrite> = runs.iter().map(|(_, run)| *run).collect();
+    let mut run_parts = None;
+    if set_based(&run_writes) {
+        if !run_writes.is_empty() {
+            let parts = add_runs(&mut statement, hub, &run_writes)?;
+            run_parts = Some((runs.iter().map(|(at, _)| *at).collect(), parts));
+        }
+    } else if !in_tx {
+        return Ok(Sent::NeedsTransaction);
+    } else {
+        for (at, run) in runs {
+            let write = Write::Run(run.clone());
+            answers[at] = Some(write_one(&mut PgTx(&mut *tx, me), write, now).await?);
         }
     }
     if prune {
@@ -459,43 +560,35 @@ async fn write_all(
         true => Some((Vec::new(), Rows::default())),
         false => plan(tx, me, &durable_writes, &durable_fenced, now, ids).await?,
     };
-    let Some((written, rows)) = planned else {
-        ids.clear();
-        if !in_tx {
-            return Ok(Sent::NeedsTransaction);
+    match planned {
+        Some((written, rows)) => {
+            for (at, written) in durable.into_iter().zip(written) {
+                answers[at] = Some(written);
+            }
+            add_rows(&mut statement, rows)?;
         }
-        for (at, write) in durable.into_iter().zip(durable_writes) {
-            results[at] = Some(write_one(&mut PgTx(&mut *tx, me), write, now).await?);
+        None => {
+            ids.clear();
+            if !in_tx {
+                return Ok(Sent::NeedsTransaction);
+            }
+            for (at, write) in durable.into_iter().zip(durable_writes) {
+                answers[at] = Some(write_one(&mut PgTx(&mut *tx, me), write, now).await?);
+            }
         }
-        let results = all_answered(results)?;
-        tell_the_others(tx, hub, &results).await?;
-        mark(tx, id, now).await?;
-        return Ok(Sent::Written {
-            answers: results,
-            committed: Ok(()),
-        });
-    };
-    for (at, written) in durable.into_iter().zip(written) {
-        results[at] = Some(written);
     }
-    let results = all_answered(results)?;
-    let extras = Extras {
-        me,
-        now,
+    let known: Vec<&Written> = answers.iter().flatten().collect();
+    let tail = Tail {
         batch: id,
         channel: &hub.channel,
-        payloads: payloads(hub, &results),
+        payloads: payloads(hub, known),
     };
-    let committed = flush(tx, rows, extras).await?;
-    if in_tx {
-        committed?;
-        return Ok(Sent::Written {
-            answers: results,
-            committed: Ok(()),
-        });
-    }
+    let committed = send(tx, statement, tail).await?;
     Ok(Sent::Written {
-        answers: results,
+        pending: Pending {
+            answers,
+            runs: run_parts,
+        },
         committed,
     })
 }
@@ -530,9 +623,11 @@ async fn tell_the_others(
 
 /// The `NOTIFY` payloads of a batch's writes (see [`tell_the_others`]),
 /// one of each.
-fn payloads(hub: &SharedHub, results: &[Written]) -> Vec<String> {
+fn payloads<'a>(hub: &SharedHub, results: impl IntoIterator<Item = &'a Written>) -> Vec<String> {
+    let results: Vec<&Written> = results.into_iter().collect();
     let ids: BTreeSet<&str> = results
         .iter()
+        .copied()
         .filter_map(Written::applied)
         .flat_map(|applied| applied.news.iter().map(String::as_str))
         .collect();
@@ -559,6 +654,29 @@ fn payloads(hub: &SharedHub, results: &[Written]) -> Vec<String> {
     payloads.sort();
     payloads.dedup();
     payloads
+}
+
+/// Ends the server process `pid` (the other end of a connection given up
+/// on) and waits until it has exited: what it committed is then all it will
+/// ever commit.
+async fn end_process(connection: &mut PgConnection, pid: i32) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .execute(&mut *connection)
+        .await?;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let alive: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM pg_stat_activity WHERE pid = $1")
+                .bind(pid)
+                .fetch_optional(&mut *connection)
+                .await?;
+        if alive.is_none() {
+            return Ok(());
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
 }
 
 /// Prunes the ids of batches old enough that none is still in doubt.

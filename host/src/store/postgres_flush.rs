@@ -1,8 +1,8 @@
-//! The rows a planned batch writes ([`super::postgres_batch`]), and the one
-//! statement that writes them: a data-modifying `WITH` part per kind of row
-//! the batch has (inbox rows deleted, parked and added, journal rows,
-//! executions, instances created and updated, tasks added and finished),
-//! the batch's commit mark, and a `SELECT` that sends its `NOTIFY`s. Only
+//! The rows a planned batch writes ([`super::postgres_batch`]), and the
+//! parts of the batch's one statement ([`super::postgres_statement`]) that
+//! write them: a data-modifying `WITH` part per kind of row the batch has
+//! (inbox rows deleted, parked and added, journal rows, executions,
+//! instances created and updated, tasks added, finished and settled). Only
 //! the parts a batch needs are sent: each shape is prepared once per
 //! connection, and an empty part costs the server nothing.
 //!
@@ -21,9 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use sqlx::postgres::PgArguments;
-use sqlx::{Arguments, PgConnection};
-
+use super::postgres_statement::Statement;
 use super::tx::RowUpdate;
 use super::StoreError;
 use crate::core::instance::{NewInstance, RuntimeStatus};
@@ -132,75 +130,9 @@ pub(super) fn merge(row: &mut RowUpdate, later: RowUpdate) {
     row.bytes = row.bytes.saturating_add(later.bytes);
 }
 
-/// What else the flushing statement carries.
-pub(super) struct Extras<'a> {
-    pub me: Option<&'a str>,
-    pub now: i64,
-    /// The batch's id, written so an ambiguous COMMIT can be resolved.
-    pub batch: &'a str,
-    pub channel: &'a str,
-    /// `NOTIFY` payloads, delivered at commit.
-    pub payloads: Vec<String>,
-}
-
-/// Writes a planned batch's rows, its commit mark and its `NOTIFY`s in one
-/// statement; the inner result is the statement's own (outside a
-/// transaction, it is the commit's: an error there may still have
-/// committed, and the caller resolves it).
-pub(super) async fn flush(
-    connection: &mut PgConnection,
-    rows: Rows,
-    extras: Extras<'_>,
-) -> Result<Result<(), sqlx::Error>, StoreError> {
-    let (sql, arguments) = statement(rows, extras)?;
-    Ok(sqlx::query_with(&sql, arguments)
-        .execute(&mut *connection)
-        .await
-        .map(|_| ()))
-}
-
-/// The statement's text and its arguments, numbered as the parts are added.
-struct Statement {
-    parts: Vec<String>,
-    arguments: PgArguments,
-    count: usize,
-}
-
-impl Statement {
-    /// Binds `value`; its placeholder.
-    fn bind<'q, T>(&mut self, value: T) -> Result<String, StoreError>
-    where
-        T: 'q + sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
-    {
-        self.arguments
-            .add(value)
-            .map_err(|e| StoreError::Write(format!("could not bind a batch's rows: {e}")))?;
-        self.count += 1;
-        Ok(format!("${}", self.count))
-    }
-
-    fn part(&mut self, name: &str, sql: String) {
-        self.parts.push(format!("{name} AS ({sql})"));
-    }
-}
-
-fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), StoreError> {
-    let mut s = Statement {
-        parts: Vec::new(),
-        arguments: PgArguments::default(),
-        count: 0,
-    };
-    let now = s.bind(extras.now)?;
-    // Bound only where a part uses it: a placeholder nothing uses has no type.
-    let mut me = None;
-    let mut me = |s: &mut Statement| -> Result<String, StoreError> {
-        if let Some(placeholder) = &me {
-            return Ok(Clone::clone(placeholder));
-        }
-        let placeholder = s.bind(extras.me.map(str::to_string))?;
-        me = Some(placeholder.clone());
-        Ok(placeholder)
-    };
+/// Adds a planned batch's rows to its statement, a part per kind of row.
+pub(super) fn add_rows(s: &mut Statement, rows: Rows) -> Result<(), StoreError> {
+    let now = s.now().to_string();
     let deleted: HashSet<i64> = rows.inbox_deleted.iter().copied().collect();
     let cleared: HashSet<&str> = rows.cleared.iter().map(String::as_str).collect();
     let parked: Vec<i64> = rows
@@ -320,7 +252,7 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
     }
     if !rows.created.is_empty() {
         let c = Columns::of_created(rows.created);
-        let me = me(&mut s)?;
+        let me = s.me()?;
         let columns = [
             s.bind(c.id)? + "::TEXT[]",
             s.bind(c.name)? + "::TEXT[]",
@@ -343,7 +275,7 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
                 "INSERT INTO instances (id, name, status, input, output, custom_status, component_digest, \
                  parent_id, parent_execution, parent_task, execution, history_events, history_bytes, traceparent, \
                  created_at, updated_at, owner) \
-                 SELECT c.*, {now}::BIGINT, {now}::BIGINT, {me}::TEXT FROM UNNEST({}) AS c",
+                 SELECT c.*, {now}, {now}, {me}::TEXT FROM UNNEST({}) AS c",
                 columns.join(", ")
             ),
         );
@@ -366,7 +298,7 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
         let fence = match fences {
             0 => "true".to_string(),
             _ => {
-                let me = me(&mut s)?;
+                let me = s.me()?;
                 format!(
                     "(u.fence_execution IS NULL OR (i.execution = u.fence_execution \
                      AND i.history_events = u.fence_replayed \
@@ -380,7 +312,7 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
                 "UPDATE instances i SET status = COALESCE(u.status, i.status), \
                  output = COALESCE(u.output, i.output), custom_status = COALESCE(u.custom_status, i.custom_status), \
                  history_events = i.history_events + u.events, history_bytes = i.history_bytes + u.bytes, \
-                 updated_at = {now}::BIGINT \
+                 updated_at = {now} \
                  FROM UNNEST({}) AS u(id, status, output, custom_status, events, bytes, fence_execution, fence_replayed) \
                  WHERE i.id = u.id AND {fence} RETURNING u.fence_execution IS NOT NULL AS fenced",
                 columns.join(", ")
@@ -389,7 +321,7 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
     }
     if !rows.tasks_added.task.is_empty() {
         let added = rows.tasks_added;
-        let me = me(&mut s)?;
+        let me = s.me()?;
         let columns = [
             s.bind(added.instance)? + "::TEXT[]",
             s.bind(added.execution)? + "::BIGINT[]",
@@ -400,7 +332,7 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
             "tasks_added",
             format!(
                 "INSERT INTO tasks (instance_id, execution, task, call, attempt, due_at, owner) \
-                 SELECT t.*, 0, {now}::BIGINT, {me}::TEXT FROM UNNEST({}) AS t",
+                 SELECT t.*, 0, {now}, {me}::TEXT FROM UNNEST({}) AS t",
                 columns.join(", ")
             ),
         );
@@ -426,34 +358,18 @@ fn statement(rows: Rows, extras: Extras<'_>) -> Result<(String, PgArguments), St
             ),
         );
     }
-    let batch = s.bind(extras.batch.to_string())?;
-    s.part(
-        "marked",
-        format!("INSERT INTO commits (id, at) VALUES ({batch}, {now}::BIGINT)"),
-    );
-    let held = match (fences, settled) {
-        (0, 0) => "true".to_string(),
-        (fences, settled) => {
-            let expected = s.bind(i64::try_from(fences + settled).unwrap_or(i64::MAX))?;
-            let settled = match settled {
-                0 => "0",
-                _ => "(SELECT COUNT(*) FROM tasks_settled)",
-            };
-            format!(
-                "fences_held({expected}::BIGINT, (SELECT COUNT(*) FROM instances_updated WHERE fenced) + {settled})"
-            )
-        }
-    };
-    let notified = if extras.payloads.is_empty() {
-        "0".to_string()
-    } else {
-        let channel = s.bind(extras.channel.to_string())?;
-        let payloads = s.bind(extras.payloads)?;
-        format!("(SELECT COUNT(pg_notify({channel}, p)) FROM UNNEST({payloads}::TEXT[]) AS p)")
-    };
-    let tail = format!("SELECT {held} AS held, {notified} AS notified");
-    let sql = format!("WITH {} {tail}", s.parts.join(", "));
-    Ok((sql, s.arguments))
+    if fences + settled > 0 {
+        let updated = match fences {
+            0 => "0",
+            _ => "(SELECT COUNT(*) FROM instances_updated WHERE fenced)",
+        };
+        let settled_rows = match settled {
+            0 => "0",
+            _ => "(SELECT COUNT(*) FROM tasks_settled)",
+        };
+        s.must_hold(fences + settled, format!("{updated} + {settled_rows}"));
+    }
+    Ok(())
 }
 
 /// Instance rows as columns, for `UNNEST`.

@@ -467,20 +467,35 @@ impl Store {
         Ok(outcome)
     }
 
-    /// Deletes sessions of the agents `of_agent` picks, idle since before
-    /// `cutoff_ms`, that have no unfinished run; returns how many.
+    /// Deletes sessions idle since before `cutoff_ms` that have no
+    /// unfinished run, of the agents `of_agent` picks; returns how many.
+    /// `only`: the one agent it picks, whose sessions alone are read (an
+    /// agent whose sessions expire within seconds is swept as often: a read
+    /// of every agent's idle sessions each time cost milliseconds per
+    /// thousand sessions).
     pub async fn expire_sessions(
         &self,
         cutoff_ms: i64,
+        only: Option<&str>,
         of_agent: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<u64, StoreError> {
-        let rows = sqlx::query(
-            "SELECT agent, id FROM sessions s WHERE last_active_at < $1 AND NOT EXISTS \
-             (SELECT 1 FROM runs r WHERE r.agent = s.agent AND r.session_id = s.id AND r.status IN ('pending', 'running', 'awaiting_approval'))",
-        )
-        .bind(cutoff_ms)
-        .fetch_all(self.pool())
-        .await?;
+        let idle = "SELECT agent, id FROM sessions s WHERE last_active_at < $1 AND NOT EXISTS \
+             (SELECT 1 FROM runs r WHERE r.agent = s.agent AND r.session_id = s.id AND r.status IN ('pending', 'running', 'awaiting_approval'))";
+        let rows = match only {
+            Some(agent) => {
+                sqlx::query(&format!("{idle} AND s.agent = $2"))
+                    .bind(cutoff_ms)
+                    .bind(agent)
+                    .fetch_all(self.pool())
+                    .await?
+            }
+            None => {
+                sqlx::query(idle)
+                    .bind(cutoff_ms)
+                    .fetch_all(self.pool())
+                    .await?
+            }
+        };
         // Each is deleted only if still idle and without work: a run may
         // have arrived since the read.
         let mut tx = self.pool().begin().await?;

@@ -1,0 +1,242 @@
+//! The agent run path's writes of one batch: SQLite writes them statement
+//! by statement, PostgreSQL as parts of the batch's one statement
+//! ([`super::postgres_runs`]). The same batches must answer the same and
+//! leave the same conversations and streams. Runs on SQLite, and again on
+//! PostgreSQL when `AGENTHOST_TEST_STORE` names one (`make test` does).
+
+use crate::core::fence::SessionFence;
+use crate::store::durable_records::{Write, Written};
+use crate::store::run_tx::RunEndRow;
+use crate::store::run_writes::{RunWrite, RunWritten};
+use crate::store::{
+    now_ms, Kind, Membership, NewRun, NewStreamRow, SessionKey, Store, StoreError, TaskHub,
+};
+
+async fn stores() -> Result<Vec<(Store, Option<tempfile::TempDir>)>, StoreError> {
+    let (dir, sqlite) = crate::store::test_fixtures::sqlite().await?;
+    let mut stores = vec![(sqlite, Some(dir))];
+    if let Some(url) = std::env::var("AGENTHOST_TEST_STORE")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+    {
+        let hub = TaskHub::new(&format!("runs{}", uuid::Uuid::new_v4().simple()))
+            .map_err(|e| StoreError::Write(e.to_string()))?;
+        stores.push((Store::open(&url, &hub, Membership::default()).await?, None));
+    }
+    Ok(stores)
+}
+
+fn session(id: &str) -> SessionKey {
+    SessionKey {
+        agent: "writer".into(),
+        session_id: id.into(),
+    }
+}
+
+fn start(run: &str, session_id: &str, expire_before: Option<i64>) -> Write {
+    Write::Run(RunWrite::Start {
+        run: NewRun {
+            correlation_id: run.into(),
+            session: session(session_id),
+            message: format!("question of {run}"),
+            response_format: None,
+            traceparent: None,
+        },
+        expire_before,
+    })
+}
+
+fn end(run: &str, session_id: &str, fence: Option<SessionFence>) -> Write {
+    Write::Run(RunWrite::End {
+        agent: "writer".into(),
+        session_id: session_id.into(),
+        correlation_id: run.into(),
+        fence,
+        bodies: vec![
+            format!("{{\"role\":\"user\",\"content\":\"question of {run}\"}}"),
+            format!("{{\"role\":\"assistant\",\"content\":\"answer of {run}\"}}"),
+        ],
+        end: RunEndRow {
+            status: "completed",
+            response: Some(format!("answer of {run}")),
+            error: None,
+            error_code: None,
+            usage: "{}".into(),
+        },
+    })
+}
+
+fn chunks(run: &str, n: usize) -> Write {
+    Write::Run(RunWrite::Stream {
+        rows: (0..n)
+            .map(|i| NewStreamRow {
+                correlation_id: run.into(),
+                attempt: 1,
+                kind: "chunk",
+                data: format!("{run}-{i}"),
+            })
+            .collect(),
+        expires_at: now_ms() + 3_600_000,
+    })
+}
+
+async fn batch(store: &Store, writes: Vec<Write>) -> Result<Vec<RunWritten>, StoreError> {
+    let mut answers = Vec::new();
+    for written in store.committer().commit_all(writes).await {
+        match written? {
+            Written::Run(answer) => answers.push(answer),
+            other => return Err(StoreError::Write(format!("not a run's answer: {other:?}"))),
+        }
+    }
+    Ok(answers)
+}
+
+/// What a start answered, as its caller uses it: (runs here, next in line,
+/// the session has no history).
+fn started(answer: &RunWritten) -> Option<(bool, bool, bool)> {
+    match answer {
+        RunWritten::Started {
+            run_here,
+            next_in_line,
+            new_session,
+            expired,
+            ..
+        } => Some((*run_here, *next_in_line, *new_session || *expired)),
+        _ => None,
+    }
+}
+
+/// The fence this host holds of a session, as its start answered it.
+fn fence(store: &Store, answer: &RunWritten) -> Option<SessionFence> {
+    let RunWritten::Started {
+        epoch: Some(epoch), ..
+    } = answer
+    else {
+        return None;
+    };
+    store.owner_id().map(|owner| SessionFence {
+        owner: owner.to_string(),
+        epoch: *epoch,
+        taken_at: now_ms(),
+    })
+}
+
+async fn contents(store: &Store, id: &str) -> Result<Vec<String>, StoreError> {
+    Ok(store
+        .history(&session(id))
+        .await?
+        .into_iter()
+        .map(|m| format!("{}: {:?}", m.correlation_id, m.message.content))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_runs_answers_and_leaves_the_same_on_both_stores() -> Result<(), StoreError> {
+    let mut seen = Vec::new();
+    for (store, _dir) in stores().await? {
+        let kind = store.kind();
+        let set_before = counted();
+        // Two new sessions; a stream written beside them.
+        let first = batch(
+            &store,
+            vec![
+                start("r1", "s1", None),
+                start("r2", "s2", None),
+                chunks("r1", 3),
+            ],
+        )
+        .await?;
+        assert_eq!(started(&first[0]), Some((true, true, true)), "{kind:?}");
+        assert_eq!(started(&first[1]), Some((true, true, true)), "{kind:?}");
+        let RunWritten::Streamed(ids) = &first[2] else {
+            panic!("{:?}", first[2]);
+        };
+        assert_eq!(ids.len(), 3);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in order: {ids:?}");
+        let (f1, f2) = (fence(&store, &first[0]), fence(&store, &first[1]));
+
+        // r1 ends with its messages; r3 queues behind r2, still pending.
+        let second = batch(
+            &store,
+            vec![end("r1", "s1", f1.clone()), start("r3", "s2", None)],
+        )
+        .await?;
+        assert!(
+            matches!(&second[0], RunWritten::Ended { changed: true, .. }),
+            "{:?} on {kind:?}",
+            second[0]
+        );
+        assert_eq!(started(&second[1]), Some((true, false, false)), "{kind:?}");
+
+        // Ending r1 again changes nothing; r2 ends.
+        let third = batch(
+            &store,
+            vec![end("r1", "s1", f1), end("r2", "s2", f2.clone())],
+        )
+        .await?;
+        assert!(matches!(
+            &third[0],
+            RunWritten::Ended { changed: false, .. }
+        ));
+        assert!(matches!(&third[1], RunWritten::Ended { changed: true, .. }));
+
+        // s1 has been idle since before this cutoff and nothing holds it:
+        // it starts over, its conversation forgotten.
+        let history = contents(&store, "s1").await?;
+        assert_eq!(history.len(), 2, "{history:?} on {kind:?}");
+        let fourth = batch(&store, vec![start("r4", "s1", Some(now_ms() + 1_000))]).await?;
+        assert_eq!(started(&fourth[0]), Some((true, true, true)), "{kind:?}");
+        assert!(contents(&store, "s1").await?.is_empty(), "{kind:?}");
+
+        if kind == Kind::Postgres {
+            // A fence from before the session changed hands is refused.
+            let stale = f2.map(|f| SessionFence {
+                epoch: f.epoch + 1,
+                ..f
+            });
+            let refused = batch(&store, vec![end("r3", "s2", stale)]).await?;
+            assert!(matches!(&refused[0], RunWritten::Fenced), "{refused:?}");
+            assert!(
+                counted() - set_before >= 4,
+                "the batches went as one statement each"
+            );
+        }
+        seen.push((
+            contents(&store, "s2").await?,
+            store.run("r1").await?.map(|r| r.status),
+        ));
+        store.close().await;
+    }
+    // Both stores hold the same conversations and outcomes.
+    if let [sqlite, postgres] = seen.as_slice() {
+        assert_eq!(sqlite, postgres);
+    }
+    Ok(())
+}
+
+/// A batch naming one session twice goes statement by statement, in order:
+/// the second run queued sees the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_of_one_session_in_one_batch_queue_in_order() -> Result<(), StoreError> {
+    for (store, _dir) in stores().await? {
+        let answers = batch(
+            &store,
+            vec![start("a", "same", None), start("b", "same", None)],
+        )
+        .await?;
+        assert_eq!(started(&answers[0]).map(|s| s.1), Some(true));
+        assert_eq!(
+            started(&answers[1]).map(|s| s.1),
+            Some(false),
+            "b is behind a on {:?}",
+            store.kind()
+        );
+        store.close().await;
+    }
+    Ok(())
+}
+
+/// Batches written as one statement (PostgreSQL).
+fn counted() -> u64 {
+    crate::store::postgres_runs::counts::SET_BASED.load(std::sync::atomic::Ordering::Relaxed)
+}
