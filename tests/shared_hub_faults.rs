@@ -322,6 +322,59 @@ async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice
     );
 }
 
+/// A batch's one statement that commits on the server while its answer
+/// never comes back (the connection stays open, nothing arrives: the
+/// writer's deadline is what gives up, and the answer was dropped with the
+/// deadline, not lost by an error). The batch is found committed and its
+/// answers stand: the raised event is delivered once (twice, `two_events`
+/// would end with the first payload twice), the start answered 202 (a
+/// second write would answer 409 by its own instance). PostgreSQL only.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_whose_answer_never_comes_is_found_committed_and_not_written_again() {
+    use crate::support::durable::{raise, start_with_id, status, wait_for};
+    let Some(url) = test_store() else {
+        return;
+    };
+    let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
+    let id = start_with_id(&host, "two_events", "unanswered", &serde_json::json!(null)).await;
+    wait_for(&host, &id, &["Running"]).await;
+
+    proxy.hush_after(b"event_raised");
+    assert_eq!(raise(&host, &id, "step", &serde_json::json!(1)).await, 202);
+    assert_eq!(
+        proxy.cuts_after_done(),
+        1,
+        "the statement's answer never came"
+    );
+    assert!(
+        host.output().contains("the batch had committed"),
+        "{}",
+        host.output()
+    );
+    let (_, running) = status(&host, &id).await;
+    assert_eq!(
+        running["runtimeStatus"], "Running",
+        "delivered twice: {running}"
+    );
+    assert_eq!(raise(&host, &id, "step", &serde_json::json!(2)).await, 202);
+    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+    assert_eq!(done["output"], serde_json::json!([1, 2]), "{done}");
+
+    proxy.hush_after(b"unanswered-start");
+    let started = client()
+        .post(host.url("/api/orchestrators/two_events/unanswered-start"))
+        .json(&serde_json::json!(null))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        proxy.cuts_after_done(),
+        2,
+        "the statement's answer never came"
+    );
+    assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
+}
+
 /// A start's statement that reaches the server only after the host gave up
 /// on its connection (the client is cut, the server gets the statement half
 /// a second later): the writer ends that connection's server process before

@@ -30,6 +30,10 @@ struct State {
     /// How long the bytes that trip `cut_after` wait before the server gets
     /// them (the client is cut at once).
     late: Mutex<Duration>,
+    /// Instead of a cut, the connection that trips `cut_after` goes quiet
+    /// towards the client: the server's answers are dropped and nothing
+    /// closes until the client gives up (an answer that never comes).
+    hush: AtomicBool,
     /// How many connections were cut by `cut_after`.
     cut_after_count: AtomicU64,
     /// Connections accepted so far (each one's number).
@@ -58,6 +62,7 @@ impl TcpProxy {
             cuts,
             cut_after: Mutex::new(None),
             late: Mutex::new(Duration::ZERO),
+            hush: AtomicBool::new(false),
             cut_after_count: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             abandoned_below: AtomicU64::new(0),
@@ -112,7 +117,18 @@ impl TcpProxy {
     /// after the client was cut: an answer lost before the server has even
     /// begun the COMMIT.
     pub fn cut_after_late(&self, bytes: &[u8], late: Duration) {
+        self.state.hush.store(false, Ordering::SeqCst);
         *self.state.late.lock().unwrap() = late;
+        *self.state.cut_after.lock().unwrap() = Some(bytes.to_vec());
+    }
+
+    /// After the next client packet that contains `bytes`, the server gets
+    /// it and answers, but the client hears nothing more on that connection
+    /// and it stays open until the client closes it: the client's own
+    /// deadline is what gives up. Counted as a cut.
+    pub fn hush_after(&self, bytes: &[u8]) {
+        *self.state.late.lock().unwrap() = Duration::ZERO;
+        self.state.hush.store(true, Ordering::SeqCst);
         *self.state.cut_after.lock().unwrap() = Some(bytes.to_vec());
     }
 
@@ -174,6 +190,9 @@ async fn relay(state: Arc<State>, number: u64, client: TcpStream, server: TcpStr
                     state.cut_after_count.fetch_add(1, Ordering::SeqCst);
                     // The server has the bytes; the client never hears back.
                     let _ = server_write.flush().await;
+                    if state.hush.load(Ordering::SeqCst) {
+                        quiet(&mut client_read, &mut server_read).await;
+                    }
                     return;
                 }
             }
@@ -186,6 +205,20 @@ async fn relay(state: Arc<State>, number: u64, client: TcpStream, server: TcpStr
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Drops whatever either side sends until one of them closes.
+async fn quiet(
+    client: &mut tokio::net::tcp::OwnedReadHalf,
+    server: &mut tokio::net::tcp::OwnedReadHalf,
+) {
+    let (mut up, mut down) = ([0u8; 4096], [0u8; 4096]);
+    loop {
+        tokio::select! {
+            read = client.read(&mut up) => if matches!(read, Ok(0) | Err(_)) { return },
+            read = server.read(&mut down) => if matches!(read, Ok(0) | Err(_)) { return },
         }
     }
 }

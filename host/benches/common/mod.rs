@@ -152,8 +152,11 @@ pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 }
 
 pub fn fmt(d: Duration) -> String {
-    if d >= Duration::from_millis(10) {
+    if d >= Duration::from_millis(100) {
         format!("{:.0} ms", d.as_secs_f64() * 1e3)
+    } else if d >= Duration::from_millis(10) {
+        // A target such as "≤ 10 ms" is read off this: 10.4 is not 10.
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
     } else if d >= Duration::from_millis(1) {
         format!("{:.2} ms", d.as_secs_f64() * 1e3)
     } else {

@@ -53,7 +53,18 @@ pub async fn run_on_result(
         running,
     } = in_hand;
     let arriving = Arriving::Result { attempt, result };
-    let written = match run_taking(orchestrator, id, &arriving).await? {
+    let taken = match run_taking(orchestrator, id, &arriving).await {
+        Ok(taken) => taken,
+        // The result is not lost with the episode (its task would run
+        // again): it is stored alone. Storing it twice is harmless, should
+        // the failed write have committed after all: a task's result is
+        // taken once, a second one is dropped.
+        Err(e) => {
+            tracing::warn!(instance_id = %id, error = %e, "the episode on a result in hand failed; storing the result alone");
+            None
+        }
+    };
+    let written = match taken {
         Some(written) => written,
         None => {
             let Arriving::Result { attempt, result } = arriving else {

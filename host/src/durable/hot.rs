@@ -190,14 +190,17 @@ impl HotInstances {
     }
 
     /// Forgets an instance whose state changed outside its episodes. An
-    /// episode under way then cannot put its image back either.
-    pub fn forget(&self, id: &str) {
+    /// episode under way then cannot put its image back either. True when
+    /// it was hot or under way here: this host runs it.
+    pub fn forget(&self, id: &str) -> bool {
         let mut inner = self.inner();
-        if let Some(image) = inner.entries.pop(id) {
+        let image = inner.entries.pop(id);
+        let had = image.is_some();
+        if let Some(image) = image {
             inner.remove(&image);
             inner.publish();
         }
-        inner.claimed.remove(id);
+        inner.claimed.remove(id).is_some() || had
     }
 
     /// Forgets every image (notifications of other hosts' writes were lost).

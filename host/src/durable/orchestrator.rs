@@ -109,8 +109,7 @@ impl Orchestrator {
     }
 
     /// Another host gave instances something new: a hot image of them is
-    /// stale (the row reached the store, not this host's inbox sink), and
-    /// the scheduler looks for work at once.
+    /// stale (the row reached the store, not this host's inbox sink).
     async fn hear_other_hosts(self: Arc<Self>, mut wakes: tokio::sync::broadcast::Receiver<Wake>) {
         use tokio::sync::broadcast::error::RecvError;
         loop {
@@ -119,9 +118,20 @@ impl Orchestrator {
                 () = self.stopping.cancelled() => return,
             };
             match wake {
+                // One that runs here has its episode run at once (on what
+                // is stored); for the others the scheduler looks, and
+                // claims those no live host has.
                 Ok(Wake::Instances(ids)) => {
-                    ids.iter().for_each(|id| self.hot.forget(id));
-                    self.notify();
+                    let mut look = false;
+                    for id in ids {
+                        match self.hot.forget(&id) {
+                            true => self.wake_instance(id),
+                            false => look = true,
+                        }
+                    }
+                    if look {
+                        self.notify();
+                    }
                 }
                 Ok(Wake::Everything) => self.notify(),
                 Ok(Wake::Sessions | Wake::RunFinished(_)) => {}
@@ -195,8 +205,9 @@ impl Orchestrator {
         self.tracker.spawn(async move {
             loop {
                 if this.stopping.is_cancelled() {
-                    // A result in hand is dropped: its task runs again at
-                    // the next start, from the store.
+                    // Results in hand are stored before the host stops, so
+                    // their tasks need not run again at the next start.
+                    this.store_results_in_hand(&id).await;
                     this.instances.release(&id);
                     return;
                 }
@@ -227,6 +238,26 @@ impl Orchestrator {
                 }
             }
         });
+    }
+
+    /// Stores the results held for `id` as any others, without an episode
+    /// (the host is stopping: the instance's next owner runs it).
+    async fn store_results_in_hand(&self, id: &str) {
+        let held = self.results_in_hand.take(id);
+        if held.is_empty() {
+            return;
+        }
+        let (writes, running): (Vec<_>, Vec<_>) = held
+            .into_iter()
+            .map(|h| ((h.attempt, h.result), h.running))
+            .unzip();
+        let limits = self.config.limits.clone();
+        for result in self.store.tasks_done(id, writes, limits).await {
+            if let Err(e) = result {
+                tracing::warn!(instance_id = %id, error = %e, "a result in hand could not be stored as the host stops; its task runs again");
+            }
+        }
+        drop(running);
     }
 
     /// Carries out what a commit asked for: run the tasks it scheduled, wake

@@ -56,20 +56,32 @@ pub(super) async fn start(
     Ok(())
 }
 
-/// A connection of the writer, and the id of its server process.
-async fn connect(options: &PgConnectOptions) -> Result<(PgConnection, i32), StoreError> {
+/// A connection of the writer, and its server process.
+async fn connect(options: &PgConnectOptions) -> Result<(PgConnection, Backend), StoreError> {
     let mut connection = PgConnection::connect_with(options).await?;
-    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut connection)
-        .await?;
-    Ok((connection, backend))
+    let (pid, started): (i32, String) = sqlx::query_as(
+        "SELECT pid, backend_start::TEXT FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+    )
+    .fetch_one(&mut connection)
+    .await?;
+    Ok((connection, Backend { pid, started }))
+}
+
+/// A server process, named by its id and its start: an id alone may be
+/// another process's by the time it is used (ids are reused), and ending
+/// that one would cut someone else's session, or fail for want of the
+/// right and stop the writer asking.
+#[derive(Debug, Clone)]
+struct Backend {
+    pid: i32,
+    started: String,
 }
 
 async fn write_loop(
     options: PgConnectOptions,
     hub: Arc<SharedHub>,
     connection: PgConnection,
-    backend: i32,
+    backend: Backend,
     mut queue: mpsc::UnboundedReceiver<Job>,
     shared: Shared,
 ) {
@@ -114,7 +126,7 @@ struct Writer {
     /// opened again for the next batch.
     connection: Option<PgConnection>,
     /// The server process of the last connection opened.
-    backend: Option<i32>,
+    backend: Option<Backend>,
     /// Transactions committed, to prune old batch ids now and then.
     batches: u64,
     /// Inbox and execution ids reserved for planned batches.
@@ -255,27 +267,17 @@ impl Writer {
                 prune,
             };
             if alone {
-                return Ok(match write_all(connection, ids, batch, false).await? {
-                    // The one statement was the commit.
-                    Sent::Written {
-                        pending: written,
-                        committed,
-                    } => {
-                        pending = Some(written);
-                        committed
-                    }
-                    Sent::NeedsTransaction => Ok(None),
-                });
+                return Ok(
+                    match write_all(connection, ids, batch, false, &mut pending).await? {
+                        // The one statement was the commit.
+                        Sent::Written(committed) => committed,
+                        Sent::NeedsTransaction => Ok(None),
+                    },
+                );
             }
             let mut tx = connection.begin().await?;
-            let answers = match write_all(&mut tx, ids, batch, true).await? {
-                Sent::Written {
-                    pending: written,
-                    committed,
-                } => {
-                    pending = Some(written);
-                    committed?
-                }
+            let answers = match write_all(&mut tx, ids, batch, true, &mut pending).await? {
+                Sent::Written(committed) => committed?,
                 Sent::NeedsTransaction => {
                     return Err(StoreError::Write(
                         "a batch in a transaction asked for one".into(),
@@ -342,18 +344,19 @@ impl Writer {
         // its way there (a COMMIT, or the whole statement, held up by the
         // network after this side gave up) must never run after the answer
         // below was given.
-        let abandoned = self.backend.take();
+        let mut abandoned = self.backend.take();
         tracing::warn!(batch, error = %error, "the answer to a commit was lost; asking the database whether it committed");
         let mut pause = Duration::from_millis(50);
         loop {
             let asked = tokio::time::timeout(CALL_DEADLINE, async {
-                if let Some(pid) = abandoned {
-                    end_process(self.connection().await?, pid).await?;
+                if let Some(backend) = abandoned.clone() {
+                    end_process(self.connection().await?, &backend).await?;
                     tracing::info!(
                         batch,
-                        pid,
+                        pid = backend.pid,
                         "the server process of the lost connection has ended"
                     );
+                    abandoned = None;
                 }
                 // Not a plain read: the server may still be finishing that
                 // COMMIT, and a read would not see its mark yet. Inserting
@@ -461,13 +464,10 @@ type Outcome = Result<Committed, StoreError>;
 
 /// What [`write_all`] came to.
 enum Sent {
-    /// The batch was sent. `committed`: the outcome of the statement that
-    /// was the commit, outside a transaction (inside one, a failed
-    /// statement is an error, and this holds the statement's answers).
-    Written {
-        pending: Pending,
-        committed: Committed,
-    },
+    /// The batch was sent: the outcome of the statement that was the
+    /// commit, outside a transaction (inside one, a failed statement is an
+    /// error, and this holds the statement's answers).
+    Written(Committed),
     /// Outside a transaction, a write needs the statement path: nothing
     /// was sent.
     NeedsTransaction,
@@ -516,6 +516,7 @@ async fn write_all(
     ids: &mut IdPool,
     batch: Batch<'_>,
     in_tx: bool,
+    pending: &mut Option<Pending>,
 ) -> Result<Sent, StoreError> {
     let Batch {
         hub,
@@ -583,14 +584,15 @@ async fn write_all(
         channel: &hub.channel,
         payloads: payloads(hub, known),
     };
-    let committed = send(tx, statement, tail).await?;
-    Ok(Sent::Written {
-        pending: Pending {
-            answers,
-            runs: run_parts,
-        },
-        committed,
-    })
+    // Known before the statement leaves: if its answer never comes (the
+    // deadline drops this future mid-send) and the batch turns out to have
+    // committed, these are its answers. Without them the caller could only
+    // write the batch again, a second time.
+    *pending = Some(Pending {
+        answers,
+        runs: run_parts,
+    });
+    Ok(Sent::Written(send(tx, statement, tail).await?))
 }
 
 fn all_answered(results: Vec<Option<Written>>) -> Result<Vec<Written>, StoreError> {
@@ -656,21 +658,28 @@ fn payloads<'a>(hub: &SharedHub, results: impl IntoIterator<Item = &'a Written>)
     payloads
 }
 
-/// Ends the server process `pid` (the other end of a connection given up
-/// on) and waits until it has exited: what it committed is then all it will
-/// ever commit.
-async fn end_process(connection: &mut PgConnection, pid: i32) -> Result<(), StoreError> {
-    sqlx::query("SELECT pg_terminate_backend($1)")
-        .bind(pid)
-        .execute(&mut *connection)
-        .await?;
+/// Ends the server process `backend` (the other end of a connection given
+/// up on) and waits until it has exited: what it committed is then all it
+/// will ever commit. One that is gone already is left alone, and so is a
+/// later process that was given its id.
+async fn end_process(connection: &mut PgConnection, backend: &Backend) -> Result<(), StoreError> {
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE pid = $1 AND backend_start::TEXT = $2",
+    )
+    .bind(backend.pid)
+    .bind(&backend.started)
+    .execute(&mut *connection)
+    .await?;
     let mut pause = Duration::from_millis(5);
     loop {
-        let alive: Option<i32> =
-            sqlx::query_scalar("SELECT 1 FROM pg_stat_activity WHERE pid = $1")
-                .bind(pid)
-                .fetch_optional(&mut *connection)
-                .await?;
+        let alive: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start::TEXT = $2",
+        )
+        .bind(backend.pid)
+        .bind(&backend.started)
+        .fetch_optional(&mut *connection)
+        .await?;
         if alive.is_none() {
             return Ok(());
         }

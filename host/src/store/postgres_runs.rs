@@ -185,6 +185,7 @@ fn add_starts(
         trace.push(run.traceparent.clone());
         cutoff.push(*expire_before);
     }
+    let queued = agent.len();
     let columns = [
         s.bind(agent)? + "::TEXT[]",
         s.bind(session)? + "::TEXT[]",
@@ -222,6 +223,17 @@ fn add_starts(
          AND r.status IN ('pending', 'running')) AS busy FROM run_input i"
             .into(),
     );
+    // The parts above read the statement's snapshot; the upsert below
+    // waits for the session's row and sees its latest version. Another
+    // host's run queued or ended in between changed that row (every queue
+    // and end writes it): the upsert then leaves it, the statement is
+    // refused whole, and the batch is decided again on a fresh snapshot.
+    s.part(
+        "run_seen",
+        "SELECT i.agent, i.sid, s.xmin::TEXT AS version FROM run_input i \
+         LEFT JOIN sessions s ON s.agent = i.agent AND s.id = i.sid"
+            .into(),
+    );
     s.part(
         "run_touched",
         format!(
@@ -234,9 +246,12 @@ fn add_starts(
                  THEN {me} ELSE s.owner END, \
                epoch = CASE WHEN {me} IS NOT NULL AND s.owner IS DISTINCT FROM {me} \
                  AND (s.owner IS NULL OR s.owner NOT IN ({live})) THEN s.epoch + 1 ELSE s.epoch END \
+             WHERE s.xmin::TEXT IS NOT DISTINCT FROM \
+               (SELECT v.version FROM run_seen v WHERE v.agent = s.agent AND v.sid = s.id) \
              RETURNING s.agent, s.id, (xmax = 0) AS new_session, s.owner, s.epoch"
         ),
     );
+    s.must_hold(queued, "(SELECT COUNT(*) FROM run_touched)".into());
     s.part(
         "run_queued",
         format!(

@@ -240,3 +240,85 @@ async fn two_runs_of_one_session_in_one_batch_queue_in_order() -> Result<(), Sto
 fn counted() -> u64 {
     crate::store::postgres_runs::counts::SET_BASED.load(std::sync::atomic::Ordering::Relaxed)
 }
+
+/// Another host queues a run for a session after this batch's statement
+/// took its snapshot, and commits while the statement waits for the
+/// session's row: the run this batch queues is behind it, not next in line
+/// (two runs of one conversation at once, out of order). PostgreSQL only:
+/// its statement reads on a snapshot, SQLite's writer is the only one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_queued_by_another_host_meanwhile_is_ahead_of_this_batchs() -> Result<(), StoreError>
+{
+    use sqlx::Connection;
+    let Some(url) = std::env::var("AGENTHOST_TEST_STORE")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+    else {
+        return Ok(());
+    };
+    let hub = TaskHub::new(&format!("runs{}", uuid::Uuid::new_v4().simple()))
+        .map_err(|e| StoreError::Write(e.to_string()))?;
+    let store = Store::open(&url, &hub, Membership::default()).await?;
+    let first = batch(&store, vec![start("r0", "s", None)]).await?;
+    let ended = batch(&store, vec![end("r0", "s", fence(&store, &first[0]))]).await?;
+    assert!(matches!(&ended[0], RunWritten::Ended { changed: true, .. }));
+
+    // The other host's enqueue, open: the session's row written, its run
+    // inserted, not committed yet.
+    let mut other = sqlx::PgConnection::connect(&url).await?;
+    sqlx::query(&format!("SET search_path TO {}", hub.postgres_schema()))
+        .execute(&mut other)
+        .await?;
+    let mut tx = other.begin().await?;
+    let now = now_ms();
+    sqlx::query("UPDATE sessions SET last_active_at = $1 WHERE agent = 'writer' AND id = 's'")
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO runs (correlation_id, agent, session_id, message, status, created_at, updated_at) \
+         VALUES ('theirs', 'writer', 's', 'their question', 'pending', $1, $1)",
+    )
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+
+    let committer = store.committer().clone();
+    let mine =
+        tokio::spawn(async move { committer.commit_all(vec![start("mine", "s", None)]).await });
+    // Until this batch's statement waits for the session's row.
+    let mut watcher = sqlx::PgConnection::connect(&url).await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE '%run_touched%'",
+        )
+        .fetch_one(&mut watcher)
+        .await?;
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never waited for the row"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tx.commit().await?;
+    let answers = mine.await.map_err(|e| StoreError::Write(e.to_string()))?;
+    let answer = match answers.into_iter().next() {
+        Some(written) => written?,
+        None => return Err(StoreError::Write("no answer".into())),
+    };
+    let Written::Run(answer) = answer else {
+        return Err(StoreError::Write(format!("not a run's answer: {answer:?}")));
+    };
+    assert_eq!(
+        started(&answer).map(|s| s.1),
+        Some(false),
+        "queued behind the other host's run: {answer:?}"
+    );
+    store.close().await;
+    Ok(())
+}
