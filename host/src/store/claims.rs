@@ -201,10 +201,12 @@ fn took_over<'r>(rows: &'r [AnyRow], what: &str) -> Result<&'r [AnyRow], StoreEr
         }
     }
     if !from.is_empty() {
+        // Rows with a previous owner only: a pass also claims new work.
+        let count = from.len();
         from.sort();
         from.dedup();
-        tracing::info!(what, count = rows.len(), hosts = ?from, "took over work of hosts whose lease expired; resuming it");
-        crate::metrics::taken_over(rows.len() as u64);
+        tracing::info!(what, count, hosts = ?from, "took over work of hosts whose lease expired; resuming it");
+        crate::metrics::taken_over(count as u64);
     }
     Ok(rows)
 }
