@@ -128,10 +128,14 @@ impl Store {
         // What is read here is this host's fence of each session (its
         // executor need not read it again): read no earlier than this.
         let taken_at = now_ms();
-        // Driven by the (small, indexed) set of unfinished runs, not by
-        // every session ever opened (materialized: planned on a hub whose
-        // statistics were never gathered, the join would read every session
-        // this host owns, one per run ever made without a session id).
+        // Driven by the (small, indexed) set of unfinished runs, each
+        // session looked up by its key, never by owner: a join the planner
+        // may turn around read every session this host ever owned (one per
+        // run made without a session id), on every pass: 2.4 ms a pass at
+        // 8,000 sessions, and passes come with every run another host
+        // queues. The lookup is a subquery the planner cannot pull up
+        // (`OFFSET 0`; `FOR UPDATE` in the claim's), so it stays a nested
+        // loop whatever the statistics.
         let unfinished =
             "WITH unfinished AS MATERIALIZED (SELECT DISTINCT agent, session_id FROM runs \
                           WHERE status IN ('pending', 'running'))";
@@ -145,7 +149,9 @@ impl Store {
             .await?;
         let mut rows = sqlx::query(&format!(
             "{unfinished} SELECT s.agent, s.id, s.epoch FROM unfinished u \
-             JOIN sessions s ON s.agent = u.agent AND s.id = u.session_id WHERE s.owner = $1"
+             CROSS JOIN LATERAL (SELECT s.agent, s.id, s.epoch, s.owner FROM sessions s \
+               WHERE s.agent = u.agent AND s.id = u.session_id OFFSET 0) s \
+             WHERE s.owner = $1"
         ))
         .bind(me)
         .fetch_all(&mut *tx)
@@ -153,10 +159,12 @@ impl Store {
         if !hub.lease_lapsed() {
             let claimed = sqlx::query(&format!(
                 "{unfinished}, picked AS ( \
-                   SELECT s.agent, s.id, s.owner AS previous FROM unfinished u \
-                   JOIN sessions s ON s.agent = u.agent AND s.id = u.session_id \
-                   WHERE (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) \
-                   LIMIT $2 FOR UPDATE OF s SKIP LOCKED) \
+                   SELECT p.agent, p.id, p.previous FROM unfinished u \
+                   CROSS JOIN LATERAL (SELECT s.agent, s.id, s.owner AS previous FROM sessions s \
+                     WHERE s.agent = u.agent AND s.id = u.session_id \
+                     AND (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) \
+                     FOR UPDATE OF s SKIP LOCKED) p \
+                   LIMIT $2) \
                  UPDATE sessions SET owner = $1, epoch = sessions.epoch + 1 FROM picked \
                  WHERE sessions.agent = picked.agent AND sessions.id = picked.id \
                  RETURNING sessions.agent AS agent, sessions.id AS id, sessions.epoch AS epoch, \
