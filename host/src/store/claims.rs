@@ -25,10 +25,19 @@ impl Store {
         let Some(me) = hub.owner() else {
             return Ok(Vec::new());
         };
+        // Driven by what has work (instances not started yet, inbox rows
+        // due), never by owner: the owner's index lists every instance this
+        // host ever ran, finished ones included until `--retain` clears
+        // them, and the planner read all of it on every pass (2 ms at 50,000,
+        // growing). The subqueries cannot be pulled up (`OFFSET 0`), so the
+        // owner is a filter on the few rows that have work.
         let mut ids: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM instances WHERE owner = $1 AND status IN ('Pending', 'ContinuedAsNew') \
-             UNION SELECT DISTINCT i.instance_id FROM inbox i JOIN instances s ON s.id = i.instance_id \
-             WHERE i.visible_at <= $2 AND i.parked = 0 AND s.owner = $1 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $3",
+            "SELECT p.id FROM (SELECT id, owner FROM instances \
+               WHERE status IN ('Pending', 'ContinuedAsNew') OFFSET 0) p WHERE p.owner = $1 \
+             UNION SELECT DISTINCT i.instance_id FROM inbox i \
+             CROSS JOIN LATERAL (SELECT s.owner, s.status FROM instances s WHERE s.id = i.instance_id OFFSET 0) s \
+             WHERE i.visible_at <= $2 AND i.parked = 0 AND s.owner = $1 \
+             AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $3",
         )
         .bind(me)
         .bind(now)
