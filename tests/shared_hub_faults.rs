@@ -283,38 +283,13 @@ async fn a_worker_paused_past_its_lease_mid_activity_commits_nothing_after_the_t
 /// PostgreSQL only.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice() {
-    use crate::support::durable::{raise, start_with_id, status, wait_for};
     let Some(url) = test_store() else {
         return;
     };
     let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
-    let id = start_with_id(&host, "two_events", "ambiguous", &serde_json::json!(null)).await;
-    wait_for(&host, &id, &["Running"]).await;
-
     // The event's journal entry travels in the statement's parameters.
-    proxy.cut_after(b"event_raised");
-    assert_eq!(raise(&host, &id, "step", &serde_json::json!(1)).await, 202);
-    assert_eq!(
-        proxy.cuts_after_done(),
-        1,
-        "the statement's answer was lost"
-    );
-    assert!(
-        host.output().contains("the batch had committed"),
-        "the one statement was its own commit: {}",
-        host.output()
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, running) = status(&host, &id).await;
-    assert_eq!(
-        running["runtimeStatus"], "Running",
-        "delivered twice: {running}"
-    );
-    assert_eq!(raise(&host, &id, "step", &serde_json::json!(2)).await, 202);
-    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
-    assert_eq!(done["output"], serde_json::json!([1, 2]), "{done}");
-
-    start_losing_the_answer(&proxy, &host, "second-start", Duration::ZERO).await;
+    raise_losing_the_answer(&proxy, &host, "ambiguous", |p, bytes| p.cut_after(bytes)).await;
+    start_losing_the_answer(&proxy, &host, "second-start", |p, id| p.cut_after(id)).await;
     assert!(
         host.output().contains("the batch had committed"),
         "{}",
@@ -331,48 +306,17 @@ async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice
 /// second write would answer 409 by its own instance). PostgreSQL only.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_commit_whose_answer_never_comes_is_found_committed_and_not_written_again() {
-    use crate::support::durable::{raise, start_with_id, status, wait_for};
     let Some(url) = test_store() else {
         return;
     };
     let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
-    let id = start_with_id(&host, "two_events", "unanswered", &serde_json::json!(null)).await;
-    wait_for(&host, &id, &["Running"]).await;
-
-    proxy.hush_after(b"event_raised");
-    assert_eq!(raise(&host, &id, "step", &serde_json::json!(1)).await, 202);
-    assert_eq!(
-        proxy.cuts_after_done(),
-        1,
-        "the statement's answer never came"
-    );
+    raise_losing_the_answer(&proxy, &host, "unanswered", |p, bytes| p.hush_after(bytes)).await;
+    start_losing_the_answer(&proxy, &host, "unanswered-start", |p, id| p.hush_after(id)).await;
     assert!(
         host.output().contains("the batch had committed"),
         "{}",
         host.output()
     );
-    let (_, running) = status(&host, &id).await;
-    assert_eq!(
-        running["runtimeStatus"], "Running",
-        "delivered twice: {running}"
-    );
-    assert_eq!(raise(&host, &id, "step", &serde_json::json!(2)).await, 202);
-    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
-    assert_eq!(done["output"], serde_json::json!([1, 2]), "{done}");
-
-    proxy.hush_after(b"unanswered-start");
-    let started = client()
-        .post(host.url("/api/orchestrators/two_events/unanswered-start"))
-        .json(&serde_json::json!(null))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        proxy.cuts_after_done(),
-        2,
-        "the statement's answer never came"
-    );
-    assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
 }
 
 /// A start's statement that reaches the server only after the host gave up
@@ -387,7 +331,10 @@ async fn a_commit_still_on_its_way_to_the_server_is_waited_for_not_written_twice
         return;
     };
     let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
-    start_losing_the_answer(&proxy, &host, "late-start", Duration::from_millis(500)).await;
+    start_losing_the_answer(&proxy, &host, "late-start", |p, id| {
+        p.cut_after_late(id, Duration::from_millis(500))
+    })
+    .await;
     assert!(
         host.output()
             .contains("the server process of the lost connection has ended"),
@@ -454,19 +401,57 @@ async fn host_behind_a_proxy(
     (proxy, dir, host)
 }
 
-/// Starts `two_events` as `id` while the proxy loses the answer to the
-/// statement that writes it (the server gets that statement `late`): the
-/// start must be answered 202, whether the batch had committed or was
+/// Starts `two_events` as `id` and raises its two events, the first after
+/// `lose` armed the proxy to lose the answer to the statement that writes
+/// it (the event's journal entry names it: `event_raised`). The batch must
+/// be found committed and the event delivered once: a second delivery would
+/// complete the instance with the first payload twice.
+async fn raise_losing_the_answer(
+    proxy: &crate::support::tcp_proxy::TcpProxy,
+    host: &crate::support::host::Host,
+    id: &str,
+    lose: impl FnOnce(&crate::support::tcp_proxy::TcpProxy, &[u8]),
+) {
+    use crate::support::durable::{raise, start_with_id, status, wait_for};
+    let id = start_with_id(host, "two_events", id, &serde_json::json!(null)).await;
+    wait_for(host, &id, &["Running"]).await;
+    let cuts = proxy.cuts_after_done();
+    lose(proxy, b"event_raised");
+    assert_eq!(raise(host, &id, "step", &serde_json::json!(1)).await, 202);
+    assert_eq!(
+        proxy.cuts_after_done(),
+        cuts + 1,
+        "the statement's answer was lost"
+    );
+    assert!(
+        host.output().contains("the batch had committed"),
+        "the one statement was its own commit: {}",
+        host.output()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, running) = status(host, &id).await;
+    assert_eq!(
+        running["runtimeStatus"], "Running",
+        "delivered twice: {running}"
+    );
+    assert_eq!(raise(host, &id, "step", &serde_json::json!(2)).await, 202);
+    let done = wait_for(host, &id, &["Completed", "Failed"]).await;
+    assert_eq!(done["output"], serde_json::json!([1, 2]), "{done}");
+}
+
+/// Starts `two_events` as `id` after `lose` armed the proxy to lose the
+/// answer to the statement that writes it (given the bytes that name it):
+/// the start must be answered 202, whether the batch had committed or was
 /// written again.
 async fn start_losing_the_answer(
     proxy: &crate::support::tcp_proxy::TcpProxy,
     host: &crate::support::host::Host,
     id: &str,
-    late: Duration,
+    lose: impl FnOnce(&crate::support::tcp_proxy::TcpProxy, &[u8]),
 ) {
     let cuts = proxy.cuts_after_done();
     // The id travels in the statement's parameters, and in no earlier one.
-    proxy.cut_after_late(id.as_bytes(), late);
+    lose(proxy, id.as_bytes());
     let started = client()
         .post(host.url(&format!("/api/orchestrators/two_events/{id}")))
         .json(&serde_json::json!(null))

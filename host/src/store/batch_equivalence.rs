@@ -16,11 +16,7 @@ use crate::store::durable_records::{Write, Written};
 use crate::store::test_fixtures::new;
 use crate::store::{Membership, Store, StoreError, Target, TaskHub};
 
-fn postgres_url() -> Option<String> {
-    std::env::var("AGENTHOST_TEST_STORE")
-        .ok()
-        .filter(|u| u.starts_with("postgres"))
-}
+use crate::store::test_fixtures::postgres_url;
 
 fn target(id: &str, execution: i64) -> Target {
     Target {

@@ -23,6 +23,7 @@ mod postgres_batch;
 mod postgres_commit;
 mod postgres_flush;
 mod postgres_ids;
+mod postgres_marks;
 mod postgres_run_tx;
 mod postgres_runs;
 mod postgres_statement;
@@ -118,6 +119,34 @@ pub(crate) mod test_fixtures {
         let store =
             super::Store::open(&url, &super::TaskHub::default(), Default::default()).await?;
         Ok((dir, store))
+    }
+
+    /// The PostgreSQL database `AGENTHOST_TEST_STORE` names, if any
+    /// (`make test` names one for its second pass).
+    pub fn postgres_url() -> Option<String> {
+        std::env::var("AGENTHOST_TEST_STORE")
+            .ok()
+            .filter(|u| u.starts_with("postgres"))
+    }
+
+    /// A store on PostgreSQL in a fresh hub named `prefix` and a uuid.
+    pub async fn postgres(url: &str, prefix: &str) -> Result<super::Store, super::StoreError> {
+        let hub = super::TaskHub::new(&format!("{prefix}{}", uuid::Uuid::new_v4().simple()))
+            .map_err(|e| super::StoreError::Write(e.to_string()))?;
+        super::Store::open(url, &hub, Default::default()).await
+    }
+
+    /// SQLite, and PostgreSQL when a database is named (a fresh hub named
+    /// `prefix` and a uuid): the same test on both stores.
+    pub async fn both(
+        prefix: &str,
+    ) -> Result<Vec<(super::Store, Option<tempfile::TempDir>)>, super::StoreError> {
+        let (dir, sqlite) = sqlite().await?;
+        let mut stores = vec![(sqlite, Some(dir))];
+        if let Some(url) = postgres_url() {
+            stores.push((postgres(&url, prefix).await?, None));
+        }
+        Ok(stores)
     }
 
     /// A top-level instance of orchestration `o` on version `d`.

@@ -18,6 +18,7 @@ use super::durable_records::{Read, ReadOut, Write, Written};
 use super::postgres_batch::{fenced, plan, Care, FENCE_REFUSED};
 use super::postgres_flush::{add_rows, Rows};
 use super::postgres_ids::IdPool;
+use super::postgres_marks::{committed_answers, mark, prune_marks, Backend};
 use super::postgres_runs::{add_runs, set_based, RunParts};
 use super::postgres_statement::{send, Statement, Tail};
 use super::postgres_tx::{image, PgTx};
@@ -59,22 +60,8 @@ pub(super) async fn start(
 /// A connection of the writer, and its server process.
 async fn connect(options: &PgConnectOptions) -> Result<(PgConnection, Backend), StoreError> {
     let mut connection = PgConnection::connect_with(options).await?;
-    let (pid, started): (i32, String) = sqlx::query_as(
-        "SELECT pid, backend_start::TEXT FROM pg_stat_activity WHERE pid = pg_backend_pid()",
-    )
-    .fetch_one(&mut connection)
-    .await?;
-    Ok((connection, Backend { pid, started }))
-}
-
-/// A server process, named by its id and its start: an id alone may be
-/// another process's by the time it is used (ids are reused), and ending
-/// that one would cut someone else's session, or fail for want of the
-/// right and stop the writer asking.
-#[derive(Debug, Clone)]
-struct Backend {
-    pid: i32,
-    started: String,
+    let backend = Backend::of(&mut connection).await?;
+    Ok((connection, backend))
 }
 
 async fn write_loop(
@@ -138,9 +125,6 @@ struct Writer {
 /// writer would wait for ever).
 const CALL_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Batch ids older than this are pruned (an ambiguous commit is resolved
-/// within seconds).
-const KEEP_BATCH_IDS_MS: i64 = 600_000;
 /// Pruned once every this many transactions.
 const PRUNE_EVERY: u64 = 1_024;
 
@@ -350,7 +334,7 @@ impl Writer {
         loop {
             let asked = tokio::time::timeout(CALL_DEADLINE, async {
                 if let Some(backend) = abandoned.clone() {
-                    end_process(self.connection().await?, &backend).await?;
+                    backend.end(self.connection().await?).await?;
                     tracing::info!(
                         batch,
                         pid = backend.pid,
@@ -358,30 +342,7 @@ impl Writer {
                     );
                     abandoned = None;
                 }
-                // Not a plain read: the server may still be finishing that
-                // COMMIT, and a read would not see its mark yet. Inserting
-                // the same id waits for the transaction that holds it to end,
-                // then conflicts if it committed. Rolled back either way.
-                let mut tx = self.connection().await?.begin().await?;
-                let inserted = sqlx::query(
-                    "INSERT INTO commits (id, at) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING",
-                )
-                .bind(batch)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                // What the statement answered, kept with its mark.
-                let answers: Option<Option<String>> = match inserted {
-                    0 => {
-                        sqlx::query_scalar("SELECT answers FROM commits WHERE id = $1")
-                            .bind(batch)
-                            .fetch_optional(&mut *tx)
-                            .await?
-                    }
-                    _ => None,
-                };
-                tx.rollback().await?;
-                Ok::<_, StoreError>((inserted == 0).then(|| answers.flatten()))
+                committed_answers(self.connection().await?, batch).await
             })
             .await
             .unwrap_or_else(|_| {
@@ -656,55 +617,6 @@ fn payloads<'a>(hub: &SharedHub, results: impl IntoIterator<Item = &'a Written>)
     payloads.sort();
     payloads.dedup();
     payloads
-}
-
-/// Ends the server process `backend` (the other end of a connection given
-/// up on) and waits until it has exited: what it committed is then all it
-/// will ever commit. One that is gone already is left alone, and so is a
-/// later process that was given its id.
-async fn end_process(connection: &mut PgConnection, backend: &Backend) -> Result<(), StoreError> {
-    sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE pid = $1 AND backend_start::TEXT = $2",
-    )
-    .bind(backend.pid)
-    .bind(&backend.started)
-    .execute(&mut *connection)
-    .await?;
-    let mut pause = Duration::from_millis(5);
-    loop {
-        let alive: Option<i32> = sqlx::query_scalar(
-            "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start::TEXT = $2",
-        )
-        .bind(backend.pid)
-        .bind(&backend.started)
-        .fetch_optional(&mut *connection)
-        .await?;
-        if alive.is_none() {
-            return Ok(());
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(200));
-    }
-}
-
-/// Prunes the ids of batches old enough that none is still in doubt.
-async fn prune_marks(tx: &mut PgConnection, now: i64) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM commits WHERE at < $1")
-        .bind(now - KEEP_BATCH_IDS_MS)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
-}
-
-/// Writes the batch's id in its transaction.
-async fn mark(tx: &mut PgConnection, batch: &str, now: i64) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO commits (id, at) VALUES ($1, $2)")
-        .bind(batch)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
 }
 
 /// A statement refused because what a fenced write assumed did not hold:

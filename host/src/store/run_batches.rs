@@ -13,17 +13,7 @@ use crate::store::{
 };
 
 async fn stores() -> Result<Vec<(Store, Option<tempfile::TempDir>)>, StoreError> {
-    let (dir, sqlite) = crate::store::test_fixtures::sqlite().await?;
-    let mut stores = vec![(sqlite, Some(dir))];
-    if let Some(url) = std::env::var("AGENTHOST_TEST_STORE")
-        .ok()
-        .filter(|u| u.starts_with("postgres"))
-    {
-        let hub = TaskHub::new(&format!("runs{}", uuid::Uuid::new_v4().simple()))
-            .map_err(|e| StoreError::Write(e.to_string()))?;
-        stores.push((Store::open(&url, &hub, Membership::default()).await?, None));
-    }
-    Ok(stores)
+    crate::store::test_fixtures::both("runs").await
 }
 
 fn session(id: &str) -> SessionKey {
@@ -250,10 +240,7 @@ fn counted() -> u64 {
 async fn a_run_queued_by_another_host_meanwhile_is_ahead_of_this_batchs() -> Result<(), StoreError>
 {
     use sqlx::Connection;
-    let Some(url) = std::env::var("AGENTHOST_TEST_STORE")
-        .ok()
-        .filter(|u| u.starts_with("postgres"))
-    else {
+    let Some(url) = crate::store::test_fixtures::postgres_url() else {
         return Ok(());
     };
     let hub = TaskHub::new(&format!("runs{}", uuid::Uuid::new_v4().simple()))

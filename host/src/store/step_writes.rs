@@ -16,21 +16,10 @@ use crate::core::lifecycle::Operation;
 use crate::core::limits::Limits;
 use crate::store::durable_records::{ArrivalWritten, Arriving, Write, Written};
 use crate::store::test_fixtures::new;
-use crate::store::{Membership, Store, StoreError, Target, TaskFate, TaskHub};
+use crate::store::{Store, StoreError, Target, TaskFate};
 
-/// SQLite, and PostgreSQL when a database is named (each on a fresh hub).
 async fn stores() -> Result<Vec<(Store, Option<tempfile::TempDir>)>, StoreError> {
-    let (dir, sqlite) = crate::store::test_fixtures::sqlite().await?;
-    let mut stores = vec![(sqlite, Some(dir))];
-    if let Some(url) = std::env::var("AGENTHOST_TEST_STORE")
-        .ok()
-        .filter(|u| u.starts_with("postgres"))
-    {
-        let hub = TaskHub::new(&format!("steps{}", uuid::Uuid::new_v4().simple()))
-            .map_err(|e| StoreError::Write(e.to_string()))?;
-        stores.push((Store::open(&url, &hub, Membership::default()).await?, None));
-    }
-    Ok(stores)
+    crate::store::test_fixtures::both("steps").await
 }
 
 fn activity(n: u32) -> Call {
