@@ -134,7 +134,7 @@ impl Orchestrator {
                     }
                 }
                 Ok(Wake::Everything) => self.notify(),
-                Ok(Wake::Sessions | Wake::RunFinished(_)) => {}
+                Ok(Wake::Sessions | Wake::Assigned(_) | Wake::RunFinished(..)) => {}
                 // Missed some: any image may be stale.
                 Err(RecvError::Lagged(_)) => {
                     self.hot.clear();

@@ -18,7 +18,9 @@ use tracing::Instrument;
 use crate::agents::{AgentError, AgentRunner, AgentsSettings, RunOutcome as AgentOutcome};
 use crate::core::fence::SessionFence;
 use crate::registry::Registry;
-use crate::store::{Decided, Deletion, RunOutcome, Store, StoreError, StoredMessage, Wake};
+use crate::store::{
+    Assigned, Decided, Deletion, RunOutcome, Store, StoreError, StoredMessage, Wake,
+};
 use crate::streams::{ResponseStreams, StreamWriter};
 use crate::wasm::AgentOptions;
 
@@ -321,18 +323,65 @@ impl Runs {
 
     /// Takes in another host's notification; true when it asks for a pass
     /// over the sessions.
-    fn heard(&self, wake: Wake) -> bool {
+    fn heard(self: &Arc<Self>, wake: Wake) -> bool {
         match wake {
-            Wake::RunFinished(correlation_id) => {
+            Wake::Assigned(assigned) => {
+                self.take_assigned(assigned);
+                false
+            }
+            Wake::RunFinished(correlation_id, record) => {
                 let _ = self.finished.send(Finished {
                     correlation_id,
-                    record: None,
+                    record,
                 });
                 false
             }
             Wake::Sessions | Wake::Everything => true,
             Wake::Instances(_) => false,
         }
+    }
+
+    /// A run queued for a session another host gave this one: the
+    /// session's worker reads the run and its fence in one read and runs
+    /// it. One behind another run of the session is found by the worker
+    /// that runs that one (told to look again).
+    fn take_assigned(self: &Arc<Self>, assigned: Assigned) {
+        let session = SessionKey {
+            agent: assigned.agent,
+            session_id: assigned.session_id,
+        };
+        if !assigned.next_in_line {
+            self.wake(session);
+            return;
+        }
+        if !self.works || self.stopping.is_cancelled() || !self.workers.claim(&session) {
+            return;
+        }
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            let store = &this.store;
+            let read = store
+                .within(
+                    "the run assigned here",
+                    store.assigned_run(&assigned.correlation_id),
+                )
+                .await;
+            // Nothing read (the run ended, the session is not ours, the
+            // store failed): the worker looks at the session as after any
+            // wake-up.
+            let first = match read {
+                Ok(found) => found.map(|(run, fence)| Handed {
+                    run,
+                    fence: Some(fence),
+                    new_session: assigned.new_session,
+                }),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read a run assigned here; looking at its session");
+                    None
+                }
+            };
+            this.work(session, first, None).await;
+        });
     }
 
     fn wake(self: &Arc<Self>, session: SessionKey) {

@@ -15,6 +15,8 @@ mod commit_queue;
 mod durable_records;
 mod episodes;
 mod file_lock;
+#[cfg(test)]
+mod front_runs;
 mod group_commit;
 mod hub;
 mod instances;
@@ -58,7 +60,7 @@ pub use instances::{InstanceFilter, InstanceRecord};
 pub use open::{Kind, Store};
 pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 pub use sessions::{Deletion, RunOutcome};
-pub use shared_hub::{Membership, Role, Wake};
+pub use shared_hub::{Assigned, Membership, Role, Wake};
 pub use streams::NewStreamRow;
 pub use tasks::TaskRow;
 pub use writer_health::WriterCheck;

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::postgres_statement::Statement;
 use super::run_writes::{RunWrite, RunWritten};
-use super::shared_hub::SharedHub;
+use super::shared_hub::{SharedHub, DB_NOW};
 use super::StoreError;
 
 /// Whether every write has a set form and no session is named twice.
@@ -197,10 +197,28 @@ fn add_starts(
     ]
     .join(", ");
     let (now, me, live) = (s.now().to_string(), s.me()?, SharedHub::live_hosts());
+    // A front runs nothing: it gives each session no live host has to a
+    // live worker, spread by the run's id, so that the worker is told
+    // directly (no claim pass on every worker) and reads only its run.
+    let assignee = match hub.owner() {
+        Some(_) => "NULL::TEXT".to_string(),
+        None => {
+            s.part(
+                "run_workers",
+                format!(
+                    "SELECT id, row_number() OVER (ORDER BY id) - 1 AS k, count(*) OVER () AS c \
+                     FROM hosts WHERE role <> 'front' AND expires_at > {DB_NOW}"
+                ),
+            );
+            "(SELECT w.id FROM run_workers w \
+              WHERE w.k = mod(hashtext(r.corr)::BIGINT + 2147483648, w.c))"
+                .to_string()
+        }
+    };
     s.part(
         "run_input",
         format!(
-            "SELECT * FROM UNNEST({columns}) WITH ORDINALITY \
+            "SELECT r.*, COALESCE({me}, {assignee}) AS taker FROM UNNEST({columns}) WITH ORDINALITY \
              AS r(agent, sid, corr, message, format, trace, cutoff, n)"
         ),
     );
@@ -238,13 +256,14 @@ fn add_starts(
         "run_touched",
         format!(
             "INSERT INTO sessions AS s (agent, id, created_at, last_active_at, owner, epoch) \
-             SELECT agent, sid, {now}, {now}, {me}, CASE WHEN {me} IS NULL THEN 0 ELSE 1 END FROM run_input \
+             SELECT agent, sid, {now}, {now}, taker, CASE WHEN taker IS NULL THEN 0 ELSE 1 END FROM run_input \
              ON CONFLICT (agent, id) DO UPDATE SET last_active_at = excluded.last_active_at, \
                created_at = CASE WHEN EXISTS (SELECT 1 FROM run_expiring e WHERE e.agent = s.agent AND e.sid = s.id) \
                  THEN excluded.created_at ELSE s.created_at END, \
-               owner = CASE WHEN {me} IS NOT NULL AND (s.owner IS NULL OR s.owner = {me} OR s.owner NOT IN ({live})) \
-                 THEN {me} ELSE s.owner END, \
-               epoch = CASE WHEN {me} IS NOT NULL AND s.owner IS DISTINCT FROM {me} \
+               owner = CASE WHEN excluded.owner IS NOT NULL \
+                 AND (s.owner IS NULL OR s.owner = excluded.owner OR s.owner NOT IN ({live})) \
+                 THEN excluded.owner ELSE s.owner END, \
+               epoch = CASE WHEN excluded.owner IS NOT NULL AND s.owner IS DISTINCT FROM excluded.owner \
                  AND (s.owner IS NULL OR s.owner NOT IN ({live})) THEN s.epoch + 1 ELSE s.epoch END \
              WHERE s.xmin::TEXT IS NOT DISTINCT FROM \
                (SELECT v.version FROM run_seen v WHERE v.agent = s.agent AND v.sid = s.id) \
@@ -264,7 +283,8 @@ fn add_starts(
         "run_started",
         format!(
             "SELECT i.n, EXISTS (SELECT 1 FROM run_expiring e WHERE e.n = i.n) AS expired, t.new_session, \
-             ({me} IS NOT NULL AND t.owner IS NOT DISTINCT FROM {me}) AS run_here, t.epoch, b.busy \
+             ({me} IS NOT NULL AND t.owner IS NOT DISTINCT FROM {me}) AS run_here, t.epoch, b.busy, \
+             t.owner, i.corr, i.agent, i.sid \
              FROM run_input i JOIN run_touched t ON t.agent = i.agent AND t.id = i.sid \
              JOIN run_busy b ON b.n = i.n"
         ),
@@ -275,10 +295,19 @@ fn add_starts(
          ORDER BY n), '[]'::json) FROM run_started)"
             .into(),
     );
+    // A run for a session another live host owns is told to that host
+    // alone, with what it needs to run it; one for a session nobody took
+    // (no live worker) wakes every host's claim pass. A payload past
+    // PostgreSQL's limit (long ids) falls back to the wake-up.
     let sessions = s.bind(hub.sessions_payload())? + "::TEXT";
+    let assigned = s.bind(hub.assigned_prefix())? + "::TEXT";
     s.notify(format!(
-        "(SELECT COUNT(pg_notify({channel}, {sessions})) FROM \
-         (SELECT 1 FROM run_started WHERE NOT run_here LIMIT 1) AS elsewhere)"
+        "(SELECT COUNT(pg_notify({channel}, CASE WHEN octet_length(p) <= {max} THEN p ELSE {sessions} END)) FROM \
+         (SELECT {assigned} || json_build_array(owner, corr, agent, sid, new_session OR expired, busy)::TEXT AS p \
+          FROM run_started WHERE owner IS NOT NULL AND NOT run_here) AS assigned) \
+         + (SELECT COUNT(pg_notify({channel}, {sessions})) FROM \
+         (SELECT 1 FROM run_started WHERE owner IS NULL LIMIT 1) AS elsewhere)",
+        max = super::shared_hub::PAYLOAD_MAX,
     ));
     Ok(())
 }
@@ -380,7 +409,9 @@ fn add_ends(
             "UPDATE runs r SET status = i.status, response = i.response, error = i.error, \
              error_code = i.code, usage = i.usage, updated_at = {now} FROM end_input i \
              WHERE r.correlation_id = i.corr AND r.status IN ('pending', 'running') \
-             AND i.n IN (SELECT n FROM end_held) RETURNING i.n, i.corr"
+             AND i.n IN (SELECT n FROM end_held) RETURNING i.n, i.corr, r.agent, r.session_id, r.message, \
+             r.response_format, r.status, r.response, r.error, r.error_code, r.usage, r.created_at, \
+             r.updated_at, r.traceparent"
         ),
     );
     // Each ended run's messages follow its session's last one (looked up
@@ -407,9 +438,17 @@ fn add_ends(
            EXISTS (SELECT 1 FROM end_ended d WHERE d.n = i.n)) ORDER BY i.n), '[]'::json) FROM end_input i)"
             .into(),
     );
+    // The ended run's record goes with its notification, so that a waiter
+    // on another host (a front) answers without reading it; a record past
+    // PostgreSQL's limit is named only, and read.
     let finished = s.bind(hub.run_finished_payload(""))? + "::TEXT";
+    let ended = s.bind(hub.run_ended_prefix())? + "::TEXT";
     s.notify(format!(
-        "(SELECT COUNT(pg_notify({channel}, {finished} || d.corr)) FROM end_ended d)"
+        "(SELECT COUNT(pg_notify({channel}, CASE WHEN octet_length(p) <= {max} THEN p ELSE {finished} || corr END)) \
+         FROM (SELECT d.corr, {ended} || json_build_array(d.corr, d.agent, d.session_id, d.message, \
+           d.response_format, d.status, d.response, d.error, d.error_code, d.usage, d.created_at, \
+           d.updated_at, d.traceparent)::TEXT AS p FROM end_ended d) AS ended)",
+        max = super::shared_hub::PAYLOAD_MAX,
     ));
     Ok(())
 }

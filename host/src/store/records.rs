@@ -61,7 +61,7 @@ pub struct NewRun {
     pub traceparent: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunRecord {
     pub correlation_id: String,
     pub agent: String,

@@ -246,6 +246,42 @@ impl Store {
         row.map(|r| run_from_row(&r)).transpose()
     }
 
+    /// A run another host queued for a session it gave this one
+    /// ([`super::Assigned`]), with this host's fence of the session, in one
+    /// read: `None` when the run is no longer pending or running, or the
+    /// session is not this host's (any more).
+    pub async fn assigned_run(
+        &self,
+        correlation_id: &str,
+    ) -> Result<Option<(RunRecord, SessionFence)>, StoreError> {
+        let Some(me) = self.owner_id() else {
+            return Ok(None);
+        };
+        let taken_at = now_ms();
+        let sql = format!(
+            "SELECT {RUN_COLUMNS}, (SELECT s.epoch FROM sessions s WHERE s.agent = runs.agent \
+             AND s.id = runs.session_id AND s.owner = $2) AS fence_epoch \
+             FROM runs WHERE correlation_id = $1 AND status IN ('pending', 'running')"
+        );
+        let Some(row) = sqlx::query(&sql)
+            .bind(correlation_id)
+            .bind(me)
+            .fetch_optional(self.pool())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let Some(epoch) = row.try_get::<Option<i64>, _>("fence_epoch")? else {
+            return Ok(None);
+        };
+        let fence = SessionFence {
+            owner: me.to_string(),
+            epoch,
+            taken_at,
+        };
+        Ok(Some((run_from_row(&row)?, fence)))
+    }
+
     /// Those of `ids` whose runs have ended, in one read per 500 ids: how
     /// the waiters of a host on a shared hub learn of an end whose
     /// notification was lost, without a read per waiter.
@@ -576,6 +612,38 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         traceparent: row.try_get("traceparent")?,
+    })
+}
+
+/// A run's record from a notification's JSON array of its columns, in
+/// [`RUN_COLUMNS`]' order (`response_format` and `usage` as their stored
+/// text); `None` when it is not one.
+pub(super) fn run_from_array(a: &[serde_json::Value]) -> Option<RunRecord> {
+    let text = |i: usize| a.get(i).and_then(|v| v.as_str()).map(str::to_string);
+    let json = |i: usize| -> Option<Option<serde_json::Value>> {
+        match a.get(i)? {
+            serde_json::Value::Null => Some(None),
+            v => serde_json::from_str(v.as_str()?).ok().map(Some),
+        }
+    };
+    let usage = match a.get(9)? {
+        serde_json::Value::Null => None,
+        v => Some(serde_json::from_str(v.as_str()?).ok()?),
+    };
+    Some(RunRecord {
+        correlation_id: text(0)?,
+        agent: text(1)?,
+        thread_id: text(2)?,
+        message: text(3)?,
+        response_format: json(4)?,
+        status: RunStatus::parse(a.get(5)?.as_str()?)?,
+        response: text(6),
+        error: text(7),
+        error_code: text(8),
+        usage,
+        created_at: a.get(10)?.as_i64()?,
+        updated_at: a.get(11)?.as_i64()?,
+        traceparent: text(12),
     })
 }
 

@@ -28,7 +28,7 @@ use sqlx::Connection;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use super::{now_ms, Store, StoreError};
+use super::{now_ms, RunRecord, Store, StoreError};
 use crate::core::fence::{self, SessionFence};
 
 /// The database's clock, in Unix milliseconds.
@@ -88,16 +88,36 @@ pub enum Wake {
     Instances(Vec<String>),
     /// A run was queued: sessions may need a worker.
     Sessions,
-    /// This run (correlation id) finished.
-    RunFinished(String),
+    /// A run was queued for a session this host owns (a front named this
+    /// host in the statement that queued it): no claim pass is needed.
+    Assigned(Assigned),
+    /// This run (correlation id) finished; its record when the
+    /// notification could carry it.
+    RunFinished(String, Option<Arc<RunRecord>>),
     /// Notifications may have been lost (the listener reconnected), or a
     /// host handed its work back: look at everything.
     Everything,
 }
 
+/// The longest payload sent; PostgreSQL refuses one of 8000 bytes or more.
+pub(super) const PAYLOAD_MAX: usize = payload::MAX;
+
+/// A run queued for a session another host gave this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assigned {
+    pub correlation_id: String,
+    pub agent: String,
+    pub session_id: String,
+    /// The session began with this run (or had expired): no history.
+    pub new_session: bool,
+    /// No other run of the session was pending or running when it was
+    /// queued: it is the session's next.
+    pub next_in_line: bool,
+}
+
 /// The notification channel's payloads: `<kind> <sender> [<data>]`.
 mod payload {
-    use super::Wake;
+    use super::{Assigned, Wake};
 
     /// PostgreSQL's limit is 8000 bytes; ids are packed below it.
     pub const MAX: usize = 7_800;
@@ -128,8 +148,56 @@ mod payload {
         format!("w {sender}")
     }
 
+    /// A run queued for a session `host` owns: written by the statement
+    /// that queues it (`postgres_runs`), as `r <sender> <JSON array>`:
+    /// owner, correlation id, agent, session id, new session, busy. Ids may
+    /// hold spaces; the JSON keeps them whole.
+    pub const ASSIGNED: &str = "r";
+
+    fn assigned(json: &str, me: &str) -> Option<Wake> {
+        let value: serde_json::Value = serde_json::from_str(json).ok()?;
+        let a = value.as_array()?;
+        let text = |i: usize| a.get(i).and_then(|v| v.as_str()).map(str::to_string);
+        if text(0)? != me {
+            return None;
+        }
+        Some(Wake::Assigned(Assigned {
+            correlation_id: text(1)?,
+            agent: text(2)?,
+            session_id: text(3)?,
+            new_session: a.get(4)?.as_bool()?,
+            next_in_line: !a.get(5)?.as_bool()?,
+        }))
+    }
+
+    /// A run ended, with its record: written by the statement that ends
+    /// it (`postgres_runs`), as `f <sender> <JSON array>` of the run's
+    /// columns ([`crate::store::sessions::run_from_array`]).
+    pub const ENDED: &str = "f";
+
+    fn ended(json: &str) -> Option<Wake> {
+        let value: serde_json::Value = serde_json::from_str(json).ok()?;
+        let record = crate::store::sessions::run_from_array(value.as_array()?)?;
+        Some(Wake::RunFinished(
+            record.correlation_id.clone(),
+            Some(std::sync::Arc::new(record)),
+        ))
+    }
+
     /// `None` for a payload of this host's own, or one it does not know.
     pub fn parse(text: &str, me: &str) -> Option<Wake> {
+        let mut whole = text.splitn(3, ' ');
+        let kind = whole.next()?;
+        if kind == ASSIGNED || kind == ENDED {
+            if whole.next()? == me {
+                return None;
+            }
+            let json = whole.next()?;
+            return match kind == ASSIGNED {
+                true => assigned(json, me),
+                false => ended(json),
+            };
+        }
         let mut parts = text.split(' ');
         let kind = parts.next()?;
         if parts.next()? == me {
@@ -138,7 +206,9 @@ mod payload {
         match kind {
             "i" => Some(Wake::Instances(parts.map(str::to_string).collect())),
             "s" => Some(Wake::Sessions),
-            "d" => parts.next().map(|id| Wake::RunFinished(id.to_string())),
+            "d" => parts
+                .next()
+                .map(|id| Wake::RunFinished(id.to_string(), None)),
             "w" => Some(Wake::Everything),
             _ => None,
         }
@@ -302,8 +372,20 @@ impl SharedHub {
         payload::instances(&self.host, ids)
     }
 
+    /// The start of a payload telling a host of a run queued for a session
+    /// it owns; the statement that queues it adds the rest ([`Assigned`]).
+    pub fn assigned_prefix(&self) -> String {
+        format!("{} {} ", payload::ASSIGNED, self.host)
+    }
+
     pub fn sessions_payload(&self) -> String {
         payload::sessions(&self.host)
+    }
+
+    /// The start of a payload carrying an ended run's record; the
+    /// statement that ends it adds the record.
+    pub fn run_ended_prefix(&self) -> String {
+        format!("{} {} ", payload::ENDED, self.host)
     }
 
     pub fn run_finished_payload(&self, correlation_id: &str) -> String {
@@ -499,7 +581,7 @@ mod tests {
         assert_eq!(seen, ids);
         assert_eq!(
             payload::parse(&payload::run_finished("h1", "c1"), "h2"),
-            Some(Wake::RunFinished("c1".into()))
+            Some(Wake::RunFinished("c1".into(), None))
         );
         assert_eq!(
             payload::parse(&payload::sessions("h1"), "h2"),
@@ -510,5 +592,20 @@ mod tests {
             Some(Wake::Everything)
         );
         assert_eq!(payload::parse("garbage", "h2"), None);
+        // Ids with spaces stay whole; only the host named takes it.
+        let assigned = r#"r h1 ["h2","c 1","agent","s 1",true,false]"#;
+        assert_eq!(
+            payload::parse(assigned, "h2"),
+            Some(Wake::Assigned(super::Assigned {
+                correlation_id: "c 1".into(),
+                agent: "agent".into(),
+                session_id: "s 1".into(),
+                new_session: true,
+                next_in_line: true,
+            }))
+        );
+        assert_eq!(payload::parse(assigned, "h3"), None);
+        assert_eq!(payload::parse(assigned, "h1"), None);
+        assert_eq!(payload::parse("r h1 not json", "h2"), None);
     }
 }
