@@ -243,6 +243,11 @@ async fn run_once(
     let cached = claim.image.take().filter(|_| use_hot);
     let was_hot = cached.is_some();
     let hot = match cached {
+        // Another host added inbox rows: the rest of the image holds.
+        Some(mut hot) if claim.inbox_stale => {
+            hot.inbox = store.inbox(id).await?;
+            hot
+        }
         Some(hot) => hot,
         None => {
             let Some(Image {

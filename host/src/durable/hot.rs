@@ -86,6 +86,9 @@ struct Inner {
     rows: usize,
     /// Rows that arrived for claimed instances while their episode ran.
     claimed: HashMap<String, Vec<InboxRow>>,
+    /// Images whose inbox lacks rows another host committed: their next
+    /// episode reads the inbox again (nothing else of them changed).
+    stale_inbox: HashSet<String>,
 }
 
 impl Inner {
@@ -120,6 +123,7 @@ impl HotInstances {
                 bytes: 0,
                 rows: 0,
                 claimed: HashMap::new(),
+                stale_inbox: HashSet::new(),
             }),
         }
     }
@@ -139,11 +143,13 @@ impl HotInstances {
             inner.remove(image);
             inner.publish();
         }
+        let inbox_stale = inner.stale_inbox.remove(id) && image.is_some();
         inner.claimed.insert(id.to_string(), Vec::new());
         Claim {
             hot: self,
             id: id.to_string(),
             image,
+            inbox_stale,
             open: true,
         }
     }
@@ -189,6 +195,20 @@ impl HotInstances {
         inner.evict_past(self.budget);
     }
 
+    /// Another host committed inbox rows for `id` and nothing else: an
+    /// image at rest keeps its state and journal, and its next episode
+    /// reads the inbox again; an episode under way cannot put its image
+    /// back (what it read may lack the rows). True when it was hot or under
+    /// way here: this host runs it.
+    pub fn inbox_changed(&self, id: &str) -> bool {
+        let mut inner = self.inner();
+        if inner.entries.contains(id) {
+            inner.stale_inbox.insert(id.to_string());
+            return true;
+        }
+        inner.claimed.remove(id).is_some()
+    }
+
     /// Forgets an instance whose state changed outside its episodes. An
     /// episode under way then cannot put its image back either. True when
     /// it was hot or under way here: this host runs it.
@@ -196,6 +216,7 @@ impl HotInstances {
         let mut inner = self.inner();
         let image = inner.entries.pop(id);
         let had = image.is_some();
+        inner.stale_inbox.remove(id);
         if let Some(image) = image {
             inner.remove(&image);
             inner.publish();
@@ -210,6 +231,7 @@ impl HotInstances {
         inner.bytes = 0;
         inner.rows = 0;
         inner.claimed.clear();
+        inner.stale_inbox.clear();
         inner.publish();
     }
 
@@ -241,6 +263,8 @@ pub(super) struct Claim<'a> {
     id: String,
     /// The hot image, if there was one (the episode takes it).
     pub image: Option<HotInstance>,
+    /// Its inbox lacks rows another host committed: read it again.
+    pub inbox_stale: bool,
     open: bool,
 }
 
@@ -321,6 +345,27 @@ mod tests {
             visible_at: 0,
             parked: false,
         }
+    }
+
+    #[test]
+    fn rows_another_host_added_keep_an_image_at_rest_but_not_one_under_way() {
+        let hot_instances = HotInstances::new(1 << 20);
+        put(&hot_instances, "a", hot("a", 10));
+        assert!(hot_instances.inbox_changed("a"), "hot here");
+        let claim = hot_instances.claim("a");
+        assert!(
+            claim.image.is_some() && claim.inbox_stale,
+            "kept, inbox to read"
+        );
+        let image = hot("a", 10);
+        claim.put(image, &HashSet::new());
+        let again = hot_instances.claim("a");
+        assert!(again.image.is_some() && !again.inbox_stale, "read once");
+        // Under way: what the episode read may lack the rows.
+        assert!(hot_instances.inbox_changed("a"), "under way here");
+        again.put(hot("a", 10), &HashSet::new());
+        assert!(hot_instances.claim("a").image.is_none(), "not put back");
+        assert!(!hot_instances.inbox_changed("elsewhere"), "not here");
     }
 
     fn put(hot_instances: &HotInstances, id: &str, image: HotInstance) {

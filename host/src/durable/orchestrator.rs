@@ -122,16 +122,29 @@ impl Orchestrator {
                 // is stored); for the others the scheduler looks, and
                 // claims those no live host has.
                 Ok(Wake::Instances(ids)) => {
-                    let mut look = false;
-                    for id in ids {
-                        match self.hot.forget(&id) {
-                            true => self.wake_instance(id),
-                            false => look = true,
+                    let cold = ids.into_iter().filter(|id| match self.hot.forget(id) {
+                        true => {
+                            self.wake_instance(id.clone());
+                            false
                         }
-                    }
-                    if look {
-                        self.notify();
-                    }
+                        false => true,
+                    });
+                    self.look_up(cold.collect());
+                }
+                // Inbox rows only: an image at rest is kept, its inbox read
+                // again by its next episode (one read on the pool instead of
+                // the whole instance on the writer's connection).
+                Ok(Wake::Posted(ids)) => {
+                    let cold = ids
+                        .into_iter()
+                        .filter(|id| match self.hot.inbox_changed(id) {
+                            true => {
+                                self.wake_instance(id.clone());
+                                false
+                            }
+                            false => true,
+                        });
+                    self.look_up(cold.collect());
                 }
                 Ok(Wake::Everything) => self.notify(),
                 Ok(Wake::Sessions | Wake::Assigned(_) | Wake::RunFinished(..)) => {}
@@ -143,6 +156,33 @@ impl Orchestrator {
                 Err(RecvError::Closed) => return,
             }
         }
+    }
+
+    /// Instances another host gave something new that are not hot here:
+    /// those this host owns run now; one that no live host owns (new, or a
+    /// dead host's) wakes the scheduler, whose pass claims it. Most are
+    /// another worker's: a pass for each notification read every instance
+    /// with work, several milliseconds each, dozens of times a second.
+    fn look_up(self: &Arc<Self>, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            let store = &this.store;
+            match store.within("whose instances", store.whose(&ids)).await {
+                Ok((mine, orphaned)) => {
+                    mine.into_iter().for_each(|id| this.wake_instance(id));
+                    if orphaned {
+                        this.notify();
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not look up instances another host named; looking at all");
+                    this.notify();
+                }
+            }
+        });
     }
 
     /// Something changed in the store: look for work now.

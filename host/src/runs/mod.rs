@@ -337,7 +337,7 @@ impl Runs {
                 false
             }
             Wake::Sessions | Wake::Everything => true,
-            Wake::Instances(_) => false,
+            Wake::Instances(_) | Wake::Posted(_) => false,
         }
     }
 

@@ -73,6 +73,49 @@ impl Store {
         Ok(ids)
     }
 
+    /// Of instances another host gave something new, those active here
+    /// that this host owns, and whether any is active and owned by no live
+    /// host (a claim pass takes it): one indexed read in place of a pass,
+    /// which would read every instance with work, for news that is mostly
+    /// the other hosts'.
+    pub async fn whose(&self, ids: &[String]) -> Result<(Vec<String>, bool), StoreError> {
+        let (Some(hub), false) = (self.shared(), ids.is_empty()) else {
+            return Ok((Vec::new(), false));
+        };
+        let Some(me) = hub.owner() else {
+            return Ok((Vec::new(), false));
+        };
+        let mut mine = Vec::new();
+        let mut orphaned = false;
+        for chunk in ids.chunks(500) {
+            let places: Vec<String> = (2..chunk.len() + 2).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT id, status, COALESCE(owner = $1, false) AS mine, \
+                 (owner IS NULL OR owner NOT IN ({live})) AS orphaned FROM instances WHERE id IN ({})",
+                places.join(", "),
+                live = SharedHub::live_hosts()
+            );
+            let mut query = sqlx::query(&sql).bind(me);
+            for id in chunk {
+                query = query.bind(id);
+            }
+            // By key alone: a filter on the status let the planner read
+            // the status index instead (0.6 ms for five ids).
+            for row in query.fetch_all(self.pool()).await? {
+                let status: String = row.try_get("status")?;
+                if !matches!(status.as_str(), "Pending" | "Running" | "ContinuedAsNew") {
+                    continue;
+                }
+                if row.try_get::<bool, _>("mine")? {
+                    mine.push(row.try_get("id")?);
+                } else if row.try_get::<bool, _>("orphaned")? {
+                    orphaned = true;
+                }
+            }
+        }
+        Ok((mine, orphaned))
+    }
+
     /// Tasks due now that this host should run: its own, and those of no
     /// live host, which it claims.
     pub(super) async fn claim_tasks(

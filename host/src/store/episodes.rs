@@ -3,7 +3,9 @@
 
 use sqlx::Row;
 
-use super::durable_records::{from_json, Applied, Image, Read, ReadOut, Target, Write, Written};
+use super::durable_records::{
+    from_json, Applied, Image, InboxRow, Read, ReadOut, Target, Write, Written,
+};
 use super::tx::Tx;
 use super::{Store, StoreError};
 use crate::core::effects::Effect;
@@ -35,6 +37,30 @@ impl Store {
     pub async fn image(&self, id: &str) -> Result<Option<Image>, StoreError> {
         let ReadOut::Image(image) = self.committer().read(Read::Image(id.to_string())).await?;
         Ok(image)
+    }
+
+    /// The instance's inbox as stored now, read on the pool, not the
+    /// writer: for a hot image whose only news is rows another host
+    /// committed. Rows this host commits later reach the image's claim.
+    pub async fn inbox(&self, id: &str) -> Result<Vec<InboxRow>, StoreError> {
+        let rows: Vec<(i64, i64, String, i64, i64)> = sqlx::query_as(
+            "SELECT id, execution, event, visible_at, CAST(parked AS BIGINT) FROM inbox \
+             WHERE instance_id = $1 ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|(id, execution, event, visible_at, parked)| {
+                Ok(InboxRow {
+                    id,
+                    execution,
+                    event: from_json(&event, "inbox event")?,
+                    visible_at,
+                    parked: parked != 0,
+                })
+            })
+            .collect()
     }
 
     /// Commits an episode's effects if the instance is still as the episode

@@ -588,16 +588,29 @@ async fn tell_the_others(
 /// one of each.
 fn payloads<'a>(hub: &SharedHub, results: impl IntoIterator<Item = &'a Written>) -> Vec<String> {
     let results: Vec<&Written> = results.into_iter().collect();
-    let ids: BTreeSet<&str> = results
+    // An event raised is an inbox row and nothing else: a hot image of its
+    // instance stays right but for its inbox. Anything else may change the
+    // instance itself.
+    let (raised, other): (Vec<&Written>, Vec<&Written>) = results
         .iter()
         .copied()
-        .filter_map(Written::applied)
-        .flat_map(|applied| applied.news.iter().map(String::as_str))
-        .collect();
+        .partition(|written| matches!(written, Written::Raise(..)));
+    let news = |written: Vec<&'a Written>| -> BTreeSet<&'a str> {
+        written
+            .into_iter()
+            .filter_map(Written::applied)
+            .flat_map(|applied| applied.news.iter().map(String::as_str))
+            .collect()
+    };
+    let ids = news(other);
+    let posted: Vec<&str> = news(raised).difference(&ids).copied().collect();
     let mut payloads = Vec::new();
     if !ids.is_empty() {
         let ids: Vec<&str> = ids.into_iter().collect();
         payloads.extend(hub.instance_payloads(&ids));
+    }
+    if !posted.is_empty() {
+        payloads.extend(hub.posted_payloads(&posted));
     }
     for written in results {
         match written {

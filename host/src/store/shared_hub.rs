@@ -86,6 +86,10 @@ pub enum Wake {
     /// These instances got something new (an inbox row, a management
     /// operation): a hot image of them is stale, and their owner has work.
     Instances(Vec<String>),
+    /// These instances got inbox rows and nothing else (events raised by
+    /// another host): a hot image of them stays right but for its inbox,
+    /// which its next episode reads again; their owner has work.
+    Posted(Vec<String>),
     /// A run was queued: sessions may need a worker.
     Sessions,
     /// A run was queued for a session this host owns (a front named this
@@ -123,11 +127,19 @@ mod payload {
     pub const MAX: usize = 7_800;
 
     pub fn instances(sender: &str, ids: &[&str]) -> Vec<String> {
+        packed("i", sender, ids)
+    }
+
+    pub fn posted(sender: &str, ids: &[&str]) -> Vec<String> {
+        packed("e", sender, ids)
+    }
+
+    fn packed(kind: &str, sender: &str, ids: &[&str]) -> Vec<String> {
         let mut payloads = Vec::new();
-        let mut current = format!("i {sender}");
+        let mut current = format!("{kind} {sender}");
         for id in ids {
             if current.len() + id.len() + 1 > MAX {
-                payloads.push(std::mem::replace(&mut current, format!("i {sender}")));
+                payloads.push(std::mem::replace(&mut current, format!("{kind} {sender}")));
             }
             current.push(' ');
             current.push_str(id);
@@ -205,6 +217,7 @@ mod payload {
         }
         match kind {
             "i" => Some(Wake::Instances(parts.map(str::to_string).collect())),
+            "e" => Some(Wake::Posted(parts.map(str::to_string).collect())),
             "s" => Some(Wake::Sessions),
             "d" => parts
                 .next()
@@ -370,6 +383,11 @@ impl SharedHub {
     /// `NOTIFY` payloads naming instances that got something new.
     pub fn instance_payloads(&self, ids: &[&str]) -> Vec<String> {
         payload::instances(&self.host, ids)
+    }
+
+    /// `NOTIFY` payloads naming instances that got inbox rows only.
+    pub fn posted_payloads(&self, ids: &[&str]) -> Vec<String> {
+        payload::posted(&self.host, ids)
     }
 
     /// The start of a payload telling a host of a run queued for a session
@@ -592,6 +610,14 @@ mod tests {
             Some(Wake::Everything)
         );
         assert_eq!(payload::parse("garbage", "h2"), None);
+        let posted = payload::posted("h1", &["a", "b"]);
+        assert_eq!(
+            posted
+                .iter()
+                .map(|p| payload::parse(p, "h2"))
+                .collect::<Vec<_>>(),
+            vec![Some(Wake::Posted(vec!["a".into(), "b".into()]))]
+        );
         // Ids with spaces stay whole; only the host named takes it.
         let assigned = r#"r h1 ["h2","c 1","agent","s 1",true,false]"#;
         assert_eq!(
