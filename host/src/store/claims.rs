@@ -274,3 +274,59 @@ fn took_over<'r>(rows: &'r [AnyRow], what: &str) -> Result<&'r [AnyRow], StoreEr
 fn limit_of(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::store::durable_records::Write;
+    use crate::store::test_fixtures::{new, postgres_url};
+    use crate::store::{Membership, Role, Store, StoreError, TaskHub};
+
+    async fn host(url: &str, hub: &TaskHub, role: Role) -> Result<Store, StoreError> {
+        let membership = Membership {
+            role,
+            lease: Duration::from_secs(5),
+        };
+        Store::open(url, hub, membership).await
+    }
+
+    /// What a worker does with news of instances it does not hold hot: its
+    /// own it runs, one nobody live owns wakes its claim pass, another
+    /// live host's it leaves alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn instances_another_host_names_are_looked_up_by_key() -> Result<(), StoreError> {
+        let Some(url) = postgres_url() else {
+            return Ok(());
+        };
+        let hub = TaskHub::new(&format!("whose{}", uuid::Uuid::new_v4().simple()))
+            .map_err(|e| StoreError::Write(e.to_string()))?;
+        let (a, b) = (
+            host(&url, &hub, Role::Worker).await?,
+            host(&url, &hub, Role::Worker).await?,
+        );
+        let front = host(&url, &hub, Role::Front).await?;
+        a.committer().commit(Write::Start(new("of-a"))).await?;
+        front
+            .committer()
+            .commit(Write::Start(new("nobodys")))
+            .await?;
+        let ids = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            a.whose(&ids(&["of-a", "nobodys", "missing"])).await?,
+            (ids(&["of-a"]), true)
+        );
+        assert_eq!(b.whose(&ids(&["of-a"])).await?, (Vec::new(), false));
+        assert_eq!(
+            front.whose(&ids(&["nobodys"])).await?,
+            (Vec::new(), false),
+            "a front runs nothing"
+        );
+        // Handed back as `a` leaves: now nobody's.
+        a.close().await;
+        assert_eq!(b.whose(&ids(&["of-a"])).await?, (Vec::new(), true));
+        b.close().await;
+        front.close().await;
+        Ok(())
+    }
+}
