@@ -62,6 +62,23 @@ pub struct InboxRow {
 }
 
 impl InboxRow {
+    /// A row as stored: its event as JSON, `parked` a 0/1 flag.
+    pub(super) fn stored(
+        id: i64,
+        execution: i64,
+        event: &str,
+        visible_at: i64,
+        parked: i64,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            id,
+            execution,
+            event: from_json(event, "inbox event")?,
+            visible_at,
+            parked: parked != 0,
+        })
+    }
+
     pub fn arrival(&self) -> Arrival {
         Arrival {
             row: self.id,

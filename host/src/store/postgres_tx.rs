@@ -191,13 +191,7 @@ impl Tx for PgTx<'_> {
         .await?;
         rows.into_iter()
             .map(|(id, execution, event, visible_at, parked)| {
-                Ok(InboxRow {
-                    id,
-                    execution,
-                    event: from_json(&event, "inbox event")?,
-                    visible_at,
-                    parked: parked != 0,
-                })
+                InboxRow::stored(id, execution, &event, visible_at, i64::from(parked))
             })
             .collect()
     }

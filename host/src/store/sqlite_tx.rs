@@ -113,13 +113,13 @@ impl Tx for SqliteTx<'_> {
         let mut inbox = Vec::new();
         while let Some(row) = rows.next()? {
             let event: String = row.get(2)?;
-            inbox.push(InboxRow {
-                id: row.get(0)?,
-                execution: row.get(1)?,
-                event: from_json(&event, "inbox event")?,
-                visible_at: row.get(3)?,
-                parked: row.get::<_, i64>(4)? != 0,
-            });
+            inbox.push(InboxRow::stored(
+                row.get(0)?,
+                row.get(1)?,
+                &event,
+                row.get(3)?,
+                row.get(4)?,
+            )?);
         }
         Ok(inbox)
     }
