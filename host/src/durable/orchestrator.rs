@@ -121,31 +121,11 @@ impl Orchestrator {
                 // One that runs here has its episode run at once (on what
                 // is stored); for the others the scheduler looks, and
                 // claims those no live host has.
-                Ok(Wake::Instances(ids)) => {
-                    let cold = ids.into_iter().filter(|id| match self.hot.forget(id) {
-                        true => {
-                            self.wake_instance(id.clone());
-                            false
-                        }
-                        false => true,
-                    });
-                    self.look_up(cold.collect());
-                }
+                Ok(Wake::Instances(ids)) => self.heard_of(ids, |id| self.hot.forget(id)),
                 // Inbox rows only: an image at rest is kept, its inbox read
                 // again by its next episode (one read on the pool instead of
                 // the whole instance on the writer's connection).
-                Ok(Wake::Posted(ids)) => {
-                    let cold = ids
-                        .into_iter()
-                        .filter(|id| match self.hot.inbox_changed(id) {
-                            true => {
-                                self.wake_instance(id.clone());
-                                false
-                            }
-                            false => true,
-                        });
-                    self.look_up(cold.collect());
-                }
+                Ok(Wake::Posted(ids)) => self.heard_of(ids, |id| self.hot.inbox_changed(id)),
                 Ok(Wake::Everything) => self.notify(),
                 Ok(Wake::Sessions | Wake::Assigned(_) | Wake::RunFinished(..)) => {}
                 // Missed some: any image may be stale.
@@ -156,6 +136,14 @@ impl Orchestrator {
                 Err(RecvError::Closed) => return,
             }
         }
+    }
+
+    /// Instances another host gave something new: those `held` here (hot
+    /// or under way, told of the news) run now, the others are looked up.
+    fn heard_of(self: &Arc<Self>, ids: Vec<String>, held: impl Fn(&str) -> bool) {
+        let (here, cold): (Vec<String>, Vec<String>) = ids.into_iter().partition(|id| held(id));
+        here.into_iter().for_each(|id| self.wake_instance(id));
+        self.look_up(cold);
     }
 
     /// Instances another host gave something new that are not hot here:

@@ -18,14 +18,13 @@ use tracing::Instrument;
 use crate::agents::{AgentError, AgentRunner, AgentsSettings, RunOutcome as AgentOutcome};
 use crate::core::fence::SessionFence;
 use crate::registry::Registry;
-use crate::store::{
-    Assigned, Decided, Deletion, RunOutcome, Store, StoreError, StoredMessage, Wake,
-};
+use crate::store::{Decided, Deletion, RunOutcome, Store, StoreError, StoredMessage};
 use crate::streams::{ResponseStreams, StreamWriter};
 use crate::wasm::AgentOptions;
 
 mod answers;
 mod history;
+mod other_hosts;
 mod waiting;
 
 /// The records callers of this service read and write.
@@ -97,9 +96,6 @@ fn ended_record(run: &RunRecord, result: Result<&AgentOutcome, &AgentError>) -> 
 /// The first and the longest pause between tries over a store error.
 const END_RETRY_FIRST: Duration = Duration::from_millis(100);
 const END_RETRY_LONGEST: Duration = Duration::from_secs(5);
-
-/// Sessions one pass claims at most, so that other hosts get their share.
-const CLAIM_AT_ONCE: usize = 64;
 
 /// How often, at the longest, unfinished runs are looked for, which is how
 /// soon a killed host's sessions are taken over once its lease expired.
@@ -265,123 +261,6 @@ impl Runs {
             self.tracker
                 .spawn(async move { this.expire_approvals().await });
         }
-    }
-
-    async fn follow(self: Arc<Self>) {
-        let mut wakes = self.store.wakes();
-        let mut first = true;
-        loop {
-            if self.works {
-                let store = &self.store;
-                match store
-                    .within("sessions to claim", store.claim_sessions(CLAIM_AT_ONCE))
-                    .await
-                {
-                    Ok(sessions) => {
-                        if first && !sessions.is_empty() {
-                            tracing::info!(sessions = sessions.len(), "resuming unfinished runs");
-                        }
-                        let full = sessions.len() >= CLAIM_AT_ONCE;
-                        sessions
-                            .into_iter()
-                            .for_each(|(s, fence)| self.wake_with(s, None, fence));
-                        if full {
-                            continue;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "could not read sessions with unfinished runs")
-                    }
-                }
-            }
-            first = false;
-            // Alone on its store, a host has nothing more to learn.
-            let Some(wakes) = wakes.as_mut() else { return };
-            let deadline = tokio::time::sleep(PASS);
-            tokio::pin!(deadline);
-            loop {
-                let wake = tokio::select! {
-                    wake = wakes.recv() => wake,
-                    () = &mut deadline => break,
-                    () = self.stopping.cancelled() => return,
-                };
-                let pass = match wake {
-                    Err(broadcast::error::RecvError::Closed) => return,
-                    Err(broadcast::error::RecvError::Lagged(_)) => true,
-                    Ok(wake) => self.heard(wake),
-                };
-                if pass {
-                    // One pass answers every wake-up queued meanwhile.
-                    while let Ok(wake) = wakes.try_recv() {
-                        self.heard(wake);
-                    }
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Takes in another host's notification; true when it asks for a pass
-    /// over the sessions.
-    fn heard(self: &Arc<Self>, wake: Wake) -> bool {
-        match wake {
-            Wake::Assigned(assigned) => {
-                self.take_assigned(assigned);
-                false
-            }
-            Wake::RunFinished(correlation_id, record) => {
-                let _ = self.finished.send(Finished {
-                    correlation_id,
-                    record,
-                });
-                false
-            }
-            Wake::Sessions | Wake::Everything => true,
-            Wake::Instances(_) | Wake::Posted(_) => false,
-        }
-    }
-
-    /// A run queued for a session another host gave this one: the
-    /// session's worker reads the run and its fence in one read and runs
-    /// it. One behind another run of the session is found by the worker
-    /// that runs that one (told to look again).
-    fn take_assigned(self: &Arc<Self>, assigned: Assigned) {
-        let session = SessionKey {
-            agent: assigned.agent,
-            session_id: assigned.session_id,
-        };
-        if !assigned.next_in_line {
-            self.wake(session);
-            return;
-        }
-        if !self.works || self.stopping.is_cancelled() || !self.workers.claim(&session) {
-            return;
-        }
-        let this = self.clone();
-        self.tracker.spawn(async move {
-            let store = &this.store;
-            let read = store
-                .within(
-                    "the run assigned here",
-                    store.assigned_run(&assigned.correlation_id),
-                )
-                .await;
-            // Nothing read (the run ended, the session is not ours, the
-            // store failed): the worker looks at the session as after any
-            // wake-up.
-            let first = match read {
-                Ok(found) => found.map(|(run, fence)| Handed {
-                    run,
-                    fence: Some(fence),
-                    new_session: assigned.new_session,
-                }),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read a run assigned here; looking at its session");
-                    None
-                }
-            };
-            this.work(session, first, None).await;
-        });
     }
 
     fn wake(self: &Arc<Self>, session: SessionKey) {

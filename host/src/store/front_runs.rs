@@ -95,6 +95,18 @@ async fn host(url: &str, hub: &TaskHub, role: Role) -> Result<Store, StoreError>
     Store::open(url, hub, membership).await
 }
 
+/// The next end of `run` the front hears: the record it carried, if any.
+async fn end_of(
+    answers: &mut broadcast::Receiver<Wake>,
+    run: &str,
+) -> Result<Option<std::sync::Arc<crate::store::RunRecord>>, StoreError> {
+    heard(answers, |wake| match wake {
+        Wake::RunFinished(id, record) if id == run => Some(record),
+        _ => None,
+    })
+    .await
+}
+
 fn assigned(wake: Wake) -> Option<Assigned> {
     match wake {
         Wake::Assigned(assigned) => Some(assigned),
@@ -170,12 +182,7 @@ async fn a_run_queued_by_a_front_goes_to_a_live_worker_which_alone_is_told_and_t
         matches!(ended, RunWritten::Ended { changed: true, .. }),
         "{ended:?}"
     );
-    let record = heard(&mut answers, |wake| match wake {
-        Wake::RunFinished(id, record) if id == "r1" => Some(record),
-        _ => None,
-    })
-    .await?;
-    let Some(record) = record else {
+    let Some(record) = end_of(&mut answers, "r1").await? else {
         return Err(StoreError::Write(
             "the record did not come with the end".into(),
         ));
@@ -199,12 +206,11 @@ async fn a_run_queued_by_a_front_goes_to_a_live_worker_which_alone_is_told_and_t
         matches!(ended, RunWritten::Ended { changed: true, .. }),
         "{ended:?}"
     );
-    let record = heard(&mut answers, |wake| match wake {
-        Wake::RunFinished(id, record) if id == "r3" => Some(record),
-        _ => None,
-    })
-    .await?;
-    assert_eq!(record, None, "too long to carry: named only");
+    assert_eq!(
+        end_of(&mut answers, "r3").await?,
+        None,
+        "too long to carry: named only"
+    );
     let long_id = "s".repeat(7_900);
     one(&front, start("r4", &long_id, "hi")).await?;
     heard(&mut told, |wake| {

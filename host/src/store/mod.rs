@@ -34,6 +34,7 @@ mod records;
 mod retention;
 #[cfg(test)]
 mod run_batches;
+mod run_reads;
 mod run_tx;
 mod run_writes;
 mod sessions;

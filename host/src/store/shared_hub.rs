@@ -184,12 +184,12 @@ mod payload {
 
     /// A run ended, with its record: written by the statement that ends
     /// it (`postgres_runs`), as `f <sender> <JSON array>` of the run's
-    /// columns ([`crate::store::sessions::run_from_array`]).
+    /// columns ([`crate::store::run_reads::run_from_array`]).
     pub const ENDED: &str = "f";
 
     fn ended(json: &str) -> Option<Wake> {
         let value: serde_json::Value = serde_json::from_str(json).ok()?;
-        let record = crate::store::sessions::run_from_array(value.as_array()?)?;
+        let record = crate::store::run_reads::run_from_array(value.as_array()?)?;
         Some(Wake::RunFinished(
             record.correlation_id.clone(),
             Some(std::sync::Arc::new(record)),
