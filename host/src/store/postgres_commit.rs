@@ -45,9 +45,14 @@ pub(super) async fn start(
     // lookups whatever the tables' statistics say: a plan made once while
     // the hub is small (a hash join over a scan of `instances`) would
     // otherwise be kept for the connection's life, however large the
-    // tables grow (no ANALYZE runs where autovacuum is off).
+    // tables grow (no ANALYZE runs where autovacuum is off). No JIT: a
+    // scan the planner cannot avoid (the few rows of `hosts`) is costed at
+    // 10^10 once scans are off, far past `jit_above_cost`, and PostgreSQL
+    // then compiled the whole batch's statement, half a second of one
+    // core, for a statement that runs in a millisecond.
     let options = options.options([
         ("plan_cache_mode", "force_generic_plan"),
+        ("jit", "off"),
         ("enable_seqscan", "off"),
         ("enable_hashjoin", "off"),
         ("enable_mergejoin", "off"),

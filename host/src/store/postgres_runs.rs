@@ -440,14 +440,20 @@ fn add_ends(
     );
     // The ended run's record goes with its notification, so that a waiter
     // on another host (a front) answers without reading it; a record past
-    // PostgreSQL's limit is named only, and read.
+    // PostgreSQL's limit is named only, and read. With no other live host
+    // nobody else can be waiting (a host whose lease lapsed reads its
+    // waited runs once a pass): a `serve` alone on its hub sends nothing,
+    // where every end used to go through PostgreSQL's notification queue
+    // and back to the host that sent it.
     let finished = s.bind(hub.run_finished_payload(""))? + "::TEXT";
     let ended = s.bind(hub.run_ended_prefix())? + "::TEXT";
+    let sender = s.bind(hub.host.clone())? + "::TEXT";
     s.notify(format!(
         "(SELECT COUNT(pg_notify({channel}, CASE WHEN octet_length(p) <= {max} THEN p ELSE {finished} || corr END)) \
          FROM (SELECT d.corr, {ended} || json_build_array(d.corr, d.agent, d.session_id, d.message, \
            d.response_format, d.status, d.response, d.error, d.error_code, d.usage, d.created_at, \
-           d.updated_at, d.traceparent)::TEXT AS p FROM end_ended d) AS ended)",
+           d.updated_at, d.traceparent)::TEXT AS p FROM end_ended d \
+           WHERE EXISTS (SELECT 1 FROM hosts h WHERE h.id <> {sender} AND h.expires_at > {DB_NOW})) AS ended)",
         max = super::shared_hub::PAYLOAD_MAX,
     ));
     Ok(())
