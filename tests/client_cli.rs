@@ -140,3 +140,70 @@ async fn a_client_process_starts_inspects_signals_and_waits_for_an_orchestration
     assert!(!ok);
     assert!(err.contains("does not exist"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_process_cancels_a_run_and_lists_an_agents_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path()).openai(&model, "sk").start();
+    let (ok, _, err) = client(
+        &host,
+        &["agent", "run", "writer", "One.", "--session", "l1"],
+    );
+    assert!(ok, "{err}");
+    model.push(crate::support::Reply::Delay(
+        std::time::Duration::from_secs(60),
+        Box::new(crate::support::Reply::Echo),
+    ));
+    let queued: Value = crate::support::client()
+        .post(host.url("/api/agents/writer/run"))
+        .json(&serde_json::json!({"message": "Two.", "sessionId": "l1", "waitForResponse": false}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = queued["correlationId"].as_str().unwrap().to_string();
+    while model.requests().len() < 2 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (ok, out, err) = client(&host, &["agent", "cancel", "writer", &id]);
+    assert!(ok, "{err}");
+    let run: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(run["status"], "canceled", "{out}");
+    assert_eq!(run["correlationId"], id.as_str(), "{out}");
+    // Again: refused, and the process says why.
+    let (ok, _, err) = client(&host, &["agent", "cancel", "writer", &id]);
+    assert!(!ok);
+    assert!(
+        err.contains("409") && err.contains("already ended"),
+        "{err}"
+    );
+
+    let (ok, out, err) = client(
+        &host,
+        &["agent", "runs", "writer", "--session", "l1", "--limit", "1"],
+    );
+    assert!(ok, "{err}");
+    let page: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(page["runs"][0]["correlationId"], id.as_str(), "{out}");
+    let after = page["next"].as_str().unwrap().to_string();
+    let (ok, out, err) = client(
+        &host,
+        &[
+            "agent",
+            "runs",
+            "writer",
+            "--status",
+            "completed",
+            "--after",
+            &after,
+        ],
+    );
+    assert!(ok, "{err}");
+    let page: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(page["runs"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(page["runs"][0]["status"], "completed", "{out}");
+    assert!(page["next"].is_null(), "{out}");
+}

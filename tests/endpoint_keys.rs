@@ -66,6 +66,14 @@ fn routes(run: &str, session: &str) -> Vec<Route> {
             invoke,
             200,
         ),
+        route(Method::GET, "/api/agents/writer/runs", admin, 200),
+        // The run has ended: nothing to cancel.
+        route(
+            Method::POST,
+            format!("/api/agents/writer/runs/{run}/cancel"),
+            invoke,
+            409,
+        ),
         // The body `call` sends is not a decision.
         route(
             Method::POST,
@@ -435,6 +443,11 @@ fn matches_template(template: &str, path: &str) -> bool {
     let path = path.split('?').next().unwrap_or(path);
     if template == "/api/{path}" {
         return path.starts_with("/api/declared/");
+    }
+    // A path the router gives a literal route of its own (`…/runs`) is not
+    // the session route's `{session_id}`.
+    if template == "/api/agents/{name}/{session_id}" && path.ends_with("/runs") {
+        return false;
     }
     let t: Vec<&str> = template.split('/').collect();
     let p: Vec<&str> = path.split('/').collect();

@@ -28,6 +28,7 @@ mod orchestration_samples;
 mod outbound_rules;
 mod request_errors;
 mod restarts;
+mod run_control;
 mod sandbox;
 mod session_contract;
 mod sessions_ttl;

@@ -112,6 +112,42 @@ impl InstanceStatus {
     }
 }
 
+/// An agent run as the host shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunInfo {
+    pub correlation_id: String,
+    pub agent: String,
+    pub session_id: String,
+    /// `pending`, `awaiting_approval`, `completed`, `failed` or `canceled`.
+    pub status: String,
+    #[serde(default)]
+    pub response: Option<Value>,
+    #[serde(default)]
+    pub error: Option<String>,
+    /// A cancel request waits for the run's next step.
+    #[serde(default)]
+    pub cancel_requested: bool,
+}
+
+/// A page of an agent's runs, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunsPage {
+    pub runs: Vec<RunInfo>,
+    /// The `after` of the next page; `None` on the last one.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// Which of an agent's runs [`Client::runs`] lists.
+#[derive(Debug, Clone, Default)]
+pub struct RunsQuery<'a> {
+    pub session_id: Option<&'a str>,
+    pub status: Option<&'a str>,
+    pub limit: Option<usize>,
+    pub after: Option<&'a str>,
+}
+
 /// A client of one host (its base URL).
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -305,6 +341,45 @@ impl Client {
             }
             tokio::time::sleep(self.poll.min(timeout.saturating_sub(started.elapsed()))).await;
         }
+    }
+
+    /// Asks run `correlation_id` of `agent` to stop: the run as it stands
+    /// after the request (`canceled`, or `cancel_requested` while it
+    /// finishes a tool call); refused (409) when it had already ended.
+    pub async fn cancel_run(
+        &self,
+        agent: &str,
+        correlation_id: &str,
+    ) -> Result<RunInfo, ClientError> {
+        let url = self.url(&format!("/api/agents/{agent}/runs/{correlation_id}/cancel"));
+        let response = self.send(self.http.post(url)).await?;
+        if !response.status().is_success() {
+            return Err(refused(response).await);
+        }
+        response.json().await.map_err(|e| self.unreachable(e))
+    }
+
+    /// A page of `agent`'s runs, newest first (the admin key's route).
+    pub async fn runs(&self, agent: &str, query: &RunsQuery<'_>) -> Result<RunsPage, ClientError> {
+        let mut params: Vec<(&str, String)> = Vec::new();
+        if let Some(session) = query.session_id {
+            params.push(("sessionId", session.to_string()));
+        }
+        if let Some(status) = query.status {
+            params.push(("status", status.to_string()));
+        }
+        if let Some(limit) = query.limit {
+            params.push(("limit", limit.to_string()));
+        }
+        if let Some(after) = query.after {
+            params.push(("after", after.to_string()));
+        }
+        let url = self.url(&format!("/api/agents/{agent}/runs"));
+        let response = self.send(self.http.get(url).query(&params)).await?;
+        if !response.status().is_success() {
+            return Err(refused(response).await);
+        }
+        response.json().await.map_err(|e| self.unreachable(e))
     }
 
     /// Every instance of the hub, oldest first.

@@ -68,12 +68,12 @@ pub async fn session_roles(
     (roles, conversation)
 }
 
-/// Polls `GET {url}` (a run) until it is completed or failed.
+/// Polls `GET {url}` (a run) until it is completed, failed or canceled.
 pub async fn wait_run_finished(url: &str) -> serde_json::Value {
     for _ in 0..400 {
         if let Ok(response) = client().get(url).send().await {
             let run: serde_json::Value = response.json().await.unwrap_or_default();
-            if run["status"] == "completed" || run["status"] == "failed" {
+            if ["completed", "failed", "canceled"].contains(&run["status"].as_str().unwrap_or("")) {
                 return run;
             }
         }

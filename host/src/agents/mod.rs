@@ -16,6 +16,7 @@ pub use settings::{parse_ttl, AgentsSettings};
 
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use serde_json::Value;
@@ -53,6 +54,11 @@ pub enum AgentError {
     AwaitingApproval(Vec<PendingCall>),
     #[error("agent '{0}' is no longer served")]
     AgentGone(String),
+    /// A caller asked the run to stop; it stopped between two steps. The
+    /// messages close the tool calls it had stored and not run (the model
+    /// then never sees a call without a result on the session's next run).
+    #[error("the run was canceled")]
+    Canceled(Vec<ChatMessage>),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -75,6 +81,7 @@ impl AgentError {
             Self::EmptyAnswer => "empty_answer",
             Self::AwaitingApproval(_) => "awaiting_approval",
             Self::AgentGone(_) => "agent_not_found",
+            Self::Canceled(_) => crate::store::CANCELED,
             Self::Store(_) => "store_error",
         }
     }
@@ -202,6 +209,9 @@ impl AgentRunner {
     /// answer are left for the caller to store with the run's end (one
     /// commit); a tool round stores its messages before its tools run, each
     /// write carrying `fence` (what this host held when it began the run).
+    /// `stop` ends the run as canceled at its next step: before a model
+    /// turn, during one (the request is dropped), or between two tool
+    /// calls (a tool under way finishes first).
     pub async fn run(
         &self,
         agent: &ServedAgent,
@@ -209,6 +219,7 @@ impl AgentRunner {
         stored: Vec<StoredMessage>,
         deltas: &Deltas<'_>,
         fence: Option<&SessionFence>,
+        stop: &CancellationToken,
     ) -> Result<RunOutcome, AgentError> {
         let mut turn = Turn {
             history: stored,
@@ -233,6 +244,9 @@ impl AgentRunner {
             .filter(|f| response_format::wants_json(f));
         let live: &Deltas<'_> = if format.is_some() { &|_| {} } else { deltas };
         for _ in 0..self.max_tool_rounds {
+            if stop.is_cancelled() {
+                return Err(canceled(&turn));
+            }
             let last = turn.last_of_this_run();
             match last.map(|m| (m.role, m.tool_calls.is_empty())) {
                 // Resumed after the final answer was stored but before the run was marked done.
@@ -241,7 +255,9 @@ impl AgentRunner {
                 Some((Role::Assistant, false)) | Some((Role::Tool, _))
                     if tools::has_unanswered_calls(&turn.messages()) =>
                 {
-                    let pending = self.tool_round(agent, &mut turn, &session, fence).await?;
+                    let pending = self
+                        .tool_round(agent, &mut turn, &session, fence, stop)
+                        .await?;
                     if !pending.is_empty() {
                         let deadline = now_ms().saturating_add(
                             i64::try_from(self.approval_timeout.as_millis()).unwrap_or(i64::MAX),
@@ -289,9 +305,10 @@ impl AgentRunner {
                 timeout: settings.timeout,
                 send_by: sending.check.as_deref(),
             };
-            let response = self
-                .ask(&agent.spec.name, &session, &sending, &request, live)
-                .await?;
+            let response = tokio::select! {
+                response = self.ask(&agent.spec.name, &session, &sending, &request, live) => response?,
+                () = stop.cancelled() => return Err(canceled(&turn)),
+            };
             usage += response.usage;
             let mut answer = response.message;
             answer.role = Role::Assistant;
@@ -492,6 +509,31 @@ impl AgentRunner {
             ))),
         }
     }
+}
+
+/// A run stopped at a caller's request, with results for the tool calls it
+/// stored and did not run. What is not stored yet (the user message of a
+/// run stopped before its first tool round) is dropped, as for a failure.
+fn canceled(turn: &Turn<'_>) -> AgentError {
+    let stored = &turn.history[..turn.history.len() - turn.unsaved];
+    // This run's own calls only: an earlier run's are not this run's to close.
+    let from = stored
+        .iter()
+        .position(|m| m.correlation_id == turn.correlation_id)
+        .unwrap_or(stored.len());
+    let closing = tools::unanswered_calls(&stored[from..])
+        .into_iter()
+        .map(|call| {
+            ChatMessage::tool_result(
+                call.id.clone(),
+                tools::tool_error(&format!(
+                    "not run: the run was canceled before this call of '{}'",
+                    call.function.name
+                )),
+            )
+        })
+        .collect();
+    AgentError::Canceled(closing)
 }
 
 /// See [`AgentRunner::send_check`]: the check a run's model requests carry,

@@ -9,13 +9,14 @@
 //! tools of a round re-runs only those without a stored result.
 
 use std::collections::HashMap;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{AgentError, AgentRunner, Turn};
 use crate::core::chat::{ChatMessage, Role, ToolCall};
 use crate::core::fence::SessionFence;
 use crate::registry::ServedAgent;
-use crate::store::{Decision, PendingCall, SessionKey, StoreError};
+use crate::store::{Decision, PendingCall, SessionKey, StoreError, StoredMessage};
 use crate::wasm::Approval;
 
 impl AgentRunner {
@@ -29,6 +30,7 @@ impl AgentRunner {
         turn: &mut Turn<'_>,
         session: &SessionKey,
         fence: Option<&SessionFence>,
+        stop: &CancellationToken,
     ) -> Result<Vec<PendingCall>, AgentError> {
         let correlation_id = turn.correlation_id;
         let history = turn.messages();
@@ -58,6 +60,11 @@ impl AgentRunner {
             HashMap::new()
         };
         for call in calls {
+            // Stopped between two calls: the ones left get no result here
+            // (the run's end closes them).
+            if stop.is_cancelled() {
+                return Err(super::canceled(turn));
+            }
             // A tool acts outside the store: a host that lost the session
             // (paused past its lease) must not run it after the new owner.
             if let Some(held) = fence {
@@ -144,6 +151,26 @@ fn approval_of(agent: &ServedAgent, name: &str) -> Option<Approval> {
         .map(|activity| activity.approval)
 }
 
+/// The calls of the last assistant message that have no result.
+pub(super) fn unanswered_calls(history: &[StoredMessage]) -> Vec<&ToolCall> {
+    let Some(at) = history
+        .iter()
+        .rposition(|m| m.message.role == Role::Assistant)
+    else {
+        return Vec::new();
+    };
+    let answered: Vec<&str> = history[at + 1..]
+        .iter()
+        .filter_map(|m| m.message.tool_call_id.as_deref())
+        .collect();
+    history[at]
+        .message
+        .tool_calls
+        .iter()
+        .filter(|c| !answered.contains(&c.id.as_str()))
+        .collect()
+}
+
 pub(super) fn has_unanswered_calls(history: &[ChatMessage]) -> bool {
     let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
         return false;
@@ -155,6 +182,6 @@ pub(super) fn has_unanswered_calls(history: &[ChatMessage]) -> bool {
     answered < history[at].tool_calls.len()
 }
 
-fn tool_error(message: &str) -> String {
+pub(super) fn tool_error(message: &str) -> String {
     serde_json::json!({ "error": message }).to_string()
 }

@@ -6,7 +6,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 use super::{AgentCommand, ClientArgs, ClientCommand, OrchestrationCommand};
-use crate::client::Client;
+use crate::client::{Client, RunsQuery};
 
 pub(super) async fn run(args: ClientArgs) -> anyhow::Result<()> {
     let mut client = Client::new(&args.endpoint())?;
@@ -24,6 +24,26 @@ pub(super) async fn run(args: ClientArgs) -> anyhow::Result<()> {
                 .await?;
             eprintln!("session: {}", answer.session_id);
             println!("{}", answer.text);
+        }
+        ClientCommand::Agent(AgentCommand::Cancel { name, id }) => {
+            let run = client.cancel_run(&name, &id).await?;
+            println!("{}", serde_json::to_string_pretty(&run)?);
+        }
+        ClientCommand::Agent(AgentCommand::Runs {
+            name,
+            session,
+            status,
+            limit,
+            after,
+        }) => {
+            let query = RunsQuery {
+                session_id: session.as_deref(),
+                status: status.as_deref(),
+                limit,
+                after: after.as_deref(),
+            };
+            let page = client.runs(&name, &query).await?;
+            println!("{}", serde_json::to_string_pretty(&page)?);
         }
         ClientCommand::Orchestration(command) => orchestration(&client, command).await?,
     }

@@ -105,6 +105,22 @@ pub(crate) enum AgentCommand {
         #[arg(long)]
         session: Option<String>,
     },
+    /// Ask run ID of agent NAME to stop; prints the run as JSON.
+    Cancel { name: String, id: String },
+    /// List agent NAME's runs, newest first, as JSON (`next` pages on).
+    Runs {
+        name: String,
+        #[arg(long)]
+        session: Option<String>,
+        /// pending, awaiting_approval, completed, failed or canceled.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+        /// The `next` of the previous page.
+        #[arg(long)]
+        after: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Subcommand)]

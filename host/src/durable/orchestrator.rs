@@ -127,7 +127,12 @@ impl Orchestrator {
                 // the whole instance on the writer's connection).
                 Ok(Wake::Posted(ids)) => self.heard_of(ids, |id| self.hot.inbox_changed(id)),
                 Ok(Wake::Everything) => self.notify(),
-                Ok(Wake::Sessions | Wake::Assigned(_) | Wake::RunFinished(..)) => {}
+                Ok(
+                    Wake::Sessions
+                    | Wake::Assigned(_)
+                    | Wake::RunFinished(..)
+                    | Wake::CancelRequested(..),
+                ) => {}
                 // Missed some: any image may be stale.
                 Err(RecvError::Lagged(_)) => {
                     self.hot.clear();

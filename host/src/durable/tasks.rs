@@ -161,6 +161,11 @@ async fn agent_call(
             }
             // A human decides on a tool call: the run goes on afterwards.
             Ok(Some(run)) if run.status == RunStatus::AwaitingApproval => continue,
+            Ok(Some(run)) if run.status == RunStatus::Canceled => {
+                return Outcome::Done(Err(format!(
+                    "the call of agent '{agent}' was canceled (its run '{correlation_id}' was stopped at a caller's request)"
+                )));
+            }
             Ok(Some(run)) => {
                 let error = run.error.unwrap_or_else(|| "the run failed".into());
                 return Outcome::Done(Err(format!("agent '{agent}' failed: {error}")));

@@ -219,12 +219,21 @@ fn accepted(state: &AppState, run: &RunRecord, note: &str) -> Response {
 
 fn run_failed(run: &RunRecord) -> ApiError {
     let reason = run.error.clone().unwrap_or_else(|| "the run failed".into());
-    ApiError::run_failed(
-        error_code(run).to_string(),
-        format!("agent '{}' failed: {reason}", run.agent),
-    )
-    .with("sessionId", run.thread_id.clone())
-    .with("thread_id", run.thread_id.clone())
-    .with("correlationId", run.correlation_id.clone())
-    .with("correlation_id", run.correlation_id.clone())
+    // Stopped by a caller: not the agent's failure (502), a conflict with
+    // that caller's request.
+    let failed = match run.status {
+        crate::runs::RunStatus::Canceled => ApiError::conflict(
+            crate::runs::CANCELED,
+            format!("agent '{}' did not answer: the run was canceled", run.agent),
+        ),
+        _ => ApiError::run_failed(
+            error_code(run).to_string(),
+            format!("agent '{}' failed: {reason}", run.agent),
+        ),
+    };
+    failed
+        .with("sessionId", run.thread_id.clone())
+        .with("thread_id", run.thread_id.clone())
+        .with("correlationId", run.correlation_id.clone())
+        .with("correlation_id", run.correlation_id.clone())
 }

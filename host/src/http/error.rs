@@ -75,6 +75,11 @@ impl ApiError {
         )
     }
 
+    /// 409: the request conflicts with the state of what it names.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
     /// 502: the agent's run failed (its model, its tools, its code).
     pub fn run_failed(code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_GATEWAY, code, message)
@@ -133,6 +138,10 @@ impl From<RunsError> for ApiError {
             }
             RunsError::AlreadyDecided { .. } => {
                 Self::new(StatusCode::CONFLICT, "already_decided", message)
+            }
+            RunsError::NotCancelable { status, .. } => {
+                Self::new(StatusCode::CONFLICT, "run_not_cancelable", message)
+                    .with("status", status.as_str())
             }
             RunsError::Store(e) => e.into(),
         }

@@ -246,6 +246,7 @@ pub fn required_scope(method: &Method, route: &str) -> Option<Scope> {
         | ("GET", "/api/agents/{name}/runs/{correlation_id}")
         | ("GET", "/api/agents/{name}/runs/{correlation_id}/stream")
         | ("POST", "/api/agents/{name}/runs/{correlation_id}/approvals")
+        | ("POST", "/api/agents/{name}/runs/{correlation_id}/cancel")
         | ("POST", "/api/orchestrators/{name}")
         | ("POST", "/api/orchestrators/{name}/{instance_id}")
         | ("POST", "/api/{*path}") => Some(Scope::Invoke),

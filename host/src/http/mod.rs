@@ -65,7 +65,12 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/api/agents/{name}/run", post(agents::run))
+        .route("/api/agents/{name}/runs", get(runs::list))
         .route("/api/agents/{name}/runs/{correlation_id}", get(runs::get))
+        .route(
+            "/api/agents/{name}/runs/{correlation_id}/cancel",
+            post(runs::cancel),
+        )
         .route(
             "/api/agents/{name}/runs/{correlation_id}/stream",
             get(streams::get),

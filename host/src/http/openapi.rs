@@ -25,6 +25,8 @@ use super::schemas::ErrorBody;
     paths(
         super::agents::run,
         super::runs::get,
+        super::runs::list,
+        super::runs::cancel,
         super::streams::get,
         super::approvals::decide,
         super::sessions::get,

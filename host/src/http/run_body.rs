@@ -157,9 +157,18 @@ pub(super) struct RunView<'a> {
     #[serde(rename = "pendingApprovals", skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<super::schemas::PendingCallSchema>)]
     pending_approvals: Vec<PendingCall>,
+    /// A caller asked the run to stop; it ends at its next step.
+    #[serde(rename = "cancelRequested", skip_serializing_if = "std::ops::Not::not")]
+    cancel_requested: bool,
 }
 
 impl<'a> RunView<'a> {
+    /// The view of a run whose cancel request waits for its next step.
+    pub fn cancel_requested(mut self) -> Self {
+        self.cancel_requested = true;
+        self
+    }
+
     /// The run; waiting for decisions on `pending` calls if any.
     pub fn new(run: &'a RunRecord, pending: Vec<PendingCall>) -> Self {
         let status = if pending.is_empty() || run.status.is_finished() {
@@ -168,6 +177,7 @@ impl<'a> RunView<'a> {
             RunStatus::AwaitingApproval
         };
         Self {
+            cancel_requested: run.cancel_requested && !run.status.is_finished(),
             pending_approvals: pending,
             correlation_id_camel: &run.correlation_id,
             correlation_id: &run.correlation_id,

@@ -85,6 +85,7 @@ pub enum RunStatusSchema {
     AwaitingApproval,
     Completed,
     Failed,
+    Canceled,
 }
 
 /// Describes `core::chat::Role` on the wire; never built.

@@ -36,6 +36,11 @@ pub enum RunsError {
         correlation_id: String,
         call_id: String,
     },
+    #[error("run '{correlation_id}' has already ended ({}): there is nothing to cancel", .status.as_str())]
+    NotCancelable {
+        correlation_id: String,
+        status: RunStatus,
+    },
     #[error("call '{call_id}' was already {}", if *approved { "approved" } else { "denied" })]
     AlreadyDecided { call_id: String, approved: bool },
     #[error(transparent)]
@@ -190,8 +195,10 @@ impl Runs {
             correlation_id: correlation_id.to_string(),
             call_id: call_id.to_string(),
         };
+        // A canceled run keeps its undecided calls, and waits for no
+        // decision.
         match self.store.run(correlation_id).await? {
-            Some(run) if run.agent == agent => {}
+            Some(run) if run.agent == agent && run.status != RunStatus::Canceled => {}
             _ => return Err(no_such()),
         }
         match self.decide(correlation_id, call_id, decision).await? {

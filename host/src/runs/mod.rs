@@ -23,13 +23,17 @@ use crate::streams::{ResponseStreams, StreamWriter};
 use crate::wasm::AgentOptions;
 
 mod answers;
+mod control;
 mod history;
 mod other_hosts;
 mod waiting;
 
 /// The records callers of this service read and write.
-pub use crate::store::{Decision, NewRun, PendingCall, RunRecord, RunStatus, SessionKey};
+pub use crate::store::{
+    Decision, NewRun, PendingCall, RunFilter, RunRecord, RunStatus, SessionKey, CANCELED,
+};
 pub use answers::{Answer, RunsError};
+pub use control::CancelOutcome;
 
 use crate::workers::{drain, KeyedWorkers};
 use history::Histories;
@@ -51,6 +55,8 @@ pub struct Runs {
     /// decision keeps its attempt; one executed again after a crash or on
     /// another host begins a newer one.
     attempts: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// What stops each run executing here at a caller's request.
+    stops: std::sync::Mutex<control::Stops>,
     workers: KeyedWorkers<SessionKey>,
     finished: broadcast::Sender<Finished>,
     /// On a shared hub, the runs somebody here waits for (how many wait for
@@ -84,7 +90,10 @@ fn ended_record(run: &RunRecord, result: Result<&AgentOutcome, &AgentError>) -> 
             record.usage = Some(outcome.usage);
         }
         Err(e) => {
-            record.status = RunStatus::Failed;
+            record.status = match e {
+                AgentError::Canceled(_) => RunStatus::Canceled,
+                _ => RunStatus::Failed,
+            };
             record.error = Some(e.to_string());
             record.error_code = Some(e.code().to_string());
             record.usage = Some(Default::default());
@@ -124,6 +133,7 @@ impl Runs {
             works,
             histories,
             attempts: std::sync::Mutex::default(),
+            stops: std::sync::Mutex::default(),
             workers: KeyedWorkers::default(),
             finished,
             waited: std::sync::Mutex::default(),
@@ -397,6 +407,20 @@ impl Runs {
             (None, true) => Some(Vec::new()),
             (None, false) => None,
         };
+        // A run asked to stop before it got here (queued, waiting for a
+        // human, left by a host that died) ends at once.
+        let stop = self
+            .stops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .begin(&id);
+        if run.cancel_requested {
+            stop.cancel();
+        }
+        let _executing = Executing {
+            runs: self,
+            id: id.clone(),
+        };
         let mut pause = END_RETRY_FIRST;
         let (stream, result) = loop {
             let attempt = *self
@@ -407,7 +431,7 @@ impl Runs {
                 .or_insert_with(crate::store::now_ms);
             let stream = self.streams.writer(&id, attempt);
             let result = self
-                .attempt(&run, &session, kept.take(), &stream, fence.as_ref())
+                .attempt(&run, &session, kept.take(), &stream, fence.as_ref(), &stop)
                 .await;
             match &result {
                 // The store failed mid-run (a connection cut, a deadline):
@@ -433,6 +457,11 @@ impl Runs {
             }
         };
         if let Err(AgentError::AwaitingApproval(_)) = &result {
+            // Asked to stop as it came to wait: its worker (this one, which
+            // holds the session) looks again, and ends it as canceled.
+            if stop.is_cancelled() {
+                let _ = self.workers.claim(&session);
+            }
             // Its history moved on in the store (the tool round): not kept.
             let mut record = run.clone();
             record.status = RunStatus::AwaitingApproval;
@@ -515,6 +544,7 @@ impl Runs {
         kept: Option<Vec<StoredMessage>>,
         stream: &StreamWriter,
         fence: Option<&SessionFence>,
+        stop: &CancellationToken,
     ) -> Result<AgentOutcome, AgentError> {
         let Some(agent) = self.registry.agent(&run.agent) else {
             return Err(AgentError::AgentGone(run.agent.clone()));
@@ -524,7 +554,9 @@ impl Runs {
             None => self.store.history(session).await?,
         };
         let deltas = |text: &str| stream.chunk(text);
-        self.runner.run(&agent, run, history, &deltas, fence).await
+        self.runner
+            .run(&agent, run, history, &deltas, fence, stop)
+            .await
     }
 
     /// Stores how the run ended (true when this write ended it), retrying
@@ -557,7 +589,14 @@ impl Runs {
                         code: e.code(),
                         usage: Default::default(),
                     };
-                    self.store.end_run(session, id, &[], failed, fence).await
+                    // A canceled run closes the tool calls it stored.
+                    let closing = match e {
+                        AgentError::Canceled(closing) => closing.as_slice(),
+                        _ => &[],
+                    };
+                    self.store
+                        .end_run(session, id, closing, failed, fence)
+                        .await
                 }
             }
         };
@@ -582,6 +621,22 @@ impl Runs {
         if !drain(&self.stopping, &self.tracker, grace).await {
             tracing::warn!(grace = ?grace, "runs still executing after the grace period; they resume at next start");
         }
+    }
+}
+
+/// A run executing here, listed (with its stop) until it returns.
+struct Executing<'a> {
+    runs: &'a Runs,
+    id: String,
+}
+
+impl Drop for Executing<'_> {
+    fn drop(&mut self) {
+        self.runs
+            .stops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .end(&self.id);
     }
 }
 

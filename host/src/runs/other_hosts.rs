@@ -84,6 +84,10 @@ impl Runs {
                 });
                 false
             }
+            Wake::CancelRequested(correlation_id, session) => {
+                self.stop(&correlation_id, session);
+                false
+            }
             Wake::Sessions | Wake::Everything => true,
             Wake::Instances(_) | Wake::Posted(_) => false,
         }

@@ -34,6 +34,7 @@ mod records;
 mod retention;
 #[cfg(test)]
 mod run_batches;
+mod run_control;
 mod run_reads;
 mod run_tx;
 mod run_writes;
@@ -59,7 +60,8 @@ pub use durable_records::{Applied, ArrivalWritten, Arriving, Image, InboxRow, Lo
 pub use hub::{TaskHub, DEFAULT_HUB};
 pub use instances::{InstanceFilter, InstanceRecord};
 pub use open::{Kind, Store};
-pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
+pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage, CANCELED};
+pub use run_control::RunFilter;
 pub use sessions::{Deletion, RunOutcome};
 pub use shared_hub::{Assigned, Membership, Role, Wake};
 pub use streams::NewStreamRow;

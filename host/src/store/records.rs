@@ -22,7 +22,15 @@ pub enum RunStatus {
     AwaitingApproval,
     Completed,
     Failed,
+    /// Stopped at a caller's request. Stored as `failed` with the error
+    /// code [`CANCELED`], so that every reader of ended runs (waiters, the
+    /// retention sweep, the indexes of unfinished runs) counts it ended
+    /// without a new status in their statements or a table rebuild.
+    Canceled,
 }
+
+/// The error code a canceled run is stored with.
+pub const CANCELED: &str = "canceled";
 
 impl RunStatus {
     pub fn as_str(self) -> &'static str {
@@ -32,6 +40,7 @@ impl RunStatus {
             Self::AwaitingApproval => "awaiting_approval",
             Self::Completed => "completed",
             Self::Failed => "failed",
+            Self::Canceled => "canceled",
         }
     }
 
@@ -41,12 +50,22 @@ impl RunStatus {
             "running" => Self::Running,
             "completed" => Self::Completed,
             "failed" => Self::Failed,
+            "canceled" => Self::Canceled,
             _ => return None,
         })
     }
 
+    /// The status of a run as stored: its status column and error code.
+    pub fn stored(status: &str, code: Option<&str>) -> Option<Self> {
+        match Self::parse(status)? {
+            Self::Failed if code == Some(CANCELED) => Some(Self::Canceled),
+            Self::Canceled | Self::AwaitingApproval => None,
+            other => Some(other),
+        }
+    }
+
     pub fn is_finished(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed)
+        matches!(self, Self::Completed | Self::Failed | Self::Canceled)
     }
 }
 
@@ -78,6 +97,10 @@ pub struct RunRecord {
     pub updated_at: i64,
     #[serde(skip)]
     pub traceparent: Option<String>,
+    /// A caller asked the run to stop: whoever executes it ends it as
+    /// canceled at its next step.
+    #[serde(skip)]
+    pub cancel_requested: bool,
 }
 
 impl RunRecord {

@@ -11,8 +11,9 @@ use super::{now_ms, RunRecord, RunStatus, SessionKey, Store, StoreError};
 use crate::core::fence::SessionFence;
 use crate::core::ids::is_agent_call_of;
 
-const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
-                           response, error, error_code, usage, created_at, updated_at, traceparent";
+pub(super) const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
+                           response, error, error_code, usage, created_at, updated_at, traceparent, \
+                           cancel_requested_at";
 
 impl Store {
     pub async fn run(&self, correlation_id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -154,8 +155,9 @@ impl Store {
     }
 }
 
-fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
+pub(super) fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
     let status: String = row.try_get("status")?;
+    let error_code: Option<String> = row.try_get("error_code")?;
     let format: Option<String> = row.try_get("response_format")?;
     let usage: Option<String> = row.try_get("usage")?;
     let corrupt =
@@ -165,7 +167,7 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
         agent: row.try_get("agent")?,
         thread_id: row.try_get("session_id")?,
         message: row.try_get("message")?,
-        status: RunStatus::parse(&status)
+        status: RunStatus::stored(&status, error_code.as_deref())
             .ok_or_else(|| StoreError::Corrupt(format!("run status '{status}'")))?,
         response_format: format
             .map(|f| serde_json::from_str(&f))
@@ -173,7 +175,7 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
             .map_err(|e| corrupt("format", e))?,
         response: row.try_get("response")?,
         error: row.try_get("error")?,
-        error_code: row.try_get("error_code")?,
+        error_code,
         usage: usage
             .map(|u| serde_json::from_str(&u))
             .transpose()
@@ -181,6 +183,9 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         traceparent: row.try_get("traceparent")?,
+        cancel_requested: row
+            .try_get::<Option<i64>, _>("cancel_requested_at")?
+            .is_some(),
     })
 }
 
@@ -205,7 +210,7 @@ pub(super) fn run_from_array(a: &[serde_json::Value]) -> Option<RunRecord> {
         thread_id: text(2)?,
         message: text(3)?,
         response_format: json(4)?,
-        status: RunStatus::parse(a.get(5)?.as_str()?)?,
+        status: RunStatus::stored(a.get(5)?.as_str()?, a.get(8)?.as_str())?,
         response: text(6),
         error: text(7),
         error_code: text(8),
@@ -213,6 +218,8 @@ pub(super) fn run_from_array(a: &[serde_json::Value]) -> Option<RunRecord> {
         created_at: a.get(10)?.as_i64()?,
         updated_at: a.get(11)?.as_i64()?,
         traceparent: text(12),
+        // Sent for ended runs only, whose request no longer matters.
+        cancel_requested: false,
     })
 }
 

@@ -61,6 +61,7 @@ impl Store {
             created_at: now,
             updated_at: now,
             traceparent: run.traceparent.clone(),
+            cancel_requested: false,
         };
         // Read in the enqueue's transaction, which began after `now`.
         let fence = epoch.zip(self.owner_id()).map(|(epoch, me)| SessionFence {

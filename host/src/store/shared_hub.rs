@@ -28,7 +28,7 @@ use sqlx::Connection;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use super::{now_ms, RunRecord, Store, StoreError};
+use super::{now_ms, RunRecord, SessionKey, Store, StoreError};
 use crate::core::fence::{self, SessionFence};
 
 /// The database's clock, in Unix milliseconds.
@@ -98,6 +98,10 @@ pub enum Wake {
     /// This run (correlation id) finished; its record when the
     /// notification could carry it.
     RunFinished(String, Option<Arc<RunRecord>>),
+    /// A caller asked this run (correlation id) of this session to stop:
+    /// the host executing it stops it; the session's owner wakes its worker
+    /// (a run nobody executes ends when its worker reaches it).
+    CancelRequested(String, SessionKey),
     /// Notifications may have been lost (the listener reconnected), or a
     /// host handed its work back: look at everything.
     Everything,
@@ -121,7 +125,7 @@ pub struct Assigned {
 
 /// The notification channel's payloads: `<kind> <sender> [<data>]`.
 mod payload {
-    use super::{Assigned, Wake};
+    use super::{Assigned, SessionKey, Wake};
 
     /// PostgreSQL's limit is 8000 bytes; ids are packed below it.
     pub const MAX: usize = 7_800;
@@ -182,6 +186,28 @@ mod payload {
         }))
     }
 
+    /// A run a caller asked to stop: `c <sender> <JSON array>` of its
+    /// correlation id, agent and session id.
+    pub const CANCEL: &str = "c";
+
+    pub fn cancel(sender: &str, correlation_id: &str, session: &SessionKey) -> String {
+        let ids = serde_json::json!([correlation_id, session.agent, session.session_id]);
+        format!("{CANCEL} {sender} {ids}")
+    }
+
+    fn canceled(json: &str) -> Option<Wake> {
+        let value: serde_json::Value = serde_json::from_str(json).ok()?;
+        let a = value.as_array()?;
+        let text = |i: usize| a.get(i).and_then(|v| v.as_str()).map(str::to_string);
+        Some(Wake::CancelRequested(
+            text(0)?,
+            SessionKey {
+                agent: text(1)?,
+                session_id: text(2)?,
+            },
+        ))
+    }
+
     /// A run ended, with its record: written by the statement that ends
     /// it (`postgres_runs`), as `f <sender> <JSON array>` of the run's
     /// columns ([`crate::store::run_reads::run_from_array`]).
@@ -200,14 +226,15 @@ mod payload {
     pub fn parse(text: &str, me: &str) -> Option<Wake> {
         let mut whole = text.splitn(3, ' ');
         let kind = whole.next()?;
-        if kind == ASSIGNED || kind == ENDED {
+        if kind == ASSIGNED || kind == ENDED || kind == CANCEL {
             if whole.next()? == me {
                 return None;
             }
             let json = whole.next()?;
-            return match kind == ASSIGNED {
-                true => assigned(json, me),
-                false => ended(json),
+            return match kind {
+                ASSIGNED => assigned(json, me),
+                ENDED => ended(json),
+                _ => canceled(json),
             };
         }
         let mut parts = text.split(' ');
@@ -550,6 +577,24 @@ impl Store {
 
     /// Tells the other hosts of a shared hub to look at their sessions (a
     /// run can go on); nothing on a store no other host shares.
+    /// Tells the other hosts that a caller asked a run to stop. One whose
+    /// ids do not fit a notification wakes every host's pass instead (the
+    /// run then stops when its worker next looks, not mid-run).
+    pub async fn announce_cancel(
+        &self,
+        correlation_id: &str,
+        session: &SessionKey,
+    ) -> Result<(), StoreError> {
+        let Some(hub) = self.shared() else {
+            return Ok(());
+        };
+        let sent = payload::cancel(&hub.host, correlation_id, session);
+        match sent.len() <= payload::MAX {
+            true => notify(self.pool(), &hub.channel, &sent).await,
+            false => notify(self.pool(), &hub.channel, &hub.sessions_payload()).await,
+        }
+    }
+
     pub async fn announce_sessions(&self) -> Result<(), StoreError> {
         match self.shared() {
             Some(hub) => notify(self.pool(), &hub.channel, &hub.sessions_payload()).await,
@@ -579,7 +624,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::{payload, Wake};
+    use super::{payload, SessionKey, Wake};
 
     #[test]
     fn payloads_round_trip_and_a_hosts_own_are_ignored() {
@@ -610,6 +655,16 @@ mod tests {
             Some(Wake::Everything)
         );
         assert_eq!(payload::parse("garbage", "h2"), None);
+        let session = SessionKey {
+            agent: "a".into(),
+            session_id: "a session with spaces".into(),
+        };
+        let cancel = payload::cancel("h1", "c 1", &session);
+        assert_eq!(payload::parse(&cancel, "h1"), None, "its own");
+        assert_eq!(
+            payload::parse(&cancel, "h2"),
+            Some(Wake::CancelRequested("c 1".into(), session))
+        );
         let posted = payload::posted("h1", &["a", "b"]);
         assert_eq!(
             posted
