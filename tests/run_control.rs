@@ -347,3 +347,33 @@ async fn through_a_front_the_worker_executing_the_run_stops_it() {
         .unwrap();
     assert_eq!(response.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_request_outlives_a_kill_9_of_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let mut host = builder(dir.path(), &model).start();
+    model.push(Reply::Delay(Duration::from_secs(60), Box::new(Reply::Echo)));
+    let first = queue(&host, "first", "k1").await;
+    asked(&model, 1).await;
+    let second = queue(&host, "second", "k1").await;
+    let (status, body) = cancel(&host, &second).await;
+    assert_eq!(status, 202, "queued behind a turn of a minute: {body}");
+    assert_eq!(body["cancelRequested"], true, "{body}");
+    host.kill();
+
+    // The next start resumes the first run and ends the second as asked,
+    // without asking the model for it.
+    let host = builder(dir.path(), &model).start();
+    let done = wait_run_finished(&host.url(&format!("/api/agents/clerk/runs/{first}"))).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let done = wait_run_finished(&host.url(&format!("/api/agents/clerk/runs/{second}"))).await;
+    assert_eq!(done["status"], "canceled", "{done}");
+    let asked_for_second = model
+        .requests()
+        .iter()
+        .filter(|r| r.transcript().iter().any(|m| m == "user: second"))
+        .count();
+    assert_eq!(asked_for_second, 0);
+    assert_eq!(model.requests().len(), 2, "the first run, asked again");
+}
