@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test chaos components test-components release bench bench-peer toolchain lint api-fuzz-venv doc-tools
+.PHONY: run test chaos components test-components release bench bench-peer toolchain lint api-fuzz-venv a2a-venv doc-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -19,7 +19,7 @@ run: components release
 ## the library's tests and the integration suite again on PostgreSQL
 ## (PostgreSQL and Redis are started, installed if need be, when they are
 ## not up).
-test: components test-components lint api-fuzz-venv doc-tools
+test: components test-components lint api-fuzz-venv a2a-venv doc-tools
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
 	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --lib --test integration
 
@@ -87,6 +87,13 @@ FUZZ_VENV := target/schemathesis-venv
 api-fuzz-venv:
 	@test -x $(FUZZ_VENV)/bin/python || python3 -m venv $(FUZZ_VENV)
 	@$(FUZZ_VENV)/bin/st --version 2>/dev/null | grep -q 4.32.5 || $(FUZZ_VENV)/bin/pip install --quiet schemathesis==4.32.5
+
+# The A2A 1.0 client the A2A tests drive the host with (tests/a2a.rs):
+# the a2a-sdk (PyPI), pinned, in a virtualenv under target/.
+A2A_VENV := target/a2a-venv
+a2a-venv:
+	@test -x $(A2A_VENV)/bin/python || python3 -m venv $(A2A_VENV)
+	@$(A2A_VENV)/bin/python -c "import a2a.client, importlib.metadata as m; assert m.version('a2a-sdk') == '1.3.0'" 2>/dev/null || $(A2A_VENV)/bin/pip install --quiet a2a-sdk==1.3.0
 
 # The commands tests/doc_blocks.rs runs as the docs show them (curl, sqlite3).
 doc-tools:

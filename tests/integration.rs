@@ -2,6 +2,7 @@
 //! sample components and a fake OpenAI-compatible model server. One binary,
 //! one file per scenario.
 
+mod a2a;
 mod agent_runs;
 mod api_fuzz;
 mod approvals;

@@ -94,6 +94,11 @@ impl ApiError {
         )
     }
 
+    /// What went wrong, in words.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// The stable machine-readable code.
     #[cfg(test)]
     pub fn code(&self) -> &str {

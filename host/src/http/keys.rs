@@ -242,11 +242,17 @@ pub fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     };
     match (method, route) {
         (_, "/api/health" | "/api/health/live" | "/api/health/ready" | "/api/openapi.json") => None,
+        // Agent cards are how A2A callers discover an agent (and the keys
+        // it wants): open, as the OpenAPI document is.
+        ("GET", "/.well-known/agent-card.json" | "/a2a/{agent}/.well-known/agent-card.json") => {
+            None
+        }
         ("POST", "/api/agents/{name}/run")
         | ("GET", "/api/agents/{name}/runs/{correlation_id}")
         | ("GET", "/api/agents/{name}/runs/{correlation_id}/stream")
         | ("POST", "/api/agents/{name}/runs/{correlation_id}/approvals")
         | ("POST", "/api/agents/{name}/runs/{correlation_id}/cancel")
+        | ("POST", "/a2a/{agent}")
         | ("POST", "/api/orchestrators/{name}")
         | ("POST", "/api/orchestrators/{name}/{instance_id}")
         | ("POST", "/api/{*path}") => Some(Scope::Invoke),

@@ -2,6 +2,7 @@
 //! `streams`, `health`, the registry) and answer; they never read the store,
 //! and every status is chosen in [`error`].
 
+mod a2a;
 mod agents;
 mod approvals;
 mod authorize;
@@ -65,6 +66,12 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/api/agents/{name}/run", post(agents::run))
+        .route("/.well-known/agent-card.json", get(a2a::host_card))
+        .route(
+            "/a2a/{agent}/.well-known/agent-card.json",
+            get(a2a::agent_card),
+        )
+        .route("/a2a/{agent}", post(a2a::call))
         .route("/api/agents/{name}/runs", get(runs::list))
         .route("/api/agents/{name}/runs/{correlation_id}", get(runs::get))
         .route(

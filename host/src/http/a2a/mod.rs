@@ -1,0 +1,577 @@
+//! A2A 1.0 (the JSON-RPC binding): each served agent is an A2A agent at
+//! `/a2a/{agent}`, with its card; a task is one of its runs, the task's
+//! context the run's session, so A2A callers and `POST /api/agents/{name}/run`
+//! share conversations. Blocking calls wait like a synchronous run; streams
+//! follow the run's response stream, so a caller that resubscribes gets the
+//! text so far, then only what is new.
+
+mod card;
+mod rpc;
+mod stream;
+mod task;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::body::read_limited;
+use super::{ApiError, AppState};
+use crate::runs::{
+    Answer, CancelOutcome, Decision, NewRun, RunFilter, RunRecord, RunsError, SessionKey,
+};
+use rpc::{answer, RpcError};
+use task::Shown;
+
+/// How long a cancel waits for its task to end before it answers with the
+/// task as it stands.
+const CANCEL_WAIT: Duration = Duration::from_secs(2);
+
+/// The longest session (context) id, as for `POST /api/agents/{name}/run`.
+const MAX_CONTEXT_LEN: usize = 256;
+
+/// The host's agent card.
+#[utoipa::path(
+    get,
+    path = "/.well-known/agent-card.json",
+    tag = "a2a",
+    responses((status = 200, description = "The host's A2A agent card", body = Object))
+)]
+pub async fn host_card(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    Json(card::of_host(&state, &card::base_url(&headers))).into_response()
+}
+
+/// An agent's A2A card.
+#[utoipa::path(
+    get,
+    path = "/a2a/{agent}/.well-known/agent-card.json",
+    tag = "a2a",
+    params(("agent" = String, Path)),
+    responses(
+        (status = 200, description = "The agent's A2A agent card", body = Object),
+        super::schemas::Failures
+    )
+)]
+pub async fn agent_card(
+    State(state): State<AppState>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    state.runs.served(&agent)?;
+    let served = state.registry.agent(&agent).ok_or_else(|| {
+        ApiError::not_found("agent_not_found", format!("agent '{agent}' is not served"))
+    })?;
+    Ok(Json(card::of_agent(&state, &card::base_url(&headers), &served)).into_response())
+}
+
+/// A2A JSON-RPC 2.0 calls of an agent (`A2A-Version: 1.0`): SendMessage,
+/// SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask.
+/// Errors are JSON-RPC error objects with HTTP 200.
+#[utoipa::path(
+    post,
+    path = "/a2a/{agent}",
+    tag = "a2a",
+    params(("agent" = String, Path)),
+    request_body(content = Object, description = "A JSON-RPC 2.0 request", content_type = "application/json"),
+    responses(
+        (status = 200, description = "A JSON-RPC 2.0 response, or a stream of them (text/event-stream)", body = Object),
+        super::schemas::Failures
+    )
+)]
+pub async fn call(
+    State(state): State<AppState>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    state.runs.served(&agent)?;
+    let bytes = match read_limited(&headers, body, state.config.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            let error = RpcError::invalid_request(format!(
+                "the request could not be read: {}",
+                e.message()
+            ));
+            return Ok(Json(answer(&Value::Null, Err(error))).into_response());
+        }
+    };
+    let call = match rpc::call_of(&bytes) {
+        Ok(call) => call,
+        Err((id, error)) => return Ok(Json(answer(&id, Err(error))).into_response()),
+    };
+    let version = headers.get("a2a-version").and_then(|v| v.to_str().ok());
+    if !version.is_some_and(|v| v.trim() == "1" || v.trim().starts_with("1.")) {
+        return Ok(Json(answer(&call.id, Err(RpcError::version(version)))).into_response());
+    }
+    let a2a = A2a {
+        state: &state,
+        agent: &agent,
+    };
+    let result = match call.method.as_str() {
+        "SendMessage" => a2a.send(&call.params).await,
+        "SendStreamingMessage" => {
+            return Ok(match a2a.send_streaming(&call.params, &call.id).await {
+                Ok(stream) => stream,
+                Err(e) => Json(answer(&call.id, Err(e))).into_response(),
+            })
+        }
+        "SubscribeToTask" => {
+            return Ok(match a2a.subscribe(&call.params, &call.id).await {
+                Ok(stream) => stream,
+                Err(e) => Json(answer(&call.id, Err(e))).into_response(),
+            })
+        }
+        "GetTask" => a2a.get(&call.params).await,
+        "ListTasks" => a2a.list(&call.params).await,
+        "CancelTask" => a2a.cancel(&call.params).await,
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => Err(RpcError::push_not_supported()),
+        "GetExtendedAgentCard" => Err(RpcError::extended_card()),
+        other => Err(RpcError::method_not_found(other)),
+    };
+    Ok(Json(answer(&call.id, result)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SendParams {
+    message: Message,
+    #[serde(default)]
+    configuration: Configuration,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Message {
+    #[serde(default)]
+    context_id: Option<String>,
+    #[serde(default)]
+    task_id: Option<String>,
+    #[serde(default)]
+    parts: Vec<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Configuration {
+    #[serde(default)]
+    history_length: Option<i64>,
+    #[serde(default)]
+    return_immediately: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskParams {
+    id: String,
+    #[serde(default)]
+    history_length: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListParams {
+    #[serde(default)]
+    context_id: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    page_size: Option<i64>,
+    #[serde(default)]
+    page_token: Option<String>,
+    #[serde(default)]
+    history_length: Option<i64>,
+    #[serde(default)]
+    include_artifacts: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApprovalPart {
+    call_id: String,
+    approved: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// What a message says: its text, and decisions on tool calls if it carries
+/// an `approvals` data part.
+struct Said {
+    text: String,
+    approvals: Option<Vec<ApprovalPart>>,
+}
+
+fn said(parts: &[Value]) -> Result<Said, RpcError> {
+    let mut texts = Vec::new();
+    let mut approvals = None;
+    for part in parts {
+        if let Some(text) = part.get("text").and_then(Value::as_str) {
+            texts.push(text.to_string());
+        } else if let Some(data) = part.get("data") {
+            match data.get("approvals") {
+                Some(list) => {
+                    approvals = Some(
+                        serde_json::from_value::<Vec<ApprovalPart>>(list.clone()).map_err(|e| {
+                            RpcError::invalid_params(format!(
+                            "approvals must be [{{\"callId\", \"approved\", \"reason\"?}}]: {e}"
+                        ))
+                        })?,
+                    )
+                }
+                None => texts.push(data.to_string()),
+            }
+        } else if part.get("raw").is_some() || part.get("url").is_some() {
+            return Err(RpcError::content_type(
+                "Incompatible content types: this agent takes text and data parts, not files",
+            ));
+        } else {
+            return Err(RpcError::invalid_params(format!(
+                "a part must hold text or data: {part}"
+            )));
+        }
+    }
+    Ok(Said {
+        text: texts.join("\n"),
+        approvals,
+    })
+}
+
+fn shown_history(length: Option<i64>) -> Result<Option<usize>, RpcError> {
+    match length {
+        None => Ok(None),
+        Some(n) if n < 0 => Err(RpcError::invalid_params(
+            "historyLength must not be negative",
+        )),
+        Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+    }
+}
+
+/// What a message asked for.
+enum Submitted {
+    /// A new run, on the message's context.
+    New(NewRun),
+    /// Decisions on the tool calls of this task, which goes on.
+    Decided(String),
+}
+
+/// The calls of one agent.
+struct A2a<'a> {
+    state: &'a AppState,
+    agent: &'a str,
+}
+
+impl A2a<'_> {
+    fn refused(&self, task: &str, e: RunsError) -> RpcError {
+        match e {
+            RunsError::RunNotFound { .. } => RpcError::task_not_found(task),
+            RunsError::NotCancelable { status, .. } => {
+                RpcError::not_cancelable(task, status.as_str())
+            }
+            RunsError::NoSuchApproval { .. } | RunsError::AlreadyDecided { .. } => {
+                RpcError::invalid_params(e.to_string())
+            }
+            RunsError::UnknownAgent { .. } => RpcError::invalid_params(e.to_string()),
+            other => {
+                tracing::warn!(error = %other, "an A2A call failed");
+                RpcError::internal(format!("Internal error: {other}"))
+            }
+        }
+    }
+
+    /// A new message's run (not stored yet), or the task whose tool calls
+    /// the message decided.
+    async fn submit(&self, params: &SendParams) -> Result<Submitted, RpcError> {
+        let said = said(&params.message.parts)?;
+        if let Some(task) = &params.message.task_id {
+            let run = self
+                .state
+                .runs
+                .state(self.agent, task)
+                .await
+                .map_err(|e| self.refused(task, e))?;
+            if let Some(context) = &params.message.context_id {
+                if context != &run.record.thread_id {
+                    return Err(RpcError::invalid_params(format!(
+                        "task '{task}' belongs to context '{}', not '{context}'",
+                        run.record.thread_id
+                    )));
+                }
+            }
+            let Some(approvals) = said.approvals else {
+                return Err(match run.record.status.is_finished() {
+                    true => RpcError::unsupported(format!("task '{task}' has ended: send a new message on its context (contextId '{}') to go on", run.record.thread_id)),
+                    false => RpcError::invalid_params(format!("task '{task}' goes on by itself; a message on it can only carry decisions, as a data part {{\"approvals\": [{{\"callId\", \"approved\", \"reason\"}}]}}")),
+                });
+            };
+            for approval in approvals {
+                let decision = Decision {
+                    approved: approval.approved,
+                    reason: approval.reason.filter(|r| !r.trim().is_empty()),
+                };
+                self.state
+                    .runs
+                    .approve(self.agent, task, &approval.call_id, decision)
+                    .await
+                    .map_err(|e| self.refused(task, e))?;
+            }
+            return Ok(Submitted::Decided(task.clone()));
+        }
+        if said.approvals.is_some() {
+            return Err(RpcError::invalid_params(
+                "approvals decide the calls of a task: send them with its taskId",
+            ));
+        }
+        if said.text.trim().is_empty() {
+            return Err(RpcError::invalid_params("the message has no text"));
+        }
+        let context = match &params.message.context_id {
+            Some(c) if !c.trim().is_empty() && c.len() <= MAX_CONTEXT_LEN => c.clone(),
+            Some(_) => {
+                return Err(RpcError::invalid_params(format!(
+                    "contextId must be 1 to {MAX_CONTEXT_LEN} characters"
+                )))
+            }
+            None => Uuid::new_v4().simple().to_string(),
+        };
+        Ok(Submitted::New(NewRun {
+            correlation_id: Uuid::new_v4().to_string(),
+            session: SessionKey {
+                agent: self.agent.to_string(),
+                session_id: context,
+            },
+            message: said.text,
+            response_format: None,
+            traceparent: crate::telemetry::current_traceparent(),
+        }))
+    }
+
+    /// Stores a new message's run.
+    async fn accept(&self, run: NewRun) -> Result<RunRecord, RpcError> {
+        let served = self
+            .state
+            .runs
+            .served(self.agent)
+            .map_err(|e| self.refused("", e))?;
+        self.state
+            .runs
+            .accept(served, run)
+            .await
+            .map_err(|e| self.refused("", e))
+    }
+
+    /// The task as it stands.
+    async fn current(&self, task: &str, shown: Shown) -> Result<Value, RpcError> {
+        let run = self
+            .state
+            .runs
+            .state(self.agent, task)
+            .await
+            .map_err(|e| self.refused(task, e))?;
+        Ok(task::task(&run.record, &run.pending, shown))
+    }
+
+    /// Blocks until the task ends or waits for a human (or the host's wait
+    /// budget passes: the task is then `WORKING`), unless `returnImmediately`.
+    async fn send(&self, params: &Value) -> Result<Value, RpcError> {
+        let params: SendParams = params_of(params)?;
+        let shown = Shown {
+            history: shown_history(params.configuration.history_length)?,
+            artifacts: true,
+        };
+        let budget = self.state.config.wait_budget;
+        let task = match self.submit(&params).await? {
+            Submitted::New(run) if params.configuration.return_immediately => {
+                let record = self.accept(run).await?;
+                return Ok(
+                    json!({"task": task::task_in(&record, &[], "TASK_STATE_SUBMITTED", shown)}),
+                );
+            }
+            Submitted::New(run) => {
+                // Listening before the run is stored: its end cannot be missed.
+                let served = self
+                    .state
+                    .runs
+                    .served(self.agent)
+                    .map_err(|e| self.refused("", e))?;
+                let answer = self
+                    .state
+                    .runs
+                    .ask(served, run, budget, false)
+                    .await
+                    .map_err(|e| self.refused("", e))?;
+                let task = match answer {
+                    Answer::Completed { record, .. }
+                    | Answer::Failed(record)
+                    | Answer::StillRunning(record) => record.correlation_id,
+                    Answer::AwaitingApproval(state) => state.record.correlation_id,
+                };
+                return Ok(json!({"task": self.current(&task, shown).await?}));
+            }
+            Submitted::Decided(task) => task,
+        };
+        if !params.configuration.return_immediately {
+            self.state
+                .runs
+                .wait_for(&task, budget)
+                .await
+                .map_err(|e| RpcError::internal(format!("Internal error: {e}")))?;
+        }
+        Ok(json!({"task": self.current(&task, shown).await?}))
+    }
+
+    async fn get(&self, params: &Value) -> Result<Value, RpcError> {
+        let params: TaskParams = params_of(params)?;
+        let shown = Shown {
+            history: shown_history(params.history_length)?,
+            artifacts: true,
+        };
+        let run = self
+            .state
+            .runs
+            .state(self.agent, &params.id)
+            .await
+            .map_err(|e| self.refused(&params.id, e))?;
+        Ok(task::task(&run.record, &run.pending, shown))
+    }
+
+    async fn list(&self, params: &Value) -> Result<Value, RpcError> {
+        let params: ListParams = params_of(params)?;
+        let page_size = match params.page_size {
+            None => 50,
+            Some(n @ 1..=100) => usize::try_from(n).unwrap_or(50),
+            Some(n) => {
+                return Err(RpcError::invalid_params(format!(
+                    "pageSize must be 1 to 100, not {n}"
+                )))
+            }
+        };
+        let status = match params.status.as_deref() {
+            None | Some("") | Some("TASK_STATE_UNSPECIFIED") => None,
+            Some(state) => Some(task::status_filter(state).ok_or_else(|| {
+                RpcError::invalid_params(format!(
+                    "unknown status '{state}'; use a TASK_STATE_* name"
+                ))
+            })?),
+        };
+        let before =
+            match params.page_token.as_deref() {
+                None | Some("") => None,
+                Some(token) => Some(token.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(
+                    || {
+                        RpcError::invalid_params(
+                            "pageToken must be a nextPageToken this agent returned",
+                        )
+                    },
+                )?),
+            };
+        let filter = RunFilter {
+            session_id: params.context_id.filter(|c| !c.is_empty()),
+            status,
+            before,
+            limit: page_size,
+        };
+        let shown = Shown {
+            history: shown_history(params.history_length)?,
+            artifacts: params.include_artifacts,
+        };
+        let page = self
+            .state
+            .runs
+            .list(self.agent, filter)
+            .await
+            .map_err(|e| self.refused("", e))?;
+        let tasks: Vec<Value> = page
+            .runs
+            .iter()
+            .map(|run| task::task(&run.record, &run.pending, shown))
+            .collect();
+        Ok(json!({
+            "tasks": tasks,
+            "nextPageToken": page.next.map(|n| n.to_string()).unwrap_or_default(),
+            "pageSize": page_size,
+        }))
+    }
+
+    async fn cancel(&self, params: &Value) -> Result<Value, RpcError> {
+        let params: TaskParams = params_of(params)?;
+        let outcome = self
+            .state
+            .runs
+            .cancel(self.agent, &params.id, CANCEL_WAIT)
+            .await
+            .map_err(|e| self.refused(&params.id, e))?;
+        let run = match outcome {
+            CancelOutcome::Ended(run) | CancelOutcome::Requested(run) => run,
+        };
+        Ok(task::task(&run.record, &run.pending, Shown::ALL))
+    }
+
+    async fn send_streaming(&self, params: &Value, id: &Value) -> Result<Response, RpcError> {
+        let params: SendParams = params_of(params)?;
+        // A follower's place before the run: refused, nothing is started.
+        let follower = self
+            .state
+            .streams
+            .admit()
+            .map_err(|e| RpcError::internal(format!("Internal error: {e}")))?;
+        let (task, first) = match self.submit(&params).await? {
+            Submitted::New(run) => {
+                let record = self.accept(run).await?;
+                let first = task::task_in(&record, &[], "TASK_STATE_SUBMITTED", Shown::ALL);
+                (record.correlation_id, first)
+            }
+            Submitted::Decided(task) => {
+                let first = self.current(&task, Shown::ALL).await?;
+                (task, first)
+            }
+        };
+        Ok(stream::follow(self.state, self.agent, &task, id, follower, first, None).await)
+    }
+
+    async fn subscribe(&self, params: &Value, id: &Value) -> Result<Response, RpcError> {
+        let params: TaskParams = params_of(params)?;
+        let run = self
+            .state
+            .runs
+            .state(self.agent, &params.id)
+            .await
+            .map_err(|e| self.refused(&params.id, e))?;
+        if run.record.status.is_finished() {
+            return Err(RpcError::unsupported(format!(
+                "task '{}' has ended ({}): read it with GetTask",
+                params.id,
+                run.record.status.as_str()
+            )));
+        }
+        let follower = self
+            .state
+            .streams
+            .admit()
+            .map_err(|e| RpcError::internal(format!("Internal error: {e}")))?;
+        let first = task::task(&run.record, &run.pending, Shown::ALL);
+        Ok(stream::follow(
+            self.state,
+            self.agent,
+            &params.id,
+            id,
+            follower,
+            first,
+            Some(()),
+        )
+        .await)
+    }
+}
+
+/// The params of a call, or `-32602` naming what is wrong.
+fn params_of<T: for<'de> Deserialize<'de>>(params: &Value) -> Result<T, RpcError> {
+    serde_json::from_value(params.clone())
+        .map_err(|e| RpcError::invalid_params(format!("invalid params: {e}")))
+}

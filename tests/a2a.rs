@@ -1,0 +1,261 @@
+//! A2A 1.0 over JSON-RPC, driven by the a2a-sdk Python client (PyPI,
+//! pinned, installed into target/a2a-venv by `make test`): the card is
+//! resolved, messages are sent blocking and streamed, a conversation goes on
+//! by `contextId`, tasks are read and listed in pages, a long task is
+//! canceled, a tool call is approved through INPUT_REQUIRED, a dropped stream
+//! is resubscribed and gets exactly the rest, and the errors carry the
+//! spec's codes. Malformed JSON-RPC gets its error object, never a 5xx.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::fake_model::echo_of;
+use crate::support::{client, workspace, FakeModel, HostBuilder, Reply};
+
+fn python() -> std::path::PathBuf {
+    let python = workspace().join("target/a2a-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: `make test` installs it (or `make a2a-venv`)",
+        python.display()
+    );
+    python
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_a2a_sdk_client_sends_streams_lists_cancels_approves_and_resubscribes() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .openai(&model, "sk")
+        .start();
+    // The model's replies, in the order the script asks.
+    model.push(Reply::Echo); // hello
+    model.push(Reply::Echo); // again
+    model.push(Reply::Paced(
+        Duration::from_millis(20),
+        Box::new(Reply::Echo),
+    )); // stream me
+    model.push(Reply::Delay(Duration::from_secs(60), Box::new(Reply::Echo))); // slow
+    model.push(Reply::ToolCall(
+        "refund".into(),
+        json!({"order": "A1", "amount": 2000}),
+    ));
+    model.push(Reply::ToolResult);
+    let long = "one two three four five six seven eight";
+    model.push(Reply::Paced(
+        Duration::from_millis(300),
+        Box::new(Reply::Text(long.into())),
+    ));
+
+    let base = host.base.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(python())
+            .arg(workspace().join("tests/a2a/client.py"))
+            .arg(&base)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{stderr}\n{}",
+        host.output()
+    );
+    let steps: HashMap<String, Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["step"].as_str().unwrap().to_string(), v))
+        .collect();
+    let step = |name: &str| {
+        steps
+            .get(name)
+            .unwrap_or_else(|| panic!("no step {name}: {stdout}"))
+    };
+
+    let card = step("card");
+    assert_eq!(card["name"], "clerk");
+    assert_eq!(card["binding"], "JSONRPC");
+    assert_eq!(card["url"], format!("{}/a2a/clerk", host.base));
+    let skills: Vec<&str> = card["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        skills.contains(&"clerk") && skills.contains(&"clerk.refund"),
+        "{card}"
+    );
+
+    let sent = step("send");
+    assert_eq!(sent["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(sent["answer"], echo_of("hello"));
+    let context = sent["context"].as_str().unwrap();
+    let again = step("continue");
+    assert_eq!(again["context"], context);
+    assert_eq!(again["answer"], echo_of("again"));
+    let transcript = model.requests()[1].transcript();
+    assert!(
+        transcript.contains(&"user: hello".to_string()),
+        "one conversation: {transcript:?}"
+    );
+
+    let streamed = step("stream");
+    assert_eq!(streamed["first"], "TASK_STATE_SUBMITTED", "{streamed}");
+    assert_eq!(streamed["last"], "TASK_STATE_COMPLETED", "{streamed}");
+    assert_eq!(streamed["text"], echo_of("stream me"), "{streamed}");
+    let kinds = streamed["kinds"].as_array().unwrap();
+    assert_eq!(kinds[0], "task");
+    assert!(
+        kinds.iter().filter(|k| *k == "artifact_update").count() >= 3,
+        "{streamed}"
+    );
+
+    let got = step("get");
+    assert_eq!(got["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(got["history"], 1, "historyLength keeps the last message");
+    assert_eq!(got["last"], echo_of("hello"));
+
+    let listed = step("list");
+    assert_eq!(listed["first"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(
+        listed["second"],
+        json!([sent["task"]]),
+        "oldest on the last page: {listed}"
+    );
+    assert_eq!(listed["more"], true);
+    assert_eq!(listed["end"], "");
+
+    let canceled = step("cancel");
+    assert_eq!(canceled["submitted"], "TASK_STATE_SUBMITTED");
+    assert_eq!(canceled["state"], "TASK_STATE_CANCELED");
+    assert_eq!(step("cancel-again")["error"], "TaskNotCancelableError");
+    let unknown = step("unknown");
+    assert_eq!(unknown["error"], "TaskNotFoundError");
+    assert_eq!(unknown["data"]["taskId"], "no-such-task");
+
+    let approval = step("approval");
+    assert_eq!(
+        approval["waiting"], "TASK_STATE_INPUT_REQUIRED",
+        "{approval}"
+    );
+    assert_eq!(
+        approval["pending"][0]["pendingApprovals"][0]["callId"], "call_refund",
+        "{approval}"
+    );
+    assert_eq!(approval["same"], true);
+    assert_eq!(approval["state"], "TASK_STATE_COMPLETED", "{approval}");
+    assert!(
+        approval["answer"].as_str().unwrap().contains("tool said"),
+        "{approval}"
+    );
+
+    let resubscribed = step("resubscribe");
+    let before = resubscribed["before"].as_str().unwrap();
+    let snapshot = resubscribed["snapshot"].as_str().unwrap();
+    let rest = resubscribed["rest"].as_str().unwrap();
+    assert_eq!(resubscribed["first"], "task");
+    assert!(
+        !before.is_empty() && snapshot.starts_with(before),
+        "{resubscribed}"
+    );
+    assert_eq!(
+        format!("{snapshot}{rest}"),
+        long,
+        "nothing twice, nothing missing: {resubscribed}"
+    );
+    assert!(
+        !rest.is_empty(),
+        "the task was still under way: {resubscribed}"
+    );
+    assert_eq!(resubscribed["last"], "TASK_STATE_COMPLETED");
+
+    let no_version = step("no-version");
+    assert_eq!(no_version["code"], -32009);
+    assert_eq!(no_version["reason"], "VERSION_NOT_SUPPORTED");
+}
+
+async fn rpc(base: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    let response = client()
+        .post(format!("{base}/a2a/writer"))
+        .header("A2A-Version", "1.0")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_json_rpc_gets_its_error_object_and_never_a_server_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path()).openai(&model, "sk").start();
+    let huge = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{{\"message\":{{\"parts\":[{{\"text\":\"{}\"}}]}}}}}}",
+        "x".repeat(10 << 20)
+    );
+    let cases: Vec<(&str, String, i64)> = vec![
+        ("not JSON", "{\"jsonrpc\": ".into(), -32700),
+        ("a batch", r#"[{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}]"#.into(), -32600),
+        ("no method", r#"{"jsonrpc":"2.0","id":1}"#.into(), -32600),
+        ("not 2.0", r#"{"jsonrpc":"1.0","id":1,"method":"GetTask"}"#.into(), -32600),
+        ("an object id", r#"{"jsonrpc":"2.0","id":{},"method":"GetTask"}"#.into(), -32600),
+        ("unknown method", r#"{"jsonrpc":"2.0","id":1,"method":"message/send"}"#.into(), -32601),
+        ("params not an object", r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":[1]}"#.into(), -32602),
+        ("wrong params", r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":5}}"#.into(), -32602),
+        ("no text", r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"parts":[]}}}"#.into(), -32602),
+        ("a file part", r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"parts":[{"url":"https://x/y.png"}]}}}"#.into(), -32005),
+        ("page too large", r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageSize":1000}}"#.into(), -32602),
+        ("push config", r#"{"jsonrpc":"2.0","id":1,"method":"CreateTaskPushNotificationConfig","params":{}}"#.into(), -32003),
+        ("unknown task", r#"{"jsonrpc":"2.0","id":"t","method":"CancelTask","params":{"id":"nope"}}"#.into(), -32001),
+        ("subscribe to none", r#"{"jsonrpc":"2.0","id":"t","method":"SubscribeToTask","params":{"id":"nope"}}"#.into(), -32001),
+        ("10 MiB", huge, -32600),
+    ];
+    for (what, body, code) in cases {
+        let (status, answer) = rpc(&host.base, body).await;
+        assert_eq!(status, 200, "{what}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{what}: {answer}");
+        assert_eq!(answer["jsonrpc"], "2.0", "{what}");
+        assert_eq!(
+            answer["error"]["data"][0]["@type"], "type.googleapis.com/google.rpc.ErrorInfo",
+            "{what}: {answer}"
+        );
+        assert!(
+            !answer["error"]["message"].as_str().unwrap().is_empty(),
+            "{what}"
+        );
+    }
+    // The id comes back as it was sent.
+    let (_, answer) = rpc(
+        &host.base,
+        r#"{"jsonrpc":"2.0","id":"abc","method":"GetTask","params":{"id":"nope"}}"#,
+    )
+    .await;
+    assert_eq!(answer["id"], "abc");
+    // An agent nobody serves is not a JSON-RPC matter: 404 in JSON.
+    let response = client()
+        .post(host.url("/a2a/nobody"))
+        .header("A2A-Version", "1.0")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "agent_not_found");
+    assert!(
+        model.requests().is_empty(),
+        "nothing malformed reached the model"
+    );
+}
