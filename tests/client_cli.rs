@@ -206,4 +206,14 @@ async fn a_client_process_cancels_a_run_and_lists_an_agents_runs() {
     assert_eq!(page["runs"].as_array().unwrap().len(), 1, "{out}");
     assert_eq!(page["runs"][0]["status"], "completed", "{out}");
     assert!(page["next"].is_null(), "{out}");
+    // Names and ids go into the path encoded: an id with `#`, `?` or `/`
+    // names that run, never another route.
+    for id in ["a#b", "a?x=1", "../sessions/l1"] {
+        let (ok, _, err) = client(&host, &["agent", "cancel", "writer", id]);
+        assert!(!ok);
+        assert!(err.contains("404") && err.contains("no run"), "{id}: {err}");
+    }
+    let (ok, _, err) = client(&host, &["agent", "runs", "writer/../clerk"]);
+    assert!(!ok);
+    assert!(err.contains("404"), "{err}");
 }

@@ -67,6 +67,16 @@ fn routes(run: &str, session: &str) -> Vec<Route> {
             200,
         ),
         route(Method::GET, "/api/agents/writer/runs", admin, 200),
+        // A2A: the cards are open (discovery); a call wants an invoke key,
+        // and the body `call` sends is not JSON-RPC (an error object, 200).
+        route(Method::GET, "/.well-known/agent-card.json", open, 200),
+        route(
+            Method::GET,
+            "/a2a/writer/.well-known/agent-card.json",
+            open,
+            200,
+        ),
+        route(Method::POST, "/a2a/writer", invoke, 200),
         // The run has ended: nothing to cancel.
         route(
             Method::POST,
@@ -220,6 +230,20 @@ async fn with_keys_every_route_wants_a_key_of_its_scope_and_health_stays_open() 
     )
     .await;
     assert_eq!(status, 202, "{started}");
+
+    // The A2A card says how a key is presented.
+    let card: Value = client()
+        .get(host.url("/a2a/writer/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"], "Bearer",
+        "{card}"
+    );
 
     // The table above is every operation of the OpenAPI document, with the
     // scope the document declares for it, and nothing else.

@@ -93,6 +93,35 @@ async fn a_run_stopped_mid_turn_ends_canceled_and_its_session_goes_on_without_it
         .await
         .unwrap();
     assert!(stream.contains("canceled"), "{stream}");
+    // A reader that reconnects after the last entry (as EventSource does)
+    // is told nothing will follow, at once, and holds no follower's place.
+    let last_id = stream
+        .lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .last()
+        .map(|id| id.trim().to_string())
+        .unwrap_or_else(|| panic!("no entry ids: {stream}"));
+    let again = client()
+        .get(host.url(&format!("/api/agents/clerk/runs/{id}/stream")))
+        .header("last-event-id", &last_id)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 204);
+    // Its whole text is refused as a cancellation, not as a failure (502).
+    let (status, body) = {
+        let response = client()
+            .get(host.url(&format!("/api/agents/clerk/runs/{id}/stream")))
+            .header("accept", "text/plain")
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.unwrap_or_default())
+    };
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "canceled", "{body}");
     // The next run of the session is asked without the canceled one's
     // message: it never became part of the conversation.
     model.push(Reply::Echo);
@@ -273,8 +302,14 @@ async fn runs_are_listed_newest_first_in_pages_with_filters_and_bad_parameters_a
         "a canceled run is not a failed one"
     );
 
+    let (_, page) = get(&host, "/api/agents/clerk/runs?threadId=b").await;
+    assert_eq!(ids_of(&page), vec![ids[4].clone(), ids[2].clone()]);
     for (query, code) in [
         ("status=done", "invalid_filter"),
+        // A misspelt filter must not list every run as if it had filtered.
+        ("session=b", "invalid_query"),
+        ("Limit=5", "invalid_query"),
+        ("sessionId=%00", "invalid_path"),
         ("limit=0", "invalid_limit"),
         ("limit=101", "invalid_limit"),
         ("limit=ten", "invalid_limit"),
@@ -290,6 +325,9 @@ async fn runs_are_listed_newest_first_in_pages_with_filters_and_bad_parameters_a
     let (status, body) = cancel(&host, "no-such-run").await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["code"], "run_not_found", "{body}");
+    let (status, body) = cancel(&host, "%00").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "invalid_path", "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -376,4 +414,41 @@ async fn a_cancel_request_outlives_a_kill_9_of_the_host() {
         .count();
     assert_eq!(asked_for_second, 0);
     assert_eq!(model.requests().len(), 2, "the first run, asked again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nul_characters_are_refused_in_ids_and_kept_out_of_the_store_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = builder(dir.path(), &model).start();
+    // An id with NUL: refused at the edge, on every store.
+    let response = client()
+        .post(host.url("/api/agents/clerk/run"))
+        .json(&json!({"message": "hi", "sessionId": "a\u{0}b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "invalid_session_id", "{body}");
+    // Text with NUL, from a caller and from the model: the run completes
+    // (PostgreSQL refuses NUL in text, and used to refuse the whole batch).
+    model.push(Reply::Text("before\u{0}after".into()));
+    let response = client()
+        .post(host.url("/api/agents/clerk/run"))
+        .header("accept", "application/json")
+        .json(&json!({"message": "one\u{0}two", "sessionId": "n1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let id = body["correlationId"].as_str().unwrap().to_string();
+    let (_, run) = get(&host, &format!("/api/agents/clerk/runs/{id}")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["response"], "before\u{FFFD}after", "{run}");
+    let (status, health) = get(&host, "/api/health").await;
+    assert_eq!(status, 200, "the store took every write: {health}");
+    let (_, page) = get(&host, "/api/agents/clerk/runs?sessionId=n1").await;
+    assert_eq!(page["runs"][0]["message"], "one\u{FFFD}two", "{page}");
 }

@@ -26,11 +26,27 @@
 
 use std::time::{Duration, Instant};
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 const INSTANCES: &str = "/runtime/webhooks/durabletask/instances";
+
+/// What a path segment must not hold as it is: RFC 3986's delimiters and
+/// what is not printable.
+const SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'/')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
 const THREAD_HEADER: &str = "x-ms-thread-id";
 
 #[derive(Debug, thiserror::Error)]
@@ -204,7 +220,7 @@ impl Client {
         let response = self
             .send(
                 self.http
-                    .post(self.url(&format!("/api/agents/{name}/run")))
+                    .post(self.at(&["api", "agents", name, "run"]))
                     .json(&body),
             )
             .await?;
@@ -232,7 +248,7 @@ impl Client {
     }
 
     async fn follow_run(&self, name: &str, correlation: &str) -> Result<AgentAnswer, ClientError> {
-        let url = self.url(&format!("/api/agents/{name}/runs/{correlation}"));
+        let url = self.at(&["api", "agents", name, "runs", &correlation]);
         loop {
             let response = self.send(self.http.get(&url)).await?;
             if !response.status().is_success() {
@@ -269,11 +285,11 @@ impl Client {
         input: Option<Value>,
         id: Option<&str>,
     ) -> Result<String, ClientError> {
-        let path = match id {
-            Some(id) => format!("/api/orchestrators/{name}/{id}"),
-            None => format!("/api/orchestrators/{name}"),
+        let url = match id {
+            Some(id) => self.at(&["api", "orchestrators", name, id]),
+            None => self.at(&["api", "orchestrators", name]),
         };
-        let request = self.http.post(self.url(&path));
+        let request = self.http.post(url);
         let request = match input {
             Some(input) => request.json(&input),
             None => request,
@@ -291,7 +307,7 @@ impl Client {
 
     /// The instance's status, input included; `None` if there is no such instance.
     pub async fn status(&self, id: &str) -> Result<Option<InstanceStatus>, ClientError> {
-        let url = self.url(&format!("{INSTANCES}/{id}?showInput=true"));
+        let url = format!("{}?showInput=true", self.instance(&[id]));
         let response = self.send(self.http.get(url)).await?;
         match response.status() {
             StatusCode::NOT_FOUND => Ok(None),
@@ -310,13 +326,13 @@ impl Client {
         event: &str,
         data: Option<Value>,
     ) -> Result<(), ClientError> {
-        let url = self.url(&format!("{INSTANCES}/{id}/raiseEvent/{event}"));
+        let url = self.instance(&[id, "raiseEvent", event]);
         let request = self.http.post(url).json(&data.unwrap_or(Value::Null));
         self.expect_success(request, id).await
     }
 
     pub async fn terminate(&self, id: &str, reason: &str) -> Result<(), ClientError> {
-        let url = self.url(&format!("{INSTANCES}/{id}/terminate"));
+        let url = self.instance(&[id, "terminate"]);
         let request = self.http.post(url).query(&[("reason", reason)]);
         self.expect_success(request, id).await
     }
@@ -351,7 +367,7 @@ impl Client {
         agent: &str,
         correlation_id: &str,
     ) -> Result<RunInfo, ClientError> {
-        let url = self.url(&format!("/api/agents/{agent}/runs/{correlation_id}/cancel"));
+        let url = self.at(&["api", "agents", agent, "runs", correlation_id, "cancel"]);
         let response = self.send(self.http.post(url)).await?;
         if !response.status().is_success() {
             return Err(refused(response).await);
@@ -374,7 +390,7 @@ impl Client {
         if let Some(after) = query.after {
             params.push(("after", after.to_string()));
         }
-        let url = self.url(&format!("/api/agents/{agent}/runs"));
+        let url = self.at(&["api", "agents", agent, "runs"]);
         let response = self.send(self.http.get(url).query(&params)).await?;
         if !response.status().is_success() {
             return Err(refused(response).await);
@@ -425,6 +441,27 @@ impl Client {
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// The URL of `segments` under an instance's management route.
+    fn instance(&self, segments: &[&str]) -> String {
+        let mut all = INSTANCES
+            .trim_start_matches('/')
+            .split('/')
+            .collect::<Vec<_>>();
+        all.extend_from_slice(segments);
+        self.at(&all)
+    }
+
+    /// The URL of `segments` under the host, each percent-encoded: a name
+    /// or an id may hold `/`, `?`, `#` or `%` (instance ids are the
+    /// caller's, and an orchestration's agent runs carry them).
+    fn at(&self, segments: &[&str]) -> String {
+        let encoded: Vec<String> = segments
+            .iter()
+            .map(|s| utf8_percent_encode(s, SEGMENT).to_string())
+            .collect();
+        format!("{}/{}", self.base, encoded.join("/"))
     }
 
     async fn send(

@@ -73,10 +73,13 @@ pub async fn run(
     let thread_id = contract
         .session_id
         .unwrap_or_else(|| Uuid::new_v4().simple().to_string());
-    if thread_id.trim().is_empty() || thread_id.len() > MAX_THREAD_ID_LEN {
+    if thread_id.trim().is_empty()
+        || thread_id.len() > MAX_THREAD_ID_LEN
+        || thread_id.contains('\0')
+    {
         return Err(ApiError::bad_request(
             "invalid_session_id",
-            format!("sessionId must be 1 to {MAX_THREAD_ID_LEN} characters"),
+            format!("sessionId must be 1 to {MAX_THREAD_ID_LEN} characters, none of them NUL"),
         ));
     }
     let wait = contract.wait.unwrap_or(true);

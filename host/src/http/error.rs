@@ -276,6 +276,22 @@ const MAX_REJECTION_TEXT: usize = 16 << 10;
 /// other refusal, so this layer rewrites any error response that is not JSON
 /// yet, keeping its status. Handlers' own errors are already JSON and pass
 /// through untouched, as does every success (a text/plain answer stays one).
+/// Refuses a path or query string holding a NUL character (`%00`) before
+/// any route reads it: no name or id may hold one (PostgreSQL refuses it in
+/// text, and a lookup would fail as the store's error, a 503).
+pub async fn refuse_nul(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let uri = request.uri();
+    let holds_nul = |text: &str| text.contains("%00");
+    if holds_nul(uri.path()) || uri.query().is_some_and(holds_nul) {
+        return ApiError::bad_request(
+            "invalid_path",
+            "a NUL character (%00) cannot be part of a name, an id or a query value",
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
 pub async fn rejections_as_json(response: Response) -> Response {
     let status = response.status();
     let is_json = response

@@ -152,6 +152,7 @@ pub fn router(state: AppState) -> Router {
         // bounds any extractor that reads one itself, so no route can be made
         // to buffer more than the limit.
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(axum::middleware::from_fn(error::refuse_nul))
         .layer(axum::middleware::map_response(error::rejections_as_json))
         .layer(axum::middleware::from_fn(metrics::record))
         .layer(axum::middleware::from_fn(spans::trace))

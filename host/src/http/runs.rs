@@ -42,9 +42,9 @@ pub async fn get(
 
 /// Stops a run: between two model turns or tool calls (a tool under way
 /// finishes first); one waiting for a human's decision, or queued, ends
-/// without running. 200 with the run once it ended (`canceled`, or the
-/// status it reached first), 202 while the request waits for the run's
-/// next step, 409 when the run had already ended.
+/// without running. 200 with the run once it ended `canceled`, 202 while
+/// the request waits for the run's next step, 409 when the run had ended
+/// (or ended on its own before a step that stops it).
 #[utoipa::path(
     post,
     path = "/api/agents/{name}/runs/{correlation_id}/cancel",
@@ -76,11 +76,19 @@ pub async fn cancel(
     )
 }
 
+/// Unknown parameters are refused (400 `invalid_query` naming them): a
+/// misspelt filter must not list every run as if it had filtered.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    /// Only this session's runs (also `session_id`, `thread_id`).
-    #[serde(rename = "sessionId", alias = "session_id", alias = "thread_id")]
+    /// Only this session's runs (also `session_id`, `threadId`, `thread_id`).
+    #[serde(
+        rename = "sessionId",
+        alias = "session_id",
+        alias = "threadId",
+        alias = "thread_id"
+    )]
     session_id: Option<String>,
     /// `pending`, `awaiting_approval`, `completed`, `failed` or `canceled`.
     status: Option<String>,
@@ -88,6 +96,10 @@ pub struct ListQuery {
     limit: Option<String>,
     /// The `next` of the previous page.
     after: Option<String>,
+    /// An endpoint key given in the URL (read by the key check).
+    #[serde(default)]
+    #[allow(dead_code)]
+    code: Option<String>,
 }
 
 /// A page of runs, newest first.

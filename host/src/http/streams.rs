@@ -48,6 +48,7 @@ pub struct StreamQuery {
     responses(
         (status = 200, description = "The answer", content(
             (super::schemas::StreamEvent = "text/event-stream"), (String = "text/plain"))),
+        (status = 204, description = "The reader has every entry of an ended run: nothing will follow"),
         super::schemas::Failures
     )
 )]
@@ -87,7 +88,20 @@ pub async fn get(
     }
     if accepts(&headers, "text/plain") && !accepts(&headers, "text/event-stream") {
         let follower = state.streams.admit()?;
-        return whole_text(&state, follower, &correlation_id).await;
+        return whole_text(&state, follower, &name, &correlation_id).await;
+    }
+    // A reader that has every entry of an ended run, the last one included
+    // (a browser's EventSource reconnects with the last id it got): nothing
+    // will follow. 204 tells it to stop reconnecting; a stream left open
+    // would wait for entries that never come, holding a follower's place.
+    if run.status.is_finished()
+        && state
+            .streams
+            .read_after(&correlation_id, &cursor)
+            .await?
+            .is_empty()
+    {
+        return Ok(super::error::no_content());
     }
     let follower = state.streams.admit()?;
     Ok(sse(&state, follower, &correlation_id, cursor))
@@ -149,6 +163,7 @@ fn event(correlation_id: &str, entry: Result<Stored, StreamError>) -> Event {
 async fn whole_text(
     state: &AppState,
     follower: Follower,
+    agent: &str,
     correlation_id: &str,
 ) -> Result<Response, ApiError> {
     let mut follow = state
@@ -164,10 +179,19 @@ async fn whole_text(
                 return Ok(([(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
             }
             Entry::Failed(error) => {
+                // Stopped by a caller: not a failure of the run (502).
+                if let Ok(run) = state.runs.record(agent, correlation_id).await {
+                    if run.status == crate::runs::RunStatus::Canceled {
+                        return Err(ApiError::conflict(
+                            crate::runs::CANCELED,
+                            format!("agent '{agent}' did not answer: the run was canceled"),
+                        ));
+                    }
+                }
                 return Err(ApiError::run_failed(
                     "run_failed",
                     format!("the run failed: {error}"),
-                ))
+                ));
             }
         }
     }

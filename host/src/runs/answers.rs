@@ -195,10 +195,13 @@ impl Runs {
             correlation_id: correlation_id.to_string(),
             call_id: call_id.to_string(),
         };
-        // A canceled run keeps its undecided calls, and waits for no
-        // decision.
+        // A run asked to stop (or canceled) keeps its undecided calls, and
+        // waits for no decision: it ends without running them.
         match self.store.run(correlation_id).await? {
-            Some(run) if run.agent == agent && run.status != RunStatus::Canceled => {}
+            Some(run)
+                if run.agent == agent
+                    && run.status != RunStatus::Canceled
+                    && !run.cancel_requested => {}
             _ => return Err(no_such()),
         }
         match self.decide(correlation_id, call_id, decision).await? {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::answers::{RunState, RunsError};
-use super::{Runs, SessionKey};
+use super::{RunStatus, Runs, SessionKey};
 use crate::store::{now_ms, RunFilter};
 
 /// What a cancel request came to within the caller's wait.
@@ -82,7 +82,8 @@ pub struct RunsPage {
 
 impl Runs {
     /// Asks the run `correlation_id` of `agent` to stop, then waits up to
-    /// `budget` for it to end. A run that has ended is refused
+    /// `budget` for it to end. A run that has ended, or that ends on its own
+    /// before it reaches a step that stops it, is refused
     /// ([`RunsError::NotCancelable`]).
     pub async fn cancel(
         self: &Arc<Self>,
@@ -119,6 +120,11 @@ impl Runs {
         }
         let waited = self.wait_on(finished, correlation_id, budget, true).await?;
         match waited {
+            // It ended on its own before it reached a step that stops it:
+            // nothing was canceled.
+            Some(record) if record.status.is_finished() && record.status != RunStatus::Canceled => {
+                Err(not_cancelable(record.status))
+            }
             Some(record) if record.status.is_finished() => Ok(CancelOutcome::Ended(RunState {
                 record,
                 pending: Vec::new(),

@@ -82,9 +82,9 @@ impl Store {
                  VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (correlation_id, call_id) DO NOTHING",
             )
             .bind(correlation_id)
-            .bind(&call.call_id)
-            .bind(&call.tool)
-            .bind(&call.arguments)
+            .bind(super::sessions::storable(&call.call_id))
+            .bind(super::sessions::storable(&call.tool))
+            .bind(super::sessions::storable(&call.arguments))
             .bind(now)
             .bind(deadline)
             .execute(&mut *tx)
@@ -170,7 +170,7 @@ impl Store {
         } else {
             "denied"
         })
-        .bind(&decision.reason)
+        .bind(decision.reason.as_deref().map(super::sessions::storable))
         .bind(now_ms())
         .bind(correlation_id)
         .bind(call_id)

@@ -30,6 +30,17 @@ impl Store {
     ) -> Result<Enqueued, StoreError> {
         let now = now_ms();
         let expire_before = ttl.map(|ttl| now - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let sanitized;
+        let run = match run.message.contains('\0') {
+            true => {
+                sanitized = NewRun {
+                    message: storable(&run.message),
+                    ..run.clone()
+                };
+                &sanitized
+            }
+            false => run,
+        };
         let written = self
             .committer()
             .commit(Write::Run(RunWrite::Start {
@@ -123,7 +134,7 @@ impl Store {
         let end = match outcome {
             RunOutcome::Completed { response, usage } => RunEndRow {
                 status: RunStatus::Completed.as_str(),
-                response: Some(response.to_string()),
+                response: Some(storable(response)),
                 error: None,
                 error_code: None,
                 usage: to_json(&usage)?,
@@ -131,7 +142,7 @@ impl Store {
             RunOutcome::Failed { error, code, usage } => RunEndRow {
                 status: RunStatus::Failed.as_str(),
                 response: None,
-                error: Some(error.to_string()),
+                error: Some(storable(error)),
                 error_code: Some(code.to_string()),
                 usage: to_json(&usage)?,
             },
@@ -483,4 +494,12 @@ pub enum Deletion {
     /// A run of the session has not ended.
     Busy,
     Missing,
+}
+
+/// Text as both databases keep it: PostgreSQL refuses a NUL character in
+/// text, and refused it for the whole batch that carried it, so text that
+/// comes from a model, a tool or a guest has each NUL replaced (U+FFFD).
+/// Ids are never changed this way: the edge refuses them instead.
+pub(super) fn storable(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
 }

@@ -35,9 +35,12 @@ impl Store {
     /// and in its shared transactions; returns their ids in order.
     pub async fn append_stream_rows(
         &self,
-        rows: Vec<NewStreamRow>,
+        mut rows: Vec<NewStreamRow>,
         expires_at: i64,
     ) -> Result<Vec<i64>, StoreError> {
+        for row in rows.iter_mut().filter(|r| r.data.contains('\0')) {
+            row.data = super::sessions::storable(&row.data);
+        }
         match self
             .committer()
             .commit(Write::Run(RunWrite::Stream { rows, expires_at }))

@@ -333,10 +333,12 @@ impl A2a<'_> {
             return Err(RpcError::invalid_params("the message has no text"));
         }
         let context = match &params.message.context_id {
-            Some(c) if !c.trim().is_empty() && c.len() <= MAX_CONTEXT_LEN => c.clone(),
+            Some(c) if !c.trim().is_empty() && c.len() <= MAX_CONTEXT_LEN && !c.contains('\0') => {
+                c.clone()
+            }
             Some(_) => {
                 return Err(RpcError::invalid_params(format!(
-                    "contextId must be 1 to {MAX_CONTEXT_LEN} characters"
+                    "contextId must be 1 to {MAX_CONTEXT_LEN} characters, none of them NUL"
                 )))
             }
             None => Uuid::new_v4().simple().to_string(),
