@@ -4,7 +4,7 @@
 //! by `contextId`, tasks are read and listed in pages, a long task is
 //! canceled, a tool call is approved through INPUT_REQUIRED, a dropped stream
 //! is resubscribed and gets exactly the rest, and the errors carry the
-//! spec's codes. Malformed JSON-RPC gets its error object, never a 5xx.
+//! spec's codes; the same client over the HTTP+JSON binding. Malformed JSON-RPC gets its error object, never a 5xx.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -51,6 +51,11 @@ async fn the_a2a_sdk_client_sends_streams_lists_cancels_approves_and_resubscribe
         Duration::from_millis(300),
         Box::new(Reply::Text(long.into())),
     ));
+    model.push(Reply::Echo); // rest hello
+    model.push(Reply::Paced(
+        Duration::from_millis(20),
+        Box::new(Reply::Echo),
+    )); // rest stream
 
     let base = host.base.clone();
     let output = tokio::task::spawn_blocking(move || {
@@ -178,6 +183,16 @@ async fn the_a2a_sdk_client_sends_streams_lists_cancels_approves_and_resubscribe
     );
     assert_eq!(resubscribed["last"], "TASK_STATE_COMPLETED");
 
+    let rest = step("rest");
+    assert_eq!(rest["state"], "TASK_STATE_COMPLETED", "{rest}");
+    assert_eq!(rest["answer"], echo_of("rest hello"), "{rest}");
+    assert_eq!(rest["got"], "TASK_STATE_COMPLETED", "{rest}");
+    assert_eq!(rest["listed"].as_array().unwrap().len(), 1, "{rest}");
+    assert_eq!(rest["missing"], "TaskNotFoundError", "{rest}");
+    assert_eq!(rest["ended"], "TaskNotCancelableError", "{rest}");
+    assert_eq!(rest["streamed"], echo_of("rest stream"), "{rest}");
+    assert_eq!(rest["last"], "TASK_STATE_COMPLETED", "{rest}");
+
     let no_version = step("no-version");
     assert_eq!(no_version["code"], -32009);
     assert_eq!(no_version["reason"], "VERSION_NOT_SUPPORTED");
@@ -254,6 +269,66 @@ async fn malformed_json_rpc_gets_its_error_object_and_never_a_server_error() {
     assert_eq!(response.status(), 404);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["code"], "agent_not_found");
+    // The HTTP+JSON binding: a google.rpc.Status body with the spec's status.
+    for (method, path, body, status, reason) in [
+        (
+            reqwest::Method::POST,
+            "/a2a/writer/message:send",
+            "{\"message\": ",
+            400,
+            "PARSE_ERROR",
+        ),
+        (
+            reqwest::Method::POST,
+            "/a2a/writer/message:send",
+            "[]",
+            400,
+            "INVALID_REQUEST",
+        ),
+        (
+            reqwest::Method::GET,
+            "/a2a/writer/tasks/nope",
+            "",
+            404,
+            "TASK_NOT_FOUND",
+        ),
+        (
+            reqwest::Method::POST,
+            "/a2a/writer/tasks/nope:cancel",
+            "",
+            404,
+            "TASK_NOT_FOUND",
+        ),
+        (
+            reqwest::Method::POST,
+            "/a2a/writer/tasks/nope:frobnicate",
+            "",
+            404,
+            "METHOD_NOT_FOUND",
+        ),
+        (
+            reqwest::Method::GET,
+            "/a2a/writer/tasks?pageSize=many",
+            "",
+            400,
+            "INVALID_PARAMS",
+        ),
+    ] {
+        let response = client()
+            .request(method.clone(), host.url(path))
+            .header("A2A-Version", "1.0")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{method} {path}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], status, "{method} {path}: {answer}");
+        assert_eq!(
+            answer["error"]["details"][0]["reason"], reason,
+            "{method} {path}: {answer}"
+        );
+    }
     assert!(
         model.requests().is_empty(),
         "nothing malformed reached the model"

@@ -77,6 +77,17 @@ fn routes(run: &str, session: &str) -> Vec<Route> {
             200,
         ),
         route(Method::POST, "/a2a/writer", invoke, 200),
+        // The HTTP+JSON binding: `call` sends no A2A-Version header (an
+        // A2A 0.3 caller, refused with 400).
+        route(Method::POST, "/a2a/writer/message:send", invoke, 400),
+        route(Method::GET, "/a2a/writer/tasks", invoke, 400),
+        route(Method::GET, format!("/a2a/writer/tasks/{run}"), invoke, 400),
+        route(
+            Method::POST,
+            format!("/a2a/writer/tasks/{run}:cancel"),
+            invoke,
+            400,
+        ),
         // The run has ended: nothing to cancel.
         route(
             Method::POST,

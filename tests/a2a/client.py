@@ -137,6 +137,32 @@ async def main():
         rest=streamed_text(after[1:]), first=after[0].WhichOneof("payload"),
         last=state(after[-1].status_update))
 
+    # The HTTP+JSON binding: the same calls, bare bodies.
+    rest = await create_client(AGENT, client_config=ClientConfig(
+        httpx_client=http, streaming=False, supported_protocol_bindings=["HTTP+JSON"]))
+    rest_streaming = await create_client(AGENT, client_config=ClientConfig(
+        httpx_client=http, supported_protocol_bindings=["HTTP+JSON"]))
+    [sent_rest] = [i async for i in rest.send_message(SendMessageRequest(
+        message=new_text_message("rest hello", context_id="rest-ctx", role=Role.ROLE_USER),
+        configuration=SendMessageConfiguration(return_immediately=False)))]
+    got_rest = await rest.get_task(GetTaskRequest(id=sent_rest.task.id))
+    listed_rest = await rest.list_tasks(ListTasksRequest(context_id="rest-ctx"))
+    try:
+        await rest.cancel_task(CancelTaskRequest(id="no-such-task"))
+        missing = None
+    except Exception as e:
+        missing = type(e).__name__
+    try:
+        await rest.cancel_task(CancelTaskRequest(id=sent_rest.task.id))
+        ended = None
+    except Exception as e:
+        ended = type(e).__name__
+    streamed_rest = [i async for i in rest_streaming.send_message(SendMessageRequest(
+        message=new_text_message("rest stream", context_id="rest-ctx", role=Role.ROLE_USER)))]
+    out("rest", state=state(sent_rest.task), answer=texts(sent_rest.task.artifacts[0].parts),
+        got=state(got_rest), listed=[t.id for t in listed_rest.tasks], missing=missing, ended=ended,
+        streamed=streamed_text(streamed_rest), last=state(streamed_rest[-1].status_update))
+
     raw = httpx.AsyncClient(timeout=10.0)
     answer = (await raw.post(AGENT, json={
         "jsonrpc": "2.0", "id": "v", "method": "GetTask", "params": {"id": task.id}})).json()

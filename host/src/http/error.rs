@@ -276,6 +276,29 @@ const MAX_REJECTION_TEXT: usize = 16 << 10;
 /// other refusal, so this layer rewrites any error response that is not JSON
 /// yet, keeping its status. Handlers' own errors are already JSON and pass
 /// through untouched, as does every success (a text/plain answer stays one).
+/// The HTTP status of an A2A error on the HTTP+JSON binding, by the
+/// error's reason (the A2A spec's table), with `google.rpc.Code`'s name.
+pub fn a2a_status_of(reason: &str) -> (u16, &'static str) {
+    let (status, name) = match reason {
+        "TASK_NOT_FOUND" | "METHOD_NOT_FOUND" => (StatusCode::NOT_FOUND, "NOT_FOUND"),
+        "TASK_NOT_CANCELABLE" => (StatusCode::BAD_REQUEST, "FAILED_PRECONDITION"),
+        "UNSUPPORTED_OPERATION"
+        | "PUSH_NOTIFICATION_NOT_SUPPORTED"
+        | "EXTENDED_AGENT_CARD_NOT_CONFIGURED" => (StatusCode::BAD_REQUEST, "UNIMPLEMENTED"),
+        "INTERNAL_ERROR" | "INVALID_AGENT_RESPONSE" => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL")
+        }
+        _ => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
+    };
+    (status.as_u16(), name)
+}
+
+/// An A2A error on the HTTP+JSON binding: its status, its `google.rpc.Status` body.
+pub fn a2a_status(reason: &str, body: Value) -> Response {
+    let status = StatusCode::from_u16(a2a_status_of(reason).0).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, axum::Json(body)).into_response()
+}
+
 /// Refuses a path or query string holding a NUL character (`%00`) before
 /// any route reads it: no name or id may hold one (PostgreSQL refuses it in
 /// text, and a lookup would fail as the store's error, a 503).

@@ -72,6 +72,12 @@ pub fn router(state: AppState) -> Router {
             get(a2a::agent_card),
         )
         .route("/a2a/{agent}", post(a2a::call))
+        .route("/a2a/{agent}/{verb}", post(a2a::rest::message))
+        .route("/a2a/{agent}/tasks", get(a2a::rest::list_tasks))
+        .route(
+            "/a2a/{agent}/tasks/{id}",
+            get(a2a::rest::task_get).post(a2a::rest::task_post),
+        )
         .route("/api/agents/{name}/runs", get(runs::list))
         .route("/api/agents/{name}/runs/{correlation_id}", get(runs::get))
         .route(

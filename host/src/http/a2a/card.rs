@@ -26,8 +26,14 @@ pub(super) fn base_url(headers: &HeaderMap) -> String {
     format!("{scheme}://{host}")
 }
 
-fn interface(base: &str, agent: &str) -> Value {
-    json!({"url": format!("{base}/a2a/{agent}"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"})
+/// The agent's interfaces: JSON-RPC first (the SDKs take the first they
+/// speak), then HTTP+JSON, at the same URL.
+fn interfaces(base: &str, agent: &str) -> [Value; 2] {
+    let url = format!("{base}/a2a/{agent}");
+    [
+        json!({"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}),
+        json!({"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}),
+    ]
 }
 
 /// One skill for the agent, one for each of its tools.
@@ -90,7 +96,7 @@ pub(super) fn of_agent(state: &AppState, base: &str, agent: &ServedAgent) -> Val
             "name": agent.spec.name,
             "description": description(agent),
             "version": agent.component.digest,
-            "supportedInterfaces": [interface(base, &agent.spec.name)],
+            "supportedInterfaces": interfaces(base, &agent.spec.name),
             "skills": skills(agent),
         }),
     )
@@ -113,7 +119,7 @@ pub(super) fn of_host(state: &AppState, base: &str) -> Value {
             "name": "agenthost",
             "description": format!("agents served by this host: {}; each also has its own card at /a2a/{{agent}}/.well-known/agent-card.json", names.join(", ")),
             "version": env!("CARGO_PKG_VERSION"),
-            "supportedInterfaces": names.iter().map(|n| interface(base, n)).collect::<Vec<_>>(),
+            "supportedInterfaces": names.iter().flat_map(|n| interfaces(base, n)).collect::<Vec<_>>(),
             "skills": agents.iter().flat_map(skills).collect::<Vec<_>>(),
         }),
     )

@@ -6,6 +6,7 @@
 //! text so far, then only what is new.
 
 mod card;
+pub(in crate::http) mod rest;
 mod rpc;
 mod stream;
 mod task;
@@ -27,6 +28,8 @@ use crate::runs::{
     Answer, CancelOutcome, Decision, NewRun, RunFilter, RunRecord, RunsError, SessionKey,
 };
 use rpc::{answer, RpcError};
+use stream::Framing;
+
 use task::Shown;
 
 /// How long a cancel waits for its task to end before it answers with the
@@ -105,9 +108,8 @@ pub async fn call(
         Ok(call) => call,
         Err((id, error)) => return Ok(Json(answer(&id, Err(error))).into_response()),
     };
-    let version = headers.get("a2a-version").and_then(|v| v.to_str().ok());
-    if !version.is_some_and(|v| v.trim() == "1" || v.trim().starts_with("1.")) {
-        return Ok(Json(answer(&call.id, Err(RpcError::version(version)))).into_response());
+    if let Err(e) = version(&headers) {
+        return Ok(Json(answer(&call.id, Err(e))).into_response());
     }
     let a2a = A2a {
         state: &state,
@@ -116,16 +118,26 @@ pub async fn call(
     let result = match call.method.as_str() {
         "SendMessage" => a2a.send(&call.params).await,
         "SendStreamingMessage" => {
-            return Ok(match a2a.send_streaming(&call.params, &call.id).await {
-                Ok(stream) => stream,
-                Err(e) => Json(answer(&call.id, Err(e))).into_response(),
-            })
+            return Ok(
+                match a2a
+                    .send_streaming(&call.params, Framing::JsonRpc(call.id.clone()))
+                    .await
+                {
+                    Ok(stream) => stream,
+                    Err(e) => Json(answer(&call.id, Err(e))).into_response(),
+                },
+            )
         }
         "SubscribeToTask" => {
-            return Ok(match a2a.subscribe(&call.params, &call.id).await {
-                Ok(stream) => stream,
-                Err(e) => Json(answer(&call.id, Err(e))).into_response(),
-            })
+            return Ok(
+                match a2a
+                    .subscribe(&call.params, Framing::JsonRpc(call.id.clone()))
+                    .await
+                {
+                    Ok(stream) => stream,
+                    Err(e) => Json(answer(&call.id, Err(e))).into_response(),
+                },
+            )
         }
         "GetTask" => a2a.get(&call.params).await,
         "ListTasks" => a2a.list(&call.params).await,
@@ -251,6 +263,16 @@ fn shown_history(length: Option<i64>) -> Result<Option<usize>, RpcError> {
             "historyLength must not be negative",
         )),
         Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+    }
+}
+
+/// The protocol version a call asks for: 1.x. No header is 0.3 (the spec's
+/// rule), which this server does not speak.
+fn version(headers: &HeaderMap) -> Result<(), RpcError> {
+    let version = headers.get("a2a-version").and_then(|v| v.to_str().ok());
+    match version.is_some_and(|v| v.trim() == "1" || v.trim().starts_with("1.")) {
+        true => Ok(()),
+        false => Err(RpcError::version(version)),
     }
 }
 
@@ -516,7 +538,7 @@ impl A2a<'_> {
         Ok(task::task(&run.record, &run.pending, Shown::ALL))
     }
 
-    async fn send_streaming(&self, params: &Value, id: &Value) -> Result<Response, RpcError> {
+    async fn send_streaming(&self, params: &Value, framing: Framing) -> Result<Response, RpcError> {
         let params: SendParams = params_of(params)?;
         // A follower's place before the run: refused, nothing is started.
         let follower = self
@@ -535,10 +557,13 @@ impl A2a<'_> {
                 (task, first)
             }
         };
-        Ok(stream::follow(self.state, self.agent, &task, id, follower, first, None).await)
+        Ok(stream::follow(
+            self.state, self.agent, &task, framing, follower, first, false,
+        )
+        .await)
     }
 
-    async fn subscribe(&self, params: &Value, id: &Value) -> Result<Response, RpcError> {
+    async fn subscribe(&self, params: &Value, framing: Framing) -> Result<Response, RpcError> {
         let params: TaskParams = params_of(params)?;
         let run = self
             .state
@@ -560,13 +585,7 @@ impl A2a<'_> {
             .map_err(|e| RpcError::internal(format!("Internal error: {e}")))?;
         let first = task::task(&run.record, &run.pending, Shown::ALL);
         Ok(stream::follow(
-            self.state,
-            self.agent,
-            &params.id,
-            id,
-            follower,
-            first,
-            Some(()),
+            self.state, self.agent, &params.id, framing, follower, first, true,
         )
         .await)
     }

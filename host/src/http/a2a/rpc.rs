@@ -85,18 +85,30 @@ impl RpcError {
             .with("supportedVersions", json!(["1.0"]))
     }
 
+    fn detail(&self) -> Value {
+        json!({
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": self.reason,
+            "domain": "a2a-protocol.org",
+            "metadata": self.metadata,
+        })
+    }
+
     /// The error's JSON-RPC object.
     pub fn object(&self) -> Value {
-        json!({
-            "code": self.code,
-            "message": self.message,
-            "data": [{
-                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": self.reason,
-                "domain": "a2a-protocol.org",
-                "metadata": self.metadata,
-            }],
-        })
+        json!({"code": self.code, "message": self.message, "data": [self.detail()]})
+    }
+
+    /// The error as the HTTP+JSON binding answers it: a `google.rpc.Status`
+    /// body, with the HTTP status the spec gives its reason.
+    pub fn response(&self) -> axum::response::Response {
+        crate::http::error::a2a_status(self.reason, self.status_body())
+    }
+
+    /// The `google.rpc.Status` body (`{"error": {code, status, message, details}}`).
+    pub fn status_body(&self) -> Value {
+        let (code, status) = crate::http::error::a2a_status_of(self.reason);
+        json!({"error": {"code": code, "status": status, "message": self.message, "details": [self.detail()]}})
     }
 }
 

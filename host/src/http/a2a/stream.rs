@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::rpc::RpcError;
 use super::task::{self, ANSWER};
 use crate::http::AppState;
 use crate::streams::{Entry, EntryId, Follower, Stored};
@@ -34,15 +35,15 @@ pub(super) async fn follow(
     state: &AppState,
     agent: &str,
     task: &str,
-    id: &Value,
+    framing: Framing,
     follower: Follower,
     mut first: Value,
-    resume: Option<()>,
+    resume: bool,
 ) -> Response {
     let (sender, receiver) = mpsc::channel::<Event>(64);
     let mut after = EntryId::start();
     let mut appended = false;
-    if resume.is_some() {
+    if resume {
         let (text, last) = so_far(state, task).await;
         after = last;
         if !text.is_empty() {
@@ -52,13 +53,13 @@ pub(super) async fn follow(
         }
     }
     let context = first["contextId"].as_str().unwrap_or_default().to_string();
-    let _ = sender.try_send(event(id, json!({ "task": first })));
+    let _ = sender.try_send(framing.event(json!({ "task": first })));
     let feed = Feed {
         state: state.clone(),
         agent: agent.to_string(),
         task: task.to_string(),
         context,
-        id: id.clone(),
+        framing,
         sender,
     };
     tokio::spawn(feed.run(follower, after, appended));
@@ -71,8 +72,30 @@ pub(super) async fn follow(
         .into_response()
 }
 
-fn event(id: &Value, result: Value) -> Event {
-    Event::default().data(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
+/// How each event is framed: a JSON-RPC response carrying the call's id, or
+/// (the HTTP+JSON binding) the bare stream response.
+#[derive(Debug, Clone)]
+pub(super) enum Framing {
+    JsonRpc(Value),
+    Rest,
+}
+
+impl Framing {
+    fn event(&self, result: Value) -> Event {
+        let data = match self {
+            Self::JsonRpc(id) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            Self::Rest => result,
+        };
+        Event::default().data(data.to_string())
+    }
+
+    fn error(&self, error: &RpcError) -> Event {
+        let data = match self {
+            Self::JsonRpc(id) => json!({"jsonrpc": "2.0", "id": id, "error": error.object()}),
+            Self::Rest => error.status_body(),
+        };
+        Event::default().event("error").data(data.to_string())
+    }
 }
 
 /// The newest attempt's text so far, and the entry it ends at (a last
@@ -103,13 +126,13 @@ struct Feed {
     agent: String,
     task: String,
     context: String,
-    id: Value,
+    framing: Framing,
     sender: mpsc::Sender<Event>,
 }
 
 impl Feed {
     async fn send(&self, result: Value) -> bool {
-        self.sender.send(event(&self.id, result)).await.is_ok()
+        self.sender.send(self.framing.event(result)).await.is_ok()
     }
 
     async fn run(self, follower: Follower, after: EntryId, mut appended: bool) {
@@ -148,13 +171,8 @@ impl Feed {
                         return;
                     }
                     Some(Err(e)) => {
-                        let error = super::rpc::RpcError::internal(format!("Internal error: the task's stream failed: {e}"));
-                        let _ = self
-                            .sender
-                            .send(Event::default().event("error").data(
-                                json!({"jsonrpc": "2.0", "id": self.id, "error": error.object()}).to_string(),
-                            ))
-                            .await;
+                        let error = RpcError::internal(format!("Internal error: the task's stream failed: {e}"));
+                        let _ = self.sender.send(self.framing.error(&error)).await;
                         return;
                     }
                 },
