@@ -88,12 +88,13 @@ api-fuzz-venv:
 	@test -x $(FUZZ_VENV)/bin/python || python3 -m venv $(FUZZ_VENV)
 	@$(FUZZ_VENV)/bin/st --version 2>/dev/null | grep -q 4.32.5 || $(FUZZ_VENV)/bin/pip install --quiet schemathesis==4.32.5
 
-# The A2A 1.0 client the A2A tests drive the host with (tests/a2a.rs):
-# the a2a-sdk (PyPI), pinned, in a virtualenv under target/.
+# The protocol clients the A2A and MCP tests drive the host with
+# (tests/a2a.rs, tests/mcp.rs): the a2a-sdk and the official MCP Python SDK
+# (PyPI), pinned, in a virtualenv under target/.
 A2A_VENV := target/a2a-venv
 a2a-venv:
 	@test -x $(A2A_VENV)/bin/python || python3 -m venv $(A2A_VENV)
-	@$(A2A_VENV)/bin/python -c "import a2a.client, importlib.metadata as m; assert m.version('a2a-sdk') == '1.3.0'" 2>/dev/null || $(A2A_VENV)/bin/pip install --quiet a2a-sdk==1.3.0
+	@$(A2A_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('a2a-sdk') == '1.3.0' and m.version('mcp') == '1.30.0'" 2>/dev/null || $(A2A_VENV)/bin/pip install --quiet a2a-sdk==1.3.0 mcp==1.30.0
 
 # The commands tests/doc_blocks.rs runs as the docs show them (curl, sqlite3).
 doc-tools:

@@ -22,6 +22,7 @@ mod hostile_input;
 mod hot_reload;
 mod long_threads;
 mod management_api;
+mod mcp;
 mod model_endpoints;
 mod observability;
 mod orchestration_durability;

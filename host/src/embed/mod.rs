@@ -265,6 +265,7 @@ impl AgentHost {
             streams: streams.clone(),
             config: Arc::new(HttpConfig {
                 health_enabled: args.enable_health_check,
+                mcp_enabled: args.mcp,
                 max_body_bytes: args.max_body_bytes,
                 wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
                 keys,

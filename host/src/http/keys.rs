@@ -254,6 +254,7 @@ pub fn required_scope(method: &Method, route: &str) -> Option<Scope> {
         | ("POST", "/api/agents/{name}/runs/{correlation_id}/cancel")
         | ("POST", "/a2a/{agent}" | "/a2a/{agent}/{verb}" | "/a2a/{agent}/tasks/{id}")
         | ("GET", "/a2a/{agent}/tasks" | "/a2a/{agent}/tasks/{id}")
+        | (_, "/runtime/webhooks/mcp")
         | ("POST", "/api/orchestrators/{name}")
         | ("POST", "/api/orchestrators/{name}/{instance_id}")
         | ("POST", "/api/{*path}") => Some(Scope::Invoke),

@@ -14,6 +14,7 @@ mod health;
 mod instance_body;
 mod instances;
 mod keys;
+mod mcp;
 mod metrics;
 mod openapi;
 mod orchestrators;
@@ -45,6 +46,8 @@ use crate::streams::ResponseStreams;
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     pub health_enabled: bool,
+    /// Serve MCP at `/runtime/webhooks/mcp`.
+    pub mcp_enabled: bool,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// How long a synchronous run request waits before answering 202.
@@ -138,6 +141,9 @@ pub fn router(state: AppState) -> Router {
             "/runtime/webhooks/durabletask/instances/{id}/resume",
             post(instances::resume),
         );
+    if state.config.mcp_enabled {
+        router = router.nest_service(mcp::PATH, mcp::service(state.clone()));
+    }
     if state.config.health_enabled {
         router = router
             .route("/api/health", get(health::get))

@@ -111,6 +111,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_ENABLE_HEALTH_CHECK", default_value_t = true, action = ArgAction::Set)]
     pub enable_health_check: bool,
 
+    /// Serve MCP (Streamable HTTP) at `/runtime/webhooks/mcp`: each agent
+    /// a tool `{query, threadId?}`, each orchestration a tool that starts it.
+    #[arg(long, env = "AGENTHOST_MCP")]
+    pub mcp: bool,
+
     /// A synchronous run waits `max-poll-retries × poll-interval` before answering 202.
     #[arg(long, env = "AGENTHOST_MAX_POLL_RETRIES", default_value_t = defaults::MAX_POLL_RETRIES)]
     pub max_poll_retries: u32,
@@ -266,6 +271,7 @@ impl From<ServeArgs> for Settings {
             api_key_files,
             require_keys,
             enable_health_check,
+            mcp,
             max_poll_retries,
             poll_interval,
             writer_deadline,
@@ -315,6 +321,7 @@ impl From<ServeArgs> for Settings {
             api_key_files,
             require_keys,
             enable_health_check,
+            mcp,
             max_poll_retries,
             poll_interval,
             writer_deadline,

@@ -106,6 +106,9 @@ pub struct Settings {
     pub api_key_files: Vec<PathBuf>,
     pub require_keys: bool,
     pub enable_health_check: bool,
+    /// Serve MCP at `/runtime/webhooks/mcp`.
+    #[serde(default)]
+    pub mcp: bool,
     pub max_poll_retries: u32,
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
@@ -187,6 +190,7 @@ impl Default for Settings {
             api_key_files: Vec::new(),
             require_keys: false,
             enable_health_check: true,
+            mcp: false,
             max_poll_retries: MAX_POLL_RETRIES,
             poll_interval: duration(POLL_INTERVAL),
             writer_deadline: duration(WRITER_DEADLINE),

@@ -1,0 +1,292 @@
+//! MCP (Streamable HTTP, on `rmcp`) at `/runtime/webhooks/mcp`, with
+//! `--mcp`: each served agent is a tool `{query, threadId?}` whose answer is
+//! text content, the thread in `structuredContent` (a thread is the agent's
+//! session: the same id continues one conversation, whichever protocol
+//! asked); each orchestration is a tool `start_{name}` that starts an
+//! instance and gives its id and status URL. What MCP's handshake, sessions
+//! and framing need is `rmcp`'s; this module only answers the two calls.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::AppState;
+use crate::runs::{Answer, NewRun, SessionKey};
+
+/// Where MCP is served.
+pub const PATH: &str = "/runtime/webhooks/mcp";
+
+/// The prefix of an orchestration's tool.
+const START: &str = "start_";
+
+/// The MCP service of this host's agents and orchestrations. Without
+/// endpoint keys only a local `Host` is answered (a web page cannot reach
+/// a local server through DNS rebinding); with keys, any.
+pub fn service(state: AppState) -> StreamableHttpService<Tools, LocalSessionManager> {
+    let mut config = StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(state.config.max_body_bytes);
+    if !state.config.keys.is_empty() {
+        config = config.disable_allowed_hosts();
+    }
+    StreamableHttpService::new(
+        move || {
+            Ok(Tools {
+                state: state.clone(),
+            })
+        },
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
+}
+
+/// The tools of one MCP session: the host's agents and orchestrations as
+/// they are served when each call arrives.
+#[derive(Clone)]
+pub struct Tools {
+    state: AppState,
+}
+
+fn schema(value: Value) -> Arc<JsonObject> {
+    Arc::new(match value {
+        Value::Object(object) => object,
+        _ => JsonObject::new(),
+    })
+}
+
+impl Tools {
+    fn agent_tools(&self) -> Vec<Tool> {
+        let registry = &self.state.registry;
+        registry
+            .agent_names()
+            .iter()
+            .filter_map(|name| registry.agent(name))
+            .map(|agent| {
+                let description = match agent.spec.description.trim() {
+                    "" => format!("Ask agent '{}'", agent.spec.name),
+                    text => text.to_string(),
+                };
+                Tool::new(
+                    agent.spec.name.clone(),
+                    description,
+                    schema(json!({
+                        "type": "object",
+                        "properties": {
+                            "query": {"type": "string", "description": "The message for the agent"},
+                            "threadId": {"type": "string", "description": "A thread to continue (its id from an earlier answer)"}
+                        },
+                        "required": ["query"]
+                    })),
+                )
+            })
+            .collect()
+    }
+
+    fn orchestration_tools(&self) -> Vec<Tool> {
+        self.state
+            .registry
+            .orchestration_names()
+            .into_iter()
+            .map(|name| {
+                Tool::new(
+                    format!("{START}{name}"),
+                    format!("Start orchestration '{name}'; answers its instance id and status URL"),
+                    schema(json!({
+                        "type": "object",
+                        "properties": {
+                            "input": {"description": "The orchestration's input (any JSON)"},
+                            "instanceId": {"type": "string", "description": "An id of your choosing"}
+                        }
+                    })),
+                )
+            })
+            .collect()
+    }
+
+    async fn ask(&self, agent: &str, arguments: &JsonObject) -> Result<CallToolResult, McpError> {
+        let served = self
+            .state
+            .runs
+            .served(agent)
+            .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+        let Some(query) = arguments
+            .get("query")
+            .and_then(Value::as_str)
+            .filter(|q| !q.trim().is_empty())
+        else {
+            return Err(McpError::invalid_params(
+                "'query' (a non-empty string) is required",
+                None,
+            ));
+        };
+        let thread = match arguments.get("threadId") {
+            None | Some(Value::Null) => Uuid::new_v4().simple().to_string(),
+            Some(Value::String(t))
+                if !t.trim().is_empty() && t.len() <= 256 && !t.contains('\0') =>
+            {
+                t.clone()
+            }
+            Some(_) => {
+                return Err(McpError::invalid_params(
+                    "'threadId' must be a string of 1 to 256 characters",
+                    None,
+                ))
+            }
+        };
+        let run = NewRun {
+            correlation_id: Uuid::new_v4().to_string(),
+            session: SessionKey {
+                agent: agent.to_string(),
+                session_id: thread.clone(),
+            },
+            message: query.to_string(),
+            response_format: None,
+            traceparent: crate::telemetry::current_traceparent(),
+        };
+        let answer = self
+            .state
+            .runs
+            .ask(served, run, self.state.config.wait_budget, false)
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let runs = format!("/api/agents/{agent}/runs");
+        let result = match answer {
+            Answer::Completed { record, .. } => {
+                let mut result = CallToolResult::success(vec![ContentBlock::text(
+                    record.response.clone().unwrap_or_default(),
+                )]);
+                result.structured_content = Some(json!({
+                    "threadId": thread,
+                    "correlationId": record.correlation_id,
+                }));
+                result
+            }
+            Answer::Failed(record) => {
+                let mut result = CallToolResult::error(vec![ContentBlock::text(format!(
+                    "agent '{agent}' failed: {}",
+                    record.error.clone().unwrap_or_default()
+                ))]);
+                result.structured_content = Some(json!({
+                    "threadId": thread,
+                    "correlationId": record.correlation_id,
+                    "code": record.error_code,
+                }));
+                result
+            }
+            Answer::AwaitingApproval(state) => {
+                let id = &state.record.correlation_id;
+                let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
+                    "agent '{agent}' waits for a human's decision on {} tool call(s): POST {runs}/{id}/approvals",
+                    state.pending.len()
+                ))]);
+                result.structured_content = Some(json!({
+                    "threadId": thread,
+                    "correlationId": id,
+                    "status": "awaiting_approval",
+                    "pendingApprovals": state.pending,
+                    "approvalsUrl": format!("{runs}/{id}/approvals"),
+                }));
+                result
+            }
+            Answer::StillRunning(record) => {
+                let id = &record.correlation_id;
+                let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
+                    "agent '{agent}' is still working: follow GET {runs}/{id}"
+                ))]);
+                result.structured_content = Some(json!({
+                    "threadId": thread,
+                    "correlationId": id,
+                    "status": "running",
+                    "runUrl": format!("{runs}/{id}"),
+                }));
+                result
+            }
+        };
+        Ok(result)
+    }
+
+    async fn start(&self, name: &str, arguments: &JsonObject) -> Result<CallToolResult, McpError> {
+        if self.state.registry.orchestration(name).is_none() {
+            return Err(McpError::invalid_params(
+                format!("no tool named '{START}{name}'"),
+                None,
+            ));
+        }
+        let id = match arguments.get("instanceId") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) if !id.is_empty() && !id.contains('\0') => Some(id.clone()),
+            Some(_) => {
+                return Err(McpError::invalid_params(
+                    "'instanceId' must be a non-empty string",
+                    None,
+                ))
+            }
+        };
+        let input = arguments
+            .get("input")
+            .map_or_else(|| "null".to_string(), Value::to_string);
+        let started = self
+            .state
+            .orchestrator
+            .start_instance(name, id, input)
+            .await;
+        let id = match started {
+            Ok(id) => id,
+            Err(e) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "orchestration '{name}' did not start: {e}"
+                ))]))
+            }
+        };
+        let status = format!("/runtime/webhooks/durabletask/instances/{id}");
+        let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
+            "started instance '{id}' of '{name}': GET {status} for its status"
+        ))]);
+        result.structured_content = Some(json!({"id": id, "statusQueryGetUri": status}));
+        Ok(result)
+    }
+}
+
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("agenthost", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Each agent is a tool {query, threadId?}: pass the threadId of an answer to continue its conversation. Each start_{orchestration} tool starts a durable orchestration.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let mut tools = self.agent_tools();
+        tools.extend(self.orchestration_tools());
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = request.arguments.unwrap_or_default();
+        let name = request.name.as_ref();
+        let result = match name.strip_prefix(START) {
+            Some(orchestration) if self.state.registry.agent(name).is_none() => {
+                self.start(orchestration, &arguments).await?
+            }
+            _ => self.ask(name, &arguments).await?,
+        };
+        Ok(result.into())
+    }
+}
