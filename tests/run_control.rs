@@ -97,8 +97,8 @@ async fn a_run_stopped_mid_turn_ends_canceled_and_its_session_goes_on_without_it
     // is told nothing will follow, at once, and holds no follower's place.
     let last_id = stream
         .lines()
-        .filter_map(|l| l.strip_prefix("id:"))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("id:"))
         .map(|id| id.trim().to_string())
         .unwrap_or_else(|| panic!("no entry ids: {stream}"));
     let again = client()

@@ -248,7 +248,7 @@ impl Client {
     }
 
     async fn follow_run(&self, name: &str, correlation: &str) -> Result<AgentAnswer, ClientError> {
-        let url = self.at(&["api", "agents", name, "runs", &correlation]);
+        let url = self.at(&["api", "agents", name, "runs", correlation]);
         loop {
             let response = self.send(self.http.get(&url)).await?;
             if !response.status().is_success() {
