@@ -137,6 +137,27 @@ const CLAIMS: &[Claim] = &[
         first_line: "agenthost serve --components DIR",
         check: "the_readme_serve_line_serves_its_components",
     },
+    // docs/a2a-and-mcp.md
+    Claim {
+        file: "docs/a2a-and-mcp.md",
+        first_line: "$ curl -s localhost:7071/a2a/writer/.well-known/agent-card.json",
+        check: "the_agent_card_transcript_of_a2a_md_gets_the_card_it_shows",
+    },
+    Claim {
+        file: "docs/a2a-and-mcp.md",
+        first_line: "A=localhost:7071/a2a/writer; V='A2A-Version: 1.0'",
+        check: "the_json_rpc_curl_lines_of_a2a_md_get_answers",
+    },
+    Claim {
+        file: "docs/a2a-and-mcp.md",
+        first_line: "import asyncio, httpx",
+        check: "the_a2a_sdk_example_of_a2a_md_streams_an_answer",
+    },
+    Claim {
+        file: "docs/a2a-and-mcp.md",
+        first_line: "from mcp import ClientSession",
+        check: "the_mcp_sdk_example_of_a2a_md_continues_a_thread",
+    },
     // docs/components.md
     Claim {
         file: "docs/components.md",

@@ -12,7 +12,7 @@ use crate::support::{client, FakeModel, HostBuilder};
 /// A chunked request body of `total` bytes sent as fast as the host takes
 /// it, on a raw connection (no client library that might give up first);
 /// returns the status line and the body of the answer.
-fn send_chunked(base: &str, path: &str, total: usize) -> (String, String) {
+pub(crate) fn send_chunked(base: &str, path: &str, total: usize) -> (String, String) {
     use std::io::{BufRead, BufReader, Read, Write};
     let address = base.trim_start_matches("http://");
     let stream = std::net::TcpStream::connect(address).unwrap();

@@ -438,3 +438,89 @@ async fn vacuum_into_copies_a_serving_hosts_sqlite_file() {
     assert_eq!(runs, 1);
     drop(host);
 }
+
+// ---------------------------------------------------------------- A2A and MCP
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_card_transcript_of_a2a_md_gets_the_card_it_shows() {
+    let block = claimed_one("the_agent_card_transcript_of_a2a_md_gets_the_card_it_shows");
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path()).components(&["writer"]).start();
+    transcript::run(&block, &host, &[]).await;
+}
+
+/// Runs `text` with `program` (and `args` before it), every `localhost:7071`
+/// made the test host's address; its stdout, after it exited 0.
+fn run_against(host: &Host, program: &std::path::Path, args: &[&str], text: &str) -> String {
+    let address = host.base.trim_start_matches("http://");
+    let script = text.replace("localhost:7071", address);
+    let mut command = std::process::Command::new(program);
+    command.args(args).arg(&script);
+    command::clean_env(&mut command);
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{script}\n{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        host.output()
+    );
+    stdout
+}
+
+fn protocol_python() -> PathBuf {
+    let python = crate::support::workspace().join("target/a2a-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: `make test` installs it",
+        python.display()
+    );
+    python
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_json_rpc_curl_lines_of_a2a_md_get_answers() {
+    let block = claimed_one("the_json_rpc_curl_lines_of_a2a_md_get_answers");
+    let dir = tempfile::tempdir().unwrap();
+    // No model configured: the offline model answers.
+    let host = HostBuilder::new(dir.path()).components(&["writer"]).start();
+    let text = block.text.clone();
+    let stdout = {
+        let host = &host;
+        run_against(host, std::path::Path::new("sh"), &["-c"], &text)
+    };
+    // Blocking, streamed, listed: the two tasks of context `tea`, done; the
+    // cancel of a placeholder id is the spec's "no such task".
+    assert!(stdout.contains("TASK_STATE_COMPLETED"), "{stdout}");
+    assert!(stdout.contains("\"artifactUpdate\""), "{stdout}");
+    assert!(stdout.contains("\"contextId\":\"tea\""), "{stdout}");
+    assert!(stdout.contains("-32001"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_a2a_sdk_example_of_a2a_md_streams_an_answer() {
+    let block = claimed_one("the_a2a_sdk_example_of_a2a_md_streams_an_answer");
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path()).components(&["writer"]).start();
+    let python = protocol_python();
+    let text = block.text.clone();
+    let stdout = run_against(&host, &python, &["-c"], &text);
+    assert!(stdout.contains("artifact_update"), "{stdout}");
+    assert!(stdout.contains("TASK_STATE_COMPLETED"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_sdk_example_of_a2a_md_continues_a_thread() {
+    let block = claimed_one("the_mcp_sdk_example_of_a2a_md_continues_a_thread");
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["writer"])
+        .arg("--mcp")
+        .start();
+    let python = protocol_python();
+    let text = block.text.clone();
+    let stdout = run_against(&host, &python, &["-c"], &text);
+    // The offline model counts the turns of a conversation: the second call
+    // continued the first one's thread.
+    assert!(stdout.contains("turn 2 of this conversation"), "{stdout}");
+}
