@@ -7,8 +7,11 @@
 //! spec's codes; the same client over the HTTP+JSON binding. Malformed JSON-RPC gets its error object, never a 5xx.
 
 use std::collections::HashMap;
-use std::process::Command;
+use std::process::Stdio;
 use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
 
 use serde_json::{json, Value};
 
@@ -57,17 +60,39 @@ async fn the_a2a_sdk_client_sends_streams_lists_cancels_approves_and_resubscribe
         Box::new(Reply::Echo),
     )); // rest stream
 
-    let base = host.base.clone();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(python())
-            .arg(workspace().join("tests/a2a/client.py"))
-            .arg(&base)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut child = Command::new(python())
+        .arg(workspace().join("tests/a2a/client.py"))
+        .arg(&host.base)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stdout = String::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(120), lines.next_line()).await;
+        let Ok(Ok(Some(line))) = next else { break };
+        stdout.push_str(&line);
+        stdout.push('\n');
+        // The slow task is canceled once the model took its reply (else
+        // the reply would be left for the next task's turn).
+        if line.contains("\"step\": \"slow\"") {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while model.requests().len() < 4 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the slow task never asked the model"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            stdin.write_all(b"go\n").await.unwrap();
+            stdin.flush().await.unwrap();
+        }
+    }
+    let output = child.wait_with_output().await.unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),

@@ -92,6 +92,10 @@ async def main():
     polling = await create_client(
         AGENT, client_config=ClientConfig(httpx_client=http, streaming=False, polling=True))
     [slow] = await send(polling, "slow")
+    # The test cancels once the model was asked (so that the reply scripted
+    # for this task is the one it took): it says so on stdin.
+    out("slow", task=slow.task.id)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     canceled = await blocking.cancel_task(CancelTaskRequest(id=slow.task.id))
     out("cancel", submitted=state(slow.task), state=state(canceled))
     try:
