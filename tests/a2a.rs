@@ -282,6 +282,36 @@ async fn malformed_json_rpc_gets_its_error_object_and_never_a_server_error() {
     assert!(status.contains(" 200 "), "{status} {body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    // A version the server does not speak, however it is dressed.
+    for version in ["1.0junk", "0.3, 1.0", "2.0", "1.x"] {
+        let response = client()
+            .post(host.url("/a2a/writer"))
+            .header("A2A-Version", version)
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#)
+            .send()
+            .await
+            .unwrap();
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32009, "{version}: {answer}");
+    }
+    // A message on an ended task with decisions that decide nothing, or
+    // with text beside them, is refused: nothing is dropped unread.
+    let (_, sent) = rpc(
+        &host.base,
+        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"parts":[{"text":"hi"}]}}}"#,
+    )
+    .await;
+    let task = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    for (parts, code) in [
+        (r#"[{"text":"more"},{"data":{"approvals":[]}}]"#, -32602),
+        (r#"[{"data":{"approvals":[]}}]"#, -32004),
+    ] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"SendMessage","params":{{"message":{{"taskId":"{task}","parts":{parts}}}}}}}"#
+        );
+        let (_, answer) = rpc(&host.base, body).await;
+        assert_eq!(answer["error"]["code"], code, "{parts}: {answer}");
+    }
     // The id comes back as it was sent.
     let (_, answer) = rpc(
         &host.base,
@@ -360,8 +390,9 @@ async fn malformed_json_rpc_gets_its_error_object_and_never_a_server_error() {
             "{method} {path}: {answer}"
         );
     }
-    assert!(
-        model.requests().is_empty(),
-        "nothing malformed reached the model"
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "nothing malformed reached the model (one well-formed message did)"
     );
 }

@@ -270,7 +270,13 @@ fn shown_history(length: Option<i64>) -> Result<Option<usize>, RpcError> {
 /// rule), which this server does not speak.
 fn version(headers: &HeaderMap) -> Result<(), RpcError> {
     let version = headers.get("a2a-version").and_then(|v| v.to_str().ok());
-    match version.is_some_and(|v| v.trim() == "1" || v.trim().starts_with("1.")) {
+    // `1` or `1.N`: the major version is what must match.
+    let speaks = |v: &str| {
+        let mut parts = v.trim().split('.');
+        parts.next() == Some("1")
+            && parts.all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+    };
+    match version.is_some_and(speaks) {
         true => Ok(()),
         false => Err(RpcError::version(version)),
     }
@@ -327,7 +333,14 @@ impl A2a<'_> {
                     )));
                 }
             }
-            let Some(approvals) = said.approvals else {
+            // A task goes on by its decisions only: text beside them would be
+            // dropped unread, and an empty list decides nothing.
+            if said.approvals.is_some() && !said.text.trim().is_empty() {
+                return Err(RpcError::invalid_params(format!(
+                    "a message on task '{task}' carries decisions only; send text as a new message on its context"
+                )));
+            }
+            let Some(approvals) = said.approvals.filter(|a| !a.is_empty()) else {
                 return Err(match run.record.status.is_finished() {
                     true => RpcError::unsupported(format!("task '{task}' has ended: send a new message on its context (contextId '{}') to go on", run.record.thread_id)),
                     false => RpcError::invalid_params(format!("task '{task}' goes on by itself; a message on it can only carry decisions, as a data part {{\"approvals\": [{{\"callId\", \"approved\", \"reason\"}}]}}")),
