@@ -444,13 +444,16 @@ impl A2a<'_> {
                     .ask(served, run, budget, false)
                     .await
                     .map_err(|e| self.refused("", e))?;
-                let task = match answer {
+                // The answer carries the run as it ended or waits: no read.
+                let task = match &answer {
                     Answer::Completed { record, .. }
                     | Answer::Failed(record)
-                    | Answer::StillRunning(record) => record.correlation_id,
-                    Answer::AwaitingApproval(state) => state.record.correlation_id,
+                    | Answer::StillRunning(record) => task::task(record, &[], shown),
+                    Answer::AwaitingApproval(state) => {
+                        task::task(&state.record, &state.pending, shown)
+                    }
                 };
-                return Ok(json!({"task": self.current(&task, shown).await?}));
+                return Ok(json!({ "task": task }));
             }
             Submitted::Decided(task) => task,
         };

@@ -26,6 +26,23 @@ use super::{version, A2a};
 use crate::http::body::read_limited;
 use crate::http::{ApiError, AppState};
 
+/// The agent's calls, once the agent is served (else 404 JSON) and the
+/// caller speaks A2A 1.x (else the binding's version error). The refusal
+/// is the response itself, large, and on the rare path only.
+#[allow(clippy::result_large_err)]
+fn admitted<'a>(
+    state: &'a AppState,
+    agent: &'a str,
+    headers: &HeaderMap,
+) -> Result<A2a<'a>, Response> {
+    state
+        .runs
+        .served(agent)
+        .map_err(|e| ApiError::from(e).into_response())?;
+    version(headers).map_err(|e| e.response())?;
+    Ok(A2a { state, agent })
+}
+
 /// The call's answer, or its error as the binding answers it.
 fn answered(result: Result<Value, RpcError>) -> Response {
     match result {
@@ -69,17 +86,13 @@ pub async fn message(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    state.runs.served(&agent)?;
-    if let Err(e) = version(&headers) {
-        return Ok(e.response());
-    }
+    let a2a = match admitted(&state, &agent, &headers) {
+        Ok(a2a) => a2a,
+        Err(refused) => return Ok(refused),
+    };
     let params = match body_of(&state, &headers, body).await {
         Ok(params) => params,
         Err(e) => return Ok(e.response()),
-    };
-    let a2a = A2a {
-        state: &state,
-        agent: &agent,
     };
     Ok(match verb.as_str() {
         "message:send" => answered(a2a.send(&params).await),
@@ -108,13 +121,9 @@ pub async fn task_get(
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    state.runs.served(&agent)?;
-    if let Err(e) = version(&headers) {
-        return Ok(e.response());
-    }
-    let a2a = A2a {
-        state: &state,
-        agent: &agent,
+    let a2a = match admitted(&state, &agent, &headers) {
+        Ok(a2a) => a2a,
+        Err(refused) => return Ok(refused),
     };
     if let Some(task) = id.strip_suffix(":subscribe") {
         return Ok(subscribed(
@@ -143,19 +152,15 @@ pub async fn task_post(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    state.runs.served(&agent)?;
-    if let Err(e) = version(&headers) {
-        return Ok(e.response());
-    }
+    let a2a = match admitted(&state, &agent, &headers) {
+        Ok(a2a) => a2a,
+        Err(refused) => return Ok(refused),
+    };
     // The body of a cancel names the task again (or nothing); the path
     // decides. Reading it bounds it.
     if let Err(e) = body_of(&state, &headers, body).await {
         return Ok(e.response());
     }
-    let a2a = A2a {
-        state: &state,
-        agent: &agent,
-    };
     Ok(match id.rsplit_once(':') {
         Some((task, "cancel")) => answered(a2a.cancel(&json!({ "id": task })).await),
         Some((task, "subscribe")) => {
@@ -189,13 +194,9 @@ pub async fn list_tasks(
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    state.runs.served(&agent)?;
-    if let Err(e) = version(&headers) {
-        return Ok(e.response());
-    }
-    let a2a = A2a {
-        state: &state,
-        agent: &agent,
+    let a2a = match admitted(&state, &agent, &headers) {
+        Ok(a2a) => a2a,
+        Err(refused) => return Ok(refused),
     };
     let params = typed(
         &query,
