@@ -4,7 +4,7 @@
 CARGO       ?= cargo
 WASM_TARGET := wasm32-wasip2
 SAMPLES     := writer weather scientists chaining parallel spam approval
-TEST_GUESTS := orchestration-tests versioned hostile doc-poet doc-review
+TEST_GUESTS := orchestration-tests versioned hostile doc-poet doc-review doc-remote
 COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
@@ -45,15 +45,17 @@ components: toolchain
 	@ls -l $(COMPONENTS)
 
 # Guests only the tests use; `versioned` is built twice (v1, and v2 with other steps);
-# `doc-poet` and `doc-review` are the code blocks of docs/components.md and
-# docs/orchestrations.md (tests/doc_blocks.rs).
+# `doc-poet`, `doc-review` and `doc-remote` are the code blocks of
+# docs/components.md, docs/orchestrations.md and docs/a2a-and-mcp.md
+# (tests/doc_blocks.rs).
 test-components: toolchain
-	$(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned -p hostile -p doc-poet -p doc-review
+	$(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned -p hostile -p doc-poet -p doc-review -p doc-remote
 	@mkdir -p $(TEST_COMPONENTS)
 	cp target/$(WASM_TARGET)/release/orchestration_tests.wasm $(TEST_COMPONENTS)/orchestration-tests.wasm
 	cp target/$(WASM_TARGET)/release/hostile.wasm $(TEST_COMPONENTS)/hostile.wasm
 	cp target/$(WASM_TARGET)/release/doc_poet.wasm $(TEST_COMPONENTS)/doc-poet.wasm
 	cp target/$(WASM_TARGET)/release/doc_review.wasm $(TEST_COMPONENTS)/doc-review.wasm
+	cp target/$(WASM_TARGET)/release/doc_remote.wasm $(TEST_COMPONENTS)/doc-remote.wasm
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v1.wasm
 	$(CARGO) build --target $(WASM_TARGET) --release -p versioned --features v2
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v2.wasm

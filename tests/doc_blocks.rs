@@ -155,6 +155,16 @@ const CLAIMS: &[Claim] = &[
     },
     Claim {
         file: "docs/a2a-and-mcp.md",
+        first_line: "use agenthost_guest::{Component, Context, Orchestration};",
+        check: "the_ask_remote_orchestration_of_a2a_md_holds_one_conversation_with_another_host",
+    },
+    Claim {
+        file: "docs/a2a-and-mcp.md",
+        first_line: "M=localhost:7071/runtime/webhooks/mcp;",
+        check: "the_mcp_curl_lines_of_a2a_md_list_the_tools_and_call_one",
+    },
+    Claim {
+        file: "docs/a2a-and-mcp.md",
         first_line: "from mcp import ClientSession",
         check: "the_mcp_sdk_example_of_a2a_md_continues_a_thread",
     },

@@ -3,6 +3,7 @@
 //! one file per scenario.
 
 mod a2a;
+mod a2a_remote;
 mod agent_runs;
 mod api_fuzz;
 mod approvals;

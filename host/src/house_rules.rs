@@ -100,7 +100,7 @@ fn the_core_imports_nothing_of_the_crate_outside_the_core() {
 const LAYERS: &[&[&str]] = &[
     &["core"],
     &["workers", "metrics", "telemetry"],
-    &["store", "wasm", "model"],
+    &["store", "wasm", "model", "remote_agents"],
     &["registry", "taskhub"],
     &["agents", "streams", "runs", "durable", "health", "settings"],
     &["http", "client"],

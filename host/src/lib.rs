@@ -22,6 +22,7 @@ pub(crate) mod http;
 pub(crate) mod metrics;
 pub(crate) mod model;
 pub(crate) mod registry;
+pub(crate) mod remote_agents;
 pub(crate) mod runs;
 pub(crate) mod server;
 pub(crate) mod settings;

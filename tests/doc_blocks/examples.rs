@@ -119,6 +119,61 @@ async fn the_review_orchestration_of_orchestrations_md_waits_for_approval_and_co
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_ask_remote_orchestration_of_a2a_md_holds_one_conversation_with_another_host() {
+    let block = claimed_one(
+        "the_ask_remote_orchestration_of_a2a_md_holds_one_conversation_with_another_host",
+    );
+    assert_eq!(block.info, "rust");
+    assert_built_from("doc-remote", &block);
+    let (dir1, dir2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (model1, model2) = (FakeModel::start().await, FakeModel::start().await);
+    let remote = HostBuilder::new(dir2.path())
+        .components(&["writer"])
+        .openai(&model2, "sk-test")
+        .start();
+    // The grant the doc names, for this remote's address.
+    let authority = remote.base.trim_start_matches("http://").to_string();
+    let components = dir1.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(
+        components.join("doc-remote.toml"),
+        format!("allowed_hosts = [\"{authority}\"]\n"),
+    )
+    .unwrap();
+    let host = HostBuilder::new(dir1.path())
+        .components(&["doc-remote"])
+        .openai(&model1, "sk-test")
+        .start();
+    let card = remote.url("/a2a/writer/.well-known/agent-card.json");
+    let id = crate::support::durable::start(
+        &host,
+        "ask_remote",
+        &json!({"card": card, "question": "Write about tea"}),
+    )
+    .await;
+    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    assert_eq!(
+        done["output"],
+        json!(format!(
+            "{}\n---\n{}",
+            echo_of("Write about tea"),
+            echo_of("Make it shorter.")
+        )),
+        "{done}"
+    );
+    // One conversation on the remote: the second turn saw the first.
+    let requests = model2.requests();
+    assert_eq!(requests.len(), 2);
+    let transcript = requests[1].transcript().join("\n");
+    assert!(transcript.contains("Write about tea"), "{transcript}");
+    assert!(
+        model1.requests().is_empty(),
+        "the calling host asked no model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_component_author_steps_build_the_poet_that_the_curl_line_runs() {
     let blocks = claimed("the_component_author_steps_build_the_poet_that_the_curl_line_runs");
     let (create, build) = (&blocks[0], &blocks[1]);

@@ -510,6 +510,27 @@ async fn the_a2a_sdk_example_of_a2a_md_streams_an_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_curl_lines_of_a2a_md_list_the_tools_and_call_one() {
+    let block = claimed_one("the_mcp_curl_lines_of_a2a_md_list_the_tools_and_call_one");
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["writer"])
+        .arg("--mcp")
+        .start();
+    let text = block.text.clone();
+    let stdout = run_against(&host, std::path::Path::new("sh"), &["-c"], &text);
+    // The session id was taken (else every later call is refused), the
+    // writer is listed, and its call answered with a thread id.
+    assert!(stdout.contains("\"tools\""), "{stdout}");
+    assert!(stdout.contains("\"name\":\"writer\""), "{stdout}");
+    assert!(stdout.contains("\"threadId\""), "{stdout}");
+    assert!(
+        stdout.contains("offline"),
+        "the offline model answered: {stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_mcp_sdk_example_of_a2a_md_continues_a_thread() {
     let block = claimed_one("the_mcp_sdk_example_of_a2a_md_continues_a_thread");
     let dir = tempfile::tempdir().unwrap();

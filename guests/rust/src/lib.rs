@@ -51,7 +51,8 @@ mod tool;
 
 pub use component::{Agent, Component};
 pub use orchestration::{
-    ActivityCall, AgentCall, Context, Orchestration, Pending, RetryPolicy, Session, Task, TaskError,
+    ActivityCall, AgentCall, Context, Orchestration, Pending, RemoteAgentCall, RetryPolicy,
+    Session, Task, TaskError,
 };
 pub use tool::{Approval, Tool, ToolError};
 

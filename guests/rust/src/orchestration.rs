@@ -276,6 +276,51 @@ impl AgentCall {
     }
 }
 
+/// A call to an agent of another host over A2A 1.0, configured before it
+/// is scheduled. The host makes the call (the component's `allowed_hosts`
+/// must grant the card's host and the agent's endpoint) and journals it
+/// like a local agent call: a replay never sends again, and a host that
+/// crashed mid-call follows the remote task it had started.
+pub struct RemoteAgentCall {
+    card_url: String,
+    message: String,
+    context_id: Option<String>,
+    retry: Option<RetryPolicy>,
+}
+
+impl RemoteAgentCall {
+    /// Continues the remote conversation `context_id` (A2A's `contextId`):
+    /// the remote agent sees the earlier exchanges of that context.
+    pub fn context(mut self, context_id: impl Into<String>) -> Self {
+        self.context_id = Some(context_id.into());
+        self
+    }
+
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// Schedules the call; its result is the remote agent's answer text
+    /// (its artifacts' parts, a data part as its JSON).
+    pub fn schedule(self) -> Task<String> {
+        Task::new(
+            wit::call_remote_agent(
+                &self.card_url,
+                &self.message,
+                self.context_id.as_deref(),
+                self.retry.map(RetryPolicy::to_wit),
+            ),
+            Decode::Text,
+        )
+    }
+
+    /// Schedules the call and waits for the answer.
+    pub fn wait(self) -> Result<String, TaskError> {
+        self.schedule().wait()
+    }
+}
+
 /// A call to an activity of this component, configured before it is scheduled.
 pub struct ActivityCall {
     name: String,
@@ -319,6 +364,18 @@ impl Context {
             agent: agent.to_string(),
             message: message.into(),
             session: None,
+            retry: None,
+        }
+    }
+
+    /// Asks the A2A agent whose card is at `card_url` (e.g.
+    /// `https://host/a2a/writer/.well-known/agent-card.json`) for an answer
+    /// to `message`.
+    pub fn call_remote_agent(&self, card_url: &str, message: impl Into<String>) -> RemoteAgentCall {
+        RemoteAgentCall {
+            card_url: card_url.to_string(),
+            message: message.into(),
+            context_id: None,
             retry: None,
         }
     }

@@ -26,6 +26,13 @@ pub enum Call {
         input: String,
         retry: Option<RetryPolicy>,
     },
+    /// An agent of another host, over A2A.
+    CallRemoteAgent {
+        card_url: String,
+        message: String,
+        context_id: Option<String>,
+        retry: Option<RetryPolicy>,
+    },
     CallOrchestration {
         name: String,
         input: String,
@@ -74,6 +81,7 @@ impl Call {
             self,
             Call::CallAgent { .. }
                 | Call::CallActivity { .. }
+                | Call::CallRemoteAgent { .. }
                 | Call::CallOrchestration { .. }
                 | Call::StartTimer { .. }
                 | Call::WaitForEvent { .. }
@@ -85,6 +93,7 @@ impl Call {
         match self {
             Call::CallAgent { agent, .. } => format!("call-agent({agent})"),
             Call::CallActivity { name, .. } => format!("call-activity({name})"),
+            Call::CallRemoteAgent { card_url, .. } => format!("call-remote-agent({card_url})"),
             Call::CallOrchestration { name, .. } => format!("call-orchestration({name})"),
             Call::StartTimer { fire_at } => format!("start-timer({fire_at})"),
             Call::WaitForEvent { name } => format!("wait-for-event({name})"),
@@ -147,6 +156,12 @@ impl Call {
                     + response_schema.as_ref().map_or(0, String::len)
             }
             Call::CallActivity { name, input, .. } => name.len() + input.len(),
+            Call::CallRemoteAgent {
+                card_url,
+                message,
+                context_id,
+                ..
+            } => card_url.len() + message.len() + context_id.as_ref().map_or(0, String::len),
             Call::CallOrchestration { name, input } => name.len() + input.len(),
             Call::WaitForEvent { name } => name.len(),
             Call::NewGuid { value } | Call::NewSession { value, .. } => value.len(),

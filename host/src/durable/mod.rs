@@ -14,6 +14,8 @@ mod episode;
 mod hot;
 mod in_flight;
 mod orchestrator;
+mod remote_call;
+mod task_outcome;
 mod tasks;
 
 /// The records callers of this service read and the operations they ask for.

@@ -346,7 +346,9 @@ impl Orchestrator {
             Outcome::Done(result) => result,
         };
         let retry = match &row.call {
-            Call::CallActivity { retry, .. } | Call::CallAgent { retry, .. } => *retry,
+            Call::CallActivity { retry, .. }
+            | Call::CallAgent { retry, .. }
+            | Call::CallRemoteAgent { retry, .. } => *retry,
             _ => None,
         };
         if let Err(error) = &result {

@@ -12,13 +12,7 @@ use crate::core::ids;
 use crate::core::journal::Call;
 use crate::store::{NewRun, RunStatus, SessionKey, StoreError, TaskRow};
 
-/// What running a task produced.
-pub enum Outcome {
-    Done(Result<String, String>),
-    /// The host is stopping, or the task cannot run now: it stays in the
-    /// store and runs again later.
-    Interrupted,
-}
+pub use super::task_outcome::Outcome;
 
 pub async fn run(orchestrator: &Orchestrator, row: &TaskRow) -> Outcome {
     // In the trace of the request that started the instance (read only
@@ -63,6 +57,19 @@ async fn run_task(orchestrator: &Orchestrator, row: &TaskRow) -> Outcome {
                 response_schema.as_deref(),
             )
             .await
+        }
+        Call::CallRemoteAgent {
+            card_url,
+            message,
+            context_id,
+            ..
+        } => {
+            let call = super::remote_call::RemoteCall {
+                card_url,
+                message,
+                context_id: context_id.as_deref(),
+            };
+            super::remote_call::run(orchestrator, row, call).await
         }
         other => Outcome::Done(Err(format!(
             "{} is not a task the worker runs",

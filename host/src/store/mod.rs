@@ -31,6 +31,7 @@ mod postgres_runs;
 mod postgres_statement;
 mod postgres_tx;
 mod records;
+mod remote_tasks;
 mod retention;
 #[cfg(test)]
 mod run_batches;

@@ -415,6 +415,7 @@ impl Tx for PgTx<'_> {
             "DELETE FROM inbox WHERE instance_id = $1",
             "DELETE FROM tasks WHERE instance_id = $1",
             "DELETE FROM executions WHERE instance_id = $1",
+            "DELETE FROM remote_tasks WHERE instance_id = $1",
         ] {
             sqlx::query(sql).bind(id).execute(&mut *self.0).await?;
         }

@@ -340,6 +340,7 @@ impl Tx for SqliteTx<'_> {
             "DELETE FROM inbox WHERE instance_id = ?",
             "DELETE FROM tasks WHERE instance_id = ?",
             "DELETE FROM executions WHERE instance_id = ?",
+            "DELETE FROM remote_tasks WHERE instance_id = ?",
         ] {
             self.0.prepare_cached(sql)?.execute([id])?;
         }

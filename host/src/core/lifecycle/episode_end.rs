@@ -129,7 +129,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
     let mut task = first_task;
     for call in calls {
         match call {
-            Call::CallAgent { .. } | Call::CallActivity { .. } => {
+            Call::CallAgent { .. } | Call::CallActivity { .. } | Call::CallRemoteAgent { .. } => {
                 effects.push(Effect::ScheduleTask { task, call });
             }
             Call::CallOrchestration { name, input } => {
@@ -209,6 +209,7 @@ fn check(
         let (what, payload) = match call {
             Call::CallActivity { input, .. } => ("activity input", input),
             Call::CallAgent { message, .. } => ("agent message", message),
+            Call::CallRemoteAgent { message, .. } => ("remote agent message", message),
             Call::CallOrchestration { input, .. } => ("sub-orchestration input", input),
             Call::SetCustomStatus { status } => ("custom status", status),
             _ => continue,

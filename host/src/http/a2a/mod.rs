@@ -167,6 +167,11 @@ struct Message {
     context_id: Option<String>,
     #[serde(default)]
     task_id: Option<String>,
+    /// The sender's id of the message: a message sent again with the same
+    /// id (a caller retrying after a lost answer or a crash) finds the task
+    /// the first one started instead of starting another.
+    #[serde(default)]
+    message_id: Option<String>,
     #[serde(default)]
     parts: Vec<Value>,
 }
@@ -286,8 +291,30 @@ fn version(headers: &HeaderMap) -> Result<(), RpcError> {
 enum Submitted {
     /// A new run, on the message's context.
     New(NewRun),
-    /// Decisions on the tool calls of this task, which goes on.
-    Decided(String),
+    /// A task that exists: decisions on its tool calls were recorded, or
+    /// the message had been sent before (same `messageId`).
+    Existing(String),
+}
+
+/// The task (run correlation id) a message starts: derived from its
+/// `messageId` when it has one, so that sending it again finds that task.
+fn task_id_of(agent: &str, message_id: Option<&str>) -> String {
+    match message_id.filter(|m| !m.is_empty()) {
+        Some(message) => {
+            use sha2::{Digest, Sha256};
+            let digest = Sha256::new()
+                .chain_update(agent.as_bytes())
+                .chain_update([0])
+                .chain_update(message.as_bytes())
+                .finalize();
+            let mut bytes = [0u8; 16];
+            bytes.copy_from_slice(&digest[..16]);
+            uuid::Builder::from_custom_bytes(bytes)
+                .into_uuid()
+                .to_string()
+        }
+        None => Uuid::new_v4().to_string(),
+    }
 }
 
 /// The calls of one agent.
@@ -357,7 +384,7 @@ impl A2a<'_> {
                     .await
                     .map_err(|e| self.refused(task, e))?;
             }
-            return Ok(Submitted::Decided(task.clone()));
+            return Ok(Submitted::Existing(task.clone()));
         }
         if said.approvals.is_some() {
             return Err(RpcError::invalid_params(
@@ -366,6 +393,30 @@ impl A2a<'_> {
         }
         if said.text.trim().is_empty() {
             return Err(RpcError::invalid_params("the message has no text"));
+        }
+        let correlation_id = task_id_of(self.agent, params.message.message_id.as_deref());
+        if params.message.message_id.is_some() {
+            match self.state.runs.record(self.agent, &correlation_id).await {
+                // The same message again (same text, same context or none
+                // named): a retry, answered with its task.
+                Ok(run)
+                    if run.message == said.text
+                        && params
+                            .message
+                            .context_id
+                            .as_ref()
+                            .is_none_or(|c| c == &run.thread_id) =>
+                {
+                    return Ok(Submitted::Existing(correlation_id))
+                }
+                Ok(_) => {
+                    return Err(RpcError::invalid_params(
+                        "this messageId was sent before with another message or on another context: give each message its own id",
+                    ))
+                }
+                Err(RunsError::RunNotFound { .. }) => {}
+                Err(e) => return Err(self.refused("", e)),
+            }
         }
         let context = match &params.message.context_id {
             Some(c) if !c.trim().is_empty() && c.len() <= MAX_CONTEXT_LEN && !c.contains('\0') => {
@@ -379,7 +430,7 @@ impl A2a<'_> {
             None => Uuid::new_v4().simple().to_string(),
         };
         Ok(Submitted::New(NewRun {
-            correlation_id: Uuid::new_v4().to_string(),
+            correlation_id,
             session: SessionKey {
                 agent: self.agent.to_string(),
                 session_id: context,
@@ -390,18 +441,22 @@ impl A2a<'_> {
         }))
     }
 
-    /// Stores a new message's run.
+    /// Stores a new message's run. The same message sent twice at once
+    /// stores one run: the second write is refused, and finds the first's.
     async fn accept(&self, run: NewRun) -> Result<RunRecord, RpcError> {
         let served = self
             .state
             .runs
             .served(self.agent)
             .map_err(|e| self.refused("", e))?;
-        self.state
-            .runs
-            .accept(served, run)
-            .await
-            .map_err(|e| self.refused("", e))
+        let id = run.correlation_id.clone();
+        match self.state.runs.accept(served, run).await {
+            Ok(record) => Ok(record),
+            Err(e) => match self.state.runs.record(self.agent, &id).await {
+                Ok(record) => Ok(record),
+                Err(_) => Err(self.refused("", e)),
+            },
+        }
     }
 
     /// The task as it stands.
@@ -438,12 +493,19 @@ impl A2a<'_> {
                     .runs
                     .served(self.agent)
                     .map_err(|e| self.refused("", e))?;
-                let answer = self
-                    .state
-                    .runs
-                    .ask(served, run, budget, false)
-                    .await
-                    .map_err(|e| self.refused("", e))?;
+                let id = run.correlation_id.clone();
+                let answer = match self.state.runs.ask(served, run, budget, false).await {
+                    Ok(answer) => answer,
+                    // Sent twice at once: the other send stored the run.
+                    Err(e) => match self.state.runs.record(self.agent, &id).await {
+                        Ok(_) => {
+                            return self
+                                .existing(&id, params.configuration.return_immediately, shown)
+                                .await
+                        }
+                        Err(_) => return Err(self.refused("", e)),
+                    },
+                };
                 // The answer carries the run as it ended or waits: no read.
                 let task = match &answer {
                     Answer::Completed { record, .. }
@@ -455,16 +517,23 @@ impl A2a<'_> {
                 };
                 return Ok(json!({ "task": task }));
             }
-            Submitted::Decided(task) => task,
+            Submitted::Existing(task) => task,
         };
-        if !params.configuration.return_immediately {
+        self.existing(&task, params.configuration.return_immediately, shown)
+            .await
+    }
+
+    /// An existing task, once it ended or waits for a human (within the
+    /// wait budget) unless `at_once`.
+    async fn existing(&self, task: &str, at_once: bool, shown: Shown) -> Result<Value, RpcError> {
+        if !at_once {
             self.state
                 .runs
-                .wait_for(&task, budget)
+                .wait_for(task, self.state.config.wait_budget)
                 .await
                 .map_err(|e| RpcError::internal(format!("Internal error: {e}")))?;
         }
-        Ok(json!({"task": self.current(&task, shown).await?}))
+        Ok(json!({"task": self.current(task, shown).await?}))
     }
 
     async fn get(&self, params: &Value) -> Result<Value, RpcError> {
@@ -568,7 +637,7 @@ impl A2a<'_> {
                 let first = task::task_in(&record, &[], "TASK_STATE_SUBMITTED", Shown::ALL);
                 (record.correlation_id, first)
             }
-            Submitted::Decided(task) => {
+            Submitted::Existing(task) => {
                 let first = self.current(&task, Shown::ALL).await?;
                 (task, first)
             }

@@ -85,6 +85,22 @@ impl wit::Host for Durable {
         Ok(self.record(call)?.1)
     }
 
+    fn call_remote_agent(
+        &mut self,
+        card_url: String,
+        message: String,
+        context_id: Option<String>,
+        retry_policy: Option<WitRetry>,
+    ) -> wasmtime::Result<u32> {
+        let call = Call::CallRemoteAgent {
+            card_url,
+            message,
+            context_id,
+            retry: retry(retry_policy),
+        };
+        Ok(self.record(call)?.1)
+    }
+
     fn call_activity(
         &mut self,
         name: String,

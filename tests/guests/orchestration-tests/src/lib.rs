@@ -243,6 +243,18 @@ fn ask_clerk(ctx: &Context, message: String) -> Result<String, String> {
     Ok(ctx.call_agent("clerk", message).wait()?)
 }
 
+/// Asks a remote A2A agent: `{"card": URL, "message": text, "context"?: id}`.
+fn remote_call(ctx: &Context, input: Value) -> Result<Value, String> {
+    let card = input["card"].as_str().unwrap_or_default();
+    let message = input["message"].as_str().unwrap_or("hello").to_string();
+    let mut call = ctx.call_remote_agent(card, message);
+    if let Some(context) = input["context"].as_str() {
+        call = call.context(context);
+    }
+    let answer = call.wait()?;
+    Ok(json!({ "answer": answer }))
+}
+
 fn component() -> Component {
     Component::new()
         .agent(
@@ -306,6 +318,7 @@ fn component() -> Component {
         .orchestration(Orchestration::new("spinner", spinner))
         .orchestration(Orchestration::new("greedy_retry", greedy_retry))
         .orchestration(Orchestration::new("both_waits", both_waits))
+        .orchestration(Orchestration::new("remote_call", remote_call))
 }
 
 agenthost_guest::export!(component);
