@@ -25,6 +25,7 @@ mod long_threads;
 mod management_api;
 mod mcp;
 mod model_endpoints;
+mod newcomer;
 mod observability;
 mod orchestration_durability;
 mod orchestration_samples;

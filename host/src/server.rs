@@ -93,10 +93,10 @@ pub(crate) async fn work(mut args: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `agenthost inspect FILE`: loads one component with default limits (a
-/// throw-away artifact cache) and prints its description.
-pub(crate) async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
-    let cache = std::env::temp_dir().join(format!("agenthost-inspect-{}", std::process::id()));
+/// A runtime for one command on one component file: default limits, and a
+/// throw-away artifact cache (removed by the caller).
+fn local_runtime() -> anyhow::Result<(Runtime, std::path::PathBuf)> {
+    let cache = std::env::temp_dir().join(format!("agenthost-local-{}", std::process::id()));
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: cache.clone(),
         limits: Limits::default(),
@@ -106,6 +106,12 @@ pub(crate) async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
         network: NetworkPolicy::default(),
     })
     .context("could not start the wasm runtime")?;
+    Ok((runtime, cache))
+}
+
+/// `agenthost inspect FILE`: loads one component and prints its description.
+pub(crate) async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
+    let (runtime, cache) = local_runtime()?;
     let loaded = runtime.load(file).await;
     let _ = std::fs::remove_dir_all(&cache);
     let component = loaded.with_context(|| format!("{} does not load", file.display()))?;
@@ -114,6 +120,54 @@ pub(crate) async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
         serde_json::to_string_pretty(&component.describe_json())?
     );
     Ok(())
+}
+
+/// `agenthost tool call FILE TOOL [ARGUMENTS]`: runs one tool of a component
+/// as an agent's tool round would, and prints its result.
+pub(crate) async fn call_tool(
+    file: &std::path::Path,
+    tool: &str,
+    arguments: &str,
+) -> anyhow::Result<()> {
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .with_context(|| format!("the arguments must be a JSON object, not: {arguments}"))?;
+    let (runtime, cache) = local_runtime()?;
+    let called = async {
+        let component = runtime
+            .load(file)
+            .await
+            .with_context(|| format!("{} does not load", file.display()))?;
+        if component.manifest.activity(tool).is_none() {
+            let names: Vec<&str> = component
+                .manifest
+                .activities
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect();
+            anyhow::bail!(
+                "{} has no tool named '{tool}' (its tools: {})",
+                file.display(),
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            );
+        }
+        runtime
+            .invoke_activity(&component, tool, arguments)
+            .await
+            .with_context(|| format!("tool '{tool}' stopped the component"))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&cache);
+    match called? {
+        Ok(result) => {
+            println!("{result}");
+            Ok(())
+        }
+        Err(failure) => anyhow::bail!("tool '{tool}' failed: {failure}"),
+    }
 }
 
 /// Installs the SIGTERM and Ctrl-C handlers now (before the host says it is

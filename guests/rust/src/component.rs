@@ -77,9 +77,8 @@ impl Component {
     pub(crate) fn invoke(&self, name: &str, arguments: &str) -> Result<String, wit::ActivityError> {
         match self.tools.iter().find(|t| t.name() == name) {
             Some(tool) => tool.call(arguments),
-            None => Err(wit::ActivityError::NotFound(format!(
-                "this component has no activity named '{name}'"
-            ))),
+            // The host words the error; the name is all it needs.
+            None => Err(wit::ActivityError::NotFound(name.to_string())),
         }
     }
 }

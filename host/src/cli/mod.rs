@@ -50,6 +50,27 @@ pub(crate) enum Command {
         /// The `.wasm` component file.
         file: PathBuf,
     },
+    /// A component's tools, run without a host.
+    Tool {
+        #[command(subcommand)]
+        command: ToolCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ToolCommand {
+    /// Runs one tool (or activity) of a component file, with the grants of
+    /// its `NAME.toml` beside it, and prints what it returned; exits
+    /// non-zero with the reason when it fails.
+    Call {
+        /// The `.wasm` component file.
+        file: PathBuf,
+        /// The tool's name.
+        tool: String,
+        /// Its arguments, a JSON object.
+        #[arg(default_value = "{}")]
+        arguments: String,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -199,6 +220,14 @@ async fn run() -> ExitCode {
         Command::Serve(args) => crate::server::serve((*args).into()).await,
         Command::Worker(args) => crate::server::work((*args).into()).await,
         Command::Inspect { file } => crate::server::inspect(&file).await,
+        Command::Tool {
+            command:
+                ToolCommand::Call {
+                    file,
+                    tool,
+                    arguments,
+                },
+        } => crate::server::call_tool(&file, &tool, &arguments).await,
         Command::Client(args) => client::run(args).await,
     };
     match result {

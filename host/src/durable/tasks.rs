@@ -11,6 +11,7 @@ use crate::agents::normalize_response_format;
 use crate::core::ids;
 use crate::core::journal::Call;
 use crate::store::{NewRun, RunStatus, SessionKey, StoreError, TaskRow};
+use crate::wasm::ActivityFailure;
 
 pub use super::task_outcome::Outcome;
 
@@ -109,6 +110,10 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
     crate::metrics::activity(label, started.elapsed(), matches!(ran, Ok(Ok(_))));
     Outcome::Done(match ran {
         Ok(Ok(output)) => Ok(output),
+        Ok(Err(ActivityFailure::NotFound(_))) => Err(format!(
+            "component '{}' has no activity named '{name}' (an orchestration calls the activities of its own component)",
+            component.name
+        )),
         Ok(Err(failure)) => Err(format!("activity '{name}' failed: {failure}")),
         Err(guest) => Err(guest.to_string()),
     })

@@ -166,6 +166,15 @@ impl AgentHost {
             })
             .map_err(|e| StartError::Runtime(e.into()))?,
         );
+        // A first start names a directory that is not there yet: made
+        // here, so that components can be dropped into it while serving.
+        if !args.components.exists() {
+            std::fs::create_dir_all(&args.components).map_err(|source| StartError::Components {
+                dir: args.components.clone(),
+                source,
+            })?;
+            tracing::info!(dir = %args.components.display(), "created the components directory, which did not exist: drop .wasm components into it (they load without a restart)");
+        }
         let registry = Arc::new(Registry::new(
             runtime.clone(),
             store.clone(),

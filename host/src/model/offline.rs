@@ -2,38 +2,97 @@
 //!
 //! It exists so that a fresh `make run` serves every endpoint without a key,
 //! and every answer says it is offline so nobody mistakes it for a real model.
+//! A message `call TOOL with {json}` (or `call TOOL`) makes it call that tool
+//! of the agent, then answer with what the tool returned: tools and approvals
+//! work end to end with no model at all.
 
 use serde_json::{json, Map, Value};
 
 use super::{ChatMessage, ChatRequest, ChatResponse, Deltas, Role, Usage};
+use crate::core::chat::{FunctionCall, ToolCall};
 
 /// Prefix of every offline answer.
 pub const OFFLINE_TAG: &str = "[offline model]";
 
 /// The answer, handed to `deltas` in a few pieces as a streaming model would.
 pub fn complete(request: &ChatRequest<'_>, deltas: &Deltas<'_>) -> ChatResponse {
-    let content = match request.response_format.and_then(schema_of) {
-        Some(schema) => example_of(schema).to_string(),
-        None => text_answer(request.messages),
+    let asked = request
+        .response_format
+        .is_none()
+        .then(|| asked_tool_call(request))
+        .flatten();
+    let content = match (asked, request.response_format.and_then(schema_of)) {
+        (Some(Ok(call)), _) => {
+            return ChatResponse {
+                message: ChatMessage {
+                    role: Role::Assistant,
+                    content: None,
+                    tool_calls: vec![call],
+                    tool_call_id: None,
+                },
+                usage: usage_of(request, ""),
+            }
+        }
+        (Some(Err(refusal)), _) => refusal,
+        (None, Some(schema)) => example_of(schema).to_string(),
+        (None, None) => text_answer(request.messages),
     };
     for piece in pieces(&content, 4) {
         deltas(piece);
     }
+    let usage = usage_of(request, &content);
+    ChatResponse {
+        message: ChatMessage::assistant(content),
+        usage,
+    }
+}
+
+/// Tokens counted as a model would, roughly: four characters a token.
+fn usage_of(request: &ChatRequest<'_>, answer: &str) -> Usage {
     let prompt_chars: usize = request
         .messages
         .iter()
         .map(|m| m.content.as_deref().map_or(0, str::len))
         .sum();
     let prompt_tokens = (prompt_chars as u64).div_ceil(4);
-    let completion_tokens = (content.len() as u64).div_ceil(4);
-    ChatResponse {
-        message: ChatMessage::assistant(content),
-        usage: Usage {
-            prompt_tokens,
-            completion_tokens,
-            total_tokens: prompt_tokens + completion_tokens,
-        },
+    let completion_tokens = (answer.len() as u64).div_ceil(4);
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
     }
+}
+
+/// The tool call a last message `call TOOL with {json}` (or `call TOOL`,
+/// with `{}`) asks for; `Err` with the answer when TOOL is not one of the
+/// agent's tools. `None` for any other message.
+fn asked_tool_call(request: &ChatRequest<'_>) -> Option<Result<ToolCall, String>> {
+    let last = request.messages.last().filter(|m| m.role == Role::User)?;
+    let rest = last.content.as_deref()?.trim().strip_prefix("call ")?;
+    let (name, arguments) = match rest.split_once(" with ") {
+        Some((name, arguments)) => (name.trim(), arguments.trim()),
+        None => (rest.trim(), "{}"),
+    };
+    if !request.tools.iter().any(|t| t.name == name) {
+        let tools: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+        return Some(Err(format!(
+            "{OFFLINE_TAG} This agent has no tool named '{name}' (its tools: {}). \
+             Write `call TOOL with {{\"argument\": …}}` to call one.",
+            if tools.is_empty() {
+                "none".to_string()
+            } else {
+                tools.join(", ")
+            }
+        )));
+    }
+    Some(Ok(ToolCall {
+        id: format!("call_{name}"),
+        kind: "function".into(),
+        function: FunctionCall {
+            name: name.to_string(),
+            arguments: arguments.to_string(),
+        },
+    }))
 }
 
 /// `text` cut into `n` pieces or fewer, at character boundaries.
@@ -147,6 +206,58 @@ mod tests {
         assert_eq!(
             answer,
             json!({"is_spam": false, "confidence": 0, "reason": "offline", "kind": "a"})
+        );
+    }
+
+    #[test]
+    fn a_call_message_calls_the_tool_and_the_answer_tells_its_result() {
+        let tools = [crate::core::chat::ToolSpec {
+            name: "refund".into(),
+            description: String::new(),
+            parameters: json!({}),
+        }];
+        let ask = |messages: &[ChatMessage]| {
+            complete(
+                &ChatRequest {
+                    model: None,
+                    messages,
+                    tools: &tools,
+                    response_format: None,
+                    temperature: None,
+                    max_output_tokens: None,
+                    timeout: None,
+                    send_by: None,
+                },
+                &|_| {},
+            )
+            .message
+        };
+        let asked = ask(&[ChatMessage::user("call refund with {\"order\": \"A1\"}")]);
+        assert_eq!(asked.tool_calls.len(), 1);
+        assert_eq!(asked.tool_calls[0].id, "call_refund");
+        assert_eq!(asked.tool_calls[0].function.name, "refund");
+        assert_eq!(
+            asked.tool_calls[0].function.arguments,
+            "{\"order\": \"A1\"}"
+        );
+        let bare = ask(&[ChatMessage::user("call refund")]);
+        assert_eq!(bare.tool_calls[0].function.arguments, "{}");
+        let unknown = ask(&[ChatMessage::user("call nothing with {}")]);
+        assert!(unknown.tool_calls.is_empty());
+        let text = unknown.content.unwrap_or_default();
+        assert!(
+            text.contains("no tool named 'nothing'") && text.contains("refund"),
+            "{text}"
+        );
+        let answered = ask(&[
+            ChatMessage::user("call refund"),
+            asked,
+            ChatMessage::tool_result("call_refund", "{\"refunded\":\"A1\"}"),
+        ]);
+        let text = answered.content.unwrap_or_default();
+        assert!(
+            text.contains("The tool returned: {\"refunded\":\"A1\"}"),
+            "{text}"
         );
     }
 

@@ -196,13 +196,22 @@ impl Runs {
             call_id: call_id.to_string(),
         };
         // A run asked to stop (or canceled) keeps its undecided calls, and
-        // waits for no decision: it ends without running them.
+        // waits for no decision: it ends without running them. One that
+        // ended waits for none either; a decision made before is told as such.
         match self.store.run(correlation_id).await? {
-            Some(run)
-                if run.agent == agent
-                    && run.status != RunStatus::Canceled
-                    && !run.cancel_requested => {}
-            _ => return Err(no_such()),
+            Some(run) if run.agent != agent => return Err(no_such()),
+            Some(run) if run.status.is_finished() || run.cancel_requested => {
+                let decided = self.store.decisions(correlation_id).await?;
+                return Err(match decided.into_iter().find(|(id, _)| id == call_id) {
+                    Some((_, decision)) => RunsError::AlreadyDecided {
+                        call_id: call_id.to_string(),
+                        approved: decision.approved,
+                    },
+                    None => no_such(),
+                });
+            }
+            Some(_) => {}
+            None => return Err(no_such()),
         }
         match self.decide(correlation_id, call_id, decision).await? {
             Decided::Recorded(_) => Ok(()),

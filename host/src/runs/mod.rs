@@ -168,12 +168,6 @@ impl Runs {
             .session_ttl
             .unwrap_or(self.session_ttl);
         let enqueued = self.store.enqueue_run(&run, ttl).await?;
-        if let (Some(histories), true) = (&self.histories, enqueued.run_here) {
-            if enqueued.new_session {
-                // Nothing to read: the session starts with this run.
-                histories.keep(run.session.clone(), Vec::new());
-            }
-        }
         if enqueued.run_here {
             // The next in line is handed to the session's worker, which
             // then reads nothing to find it.
@@ -399,12 +393,20 @@ impl Runs {
                 }
             },
         };
-        // Where histories are kept in memory they are the truth (taken, so
-        // that a run going on after a human's decision reads the store);
-        // elsewhere a session that began with this run has none to read.
+        // A session that began with this run has no history to read. Else,
+        // where histories are kept in memory they are the truth (taken, so
+        // that a run going on after a human's decision reads the store).
+        // Nothing is kept for a new session before its run executes: a
+        // worker that another wake-up started (the pass at start) may run it
+        // first, and a history kept after that would be stale, and would
+        // make the session's next run forget its conversation.
         let mut kept = match (&self.histories, empty_history) {
-            (Some(histories), _) => histories.take(&session),
+            (Some(histories), true) => {
+                let _stale = histories.take(&session);
+                Some(Vec::new())
+            }
             (None, true) => Some(Vec::new()),
+            (Some(histories), false) => histories.take(&session),
             (None, false) => None,
         };
         // A run asked to stop before it got here (queued, waiting for a
