@@ -34,6 +34,7 @@ mod request_errors;
 mod restarts;
 mod run_control;
 mod sandbox;
+mod scaffold;
 mod session_contract;
 mod sessions_ttl;
 mod shared_hub;

@@ -95,7 +95,7 @@ pub(crate) async fn work(mut args: Settings) -> anyhow::Result<()> {
 
 /// A runtime for one command on one component file: default limits, and a
 /// throw-away artifact cache (removed by the caller).
-fn local_runtime() -> anyhow::Result<(Runtime, std::path::PathBuf)> {
+pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, std::path::PathBuf)> {
     let cache = std::env::temp_dir().join(format!("agenthost-local-{}", std::process::id()));
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: cache.clone(),

@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::settings::{Secret, ServeArgs};
 use crate::taskhub::ConnectionString;
 
+mod build;
 mod client;
+mod scaffold;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,11 +52,48 @@ pub(crate) enum Command {
         /// The `.wasm` component file.
         file: PathBuf,
     },
+    /// Make a ready project for a component: an agent with a tool, or an
+    /// orchestration with an approval wait (Rust, the guest SDK vendored).
+    New {
+        #[command(subcommand)]
+        what: NewCommand,
+    },
+    /// Build the component project in DIR (default: here) for
+    /// wasm32-wasip2, check that it loads, and say where it went.
+    Build {
+        /// The project folder (its Cargo.toml).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// A components directory to put NAME.wasm into (a serving host
+        /// loads it at once).
+        #[arg(long)]
+        into: Option<PathBuf>,
+    },
     /// A component's tools, run without a host.
     Tool {
         #[command(subcommand)]
         command: ToolCommand,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum NewCommand {
+    /// An agent with one tool.
+    Agent(NewArgs),
+    /// An orchestration: two agent steps, then an approval racing a timer.
+    Orchestration(NewArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct NewArgs {
+    /// The component's name (also its crate's and file's).
+    pub name: String,
+    /// The folder to write (default: ./NAME).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The language: only `rust` so far.
+    #[arg(long, default_value = "rust")]
+    pub lang: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -220,6 +259,8 @@ async fn run() -> ExitCode {
         Command::Serve(args) => crate::server::serve((*args).into()).await,
         Command::Worker(args) => crate::server::work((*args).into()).await,
         Command::Inspect { file } => crate::server::inspect(&file).await,
+        Command::New { what } => new_project(what),
+        Command::Build { dir, into } => build::build(&dir, into.as_deref()).await,
         Command::Tool {
             command:
                 ToolCommand::Call {
@@ -238,4 +279,26 @@ async fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `agenthost new agent|orchestration NAME`.
+fn new_project(what: NewCommand) -> anyhow::Result<()> {
+    let (kind, args) = match what {
+        NewCommand::Agent(args) => (scaffold::Kind::Agent, args),
+        NewCommand::Orchestration(args) => (scaffold::Kind::Orchestration, args),
+    };
+    if args.lang != "rust" {
+        anyhow::bail!(
+            "--lang {}: only rust projects can be made so far (Python and JavaScript guests are planned)",
+            args.lang
+        );
+    }
+    let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
+    scaffold::create(kind, &args.name, &dir)?;
+    println!("created {}", dir.display());
+    println!(
+        "  build it: agenthost build {} --into COMPONENTS_DIR",
+        dir.display()
+    );
+    Ok(())
 }

@@ -1,0 +1,151 @@
+//! A newcomer's first component: `agenthost new` writes a Rust project
+//! (the guest SDK vendored, no sibling checkout), `agenthost build --into`
+//! builds it for wasm32-wasip2 and drops it into a serving host's
+//! components directory, and the agent's tool round trip works through the
+//! offline model; the orchestration scaffold runs to its approval and
+//! completes. The build's time is printed (measured, not asserted).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::durable::{wait_for, wait_for_custom_status};
+use crate::support::{client, workspace, HostBuilder};
+
+fn agenthost(dir: &Path, args: &[&str]) -> std::process::Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_agenthost"))
+        .current_dir(dir)
+        .args(args)
+        // One target folder for every run of this test: a warm one takes
+        // seconds, a cold one (CI) builds the SDK's dependencies once.
+        .env("CARGO_TARGET_DIR", workspace().join("target/scaffold"))
+        .env("AGENTHOST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "agenthost {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// POSTs `body` to `url` until it is served (the hot reload took the file).
+async fn post_when_served(url: &str, body: &str) -> reqwest::Response {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let response = client()
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        if response.status() != 404 {
+            return response;
+        }
+        assert!(Instant::now() < deadline, "{url} never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn new_and_build_give_a_served_agent_and_orchestration_with_no_model() {
+    let projects = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // No model configured, nothing served yet.
+    let host = HostBuilder::new(dir.path()).components(&[]).start();
+    let components = dir.path().join("components");
+
+    let created = agenthost(projects.path(), &["new", "agent", "greeter"]);
+    assert!(String::from_utf8_lossy(&created.stdout).contains("created greeter"));
+    assert!(projects
+        .path()
+        .join("greeter/vendor/agenthost-guest/wit/agenthost.wit")
+        .is_file());
+    let started = Instant::now();
+    let built = agenthost(
+        projects.path(),
+        &["build", "greeter", "--into", components.to_str().unwrap()],
+    );
+    eprintln!("agenthost build of a new agent: {:?}", started.elapsed());
+    let said = String::from_utf8_lossy(&built.stdout);
+    assert!(
+        said.contains("greeter.wasm") && said.contains("tools: word_count"),
+        "{said}"
+    );
+
+    let answer = post_when_served(
+        &host.url("/api/agents/greeter/run"),
+        &json!({"message": r#"call word_count with {"text": "one two three"}"#}).to_string(),
+    )
+    .await;
+    assert_eq!(answer.status(), 200);
+    let text = answer.text().await.unwrap();
+    assert!(text.contains(r#"The tool returned: {"words":3}"#), "{text}");
+
+    agenthost(projects.path(), &["new", "orchestration", "review-flow"]);
+    agenthost(
+        projects.path(),
+        &[
+            "build",
+            "review-flow",
+            "--into",
+            components.to_str().unwrap(),
+        ],
+    );
+    let response = post_when_served(
+        &host.url("/api/review-flow/run"),
+        &json!({"topic": "tea"}).to_string(),
+    )
+    .await;
+    assert_eq!(response.status(), 202);
+    let started: Value = response.json().await.unwrap();
+    let id = started["id"].as_str().unwrap().to_string();
+    wait_for_custom_status(&host, &id, "/state", &json!("awaiting_approval")).await;
+    let approved = client()
+        .post(host.url(&format!("/api/review-flow/approve/{id}")))
+        .json(&json!(true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 202);
+    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    assert_eq!(done["output"]["approved"], true, "{done}");
+    assert!(
+        done["output"]["draft"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("[offline model]"),
+        "{done}"
+    );
+}
+
+#[test]
+fn new_refuses_a_bad_name_a_used_folder_and_other_languages() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_agenthost"))
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let bad = run(&["new", "agent", "Bad Name"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("is not a component name"));
+    assert!(run(&["new", "agent", "twice"]).status.success());
+    let again = run(&["new", "agent", "twice"]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+    let python = run(&["new", "agent", "py", "--lang", "python"]);
+    assert!(!python.status.success());
+    assert!(String::from_utf8_lossy(&python.stderr).contains("only rust"));
+    let nothing = run(&["build", "nowhere"]);
+    assert!(!nothing.status.success());
+    assert!(String::from_utf8_lossy(&nothing.stderr).contains("has no Cargo.toml"));
+}
