@@ -3,7 +3,8 @@
 //! builds it for wasm32-wasip2 and drops it into a serving host's
 //! components directory, and the agent's tool round trip works through the
 //! offline model; the orchestration scaffold runs to its approval and
-//! completes. The build's time is printed (measured, not asserted).
+//! completes; `agenthost dev` serves a project and builds it again on save.
+//! The build's time is printed (measured, not asserted).
 
 use std::path::Path;
 use std::process::Command;
@@ -148,4 +149,90 @@ fn new_refuses_a_bad_name_a_used_folder_and_other_languages() {
     let nothing = run(&["build", "nowhere"]);
     assert!(!nothing.status.success());
     assert!(String::from_utf8_lossy(&nothing.stderr).contains("has no Cargo.toml"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dev_serves_the_project_and_builds_it_again_on_save() {
+    use std::io::BufRead;
+    let projects = tempfile::tempdir().unwrap();
+    agenthost(projects.path(), &["new", "agent", "devbot"]);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agenthost"));
+    command
+        .current_dir(projects.path())
+        .args(["dev", "devbot", "--port", "0"])
+        .env("CARGO_TARGET_DIR", workspace().join("target/scaffold"))
+        .env("AGENTHOST_LOG", "info,sqlx=warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for key in crate::support::host::MODEL_ENV {
+        command.env_remove(key);
+    }
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let base = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(180))
+            .expect("dev never served");
+        if let Some(url) = line.strip_prefix("agenthost listening on ") {
+            break url.to_string();
+        }
+    };
+    let url = format!("{base}/api/agents/devbot/run");
+    let ask = || {
+        let url = url.clone();
+        async move {
+            client()
+                .post(url)
+                .body(r#"call word_count with {"text": "a b c"}"#)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    let first = ask().await;
+    assert!(first.contains(r#"{"words":3}"#), "{first}");
+    // Saved: built again and served without a restart.
+    let lib = projects.path().join("devbot/src/lib.rs");
+    let code = std::fs::read_to_string(&lib).unwrap();
+    let changed = code.replace(
+        "words: input.text.split_whitespace().count(),",
+        "words: input.text.split_whitespace().count() + 100,",
+    );
+    assert_ne!(code, changed, "the scaffold's tool changed");
+    std::fs::write(&lib, changed).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let answer = ask().await;
+        if answer.contains(r#"{"words":103}"#) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the saved change was never served: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let stopped = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !stopped {
+        let _ = child.kill();
+    }
+    assert!(stopped, "dev stops on SIGTERM");
 }

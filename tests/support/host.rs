@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{component, workspace, FakeModel};
 
-const MODEL_ENV: [&str; 17] = [
+pub const MODEL_ENV: [&str; 17] = [
     "AGENTHOST_MODEL_CREDENTIAL",
     "AGENTHOST_IMDS_ENDPOINT",
     "IDENTITY_ENDPOINT",

@@ -11,6 +11,7 @@ use crate::taskhub::ConnectionString;
 
 mod build;
 mod client;
+mod dev;
 mod scaffold;
 
 #[derive(Debug, Parser)]
@@ -68,6 +69,17 @@ pub(crate) enum Command {
         /// loads it at once).
         #[arg(long)]
         into: Option<PathBuf>,
+    },
+    /// Build the component project in DIR, serve it on a local port (the
+    /// offline model unless one is configured), and build it again on each
+    /// save: the host loads every good build at once.
+    Dev {
+        /// The project folder (its Cargo.toml).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// The port to serve on (0: any free one, printed).
+        #[arg(long, default_value_t = 7071)]
+        port: u16,
     },
     /// A component's tools, run without a host.
     Tool {
@@ -261,6 +273,7 @@ async fn run() -> ExitCode {
         Command::Inspect { file } => crate::server::inspect(&file).await,
         Command::New { what } => new_project(what),
         Command::Build { dir, into } => build::build(&dir, into.as_deref()).await,
+        Command::Dev { dir, port } => dev::dev(&dir, port).await,
         Command::Tool {
             command:
                 ToolCommand::Call {
