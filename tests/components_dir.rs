@@ -31,6 +31,24 @@ async fn broken_files_are_reported_and_the_good_components_served() {
             "no load error for {file}:\n{output}"
         );
     }
+    // Each error is one line, once (a parser's byte arrays included): the
+    // line after a load error is the next log line.
+    let lines: Vec<&str> = output.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.contains("component failed to load") {
+            if let Some(next) = lines.get(i + 1) {
+                assert!(
+                    next.starts_with("20") || next.starts_with("agenthost "),
+                    "a load error spilled over lines:\n{line}\n{next}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        output.matches("component failed to load").count(),
+        2,
+        "each broken file is reported once:\n{output}"
+    );
     assert_eq!(
         client()
             .post(host.url("/api/agents/weather/run"))

@@ -108,7 +108,8 @@ impl Registry {
         for (path, load) in changed.into_iter().zip(loads) {
             let outcome = match load.await {
                 Ok(Ok((component, read))) => self.keep_version(&component, &read).await,
-                Ok(Err(e)) => Err((e.to_string(), e.is_transient())),
+                // One line: parsers' errors span several (byte arrays).
+                Ok(Err(e)) => Err((one_line(&e.to_string()), e.is_transient())),
                 Err(e) => Err((format!("the load task failed: {e}"), true)),
             };
             match outcome {
@@ -236,4 +237,10 @@ fn scan(dir: &Path) -> std::io::Result<BTreeMap<PathBuf, Fingerprint>> {
         );
     }
     Ok(files)
+}
+
+/// `text` with every run of whitespace (newlines too) as one space: a load
+/// error is one log line and one entry of `/api/components`.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
