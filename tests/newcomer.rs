@@ -1,7 +1,8 @@
 //! What a newcomer meets with no model and no setup: the offline model calls
 //! a tool when asked `call TOOL with {json}` and answers with its result (an
 //! approval too, end to end); `agenthost tool call` runs one tool of a
-//! component file; `serve` makes a components directory that is not there.
+//! component file; `serve` makes a components directory that is not there;
+//! an orchestration calls a tool of another component by name.
 
 use std::process::Command;
 use std::time::Duration;
@@ -150,4 +151,36 @@ async fn serve_makes_a_missing_components_directory_and_says_so() {
     let output = child.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(said.contains("created the components directory"), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_orchestration_calls_a_tool_of_another_component_and_an_unknown_one_is_named_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests", "doc-poet"])
+        .start();
+    let cases = [
+        // By its name (one component offers it), and by component/name.
+        ("count_syllables", json!({"ok": {"syllables": 2}})),
+        ("doc-poet/count_syllables", json!({"ok": {"syllables": 2}})),
+        (
+            "nope",
+            json!({"error": "no served component has an activity named 'nope'"}),
+        ),
+        (
+            "doc-poet/nope",
+            json!({"error": "component 'doc-poet' has no activity named 'nope'"}),
+        ),
+        (
+            "elsewhere/count_syllables",
+            json!({"error": "no served component is named 'elsewhere' (activity 'elsewhere/count_syllables')"}),
+        ),
+    ];
+    for (activity, expected) in cases {
+        let input = json!({"activity": activity, "input": {"text": "tea"}});
+        let id = crate::support::durable::start(&host, "call_activity_of", &input).await;
+        let done = crate::support::durable::wait_for(&host, &id, &["Completed", "Failed"]).await;
+        assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+        assert_eq!(done["output"], expected, "{activity}: {done}");
+    }
 }

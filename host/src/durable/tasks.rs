@@ -93,6 +93,16 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
         }
         Err(e) => return Outcome::Done(Err(e.to_string())),
     };
+    // Its own component's activity, else one another component serves (by
+    // its name, or `component/activity`), in that component's current version.
+    let (component, name) = match component.manifest.activity(name) {
+        Some(_) => (component, name.to_string()),
+        None => match orchestrator.registry.activity_provider(name) {
+            Ok(found) => found,
+            Err(why) => return Outcome::Done(Err(why)),
+        },
+    };
+    let name = name.as_str();
     tracing::debug!(instance_id = %row.instance_id, activity = name, "running activity");
     let started = std::time::Instant::now();
     let ran = orchestrator
@@ -111,7 +121,7 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
     Outcome::Done(match ran {
         Ok(Ok(output)) => Ok(output),
         Ok(Err(ActivityFailure::NotFound(_))) => Err(format!(
-            "component '{}' has no activity named '{name}' (an orchestration calls the activities of its own component)",
+            "component '{}' has no activity named '{name}'",
             component.name
         )),
         Ok(Err(failure)) => Err(format!("activity '{name}' failed: {failure}")),

@@ -280,6 +280,45 @@ impl Registry {
             .collect()
     }
 
+    /// The served component that offers activity `name` (`component/activity`
+    /// names one), and the activity's own name; else why none can run it.
+    /// An orchestration's own component is asked first, by the caller: this
+    /// is for an activity of another component, in its current version.
+    pub fn activity_provider(&self, name: &str) -> Result<(Arc<LoadedComponent>, String), String> {
+        let components = self.components();
+        if let Some((component, activity)) = name.split_once('/') {
+            let Some(found) = components.iter().find(|c| c.name == component) else {
+                return Err(format!(
+                    "no served component is named '{component}' (activity '{name}')"
+                ));
+            };
+            return match found.manifest.activity(activity) {
+                Some(_) => Ok((found.clone(), activity.to_string())),
+                None => Err(format!(
+                    "component '{component}' has no activity named '{activity}'"
+                )),
+            };
+        }
+        let mut offering: Vec<&Arc<LoadedComponent>> = components
+            .iter()
+            .filter(|c| c.manifest.activity(name).is_some())
+            .collect();
+        offering.sort_by(|a, b| a.name.cmp(&b.name));
+        match offering.as_slice() {
+            [] => Err(format!(
+                "no served component has an activity named '{name}'"
+            )),
+            [one] => Ok(((*one).clone(), name.to_string())),
+            many => {
+                Err(format!(
+                "activity '{name}' is offered by several components ({}): call it as '{}/{name}'",
+                many.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
+                many[0].name
+            ))
+            }
+        }
+    }
+
     /// Every loaded component, by file name.
     pub fn components(&self) -> Vec<Arc<LoadedComponent>> {
         self.entries

@@ -255,6 +255,18 @@ fn remote_call(ctx: &Context, input: Value) -> Result<Value, String> {
     Ok(json!({ "answer": answer }))
 }
 
+/// Calls activity `{"activity": name, "input": {...}}` (of any component the
+/// host serves) and returns `{"ok": result}` or `{"error": why}`.
+fn call_activity_of(ctx: &Context, call: Value) -> Result<Value, String> {
+    let name = call["activity"].as_str().unwrap_or_default();
+    Ok(
+        match ctx.call_activity(name, &call["input"]).wait::<Value>() {
+            Ok(result) => json!({ "ok": result }),
+            Err(e) => json!({ "error": e.to_string() }),
+        },
+    )
+}
+
 fn component() -> Component {
     Component::new()
         .agent(
@@ -319,6 +331,7 @@ fn component() -> Component {
         .orchestration(Orchestration::new("greedy_retry", greedy_retry))
         .orchestration(Orchestration::new("both_waits", both_waits))
         .orchestration(Orchestration::new("remote_call", remote_call))
+        .orchestration(Orchestration::new("call_activity_of", call_activity_of))
 }
 
 agenthost_guest::export!(component);
