@@ -108,9 +108,14 @@ fn tool_call_runs_one_tool_of_a_component_file_and_names_what_is_wrong() {
         said.contains("no tool named 'rhyme'") && said.contains("count_syllables"),
         "{said}"
     );
-    let bad = agenthost(&["tool", "call", poet, "count_syllables", "{not json"]);
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("must be a JSON object"));
+    for bad in ["{not json", "[1]", "\"x\""] {
+        let refused = agenthost(&["tool", "call", poet, "count_syllables", bad]);
+        assert!(!refused.status.success(), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("must be a JSON object"),
+            "{bad}"
+        );
+    }
     let wrong = agenthost(&["tool", "call", poet, "count_syllables", r#"{"line": 1}"#]);
     assert!(!wrong.status.success());
     assert!(
@@ -182,5 +187,23 @@ async fn an_orchestration_calls_a_tool_of_another_component_and_an_unknown_one_i
         let done = crate::support::durable::wait_for(&host, &id, &["Completed", "Failed"]).await;
         assert_eq!(done["runtimeStatus"], "Completed", "{done}");
         assert_eq!(done["output"], expected, "{activity}: {done}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_that_needs_approval_is_not_run_for_another_components_orchestration() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests", "hostile"])
+        .start();
+    for activity in ["orchestration-tests/refund", "refund"] {
+        let input = json!({"activity": activity, "input": {"order": "A1", "amount": 1}});
+        let id = crate::support::durable::start(&host, "call_other_activity", &input).await;
+        let done = crate::support::durable::wait_for(&host, &id, &["Completed", "Failed"]).await;
+        let error = done["output"]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("needs a human's approval before it runs"),
+            "{activity}: {done}"
+        );
     }
 }

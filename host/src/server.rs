@@ -96,7 +96,17 @@ pub(crate) async fn work(mut args: Settings) -> anyhow::Result<()> {
 /// A runtime for one command on one component file: default limits, and a
 /// throw-away artifact cache (removed by the caller).
 pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, std::path::PathBuf)> {
-    let cache = std::env::temp_dir().join(format!("agenthost-local-{}", std::process::id()));
+    // A new folder of a random name, this user's alone: a folder someone
+    // else made first (a predictable name) could hold compiled code that
+    // would then be run as this user's.
+    let cache =
+        std::env::temp_dir().join(format!("agenthost-local-{}", uuid::Uuid::new_v4().simple()));
+    let mut folder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut folder, 0o700);
+    folder
+        .create(&cache)
+        .with_context(|| format!("cannot create {}", cache.display()))?;
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: cache.clone(),
         limits: Limits::default(),
@@ -129,8 +139,10 @@ pub(crate) async fn call_tool(
     tool: &str,
     arguments: &str,
 ) -> anyhow::Result<()> {
-    serde_json::from_str::<serde_json::Value>(arguments)
-        .with_context(|| format!("the arguments must be a JSON object, not: {arguments}"))?;
+    let parsed = serde_json::from_str::<serde_json::Value>(arguments);
+    if !parsed.is_ok_and(|v| v.is_object()) {
+        anyhow::bail!("the arguments must be a JSON object, not: {arguments}");
+    }
     let (runtime, cache) = local_runtime()?;
     let called = async {
         let component = runtime

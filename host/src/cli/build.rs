@@ -97,7 +97,12 @@ fn package_name(manifest: &Path) -> anyhow::Result<String> {
         .and_then(|p| p.get("name"))
         .and_then(|n| n.as_str())
         .map(str::to_string)
-        .with_context(|| format!("{} names no [package]", manifest.display()))
+        .with_context(|| {
+            format!(
+                "{} names no [package] (a workspace?): pass the folder of the component's own crate",
+                manifest.display()
+            )
+        })
 }
 
 /// `cargo build --release --target wasm32-wasip2`, its diagnostics on
@@ -105,6 +110,10 @@ fn package_name(manifest: &Path) -> anyhow::Result<String> {
 /// (wherever `CARGO_TARGET_DIR` puts them).
 fn cargo_build(manifest: &Path) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // In a workspace cargo reports other members' artifacts too: only this
+    // manifest's counts.
+    let ours = std::fs::canonicalize(manifest)
+        .with_context(|| format!("cannot read {}", manifest.display()))?;
     let mut child = Command::new(&cargo)
         .args(["build", "--release", "--target", TARGET])
         .arg("--manifest-path")
@@ -122,6 +131,13 @@ fn cargo_build(manifest: &Path) -> anyhow::Result<PathBuf> {
                 continue;
             };
             if message["reason"] != "compiler-artifact" {
+                continue;
+            }
+            let from_here = message["manifest_path"]
+                .as_str()
+                .and_then(|p| std::fs::canonicalize(p).ok())
+                .is_some_and(|p| p == ours);
+            if !from_here {
                 continue;
             }
             let is_cdylib = message["target"]["kind"]

@@ -65,11 +65,13 @@ async fn rebuild_on_save(dir: PathBuf, components: PathBuf) {
             return;
         }
     };
-    for watched in [dir.join("src"), dir.join("Cargo.toml")] {
-        let mode = match watched.is_dir() {
-            true => RecursiveMode::Recursive,
-            false => RecursiveMode::NonRecursive,
-        };
+    // The project folder itself (not its Cargo.toml: an editor that saves
+    // by renaming a new file over it would end a watch of the file), and
+    // its sources; never target/, which every build writes.
+    for (watched, mode) in [
+        (dir.clone(), RecursiveMode::NonRecursive),
+        (dir.join("src"), RecursiveMode::Recursive),
+    ] {
         if let Err(e) = watcher.watch(&watched, mode) {
             tracing::warn!(path = %watched.display(), error = %e, "cannot watch");
         }

@@ -124,8 +124,79 @@ fn check_name(name: &str) -> anyhow::Result<()> {
     if !good {
         bail!("'{name}' is not a component name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter");
     }
+    if RESERVED.contains(&name.replace('-', "_").as_str()) {
+        bail!("'{name}' cannot be a component's name: it is a Rust keyword, a crate Rust reserves, a name the generated code uses, or one of the host's own routes");
+    }
     Ok(())
 }
+
+/// Names that would not compile (keywords, crates Rust reserves, the
+/// generated code's own functions) or not load (the host's own routes).
+const RESERVED: &[&str] = &[
+    "as",
+    "async",
+    "await",
+    "break",
+    "const",
+    "continue",
+    "crate",
+    "dyn",
+    "else",
+    "enum",
+    "extern",
+    "false",
+    "fn",
+    "for",
+    "if",
+    "impl",
+    "in",
+    "let",
+    "loop",
+    "match",
+    "mod",
+    "move",
+    "mut",
+    "pub",
+    "ref",
+    "return",
+    "self",
+    "static",
+    "struct",
+    "super",
+    "trait",
+    "true",
+    "type",
+    "unsafe",
+    "use",
+    "where",
+    "while",
+    "abstract",
+    "become",
+    "box",
+    "do",
+    "final",
+    "macro",
+    "override",
+    "priv",
+    "typeof",
+    "unsized",
+    "virtual",
+    "yield",
+    "try",
+    "gen",
+    "std",
+    "core",
+    "alloc",
+    "test",
+    "proc_macro",
+    "component",
+    "tests",
+    "agents",
+    "health",
+    "components",
+    "orchestrators",
+    "openapi_json",
+];
 
 const MANIFEST: &str = r##"[package]
 name = "{name}"
@@ -294,8 +365,9 @@ An [agenthost](https://github.com/) agent with one tool (`word_count`).
 With no model configured the host's offline model calls the tool a message
 names (`call TOOL with {json}`) and answers with its result; set
 `OPENAI_API_KEY` (or the Azure OpenAI settings) for a real model.
-`cargo test` runs the tests natively; `agenthost tool call {ident}.wasm
-word_count '{"text": "a b"}'` runs the tool in the sandbox.
+`cargo test` runs the tests natively; `agenthost tool call
+/path/to/components/{name}.wasm word_count '{"text": "a b"}'` runs the tool in
+the sandbox.
 "##;
 
 const ORCHESTRATION_README: &str = r##"# {name}
@@ -317,7 +389,18 @@ mod tests {
 
     #[test]
     fn names_that_are_not_crate_names_are_refused_and_a_used_folder_too() {
-        for bad in ["", "Hello", "1st", "a b", "a/b", "é"] {
+        for bad in [
+            "",
+            "Hello",
+            "1st",
+            "a b",
+            "a/b",
+            "é",
+            "fn",
+            "std",
+            "component",
+            "health",
+        ] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
         let dir = tempfile::tempdir().unwrap();

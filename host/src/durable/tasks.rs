@@ -99,7 +99,12 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
         Some(_) => (component, name.to_string()),
         None => match orchestrator.registry.activity_provider(name) {
             Ok(found) => found,
-            Err(why) => return Outcome::Done(Err(why)),
+            Err(why) => {
+                // Counted as a failed call, under `unknown`: names orchestration
+                // code makes up are never labels.
+                crate::metrics::activity("unknown", std::time::Duration::ZERO, false);
+                return Outcome::Done(Err(why));
+            }
         },
     };
     let name = name.as_str();

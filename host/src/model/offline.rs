@@ -73,6 +73,12 @@ fn asked_tool_call(request: &ChatRequest<'_>) -> Option<Result<ToolCall, String>
         Some((name, arguments)) => (name.trim(), arguments.trim()),
         None => (rest.trim(), "{}"),
     };
+    // Ordinary text that starts with "call" ("call me with details") is
+    // not a request: one word for the tool, a JSON object for its arguments.
+    let is_object = serde_json::from_str::<Value>(arguments).is_ok_and(|v| v.is_object());
+    if !is_object || name.is_empty() || name.contains(char::is_whitespace) {
+        return None;
+    }
     if !request.tools.iter().any(|t| t.name == name) {
         let tools: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
         return Some(Err(format!(
@@ -242,6 +248,14 @@ mod tests {
         );
         let bare = ask(&[ChatMessage::user("call refund")]);
         assert_eq!(bare.tool_calls[0].function.arguments, "{}");
+        for ordinary in ["call me with details", "call refund with my order", "call"] {
+            let answer = ask(&[ChatMessage::user(ordinary)]);
+            assert!(answer.tool_calls.is_empty(), "{ordinary}");
+            assert!(
+                answer.content.unwrap_or_default().contains("canned answer"),
+                "{ordinary}"
+            );
+        }
         let unknown = ask(&[ChatMessage::user("call nothing with {}")]);
         assert!(unknown.tool_calls.is_empty());
         let text = unknown.content.unwrap_or_default();

@@ -293,6 +293,9 @@ impl Registry {
                 ));
             };
             return match found.manifest.activity(activity) {
+                Some(spec) if spec.approval == crate::wasm::Approval::AlwaysRequire => {
+                    Err(gated(name))
+                }
                 Some(_) => Ok((found.clone(), activity.to_string())),
                 None => Err(format!(
                     "component '{component}' has no activity named '{activity}'"
@@ -308,7 +311,12 @@ impl Registry {
             [] => Err(format!(
                 "no served component has an activity named '{name}'"
             )),
-            [one] => Ok(((*one).clone(), name.to_string())),
+            [one] => match one.manifest.activity(name) {
+                Some(spec) if spec.approval == crate::wasm::Approval::AlwaysRequire => {
+                    Err(gated(name))
+                }
+                _ => Ok(((*one).clone(), name.to_string())),
+            },
             many => {
                 Err(format!(
                 "activity '{name}' is offered by several components ({}): call it as '{}/{name}'",
@@ -374,6 +382,12 @@ fn match_instance_route(pattern: &str, path: &str) -> Option<String> {
         }
     }
     instance
+}
+
+/// Why a tool that needs a human's approval is not run for another
+/// component's orchestration: only its own agents' tool rounds ask a human.
+fn gated(name: &str) -> String {
+    format!("activity '{name}' needs a human's approval before it runs: only an agent of its own component can call it")
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use agenthost_guest::{Agent, Component, Tool};
+use agenthost_guest::{Agent, Component, Context, Orchestration, Tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -60,6 +60,18 @@ fn fetch(args: Url) -> Result<Value, String> {
     Ok(json!({"status": response.status, "body": response.body}))
 }
 
+/// Another component's orchestration reaching for a tool it does not own:
+/// `{"activity": "component/name", "input": {...}}`, `{"ok"}` or `{"error"}`.
+fn call_other_activity(ctx: &Context, call: Value) -> Result<Value, String> {
+    let name = call["activity"].as_str().unwrap_or_default();
+    Ok(
+        match ctx.call_activity(name, &call["input"]).wait::<Value>() {
+            Ok(result) => json!({ "ok": result }),
+            Err(e) => json!({ "error": e.to_string() }),
+        },
+    )
+}
+
 fn component() -> Component {
     // Granted this variable, it blocks while being described: the host's
     // describe() limit must stop it and keep loading the others.
@@ -84,6 +96,10 @@ fn component() -> Component {
         .tool(Tool::new("env", "Returns the whole environment", env))
         .tool(Tool::new("read_file", "Reads a file", read_file))
         .tool(Tool::new("fetch", "GETs a URL", fetch))
+        .orchestration(Orchestration::new(
+            "call_other_activity",
+            call_other_activity,
+        ))
 }
 
 agenthost_guest::export!(component);
