@@ -146,6 +146,19 @@ fn new_refuses_a_bad_name_a_used_folder_and_other_languages() {
     let python = run(&["new", "agent", "py", "--lang", "python"]);
     assert!(!python.status.success());
     assert!(String::from_utf8_lossy(&python.stderr).contains("only rust"));
+    // dev on a port in use says so before it builds anything.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let busy = run(&["dev", "twice", "--port", &port]);
+    assert!(!busy.status.success());
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("is not free"),
+        "{busy:?}"
+    );
+    assert!(
+        !dir.path().join("twice/target").exists(),
+        "nothing was built"
+    );
     let nothing = run(&["build", "nowhere"]);
     assert!(!nothing.status.success());
     assert!(String::from_utf8_lossy(&nothing.stderr).contains("has no Cargo.toml"));

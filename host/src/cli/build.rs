@@ -3,9 +3,9 @@
 //! out of `cargo build` directly, with no `cargo component` to install),
 //! checks that it loads as a host would load it, and says where it went.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+use tokio::io::AsyncBufReadExt;
 
 use anyhow::{bail, Context};
 
@@ -20,12 +20,7 @@ pub(crate) async fn build(dir: &Path, into: Option<&Path>) -> anyhow::Result<()>
         );
     }
     let package = package_name(&manifest)?;
-    let built = tokio::task::spawn_blocking({
-        let manifest = manifest.clone();
-        move || cargo_build(&manifest)
-    })
-    .await
-    .context("the build was interrupted")??;
+    let built = cargo_build(&manifest).await?;
     let (runtime, cache) = crate::server::local_runtime()?;
     let loaded = runtime.load(&built).await;
     let _ = std::fs::remove_dir_all(&cache);
@@ -107,26 +102,32 @@ fn package_name(manifest: &Path) -> anyhow::Result<String> {
 
 /// `cargo build --release --target wasm32-wasip2`, its diagnostics on
 /// stderr as usual; the `.wasm` it made, read from its artifact messages
-/// (wherever `CARGO_TARGET_DIR` puts them).
-fn cargo_build(manifest: &Path) -> anyhow::Result<PathBuf> {
+/// (wherever `CARGO_TARGET_DIR` puts them). Dropped before it ends (`dev`
+/// stopping mid-build), the build is killed: nothing waits for it.
+async fn cargo_build(manifest: &Path) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     // In a workspace cargo reports other members' artifacts too: only this
     // manifest's counts.
     let ours = std::fs::canonicalize(manifest)
         .with_context(|| format!("cannot read {}", manifest.display()))?;
-    let mut child = Command::new(&cargo)
+    let mut child = tokio::process::Command::new(&cargo)
         .args(["build", "--release", "--target", TARGET])
         .arg("--manifest-path")
         .arg(manifest)
         .arg("--message-format=json-render-diagnostics")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
+        .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("cannot run {}", cargo.to_string_lossy()))?;
     let mut wasm = None;
     if let Some(stdout) = child.stdout.take() {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let line = line.context("cannot read cargo's output")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        while let Some(line) = lines
+            .next_line()
+            .await
+            .context("cannot read cargo's output")?
+        {
             let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
@@ -154,7 +155,7 @@ fn cargo_build(manifest: &Path) -> anyhow::Result<PathBuf> {
             }
         }
     }
-    let status = child.wait().context("cargo did not finish")?;
+    let status = child.wait().await.context("cargo did not finish")?;
     if !status.success() {
         bail!(
             "cargo build failed ({status}); if it says the {TARGET} target is missing: rustup target add {TARGET}"

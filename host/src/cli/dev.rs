@@ -27,6 +27,13 @@ struct DevServe {
 }
 
 pub(crate) async fn dev(dir: &Path, port: u16) -> anyhow::Result<()> {
+    // A port in use is said before minutes of building, not after.
+    if port != 0 {
+        drop(
+            std::net::TcpListener::bind(("127.0.0.1", port))
+                .with_context(|| format!("port {port} is not free: pick another with --port"))?,
+        );
+    }
     let work = dir.join("target/agenthost-dev");
     let components = work.join("components");
     super::build::build(dir, Some(&components)).await?;
