@@ -105,99 +105,67 @@ async fn a_caller_killed_mid_call_goes_on_by_the_remote_task_and_the_remote_saw_
     );
 }
 
+/// `SendMessage` of `message` to host's agent `tuned`; the JSON-RPC answer.
+async fn send_message(host: &Host, message: Value, at_once: bool) -> Value {
+    client()
+        .post(host.url("/a2a/tuned"))
+        .header("A2A-Version", "1.0")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                "message": message,
+                "configuration": {"returnImmediately": at_once},
+            }}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_message_sent_again_with_its_message_id_finds_the_task_it_started() {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
     let host = remote(dir.path(), &model);
-    let send = |message_id: &'static str, at_once: bool| {
-        let url = host.url("/a2a/tuned");
-        async move {
-            let answer: Value = client()
-                .post(url)
-                .header("A2A-Version", "1.0")
-                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-                    "message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": "hi"}]},
-                    "configuration": {"returnImmediately": at_once},
-                }}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            answer["result"]["task"].clone()
-        }
-    };
-    let first = send("m-1", true).await;
+    let hi = |id: &str| json!({"messageId": id, "role": "ROLE_USER", "parts": [{"text": "hi"}]});
+    let task_of = |answer: Value| answer["result"]["task"].clone();
+    let first = task_of(send_message(&host, hi("m-1"), true).await);
     let task = first["id"].as_str().unwrap().to_string();
     // Sent again, blocking: the same task, once it ended.
-    let again = send("m-1", false).await;
+    let again = task_of(send_message(&host, hi("m-1"), false).await);
     assert_eq!(again["id"], task.as_str(), "{again}");
     assert_eq!(again["status"]["state"], "TASK_STATE_COMPLETED", "{again}");
-    // The id again on another context is a mistake, not a retry.
-    let elsewhere: Value = client()
-        .post(host.url("/a2a/tuned"))
-        .header("A2A-Version", "1.0")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 9, "method": "SendMessage", "params": {
-                "message": {"messageId": "m-1", "contextId": "elsewhere", "role": "ROLE_USER",
-                            "parts": [{"text": "hi"}]},
-            }}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(elsewhere["error"]["code"], -32602, "{elsewhere}");
-    let other_text: Value = client()
-        .post(host.url("/a2a/tuned"))
-        .header("A2A-Version", "1.0")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 10, "method": "SendMessage", "params": {
-                "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "bye"}]},
-            }}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(other_text["error"]["code"], -32602, "{other_text}");
+    // The id again on another context, or with another text, is a mistake,
+    // not a retry.
+    let mut elsewhere = hi("m-1");
+    elsewhere["contextId"] = json!("elsewhere");
+    let mut other_text = hi("m-1");
+    other_text["parts"] = json!([{"text": "bye"}]);
+    for mistaken in [elsewhere, other_text] {
+        let refused = send_message(&host, mistaken, true).await;
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    }
     // Five at once with one id: one task.
-    let many = futures::future::join_all((0..5).map(|_| send("m-2", true))).await;
+    let many =
+        futures::future::join_all((0..5).map(|_| send_message(&host, hi("m-2"), true))).await;
     let ids: std::collections::HashSet<String> = many
         .iter()
-        .map(|t| t["id"].as_str().unwrap_or("none").to_string())
+        .map(|a| {
+            a["result"]["task"]["id"]
+                .as_str()
+                .unwrap_or("none")
+                .to_string()
+        })
         .collect();
     assert_eq!(ids.len(), 1, "{many:?}");
     assert!(!ids.contains(&task), "another message id, another task");
     // A message without an id is a new task each time.
-    let plain = |n: u32| {
-        let url = host.url("/a2a/tuned");
-        async move {
-            let answer: Value = client()
-                .post(url)
-                .header("A2A-Version", "1.0")
-                .json(
-                    &json!({"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {
-                        "message": {"role": "ROLE_USER", "parts": [{"text": "hi"}]},
-                        "configuration": {"returnImmediately": true},
-                    }}),
-                )
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            answer["result"]["task"]["id"].as_str().unwrap().to_string()
-        }
-    };
-    assert_ne!(plain(1).await, plain(2).await);
+    let plain = json!({"role": "ROLE_USER", "parts": [{"text": "hi"}]});
+    let first_plain = task_of(send_message(&host, plain.clone(), true).await);
+    let second_plain = task_of(send_message(&host, plain, true).await);
+    assert_ne!(first_plain["id"], second_plain["id"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let runs = runs_of(&host, "tuned").await;

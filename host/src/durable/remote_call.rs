@@ -44,18 +44,11 @@ pub(super) async fn run(
     row: &TaskRow,
     call: RemoteCall<'_>,
 ) -> Outcome {
-    let component = match orchestrator
-        .registry
-        .pinned(&row.component_digest, &row.orchestration)
-        .await
-    {
-        Ok(component) => component,
-        Err(e) if e.is_transient() => {
-            tracing::warn!(instance_id = %row.instance_id, error = %e, "cannot load the instance's component version now; the remote call runs later");
-            return Outcome::Interrupted;
-        }
-        Err(e) => return Outcome::Done(Err(e.to_string())),
-    };
+    let component =
+        match super::task_outcome::instance_component(orchestrator, row, "the remote call").await {
+            Ok(component) => component,
+            Err(outcome) => return outcome,
+        };
     let remote = RemoteAgents::new(&component.grants);
     let correlation_id =
         ids::agent_call_correlation(&row.instance_id, row.execution, row.task, row.attempt);

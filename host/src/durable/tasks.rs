@@ -81,18 +81,11 @@ async fn run_task(orchestrator: &Orchestrator, row: &TaskRow) -> Outcome {
 
 async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input: &str) -> Outcome {
     // Activities run in the instance's own version of the component.
-    let component = match orchestrator
-        .registry
-        .pinned(&row.component_digest, &row.orchestration)
-        .await
-    {
-        Ok(component) => component,
-        Err(e) if e.is_transient() => {
-            tracing::warn!(instance_id = %row.instance_id, error = %e, "cannot load the instance's component version now; the activity runs later");
-            return Outcome::Interrupted;
-        }
-        Err(e) => return Outcome::Done(Err(e.to_string())),
-    };
+    let component =
+        match super::task_outcome::instance_component(orchestrator, row, "the activity").await {
+            Ok(component) => component,
+            Err(outcome) => return outcome,
+        };
     // Its own component's activity, else one another component serves (by
     // its name, or `component/activity`), in that component's current version.
     let (component, name) = match component.manifest.activity(name) {
