@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test chaos components test-components release bench bench-peer toolchain lint api-fuzz-venv a2a-venv doc-tools
+.PHONY: run test chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -19,7 +19,7 @@ run: components release
 ## the library's tests and the integration suite again on PostgreSQL
 ## (PostgreSQL and Redis are started, installed if need be, when they are
 ## not up).
-test: components test-components lint api-fuzz-venv a2a-venv doc-tools
+test: components test-components language-components lint api-fuzz-venv a2a-venv doc-tools browser-tools
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
 	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --lib --test integration
 
@@ -60,6 +60,54 @@ test-components: toolchain
 	$(CARGO) build --target $(WASM_TARGET) --release -p versioned --features v2
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v2.wasm
 
+# The Python and JavaScript twins of the `weather` and `approval` samples
+# (sample-agents/python, sample-agents/js), built as `agenthost build`
+# builds such projects: target/components-python/NAME.wasm and
+# target/components-js/NAME.wasm. Each is rebuilt only when its sources,
+# its SDK or the WIT changed (componentize-py takes ~20 s a component,
+# componentize-js ~40 s).
+LANG_SAMPLES := weather approval
+WORLD        := agenthost-sdk-component
+GUEST_PY     := target/guest-py-venv
+GUEST_JS     := target/guest-js-tools
+PY_COMPONENTIZE = $(GUEST_PY)/bin/componentize-py -d wit -w $(WORLD) componentize -p guests/python
+ROLLDOWN        = $(GUEST_JS)/node_modules/.bin/rolldown
+BUNDLE_FLAGS    = --format esm --external agenthost:host/durable@0.1.0,agenthost:host/logging@0.1.0,agenthost:host/types@0.1.0
+COMPONENTIZE_JS = $(GUEST_JS)/node_modules/.bin/componentize-js
+JS_FLAGS        = --wit wit --world-name $(WORLD) --disable http fetch-event
+language-components: guest-toolchains $(foreach s,$(LANG_SAMPLES) clock,target/components-python/$(s).wasm target/components-js/$(s).wasm)
+
+# `clock`, a test guest in each language (tests/guests/python-clock, js-clock).
+target/components-python/clock.wasm: tests/guests/python-clock/app.py $(wildcard guests/python/agenthost/*.py) wit/agenthost.wit
+	@mkdir -p $(@D)
+	$(PY_COMPONENTIZE) -p $(<D) app -o $@
+
+target/components-js/clock.wasm: tests/guests/js-clock/app.js guests/js/agenthost.js wit/agenthost.wit
+	@mkdir -p $(@D) target/js-bundles
+	$(ROLLDOWN) $< $(BUNDLE_FLAGS) --file target/js-bundles/clock.js
+	$(COMPONENTIZE_JS) target/js-bundles/clock.js $(JS_FLAGS) -o $@
+
+target/components-python/%.wasm: sample-agents/python/%/app.py $(wildcard guests/python/agenthost/*.py) wit/agenthost.wit
+	@mkdir -p $(@D)
+	$(PY_COMPONENTIZE) -p $(<D) app -o $@
+
+target/components-js/%.wasm: sample-agents/js/%/app.js guests/js/agenthost.js wit/agenthost.wit
+	@mkdir -p $(@D) target/js-bundles
+	$(ROLLDOWN) $< $(BUNDLE_FLAGS) --file target/js-bundles/$*.js
+	$(COMPONENTIZE_JS) target/js-bundles/$*.js $(JS_FLAGS) -o $@
+
+# The guest toolchains of Python and JavaScript, pinned, under target/:
+# componentize-py (PyPI) in a virtualenv, and componentize-js with rolldown
+# (npm, guests/js/toolchain's lock file). `agenthost build` finds them on
+# PATH (the tests put these folders there).
+guest-toolchains:
+	@test -x $(GUEST_PY)/bin/python || python3 -m venv $(GUEST_PY)
+	@$(GUEST_PY)/bin/componentize-py --version 2>/dev/null | grep -q '0.25.1' || $(GUEST_PY)/bin/pip install --quiet componentize-py==0.25.1
+	@command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	@mkdir -p $(GUEST_JS)
+	@cmp -s guests/js/toolchain/package-lock.json $(GUEST_JS)/package-lock.json && test -x $(GUEST_JS)/node_modules/.bin/componentize-js || \
+		(cp guests/js/toolchain/package.json guests/js/toolchain/package-lock.json $(GUEST_JS)/ && cd $(GUEST_JS) && npm ci --silent --no-audit --no-fund)
+
 ## The host binary: target/release/agenthost.
 release:
 	$(CARGO) build --release -p agenthost
@@ -71,7 +119,7 @@ release:
 ## pgbench (Redis and PostgreSQL are started, installed if need be, when they
 ## are not up; Debian's postgresql brings psql and pgbench: without pgbench
 ## the report says so); report in target/bench/report.md.
-bench: components test-components bench-peer
+bench: components test-components language-components bench-peer
 	$(CARGO) bench -p agenthost --features bench --bench http_and_load
 	$(CARGO) bench -p agenthost --bench durable
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_BENCH_REDIS=$$redis $(CARGO) bench -p agenthost --bench streams
@@ -97,6 +145,16 @@ A2A_VENV := target/a2a-venv
 a2a-venv:
 	@test -x $(A2A_VENV)/bin/python || python3 -m venv $(A2A_VENV)
 	@$(A2A_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('a2a-sdk') == '1.3.0' and m.version('mcp') == '1.30.0'" 2>/dev/null || $(A2A_VENV)/bin/pip install --quiet a2a-sdk==1.3.0 mcp==1.30.0
+
+# Debian's Chromium and Playwright (npm, pinned by tests/dashboard's lock
+# file, under target/) for the dashboard's browser test (tests/dashboard.rs).
+BROWSER_TOOLS := target/browser-tools
+browser-tools:
+	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
+	@command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	@mkdir -p $(BROWSER_TOOLS)
+	@cmp -s tests/dashboard/package-lock.json $(BROWSER_TOOLS)/package-lock.json && test -d $(BROWSER_TOOLS)/node_modules/playwright-core || \
+		(cp tests/dashboard/package.json tests/dashboard/package-lock.json $(BROWSER_TOOLS)/ && cd $(BROWSER_TOOLS) && npm ci --silent --no-audit --no-fund)
 
 # The commands tests/doc_blocks.rs runs as the docs show them (curl, sqlite3).
 doc-tools:

@@ -223,6 +223,74 @@ async fn the_a2a_sdk_client_sends_streams_lists_cancels_approves_and_resubscribe
     assert_eq!(no_version["reason"], "VERSION_NOT_SUPPORTED");
 }
 
+/// A blocking `SendMessage` to the `clerk` agent; the JSON-RPC result's task.
+async fn send_to_clerk(base: &str, message: Value) -> Value {
+    let answer: Value = client()
+        .post(format!("{base}/a2a/clerk"))
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+            "params": {"message": message}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["result"]["task"].clone()
+}
+
+/// Two calls decided in one message: the first decision already wakes the
+/// run, which finds the second call undecided and says it waits; that word
+/// must not end the wait of the message that decided both (it would answer
+/// INPUT_REQUIRED with nothing pending). Rounds, to give the race its chance.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_deciding_every_pending_call_is_answered_once_the_task_completed() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .openai(&model, "sk")
+        .start();
+    for round in 0..5 {
+        model.push(Reply::ToolCalls(vec![
+            ("refund".into(), json!({"order": "A1", "amount": 100})),
+            ("refund".into(), json!({"order": "B2", "amount": 200})),
+        ]));
+        model.push(Reply::ToolResult);
+        let asked = send_to_clerk(
+            &host.base,
+            json!({"messageId": format!("ask-{round}"), "role": "ROLE_USER",
+                "parts": [{"text": "Refund A1 and B2."}]}),
+        )
+        .await;
+        assert_eq!(
+            asked["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{asked}"
+        );
+        let task = asked["id"].as_str().unwrap();
+        let decided = send_to_clerk(
+            &host.base,
+            json!({"messageId": format!("decide-{round}"), "role": "ROLE_USER", "taskId": task,
+            "parts": [{"data": {"approvals": [
+                {"callId": "call_0_refund", "approved": true},
+                {"callId": "call_1_refund", "approved": true},
+            ]}}]}),
+        )
+        .await;
+        assert_eq!(decided["id"], task, "{decided}");
+        assert_eq!(
+            decided["status"]["state"],
+            "TASK_STATE_COMPLETED",
+            "round {round}: {decided}\n{}",
+            host.output()
+        );
+        let answer = decided["artifacts"][0]["parts"][0]["text"]
+            .as_str()
+            .unwrap_or("");
+        assert!(answer.contains("tool said"), "{decided}");
+    }
+}
+
 async fn rpc(base: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
     let response = client()
         .post(format!("{base}/a2a/writer"))

@@ -2,7 +2,8 @@
 //! the pending call listed; approved, the tool runs in the component and
 //! the answer uses its result; denied, the model sees the refusal and its
 //! reason; a host restarted while waiting still takes the decision; the
-//! deadline denies; an orchestration's agent call waits the same way.
+//! deadline denies; an orchestration's agent call waits the same way; a
+//! waiting run is left alone until its decision.
 
 use std::time::Duration;
 
@@ -108,6 +109,33 @@ async fn an_approved_call_runs_in_the_component_and_the_answer_uses_its_result()
     assert_eq!(unknown.status(), 404);
     let bad = decide(&host, &id, json!({"approved": "yes"})).await;
     assert_eq!(bad.status(), 400);
+}
+
+/// A run waiting for a human has nothing to do until a decision: no pass
+/// over the sessions (once a second on a shared hub) runs it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_run_is_run_again_only_by_its_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = clerk(dir.path(), &model).start();
+    script(&model);
+    let (id, _) = awaiting(&host).await;
+    let waits = || {
+        host.output()
+            .matches("the run waits for a human's approval")
+            .count()
+    };
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(waits(), 1, "{}", host.output());
+    let approved = decide(
+        &host,
+        &id,
+        json!({"call_id": "call_refund", "approved": true}),
+    )
+    .await;
+    assert_eq!(approved.status(), 202);
+    assert_eq!(finished(&host, &id).await["status"], "completed");
+    assert_eq!(waits(), 1, "{}", host.output());
 }
 
 #[tokio::test(flavor = "multi_thread")]

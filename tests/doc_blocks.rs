@@ -191,6 +191,21 @@ const CLAIMS: &[Claim] = &[
     },
     Claim {
         file: "docs/components.md",
+        first_line: "fn get_weather(query: WeatherQuery)",
+        check: "the_three_languages_of_components_md_are_the_samples_code",
+    },
+    Claim {
+        file: "docs/components.md",
+        first_line: "def get_weather(city: Annotated[str,",
+        check: "the_three_languages_of_components_md_are_the_samples_code",
+    },
+    Claim {
+        file: "docs/components.md",
+        first_line: "function getWeather({ city }) {",
+        check: "the_three_languages_of_components_md_are_the_samples_code",
+    },
+    Claim {
+        file: "docs/components.md",
         first_line: "# weather.toml",
         check: "the_weather_grants_file_is_loaded_beside_its_component",
     },

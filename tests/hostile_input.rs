@@ -204,3 +204,48 @@ async fn events_no_code_waits_for_never_fill_the_history_and_a_full_inbox_answer
     let (_, still) = status(&host, &flooded).await;
     assert_eq!(still["runtimeStatus"], "Running", "{still}");
 }
+
+/// A body that trickles in (here: half of it, then nothing) gets 408 in JSON
+/// once `--body-timeout` passes, and the connection back; the host serves
+/// others meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_that_stops_midway_gets_408_in_json_and_the_host_serves_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["writer"])
+        .arg("--body-timeout")
+        .arg("1s")
+        .start();
+    let address = host.base.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /api/agents/writer/run HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"message\": \"hal"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // Others are served while the slow body waits.
+    let other = client()
+        .post(host.url("/api/agents/writer/run"))
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer))
+        .await
+        .expect("the host closes the connection")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let error: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert_eq!(error["code"], "body_timeout", "{error}");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--body-timeout"),
+        "{error}"
+    );
+}

@@ -157,3 +157,95 @@ async fn continue_as_new_moves_an_instance_to_the_newest_version() {
     assert_eq!(done["output"], "v2", "{done}");
     assert_eq!(done["componentDigest"], v2.as_str());
 }
+
+/// An orchestration calls an activity of another component in the version
+/// served when the instance started: replaced meanwhile, the instance still
+/// gets version 1's answer while one started after gets version 2's; after a
+/// restart with the file deleted, a version-1 instance still reaches version
+/// 1 (kept in the store), by `component/activity` and by its bare name, and
+/// so does a component that serves tools only. An instance that continues as
+/// new pins the versions served then.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_components_activity_runs_in_the_version_served_when_the_instance_started() {
+    let dir = tempfile::tempdir().unwrap();
+    // `doc-poet` serves tools only (no orchestration of its own).
+    let mut host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests", "doc-poet"])
+        .start();
+    let file = dir.path().join("components/versioned.wasm");
+    std::fs::copy(component("versioned-v1"), &file).unwrap();
+    let v1 = wait_served(&host, "versioned", None).await;
+    let call =
+        |activity: &str| serde_json::json!({"activity": activity, "input": {}, "wait": "go"});
+    let before = start(&host, "call_activity_of", &call("versioned/version")).await;
+    let before_bare = start(&host, "call_activity_of", &call("version")).await;
+    let after_restart = start(&host, "call_activity_of", &call("versioned/version")).await;
+    let after_restart_bare = start(&host, "call_activity_of", &call("version")).await;
+    let mut again = call("versioned/version");
+    again["again"] = serde_json::json!(true);
+    let continued = start(&host, "call_activity_of", &again).await;
+    let mut poems = Vec::new();
+    for activity in ["doc-poet/count_syllables", "count_syllables"] {
+        let mut input = call(activity);
+        input["input"] = serde_json::json!({"text": "tea"});
+        poems.push(start(&host, "call_activity_of", &input).await);
+    }
+
+    std::fs::copy(component("versioned-v2"), &file).unwrap();
+    wait_served(&host, "versioned", Some(&v1)).await;
+    let after = start(&host, "call_activity_of", &call("version")).await;
+    for id in [&before, &before_bare, &after, &continued] {
+        assert_eq!(raise(&host, id, "go", &Value::Null).await, 202);
+    }
+    // Continued as new after the replacement: a fresh execution pins what a
+    // fresh start would.
+    for (id, version) in [
+        (&before, "v1"),
+        (&before_bare, "v1"),
+        (&after, "v2"),
+        (&continued, "v2"),
+    ] {
+        let done = wait_for(&host, id, &["Completed", "Failed"]).await;
+        assert_eq!(
+            done["output"],
+            serde_json::json!({"ok": version}),
+            "{id}: {done}"
+        );
+    }
+
+    // Restarted with the files gone: version 1, and the tools-only
+    // component, come from the store.
+    host.kill();
+    std::fs::remove_file(&file).unwrap();
+    std::fs::remove_file(dir.path().join("components/doc-poet.wasm")).unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .start();
+    for id in &poems {
+        assert_eq!(raise(&host, id, "go", &Value::Null).await, 202);
+        let done = wait_for(&host, id, &["Completed", "Failed"]).await;
+        assert_eq!(
+            done["output"],
+            serde_json::json!({"ok": {"syllables": 2}}),
+            "{id}: {done}"
+        );
+    }
+    for id in [&after_restart, &after_restart_bare] {
+        assert_eq!(raise(&host, id, "go", &Value::Null).await, 202);
+        let done = wait_for(&host, id, &["Completed", "Failed"]).await;
+        assert_eq!(
+            done["output"],
+            serde_json::json!({"ok": "v1"}),
+            "{id}: {done}"
+        );
+    }
+    // A new instance finds no such component.
+    let late = start(&host, "call_activity_of", &call("versioned/version")).await;
+    assert_eq!(raise(&host, &late, "go", &Value::Null).await, 202);
+    let done = wait_for(&host, &late, &["Completed", "Failed"]).await;
+    assert_eq!(
+        done["output"]["error"],
+        "no served component is named 'versioned' (activity 'versioned/version')",
+        "{done}"
+    );
+}

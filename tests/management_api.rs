@@ -288,6 +288,40 @@ async fn list_filters_pages_and_purges() {
         "no instance on two pages"
     );
 
+    // By orchestration name; newest first, pages going back in time (the
+    // dashboard's order): the reverse of the oldest-first listing.
+    let named = get_json::<Vec<Value>>(format!("{base}?name=child")).await;
+    assert_eq!(named.len(), 3);
+    assert!(named.iter().all(|i| i["name"] == "child"), "{named:?}");
+    assert!(get_json::<Vec<Value>>(format!("{base}?name=chil"))
+        .await
+        .is_empty());
+    let mut newest = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut request = http.get(format!("{base}?top=3&newestFirst=true"));
+        if let Some(token) = &token {
+            request = request.header("x-ms-continuation-token", token);
+        }
+        let page = request.send().await.unwrap();
+        token = page
+            .headers()
+            .get("x-ms-continuation-token")
+            .map(|t| t.to_str().unwrap().to_string());
+        newest.extend(page.json::<Vec<Value>>().await.unwrap());
+        if token.is_none() {
+            break;
+        }
+    }
+    let reversed: Vec<&Value> = all.iter().rev().collect();
+    assert_eq!(
+        newest.iter().map(|i| &i["instanceId"]).collect::<Vec<_>>(),
+        reversed
+            .iter()
+            .map(|i| &i["instanceId"])
+            .collect::<Vec<_>>()
+    );
+
     // Purge: one finished instance, an unknown one, a running one, then by filter.
     let one = http
         .delete(instance_url(&host, "batch-0"))

@@ -2,10 +2,9 @@
 
 use serde_json::{json, Value};
 
-use crate::support::durable::{start, wait_for, wait_for_custom_status};
+use crate::support::durable::{start, wait_for};
 use crate::support::fake_model::echo_of;
 use crate::support::fake_model::Recorded;
-use crate::support::host::Host;
 use crate::support::{client, FakeModel, HostBuilder, Reply};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -160,95 +159,5 @@ async fn legitimate_mail_gets_a_drafted_reply_that_is_sent() {
         .contains("polite"));
 }
 
-async fn approval_host(dir: &std::path::Path, model: &FakeModel) -> Host {
-    HostBuilder::new(dir)
-        .components(&["writer", "approval"])
-        .openai(model, "sk")
-        .start()
-}
-
-async fn awaiting_approval(host: &Host, timeout_seconds: u64) -> String {
-    let id = start(
-        host,
-        "approval",
-        &json!({"topic": "tea", "timeout_seconds": timeout_seconds}),
-    )
-    .await;
-    let status = wait_for_custom_status(host, &id, "/state", &json!("awaiting_approval")).await;
-    assert_eq!(
-        status["customStatus"]["draft"],
-        echo_of("Write a short piece about tea.")
-    );
-    id
-}
-
-/// Posts a reviewer's decision to the approval's event route; its status.
-async fn decide(host: &Host, id: &str, decision: Value) -> u16 {
-    client()
-        .post(host.url(&format!("/api/approval/{id}")))
-        .json(&decision)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn approval_approved_through_its_event_route_publishes_the_draft() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = approval_host(dir.path(), &model).await;
-    let id = awaiting_approval(&host, 3600).await;
-    assert_eq!(decide(&host, &id, json!({"approved": true})).await, 202);
-    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
-    assert_eq!(
-        done["output"],
-        json!({"status": "published", "content": echo_of("Write a short piece about tea.")})
-    );
-    assert_eq!(model.requests().len(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn approval_rejected_with_feedback_revises_once_on_the_same_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = approval_host(dir.path(), &model).await;
-    let id = awaiting_approval(&host, 3600).await;
-    assert_eq!(
-        decide(
-            &host,
-            &id,
-            json!({"approved": false, "feedback": "Mention green tea."})
-        )
-        .await,
-        202
-    );
-    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
-    let revision = "Revise the piece using this feedback: Mention green tea.";
-    assert_eq!(
-        done["output"],
-        json!({"status": "revised", "content": echo_of(revision)})
-    );
-    let requests = model.requests();
-    assert_eq!(requests.len(), 2);
-    assert_eq!(
-        requests[1].transcript().len(),
-        4,
-        "the revision sees the draft exchange"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn approval_escalates_when_the_timer_fires_first_and_a_late_event_is_gone() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = approval_host(dir.path(), &model).await;
-    let id = awaiting_approval(&host, 1).await;
-    let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
-    assert_eq!(
-        done["output"],
-        json!({"status": "escalated", "content": echo_of("Write a short piece about tea.")})
-    );
-    assert_eq!(decide(&host, &id, json!({"approved": true})).await, 410);
-}
+// `approval` (approved, rejected, timed out) runs in tests/languages.rs,
+// beside its Python and JavaScript twins.

@@ -4,7 +4,10 @@
 //! - `/api/agents/writer/run` with the offline model through the real binary:
 //!   sequential latency, and requests/s with p50/p99 under concurrency;
 //! - hot reload: from writing a component file into the watched directory to
-//!   the first request it serves, with a cold compile and from the cache.
+//!   the first request it serves, with a cold compile and from the cache;
+//! - per guest language (Rust, Python, JavaScript): the `weather` twin's
+//!   size, load (cold and warm) and tool call into a fresh instance, and one
+//!   durable step (a `sequence` of 1 and of 10 activities through the binary).
 //!
 //! Medians and percentiles over many samples; nothing here asserts a speed.
 
@@ -46,6 +49,7 @@ fn main() -> anyhow::Result<()> {
     report += &tokio.block_on(component_loading(&components))?;
     report += &tokio.block_on(http_runs())?;
     report += &tokio.block_on(hot_reload())?;
+    report += &tokio.block_on(guest_languages())?;
     common::report(&report, true)
 }
 
@@ -261,4 +265,99 @@ async fn hot_reload() -> anyhow::Result<String> {
         fmt(percentile(&mut cached, 50.0)),
         fmt(percentile(&mut cached, 100.0)),
     ))
+}
+
+const LANG_COLD: usize = 3;
+const LANG_WARM: usize = 10;
+const LANG_CALLS: usize = 200;
+const LANG_RUNS: usize = 30;
+
+/// The same work in each guest language: what a language costs the host.
+async fn guest_languages() -> anyhow::Result<String> {
+    let mut out = String::from(
+        "## Guest languages\n\n\
+         The `weather` twins (sample-agents/weather, python/weather, js/weather) and one durable \
+         step (`sequence`: orchestration-tests in Rust, the `clock` test guests in Python and \
+         JavaScript; a step is one activity scheduled, run and its result replayed).\n\n\
+         | language | size | load cold (compile) | load warm (cache) | tool call, fresh instance p50 / p99 | `sequence` n=1 p50 | n=10 p50 | per step |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for (lang, weather, steps) in [
+        ("Rust", "weather", "orchestration-tests"),
+        ("Python", "python/weather", "python/clock"),
+        ("JavaScript", "js/weather", "js/clock"),
+    ] {
+        let file = common::component(weather)?;
+        let size = std::fs::metadata(&file)?.len();
+        let mut cold = Vec::new();
+        for _ in 0..LANG_COLD {
+            let cache = tempfile::tempdir()?;
+            let rt = runtime(cache.path())?;
+            let start = Instant::now();
+            rt.load(&file).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            cold.push(start.elapsed());
+        }
+        let cache = tempfile::tempdir()?;
+        let rt = runtime(cache.path())?;
+        let loaded = rt.load(&file).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut warm = Vec::new();
+        for _ in 0..LANG_WARM {
+            let again = runtime(cache.path())?;
+            let start = Instant::now();
+            again
+                .load(&file)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            warm.push(start.elapsed());
+        }
+        let mut calls = Vec::new();
+        for _ in 0..LANG_CALLS {
+            let start = Instant::now();
+            let result = rt
+                .invoke_activity(&loaded, "get_weather", r#"{"city":"Paris"}"#)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            calls.push(start.elapsed());
+            anyhow::ensure!(result.is_ok(), "{lang}: tool call failed: {result:?}");
+        }
+
+        let dir = tempfile::tempdir()?;
+        let host = BenchHost::start(dir.path(), &[steps])?;
+        let http = reqwest::Client::new();
+        let timed = |n: u32| {
+            let (http, base) = (http.clone(), host.base.clone());
+            async move {
+                let mut runs = Vec::new();
+                for _ in 0..LANG_RUNS {
+                    runs.push(
+                        common::workloads::run_to_completion(
+                            &http,
+                            &base,
+                            "sequence",
+                            serde_json::json!({ "n": n }),
+                        )
+                        .await?,
+                    );
+                }
+                anyhow::Ok(percentile(&mut runs, 50.0))
+            }
+        };
+        let one = timed(1).await?;
+        let ten = timed(10).await?;
+        out += &format!(
+            "| {lang} | {} KiB | {} | {} | {} / {} | {} | {} | {} |\n",
+            size / 1024,
+            fmt(percentile(&mut cold, 50.0)),
+            fmt(percentile(&mut warm, 50.0)),
+            fmt(percentile(&mut calls, 50.0)),
+            fmt(percentile(&mut calls, 99.0)),
+            fmt(one),
+            fmt(ten),
+            fmt(ten.saturating_sub(one) / 9)
+        );
+    }
+    out += "\nMedians; cold loads are 3 into fresh cache directories, warm 10 by new runtimes \
+            sharing one, tool calls 200 into fresh instances, `sequence` 30 sequential runs \
+            (SQLite store, the release binary).\n\n";
+    Ok(out)
 }

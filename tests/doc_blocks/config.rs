@@ -209,3 +209,26 @@ async fn the_prometheus_scrape_config_scrapes_metrics_with_the_admin_key() {
     let anonymous = client().get(host.url(path)).send().await.unwrap();
     assert_eq!(anonymous.status(), 401);
 }
+
+/// The side-by-side excerpts of docs/components.md are the samples' own
+/// code, word for word (the samples run in tests/languages.rs).
+#[test]
+fn the_three_languages_of_components_md_are_the_samples_code() {
+    let blocks = claimed("the_three_languages_of_components_md_are_the_samples_code");
+    assert_eq!(blocks.len(), 3);
+    for block in blocks {
+        let sample = match block.info.as_str() {
+            "rust" => "sample-agents/weather/src/lib.rs",
+            "python" => "sample-agents/python/weather/app.py",
+            "js" => "sample-agents/js/weather/app.js",
+            other => panic!("{}: a ```{other} block", block.at()),
+        };
+        let code = std::fs::read_to_string(workspace().join(sample)).unwrap();
+        assert!(
+            code.contains(block.text.trim_end()),
+            "{} is not the code of {sample}:\n{}",
+            block.at(),
+            block.text
+        );
+    }
+}

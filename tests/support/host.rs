@@ -141,7 +141,8 @@ impl HostBuilder {
         let components = self.dir.join("components");
         std::fs::create_dir_all(&components).unwrap();
         for name in &self.components {
-            let target = components.join(format!("{name}.wasm"));
+            let file = name.rsplit('/').next().unwrap_or(name);
+            let target = components.join(format!("{file}.wasm"));
             if !target.exists() {
                 std::fs::copy(component(name), target).unwrap();
             }

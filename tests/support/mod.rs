@@ -25,7 +25,20 @@ pub fn workspace() -> PathBuf {
 /// `target/components/NAME.wasm` (a sample, built by `make components`) or
 /// `target/test-components/NAME.wasm` (a test guest, built by `make test-components`).
 /// `make test` builds both once per run.
+/// The built component `name`: a sample or test guest, or `python/NAME`
+/// and `js/NAME` for the samples' Python and JavaScript twins.
 pub fn component(name: &str) -> PathBuf {
+    if let Some((lang, name)) = name.split_once('/') {
+        let path = workspace()
+            .join(format!("target/components-{lang}"))
+            .join(format!("{name}.wasm"));
+        assert!(
+            path.exists(),
+            "component {} is missing: run `make language-components` (or `make test`, which builds them first)",
+            path.display()
+        );
+        return path;
+    }
     for dir in ["target/components", "target/test-components"] {
         let path = workspace().join(dir).join(format!("{name}.wasm"));
         if path.exists() {

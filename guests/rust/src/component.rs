@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::bindings::agenthost::host::types as wit;
 use crate::bindings::exports::agenthost::host::agent_settings as settings_wit;
+use crate::bindings::exports::agenthost::host::orchestration_inputs as inputs_wit;
 use crate::orchestration::Orchestration;
 use crate::tool::Tool;
 
@@ -62,6 +63,18 @@ impl Component {
         self.agents
             .iter()
             .filter_map(Agent::settings_to_wit)
+            .collect()
+    }
+
+    pub(crate) fn input_schemas(&self) -> Vec<inputs_wit::InputSchema> {
+        self.orchestrations
+            .iter()
+            .filter_map(|o| {
+                o.input_schema_text().map(|schema| inputs_wit::InputSchema {
+                    orchestration: o.name().to_string(),
+                    schema,
+                })
+            })
             .collect()
     }
 

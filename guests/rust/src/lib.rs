@@ -60,14 +60,14 @@ pub use tool::{Approval, Tool, ToolError};
 // the `export!` macro uses from the component's crate.
 extern crate self as agenthost_guest;
 
-/// Bindings generated from `wit/` (the `agenthost-component-with-settings`
-/// world: the component, and its agents' settings). Public so that
+/// Bindings generated from `wit/` (the `agenthost-sdk-component` world: the
+/// component, its agents' settings and its orchestrations' input schemas). Public so that
 /// [`export!`] can reach them from the component's crate; not part of the API.
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "agenthost-component-with-settings",
+        world: "agenthost-sdk-component",
         pub_export_macro: true,
         export_macro_name: "export_bindings",
         default_bindings_module: "agenthost_guest::bindings",
@@ -114,6 +114,12 @@ pub mod __private {
         component: &Component,
     ) -> Vec<crate::bindings::exports::agenthost::host::agent_settings::Settings> {
         component.agent_settings()
+    }
+
+    pub fn input_schemas(
+        component: &Component,
+    ) -> Vec<crate::bindings::exports::agenthost::host::orchestration_inputs::InputSchema> {
+        component.input_schemas()
     }
 }
 
@@ -163,6 +169,16 @@ macro_rules! export {
                 $crate::bindings::exports::agenthost::host::agent_settings::Settings,
             > {
                 $crate::__private::agent_settings(Self::component())
+            }
+        }
+
+        impl $crate::bindings::exports::agenthost::host::orchestration_inputs::Guest
+            for __AgenthostExports
+        {
+            fn input_schemas() -> ::std::vec::Vec<
+                $crate::bindings::exports::agenthost::host::orchestration_inputs::InputSchema,
+            > {
+                $crate::__private::input_schemas(Self::component())
             }
         }
 

@@ -26,6 +26,7 @@ pub struct Orchestration {
     description: String,
     routes: Vec<String>,
     event_routes: Vec<(String, String)>,
+    input_schema: Option<fn() -> String>,
     body: Body,
 }
 
@@ -60,8 +61,31 @@ impl Orchestration {
             description: String::new(),
             routes: Vec::new(),
             event_routes: Vec::new(),
+            input_schema: None,
             body,
         }
+    }
+
+    /// Declares the JSON Schema of the input (derived from `T`, usually
+    /// the orchestration's own input type): the host then refuses a start
+    /// whose input does not match with 400, naming what is wrong, and
+    /// shows the schema in `inspect` and `/api/components`.
+    ///
+    /// ```
+    /// use agenthost_guest::{Context, Orchestration};
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Request { topic: String }
+    /// fn write(ctx: &Context, r: Request) -> Result<String, String> {
+    ///     Ok(ctx.call_agent("writer", r.topic).wait()?)
+    /// }
+    /// let orchestration = Orchestration::new("write", write).input_schema::<Request>();
+    /// ```
+    pub fn input_schema<T: JsonSchema>(mut self) -> Self {
+        self.input_schema = Some(|| {
+            serde_json::to_string(&schemars::schema_for!(T))
+                .unwrap_or_else(|_| String::from("true"))
+        });
+        self
     }
 
     pub fn description(mut self, description: impl Into<String>) -> Self {
@@ -84,6 +108,11 @@ impl Orchestration {
 
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The declared input schema, as JSON text.
+    pub(crate) fn input_schema_text(&self) -> Option<String> {
+        self.input_schema.map(|schema| schema())
     }
 
     pub(crate) fn run(&self, input: &str) -> Result<String, String> {

@@ -15,8 +15,21 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A built component: `target/components/NAME.wasm` or `target/test-components/NAME.wasm`.
+/// A built component: `target/components/NAME.wasm` or
+/// `target/test-components/NAME.wasm`; `python/NAME` and `js/NAME` in
+/// `target/components-python` and `target/components-js`.
 pub fn component(name: &str) -> anyhow::Result<PathBuf> {
+    if let Some((lang, name)) = name.split_once('/') {
+        let path = root()
+            .join(format!("target/components-{lang}"))
+            .join(format!("{name}.wasm"));
+        anyhow::ensure!(
+            path.exists(),
+            "{} is missing: run `make language-components` first",
+            path.display()
+        );
+        return Ok(path);
+    }
     for dir in ["target/components", "target/test-components"] {
         let path = root().join(dir).join(format!("{name}.wasm"));
         if path.exists() {
@@ -63,7 +76,8 @@ impl BenchHost {
         let component_dir = dir.join("components");
         std::fs::create_dir_all(&component_dir)?;
         for name in components {
-            let target = component_dir.join(format!("{name}.wasm"));
+            let file = name.rsplit('/').next().unwrap_or(name);
+            let target = component_dir.join(format!("{file}.wasm"));
             if !target.exists() {
                 std::fs::copy(component(name)?, target)?;
             }

@@ -1,7 +1,11 @@
-//! `agenthost build [DIR] [--into COMPONENTS]`: builds the Rust component
-//! project in DIR for `wasm32-wasip2` (the plain target: a component comes
-//! out of `cargo build` directly, with no `cargo component` to install),
-//! checks that it loads as a host would load it, and says where it went.
+//! `agenthost build [DIR] [--into COMPONENTS]`: builds the component
+//! project in DIR, checks that it loads as a host would load it, and says
+//! where it went. The language is told by the project's files: Rust
+//! (`Cargo.toml`) builds for `wasm32-wasip2` (the plain target: a
+//! component comes out of `cargo build` directly, with no `cargo component`
+//! to install), Python (`app.py`) with componentize-py, JavaScript
+//! (`app.js`, or TypeScript's `app.ts`) bundled by rolldown and built with
+//! componentize-js.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -11,16 +15,34 @@ use anyhow::{bail, Context};
 
 const TARGET: &str = "wasm32-wasip2";
 
+/// The world every SDK builds against (the component and its agents' settings).
+const WORLD: &str = "agenthost-sdk-component";
+
+/// The pinned guest toolchains, as the errors that ask for them say.
+const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.19.3 rolldown@1.3.2";
+
 pub(crate) async fn build(dir: &Path, into: Option<&Path>) -> anyhow::Result<()> {
     let manifest = dir.join("Cargo.toml");
-    if !manifest.is_file() {
+    let (package, built) = if manifest.is_file() {
+        (package_name(&manifest)?, cargo_build(&manifest).await?)
+    } else if dir.join("app.py").is_file() {
+        let name = project_name(dir, "pyproject.toml")?;
+        let built = python_build(dir, &name).await?;
+        (name, built)
+    } else if let Some(entry) = ["app.js", "app.ts"]
+        .into_iter()
+        .find(|entry| dir.join(entry).is_file())
+    {
+        let name = project_name(dir, "package.json")?;
+        let built = js_build(dir, &name, entry).await?;
+        (name, built)
+    } else {
         bail!(
-            "{} has no Cargo.toml: `agenthost build` builds Rust component projects (`agenthost new` makes one)",
+            "{} has no Cargo.toml, app.py, app.js or app.ts: `agenthost build` builds component projects (`agenthost new` makes one)",
             dir.display()
         );
-    }
-    let package = package_name(&manifest)?;
-    let built = cargo_build(&manifest).await?;
+    };
     let (runtime, cache) = crate::server::local_runtime()?;
     let loaded = runtime.load(&built).await;
     let _ = std::fs::remove_dir_all(&cache);
@@ -162,4 +184,152 @@ async fn cargo_build(manifest: &Path) -> anyhow::Result<PathBuf> {
         );
     }
     wasm.context("cargo built no .wasm: the package needs `crate-type = [\"cdylib\"]` in [lib]")
+}
+
+/// The component's name: `name` of `pyproject.toml`'s `[project]` or of
+/// `package.json`, else the folder's name.
+fn project_name(dir: &Path, file: &str) -> anyhow::Result<String> {
+    let path = dir.join(file);
+    let named = match std::fs::read_to_string(&path) {
+        Ok(text) if file.ends_with(".toml") => toml::from_str::<toml::Table>(&text)
+            .with_context(|| format!("{} is not TOML", path.display()))?
+            .get("project")
+            .and_then(|p| p.get("name"))
+            .and_then(|n| n.as_str())
+            .map(str::to_string),
+        // A scoped npm name (`@acme/weather`) gives `weather`.
+        Ok(text) => serde_json::from_str::<serde_json::Value>(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?
+            .get("name")
+            .and_then(|n| n.as_str())
+            .map(|n| n.rsplit('/').next().unwrap_or(n).to_string()),
+        Err(_) => None,
+    };
+    let name = named.or_else(|| {
+        std::fs::canonicalize(dir)
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+    });
+    name.filter(|n| !n.is_empty() && !n.contains(['/', '\\']))
+        .with_context(|| {
+            format!(
+                "cannot tell the component's name: give it in {}",
+                path.display()
+            )
+        })
+}
+
+/// A tool of the project (`node_modules/.bin`, or its virtualenv
+/// `.venv/bin`) or else of `PATH`.
+fn find_tool(dir: &Path, name: &str) -> Option<PathBuf> {
+    for local in ["node_modules/.bin", ".venv/bin"] {
+        let local = dir.join(local).join(name);
+        if local.is_file() {
+            return Some(local);
+        }
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|p| p.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Runs `program` with its output on our stderr (stdout stays the build's
+/// own report); killed if the build is dropped (`dev` stopping).
+async fn run_tool(program: &Path, args: &[&std::ffi::OsStr], dir: &Path) -> anyhow::Result<()> {
+    let status = tokio::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::from(std::io::stderr()))
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .status()
+        .await
+        .with_context(|| format!("cannot run {}", program.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", program.display());
+    }
+    Ok(())
+}
+
+/// componentize-py over `app.py`, with the project's folder (its vendored
+/// `agenthost/` SDK) on the module path, against its `wit/`.
+async fn python_build(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let tool = find_tool(dir, "componentize-py").with_context(|| {
+        format!("componentize-py is not on PATH: pip install {COMPONENTIZE_PY}")
+    })?;
+    let dir =
+        std::fs::canonicalize(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let out = dir.join("build").join(format!("{name}.wasm"));
+    std::fs::create_dir_all(dir.join("build")).context("cannot create build/")?;
+    let wit = dir.join("wit");
+    run_tool(
+        &tool,
+        &[
+            "-d".as_ref(),
+            wit.as_os_str(),
+            "-w".as_ref(),
+            WORLD.as_ref(),
+            "componentize".as_ref(),
+            "-p".as_ref(),
+            dir.as_os_str(),
+            "app".as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ],
+        &dir,
+    )
+    .await?;
+    Ok(out)
+}
+
+/// rolldown bundles `entry` (`app.js`, or `app.ts`, whose types it strips
+/// without checking them) and what it imports into one module (the host's
+/// interfaces stay imports), then componentize-js makes the component, with
+/// WASI's clocks, randomness and stdio (no HTTP).
+async fn js_build(dir: &Path, name: &str, entry: &str) -> anyhow::Result<PathBuf> {
+    let missing = |tool: &str| {
+        format!("{tool} is not in node_modules/.bin or on PATH: npm install {COMPONENTIZE_JS}")
+    };
+    let rolldown = find_tool(dir, "rolldown").with_context(|| missing("rolldown"))?;
+    let componentize =
+        find_tool(dir, "componentize-js").with_context(|| missing("componentize-js"))?;
+    let dir =
+        std::fs::canonicalize(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    std::fs::create_dir_all(dir.join("build")).context("cannot create build/")?;
+    let bundle = dir.join("build/app.bundle.js");
+    let out = dir.join("build").join(format!("{name}.wasm"));
+    run_tool(
+        &rolldown,
+        &[
+            dir.join(entry).as_os_str(),
+            "--file".as_ref(),
+            bundle.as_os_str(),
+            "--format".as_ref(),
+            "esm".as_ref(),
+            "--external".as_ref(),
+            "agenthost:host/durable@0.1.0,agenthost:host/logging@0.1.0,agenthost:host/types@0.1.0"
+                .as_ref(),
+        ],
+        &dir,
+    )
+    .await?;
+    let wit = dir.join("wit");
+    run_tool(
+        &componentize,
+        &[
+            bundle.as_os_str(),
+            "--wit".as_ref(),
+            wit.as_os_str(),
+            "--world-name".as_ref(),
+            WORLD.as_ref(),
+            "--disable".as_ref(),
+            "http".as_ref(),
+            "fetch-event".as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ],
+        &dir,
+    )
+    .await?;
+    Ok(out)
 }

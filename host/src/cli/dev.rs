@@ -79,6 +79,10 @@ async fn rebuild_on_save(dir: PathBuf, components: PathBuf) {
         (dir.clone(), RecursiveMode::NonRecursive),
         (dir.join("src"), RecursiveMode::Recursive),
     ] {
+        // Python and JavaScript projects keep their sources at the top.
+        if !watched.exists() {
+            continue;
+        }
         if let Err(e) = watcher.watch(&watched, mode) {
             tracing::warn!(path = %watched.display(), error = %e, "cannot watch");
         }
@@ -93,8 +97,16 @@ async fn rebuild_on_save(dir: PathBuf, components: PathBuf) {
     }
 }
 
-/// Rust sources and the manifest; not the editors' swap and backup files.
+/// Sources (Rust, Python, JavaScript, TypeScript, WIT) and manifests; not
+/// the editors' swap and backup files.
 fn is_source(path: &Path) -> bool {
-    path.extension().is_some_and(|x| x == "rs" || x == "wit")
-        || path.file_name().is_some_and(|n| n == "Cargo.toml")
+    path.extension().is_some_and(|x| {
+        ["rs", "wit", "py", "js", "mjs", "ts", "mts"]
+            .iter()
+            .any(|s| x == *s)
+    }) || path.file_name().is_some_and(|n| {
+        ["Cargo.toml", "pyproject.toml", "package.json"]
+            .iter()
+            .any(|m| n == *m)
+    })
 }

@@ -54,15 +54,18 @@ pub(crate) enum Command {
         file: PathBuf,
     },
     /// Make a ready project for a component: an agent with a tool, or an
-    /// orchestration with an approval wait (Rust, the guest SDK vendored).
+    /// orchestration with an approval wait (Rust, Python or JavaScript, the
+    /// language's guest SDK vendored).
     New {
         #[command(subcommand)]
         what: NewCommand,
     },
-    /// Build the component project in DIR (default: here) for
-    /// wasm32-wasip2, check that it loads, and say where it went.
+    /// Build the component project in DIR (default: here): Rust with cargo
+    /// for wasm32-wasip2, Python with componentize-py, JavaScript with
+    /// rolldown and componentize-js; check that it loads, and say where it
+    /// went.
     Build {
-        /// The project folder (its Cargo.toml).
+        /// The project folder (its Cargo.toml, app.py or app.js).
         #[arg(default_value = ".")]
         dir: PathBuf,
         /// A components directory to put NAME.wasm into (a serving host
@@ -74,7 +77,7 @@ pub(crate) enum Command {
     /// offline model unless one is configured), and build it again on each
     /// save: the host loads every good build at once.
     Dev {
-        /// The project folder (its Cargo.toml).
+        /// The project folder (its Cargo.toml, app.py or app.js).
         #[arg(default_value = ".")]
         dir: PathBuf,
         /// The port to serve on (0: any free one, printed).
@@ -103,9 +106,9 @@ pub(crate) struct NewArgs {
     /// The folder to write (default: ./NAME).
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The language: only `rust` so far.
-    #[arg(long, default_value = "rust")]
-    pub lang: String,
+    /// The project's language.
+    #[arg(long, value_enum, default_value = "rust")]
+    pub lang: scaffold::Lang,
 }
 
 #[derive(Debug, Subcommand)]
@@ -300,14 +303,8 @@ fn new_project(what: NewCommand) -> anyhow::Result<()> {
         NewCommand::Agent(args) => (scaffold::Kind::Agent, args),
         NewCommand::Orchestration(args) => (scaffold::Kind::Orchestration, args),
     };
-    if args.lang != "rust" {
-        anyhow::bail!(
-            "--lang {}: only rust projects can be made so far (Python and JavaScript guests are planned)",
-            args.lang
-        );
-    }
     let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
-    scaffold::create(kind, &args.name, &dir)?;
+    scaffold::create(kind, args.lang, &args.name, &dir)?;
     println!("created {}", dir.display());
     println!(
         "  build it: agenthost build {} --into COMPONENTS_DIR",

@@ -1,11 +1,27 @@
-//! `agenthost new agent|orchestration NAME`: a ready Rust project for one
-//! component, with the guest SDK vendored into it (`vendor/`), so that it
-//! builds anywhere with `cargo` and the `wasm32-wasip2` target: no sibling
-//! checkout of agenthost, no git dependency, no crate to publish first.
+//! `agenthost new agent|orchestration NAME [--lang rust|python|js]`: a
+//! ready project for one component, with the guest SDK of its language
+//! vendored into it (Rust: `vendor/`; Python: `agenthost/`; JavaScript:
+//! `agenthost.js`) and the WIT it binds, so that it builds anywhere with
+//! that language's toolchain: no sibling checkout of agenthost, no git
+//! dependency, no package to publish first.
+
+mod js;
+mod python;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+
+/// The language of a project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Lang {
+    Rust,
+    Python,
+    Js,
+}
+
+/// The WIT every language's SDK binds, as this binary serves it.
+const WIT: &str = include_str!("../../../wit/agenthost.wit");
 
 /// The guest SDK as this binary was built with it (and the WIT it binds).
 const SDK_FILES: &[(&str, &str)] = &[
@@ -29,10 +45,7 @@ const SDK_FILES: &[(&str, &str)] = &[
         "src/http.rs",
         include_str!("../../../guests/rust/src/http.rs"),
     ),
-    (
-        "wit/agenthost.wit",
-        include_str!("../../../wit/agenthost.wit"),
-    ),
+    ("wit/agenthost.wit", WIT),
 ];
 
 /// The SDK's manifest outside this repository's workspace.
@@ -60,7 +73,12 @@ pub(crate) enum Kind {
 
 /// Writes the project for `name` into `dir` (which must not exist or be
 /// empty) and returns what it wrote.
-pub(crate) fn create(kind: Kind, name: &str, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn create(
+    kind: Kind,
+    lang: Lang,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
     check_name(name)?;
     if dir.exists()
         && std::fs::read_dir(dir)
@@ -74,18 +92,46 @@ pub(crate) fn create(kind: Kind, name: &str, dir: &Path) -> anyhow::Result<Vec<P
         );
     }
     let ident = name.replace('-', "_");
+    let files: Vec<(PathBuf, String)> = match lang {
+        Lang::Rust => rust_files(kind, name, &ident),
+        Lang::Python => python::files(kind, name, &ident)
+            .into_iter()
+            .chain([("wit/agenthost.wit".to_string(), WIT.to_string())])
+            .map(|(p, t)| (PathBuf::from(p), t))
+            .collect(),
+        Lang::Js => js::files(kind, name, &ident)
+            .into_iter()
+            .chain([("wit/agenthost.wit".to_string(), WIT.to_string())])
+            .map(|(p, t)| (PathBuf::from(p), t))
+            .collect(),
+    };
+    let mut written = Vec::new();
+    for (path, text) in files {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// The Rust project: a cdylib crate and the SDK vendored under `vendor/`.
+fn rust_files(kind: Kind, name: &str, ident: &str) -> Vec<(PathBuf, String)> {
     let code = match kind {
         Kind::Agent => AGENT.replace("{name}", name),
         Kind::Orchestration => ORCHESTRATION
             .replace("{name}", name)
-            .replace("{ident}", &ident),
+            .replace("{ident}", ident),
     };
     let readme = match kind {
         Kind::Agent => AGENT_README,
         Kind::Orchestration => ORCHESTRATION_README,
     }
     .replace("{name}", name)
-    .replace("{ident}", &ident);
+    .replace("{ident}", ident);
     let mut files: Vec<(PathBuf, String)> = vec![
         ("Cargo.toml".into(), MANIFEST.replace("{name}", name)),
         ("src/lib.rs".into(), code),
@@ -101,17 +147,7 @@ pub(crate) fn create(kind: Kind, name: &str, dir: &Path) -> anyhow::Result<Vec<P
         let text = text.replace("path: \"../../wit\"", "path: \"wit\"");
         files.push((Path::new("vendor/agenthost-guest").join(path), text));
     }
-    let mut written = Vec::new();
-    for (path, text) in files {
-        let path = dir.join(path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
-        }
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-        written.push(path);
-    }
-    Ok(written)
+    files
 }
 
 /// A name that is a crate name, a file stem and an agent's URL segment.
@@ -289,9 +325,12 @@ const ORCHESTRATION: &str = r##"//! The `{name}` orchestration: two steps with a
 use std::time::Duration;
 
 use agenthost_guest::{Agent, Component, Context, Orchestration};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Deserialize)]
+/// The start request's body; a body that does not match its schema is
+/// refused with 400 before anything runs.
+#[derive(Deserialize, JsonSchema)]
 pub struct Request {
     pub topic: String,
 }
@@ -334,7 +373,8 @@ fn component() -> Component {
         .orchestration(
             Orchestration::new("{name}", {ident})
                 .route("{name}/run")
-                .event_route("{name}/approve/{instanceId}", "approval"),
+                .event_route("{name}/approve/{instanceId}", "approval")
+                .input_schema::<Request>(),
         )
 }
 
@@ -404,7 +444,13 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad}");
         }
         let dir = tempfile::tempdir().unwrap();
-        let written = create(Kind::Agent, "hello-world", &dir.path().join("h")).unwrap();
+        let written = create(
+            Kind::Agent,
+            Lang::Rust,
+            "hello-world",
+            &dir.path().join("h"),
+        )
+        .unwrap();
         assert!(written
             .iter()
             .any(|p| p.ends_with("vendor/agenthost-guest/wit/agenthost.wit")));
@@ -414,7 +460,7 @@ mod tests {
             lib.contains("path: \"wit\""),
             "the vendored SDK binds its own WIT"
         );
-        let err = create(Kind::Agent, "again", &dir.path().join("h")).unwrap_err();
+        let err = create(Kind::Agent, Lang::Rust, "again", &dir.path().join("h")).unwrap_err();
         assert!(err.to_string().contains("not empty"), "{err}");
     }
 }

@@ -40,7 +40,10 @@ pub enum Effect {
     /// over; raised events not yet taken are carried into it.
     NewExecution {
         input: String,
+        /// The component version it moves to, if it moves.
         digest: Option<String>,
+        /// With `digest`: the activity set it pins from then on.
+        activity_set: Option<String>,
         carried: Vec<Event>,
     },
     /// Drop the execution's pending tasks and inbox (it is over).

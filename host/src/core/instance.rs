@@ -100,6 +100,9 @@ pub struct NewInstance {
     pub input: String,
     /// The component version it runs on.
     pub digest: String,
+    /// The versions of other components' activities it calls: the activity
+    /// set served when it started (`None`: no other component served any).
+    pub activity_set: Option<String>,
     pub parent: Option<ParentRef>,
     /// The trace its episodes continue (W3C `traceparent`), if any.
     pub traceparent: Option<String>,

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use super::{DurableError, Orchestrator};
 use crate::core::journal::Entry;
 use crate::core::lifecycle::Change;
-use crate::store::{InstanceFilter, InstanceRecord, Operation, PendingCall, RunRecord};
+use crate::store::{
+    InstanceFilter, InstanceRecord, Operation, PendingCall, RunRecord, VersionInUse,
+};
 
 /// An instance and, when asked for, what it did.
 #[derive(Debug)]
@@ -79,6 +81,11 @@ impl Orchestrator {
         after: Option<(i64, String)>,
     ) -> Result<Vec<InstanceRecord>, DurableError> {
         Ok(self.store.list_instances(filter, top, after).await?)
+    }
+
+    /// The component versions instances not ended run on, with how many.
+    pub async fn versions_in_use(&self) -> Result<Vec<VersionInUse>, DurableError> {
+        Ok(self.store.versions_in_use().await?)
     }
 
     /// Deletes finished instances matching `filter`, in a bounded time.

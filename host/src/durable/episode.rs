@@ -433,11 +433,20 @@ async fn decide_by_code(
         })
         .collect();
     let child_digests = orchestrator.child_digests(component.as_deref(), &calls);
-    // A fresh execution has no journal to replay: it may run the newest code.
-    let continue_on = orchestrator
-        .registry
-        .orchestration(name)
+    // A fresh execution has no journal to replay: it may run the newest
+    // code, and pins the activities served now, as a fresh start would.
+    let served_now = orchestrator.registry.orchestration(name);
+    let continue_on = served_now
+        .as_ref()
         .map(|served| served.component.digest.clone());
+    let continuing = calls
+        .iter()
+        .any(|c| matches!(c, crate::core::journal::Call::ContinueAsNew { .. }));
+    let activity_set = served_now.filter(|_| continuing).and_then(|served| {
+        orchestrator
+            .registry
+            .current_activity_set(&served.component.name)
+    });
     let episode = Episode {
         stale: sorted.stale,
         arrived,
@@ -447,11 +456,20 @@ async fn decide_by_code(
         untaken,
         digest: digest.clone(),
         child_digests,
+        activity_set,
+        own_activity_set: hot.loaded.activity_set.clone(),
         continue_on,
         at: now,
     };
     let limits = &orchestrator.config.limits;
-    let effects = lifecycle::decide(Some(state), Command::EndEpisode { episode, limits }).effects;
+    let effects = lifecycle::decide(
+        Some(state),
+        Command::EndEpisode {
+            episode: Box::new(episode),
+            limits,
+        },
+    )
+    .effects;
     if let Some(reason) = Effect::failure(&effects) {
         tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }

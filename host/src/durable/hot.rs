@@ -331,6 +331,7 @@ mod tests {
                 created_at: 0,
                 owner: None,
                 traceparent: None,
+                activity_set: None,
             },
             journal: Vec::new(),
             inbox: Vec::new(),

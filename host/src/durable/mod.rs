@@ -19,7 +19,7 @@ mod task_outcome;
 mod tasks;
 
 /// The records callers of this service read and the operations they ask for.
-pub use crate::store::{InstanceFilter, InstanceRecord, Operation};
+pub use crate::store::{InstanceFilter, InstanceRecord, Operation, VersionInUse};
 pub use orchestrator::{Orchestrator, OrchestratorConfig};
 
 use crate::core::limits::LimitError;
@@ -31,6 +31,11 @@ pub enum DurableError {
     UnknownOrchestration {
         name: String,
         registered: Vec<String>,
+    },
+    #[error("the input of orchestration '{orchestration}' does not match its input schema: {}", problems.join("; "))]
+    InputRefused {
+        orchestration: String,
+        problems: Vec<String>,
     },
     #[error("instance '{0}' already exists and is not finished")]
     AlreadyExists(String),

@@ -442,6 +442,20 @@ impl Orchestrator {
             }
         })?;
         self.config.limits.check_payload("input", &input)?;
+        if let Some(schema) = served
+            .component
+            .manifest
+            .orchestration(name)
+            .and_then(|o| o.input_schema.as_ref())
+        {
+            let problems = schema.problems(&input);
+            if !problems.is_empty() {
+                return Err(DurableError::InputRefused {
+                    orchestration: name.to_string(),
+                    problems,
+                });
+            }
+        }
         let id = instance_id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
         if !ids::valid_instance_id(&id) {
             return Err(DurableError::BadInstanceId);
@@ -451,6 +465,7 @@ impl Orchestrator {
             name: name.to_string(),
             input,
             digest: served.component.digest.clone(),
+            activity_set: self.registry.current_activity_set(&served.component.name),
             parent: None,
             traceparent: crate::telemetry::current_traceparent(),
         };

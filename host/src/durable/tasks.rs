@@ -2,6 +2,7 @@
 //! the same run queue and session store as HTTP runs. The result goes to the
 //! committer, where the core decides: deliver, retry, or drop as stale.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -10,8 +11,9 @@ use super::Orchestrator;
 use crate::agents::normalize_response_format;
 use crate::core::ids;
 use crate::core::journal::Call;
+use crate::registry::ActivityLookup;
 use crate::store::{NewRun, RunStatus, SessionKey, StoreError, TaskRow};
-use crate::wasm::ActivityFailure;
+use crate::wasm::{ActivityFailure, LoadedComponent};
 
 pub use super::task_outcome::Outcome;
 
@@ -87,12 +89,17 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
             Err(outcome) => return outcome,
         };
     // Its own component's activity, else one another component serves (by
-    // its name, or `component/activity`), in that component's current version.
+    // its name, or `component/activity`), in the version the instance
+    // pinned when it started.
     let (component, name) = match component.manifest.activity(name) {
         Some(_) => (component, name.to_string()),
-        None => match orchestrator.registry.activity_provider(name) {
+        None => match other_component_activity(orchestrator, row, name).await {
             Ok(found) => found,
-            Err(why) => {
+            Err(ActivityLookup::Later(why)) => {
+                tracing::warn!(instance_id = %row.instance_id, activity = name, %why, "cannot reach the pinned activity version now; the activity runs later");
+                return Outcome::Interrupted;
+            }
+            Err(ActivityLookup::Refused(why)) => {
                 // Counted as a failed call, under `unknown`: names orchestration
                 // code makes up are never labels.
                 crate::metrics::activity("unknown", std::time::Duration::ZERO, false);
@@ -125,6 +132,24 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
         Ok(Err(failure)) => Err(format!("activity '{name}' failed: {failure}")),
         Err(guest) => Err(guest.to_string()),
     })
+}
+
+/// The version of another component that runs activity `name` for the
+/// task's instance: the one of the activity set it started with.
+async fn other_component_activity(
+    orchestrator: &Orchestrator,
+    row: &TaskRow,
+    name: &str,
+) -> Result<(Arc<LoadedComponent>, String), ActivityLookup> {
+    let set = orchestrator
+        .store
+        .instance_activity_set(&row.instance_id)
+        .await
+        .map_err(|e| ActivityLookup::Later(e.to_string()))?;
+    orchestrator
+        .registry
+        .pinned_activity_provider(set.as_deref(), name)
+        .await
 }
 
 /// Agent calls are runs like any other: stored before they execute, resumed

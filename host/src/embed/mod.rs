@@ -276,6 +276,7 @@ impl AgentHost {
                 health_enabled: args.enable_health_check,
                 mcp_enabled: args.mcp,
                 max_body_bytes: args.max_body_bytes,
+                body_timeout: args.body_timeout,
                 wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
                 keys,
             }),

@@ -63,7 +63,7 @@ pub async fn run(
     body: Body,
 ) -> Result<Response, ApiError> {
     let agent = state.runs.served(&name)?;
-    let bytes = read_limited(&headers, body, state.config.max_body_bytes).await?;
+    let bytes = read_limited(&headers, body, &state.config).await?;
     let request = parse(&headers, &bytes)?;
     let contract = run_request::resolve(
         headers.get(WAIT_HEADER).and_then(|v| v.to_str().ok()),

@@ -55,7 +55,7 @@ pub async fn decide(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let body = read_limited(&headers, body, state.config.max_body_bytes).await?;
+    let body = read_limited(&headers, body, &state.config).await?;
     let body: DecisionBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(
             "invalid_decision",

@@ -3,7 +3,7 @@
 //! answers. What each route needs is [`super::keys::required_scope`]; what a
 //! token is, [`super::keys`].
 
-use axum::extract::{MatchedPath, RawPathParams, Request, State};
+use axum::extract::{MatchedPath, OriginalUri, RawPathParams, Request, State};
 use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -43,8 +43,30 @@ pub(super) fn token_opens(method: &Method, route: &str) -> Option<(Grant, &'stat
     }
 }
 
+/// The header the dashboard's page sends with every request that changes
+/// something. A browser sends Basic credentials it holds to this host
+/// whoever made the page that asks: another site's form could post with
+/// them. It cannot add this header (a cross-origin request with it needs a
+/// CORS preflight, which this host never grants), so a change authorized by
+/// Basic credentials without it is refused.
+pub(super) const DASHBOARD_HEADER: &str = "x-agenthost-dashboard";
+
+/// Whether the request came to the dashboard (its page, its feed, or the API
+/// mounted again under it): the one place Basic credentials count.
+fn to_dashboard(request: &Request) -> bool {
+    let path = request
+        .extensions()
+        .get::<OriginalUri>()
+        .map_or_else(|| request.uri().path(), |uri| uri.0.path());
+    path == "/dashboard" || path.starts_with("/dashboard/")
+}
+
 /// The key a request presents: `Authorization: Bearer`, `x-api-key`,
-/// `x-functions-key` (as the function host reads it) or `?code=`.
+/// `x-functions-key` (as the function host reads it), `?code=`, or, to the
+/// dashboard alone, HTTP Basic with the key as the password (how a browser
+/// signs in to the dashboard and then sends the key on each of the page's
+/// requests). A Basic key presented to a change without the dashboard's
+/// header is no key: see [`DASHBOARD_HEADER`].
 fn presented(request: &Request) -> Option<String> {
     let headers = request.headers();
     let header_value = |name: &str| {
@@ -58,6 +80,13 @@ fn presented(request: &Request) -> Option<String> {
     header_value(header::AUTHORIZATION.as_str())
         .and_then(|v| {
             let (scheme, key) = v.split_once(' ')?;
+            if scheme.eq_ignore_ascii_case("basic") {
+                let reads = matches!(*request.method(), Method::GET | Method::HEAD);
+                let from_page = headers.contains_key(DASHBOARD_HEADER);
+                return (to_dashboard(request) && (reads || from_page))
+                    .then(|| basic_password(key.trim()))
+                    .flatten();
+            }
             scheme
                 .eq_ignore_ascii_case("bearer")
                 .then(|| key.trim().to_string())
@@ -65,6 +94,18 @@ fn presented(request: &Request) -> Option<String> {
         .or_else(|| header_value("x-api-key"))
         .or_else(|| header_value("x-functions-key"))
         .or_else(|| query_value(request, "code"))
+}
+
+/// The password of Basic credentials (`base64(user:password)`); the user
+/// name is anything.
+fn basic_password(credentials: &str) -> Option<String> {
+    use base64::Engine;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(credentials)
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_, password) = text.split_once(':')?;
+    Some(password.to_string()).filter(|p| !p.is_empty())
 }
 
 fn query_value(request: &Request, name: &str) -> Option<String> {
@@ -170,15 +211,31 @@ fn refuse(request: &Request, needed: Scope, route: &str, keys: &ApiKeys) -> Resp
         ))
         .into_response(),
         None => {
+            let basic_change = !matches!(*request.method(), Method::GET | Method::HEAD)
+                && request
+                    .headers()
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("basic "));
             let why = if presented(request).is_some() {
                 "the key presented is not one of this host's keys"
+            } else if basic_change && to_dashboard(request) {
+                "a change made with the dashboard's sign-in must come from the dashboard's page (it sends the x-agenthost-dashboard header)"
+            } else if basic_change {
+                "Basic credentials count on the dashboard alone (/dashboard); send the key as `Authorization: Bearer KEY`"
             } else {
                 "this host requires a key: send it as `Authorization: Bearer KEY`, `x-api-key`, `x-functions-key` or `?code=KEY`"
             };
             let mut response = ApiError::unauthorized(why).into_response();
+            // A browser asks its user for the dashboard's key (any user
+            // name, the key as the password) and sends it from then on.
+            let challenge = match to_dashboard(request) {
+                true => "Basic realm=\"agenthost dashboard\", charset=\"UTF-8\"",
+                false => "Bearer",
+            };
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
+                header::HeaderValue::from_static(challenge),
             );
             response
         }
@@ -188,6 +245,18 @@ fn refuse(request: &Request, needed: Scope, route: &str, keys: &ApiKeys) -> Resp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn basic_credentials_present_their_password_as_the_key() {
+        // base64("admin:s3cret"), base64(":s3cret"), base64("admin:")
+        assert_eq!(
+            basic_password("YWRtaW46czNjcmV0").as_deref(),
+            Some("s3cret")
+        );
+        assert_eq!(basic_password("OnMzY3JldA==").as_deref(), Some("s3cret"));
+        assert_eq!(basic_password("YWRtaW46"), None, "no password");
+        assert_eq!(basic_password("not base64!"), None);
+    }
 
     #[test]
     fn a_token_opens_its_own_instance_or_a_gone_one_never_a_later_one_of_its_id() {

@@ -1,18 +1,23 @@
-//! Reading request bodies under the size limit, answering 413 in JSON.
+//! Reading request bodies under the size and time limits, answering 413 or
+//! 408 in JSON.
 
 use axum::body::{to_bytes, Body, Bytes};
 use axum::http::header::CONTENT_LENGTH;
 use axum::http::HeaderMap;
 use serde_json::Value;
 
-use super::ApiError;
+use super::{ApiError, HttpConfig};
 
-/// The body, or 413 when it (or its declared length) exceeds `limit`.
+/// The body, or 413 when it (or its declared length) exceeds the limit, or
+/// 408 when it has not arrived whole in time: a client that trickles a body
+/// (or stops midway) would otherwise hold a connection, a task and up to the
+/// limit in memory for as long as it likes.
 pub async fn read_limited(
     headers: &HeaderMap,
     body: Body,
-    limit: usize,
+    config: &HttpConfig,
 ) -> Result<Bytes, ApiError> {
+    let limit = config.max_body_bytes;
     let too_large = || ApiError::body_too_large(limit);
     let declared = headers
         .get(CONTENT_LENGTH)
@@ -21,13 +26,20 @@ pub async fn read_limited(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    to_bytes(body, limit).await.map_err(|_| too_large())
+    match tokio::time::timeout(config.body_timeout, to_bytes(body, limit)).await {
+        Ok(read) => read.map_err(|_| too_large()),
+        Err(_) => Err(ApiError::body_timeout(config.body_timeout)),
+    }
 }
 
 /// The body as JSON text; an empty body is `null`; anything else that is not
 /// JSON is 400.
-pub async fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<String, ApiError> {
-    let bytes = read_limited(headers, body, limit).await?;
+pub async fn json_body(
+    headers: &HeaderMap,
+    body: Body,
+    config: &HttpConfig,
+) -> Result<String, ApiError> {
+    let bytes = read_limited(headers, body, config).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok("null".into());
     }

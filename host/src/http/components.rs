@@ -8,28 +8,58 @@ use super::AppState;
 
 /// A component whose newer file failed to load still serves its previous
 /// version; its entry carries the error so operators see both facts at once.
+/// Each entry also lists the versions of that component instances not ended
+/// still run on (`versions_in_use`: digest, instances, whether it is the one
+/// served); versions of components no longer served are in the top-level
+/// `versions_in_use`. Those counts need the store: if it cannot be read the
+/// components are listed all the same, with `versions_error`.
 #[utoipa::path(
     get,
     path = "/api/components",
     tag = "operations",
     responses(
-        (status = 200, description = "`{components: [...], failures: [...]}`", body = Object),
+        (status = 200, description = "`{components: [...], failures: [...], versions_in_use: [...]}`", body = Object),
         super::schemas::Failures
     )
 )]
 pub async fn list(State(state): State<AppState>) -> Json<Value> {
     let failures = state.registry.failures();
-    let components: Vec<Value> = state
-        .registry
-        .components()
+    let served = state.registry.components();
+    let (in_use, versions_error) = match state.orchestrator.versions_in_use().await {
+        Ok(in_use) => (in_use, None),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not count the component versions in use");
+            (Vec::new(), Some(e.to_string()))
+        }
+    };
+    let version = |v: &crate::durable::VersionInUse, current: Option<&str>| json!({"digest": v.digest, "instances": v.instances, "served": current == Some(v.digest.as_str())});
+    let components: Vec<Value> = served
         .iter()
         .map(|c| {
             let mut described = c.describe_json();
             if let Some(failure) = failures.iter().find(|f| f.file == c.path) {
                 described["load_error"] = json!(failure.error);
             }
+            described["versions_in_use"] = in_use
+                .iter()
+                .filter(|v| v.name == c.name)
+                .map(|v| version(v, Some(&c.digest)))
+                .collect();
             described
         })
         .collect();
-    Json(json!({"components": components, "failures": failures}))
+    let gone: Vec<Value> = in_use
+        .iter()
+        .filter(|v| !served.iter().any(|c| c.name == v.name))
+        .map(|v| {
+            let mut entry = version(v, None);
+            entry["name"] = json!(v.name);
+            entry
+        })
+        .collect();
+    let mut body = json!({"components": components, "failures": failures, "versions_in_use": gone});
+    if let Some(error) = versions_error {
+        body["versions_error"] = json!(error);
+    }
+    Json(body)
 }

@@ -75,6 +75,18 @@ impl ApiError {
         )
     }
 
+    /// 408: the body did not arrive whole in time.
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the request body did not arrive whole within {}: send it at once (the host's --body-timeout)",
+                humantime::format_duration(limit)
+            ),
+        )
+    }
+
     /// 409: the request conflicts with the state of what it names.
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, message)
@@ -160,6 +172,9 @@ impl From<DurableError> for ApiError {
             DurableError::UnknownOrchestration { registered, .. } => {
                 Self::new(StatusCode::NOT_FOUND, "orchestration_not_found", message)
                     .with("orchestrations", registered)
+            }
+            DurableError::InputRefused { problems, .. } => {
+                Self::bad_request("invalid_input", message).with("problems", problems)
             }
             DurableError::AlreadyExists(_) => {
                 Self::new(StatusCode::CONFLICT, "instance_exists", message)

@@ -101,6 +101,10 @@ pub struct ListQuery {
     created_time_from: Option<String>,
     created_time_to: Option<String>,
     instance_id_prefix: Option<String>,
+    /// Only instances of this orchestration (its exact name).
+    name: Option<String>,
+    /// Newest first (the dashboard's order); oldest first by default.
+    newest_first: Option<bool>,
     top: Option<usize>,
     continuation_token: Option<String>,
     show_input: Option<bool>,
@@ -143,11 +147,14 @@ fn filter_of(query: &ListQuery) -> Result<InstanceFilter, ApiError> {
         created_from: time("createdTimeFrom", &query.created_time_from)?,
         created_to: time("createdTimeTo", &query.created_time_to)?,
         id_prefix: query.instance_id_prefix.clone(),
+        name: query.name.clone().filter(|n| !n.trim().is_empty()),
+        newest_first: query.newest_first.unwrap_or(false),
         ..InstanceFilter::default()
     })
 }
 
-/// Instances, oldest first, a page at a time (`x-ms-continuation-token`).
+/// Instances, oldest first (or `newestFirst`), a page at a time
+/// (`x-ms-continuation-token`).
 #[utoipa::path(
     get,
     path = "/runtime/webhooks/durabletask/instances",
@@ -220,7 +227,7 @@ pub async fn raise_event(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let payload = json_body(&headers, body, state.config.max_body_bytes).await?;
+    let payload = json_body(&headers, body, &state.config).await?;
     state
         .orchestrator
         .raise_event(&id, &event, &payload)

@@ -8,6 +8,7 @@ mod approvals;
 mod authorize;
 mod body;
 mod components;
+mod dashboard;
 mod deprecation;
 mod error;
 mod health;
@@ -50,6 +51,8 @@ pub struct HttpConfig {
     pub mcp_enabled: bool,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Longest a request body may take to arrive.
+    pub body_timeout: Duration,
     /// How long a synchronous run request waits before answering 202.
     pub wait_budget: Duration,
     /// Endpoint keys; empty: every route is open.
@@ -67,6 +70,18 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
+    // The dashboard's page reaches the API under its own path (see
+    // `dashboard`): the same routes, their own keys and layers, mounted
+    // again (MCP sessions stay with the one mount clients use).
+    let for_dashboard = checked(routes(&state, false), &state).with_state(state.clone());
+    let served = routes(&state, state.config.mcp_enabled)
+        .merge(dashboard::routes())
+        .nest_service(dashboard::API, for_dashboard);
+    finish(served, &state)
+}
+
+/// Every route of the API; MCP's when `mcp`.
+fn routes(state: &AppState, mcp: bool) -> Router<AppState> {
     let mut router = Router::new()
         .route("/api/agents/{name}/run", post(agents::run))
         .route("/.well-known/agent-card.json", get(a2a::host_card))
@@ -141,7 +156,7 @@ pub fn router(state: AppState) -> Router {
             "/runtime/webhooks/durabletask/instances/{id}/resume",
             post(instances::resume),
         );
-    if state.config.mcp_enabled {
+    if mcp {
         router = router.nest_service(mcp::PATH, mcp::service(state.clone()));
     }
     if state.config.health_enabled {
@@ -150,6 +165,14 @@ pub fn router(state: AppState) -> Router {
             .route("/api/health/live", get(health::live))
             .route("/api/health/ready", get(health::ready));
     }
+    router
+}
+
+/// What each route goes through: its key check and metrics label, JSON
+/// errors, the body limit. The routes mounted again for the dashboard get
+/// this alone: the outer router records and traces the request once (under
+/// the inner route's label, which the inner `tag_route` sets).
+fn checked(router: Router<AppState>, state: &AppState) -> Router<AppState> {
     router
         // Keys are checked on matched routes (the route template decides
         // the scope); unknown routes answer 404 either way.
@@ -166,7 +189,12 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(axum::middleware::from_fn(error::refuse_nul))
         .layer(axum::middleware::map_response(error::rejections_as_json))
+}
+
+/// [`checked`], then what every request goes through once: metrics, spans.
+fn finish(router: Router<AppState>, state: &AppState) -> Router {
+    checked(router, state)
         .layer(axum::middleware::from_fn(metrics::record))
         .layer(axum::middleware::from_fn(spans::trace))
-        .with_state(state)
+        .with_state(state.clone())
 }

@@ -83,7 +83,7 @@ pub async fn declared_route(
             start_instance(&state, &orchestration, None, &headers, body).await
         }
         Some(RouteTarget::Event { event, instance_id }) => {
-            let payload = json_body(&headers, body, state.config.max_body_bytes).await?;
+            let payload = json_body(&headers, body, &state.config).await?;
             state
                 .orchestrator
                 .raise_event(&instance_id, &event, &payload)
@@ -108,7 +108,7 @@ async fn start_instance(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let input = json_body(headers, body, state.config.max_body_bytes).await?;
+    let input = json_body(headers, body, &state.config).await?;
     let id = state
         .orchestrator
         .start_instance(name, instance_id, input)

@@ -11,10 +11,12 @@ use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
+mod activity_sets;
 mod sync;
 mod versions;
 mod watch;
 
+pub use activity_sets::ActivityLookup;
 pub use versions::VersionError;
 pub use watch::watch;
 
@@ -69,7 +71,7 @@ pub struct LoadFailure {
     pub error: String,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Entries {
     /// Every loaded component, by file.
     components: BTreeMap<PathBuf, Arc<LoadedComponent>>,
@@ -79,7 +81,18 @@ struct Entries {
     conflicts: Vec<LoadFailure>,
     agents: BTreeMap<String, ServedAgent>,
     orchestrations: BTreeMap<String, ServedOrchestration>,
+    /// The component an orchestration of another component reaches when it
+    /// calls an activity by its bare name.
+    activities: BTreeMap<String, ServedActivity>,
+    /// What new instances pin of the above (kept in the store before these
+    /// entries serve).
+    activity_set: Option<Arc<activity_sets::ActivitySet>>,
 }
+
+/// An activity (tool) name, and the component that serves it to other
+/// components' orchestrations.
+#[derive(Clone)]
+struct ServedActivity(Arc<LoadedComponent>);
 
 impl Entries {
     /// Recomputes who serves which name after components were added, replaced
@@ -89,6 +102,7 @@ impl Entries {
     fn rebuild(&mut self) {
         let mut agents = BTreeMap::new();
         let mut orchestrations = BTreeMap::new();
+        let mut activities = BTreeMap::new();
         let mut conflicts = Vec::new();
         for previous_owners_first in [true, false] {
             for component in self.components.values() {
@@ -99,6 +113,24 @@ impl Entries {
                     };
                     if owned_before(&self.agents, &spec.name, component) == previous_owners_first {
                         claim(&mut agents, &mut conflicts, "agent", &spec.name, served);
+                    }
+                }
+                // A component's own agents and orchestrations always reach
+                // its own activities; a name another component already
+                // serves is refused for calls from other components (they
+                // can still name it `component/activity`).
+                for spec in &component.manifest.activities {
+                    if owned_before(&self.activities, &spec.name, component)
+                        == previous_owners_first
+                    {
+                        let served = ServedActivity(component.clone());
+                        claim(
+                            &mut activities,
+                            &mut conflicts,
+                            "activity",
+                            &spec.name,
+                            served,
+                        );
                     }
                 }
                 for spec in &component.manifest.orchestrations {
@@ -125,6 +157,7 @@ impl Entries {
         }
         self.agents = agents;
         self.orchestrations = orchestrations;
+        self.activities = activities;
         self.conflicts = conflicts;
     }
 }
@@ -143,6 +176,12 @@ impl Served for ServedAgent {
 impl Served for ServedOrchestration {
     fn component(&self) -> &Arc<LoadedComponent> {
         &self.component
+    }
+}
+
+impl Served for ServedActivity {
+    fn component(&self) -> &Arc<LoadedComponent> {
+        &self.0
     }
 }
 
@@ -199,6 +238,7 @@ pub struct Registry {
     /// that two syncs never interleave.
     scanned: tokio::sync::Mutex<BTreeMap<PathBuf, sync::Fingerprint>>,
     versions: versions::Versions,
+    known_sets: activity_sets::KnownSets,
 }
 
 impl Registry {
@@ -211,6 +251,7 @@ impl Registry {
             entries: RwLock::default(),
             scanned: tokio::sync::Mutex::default(),
             versions: versions::Versions::default(),
+            known_sets: activity_sets::KnownSets::default(),
         }
     }
 
@@ -292,38 +333,20 @@ impl Registry {
                     "no served component is named '{component}' (activity '{name}')"
                 ));
             };
-            return match found.manifest.activity(activity) {
-                Some(spec) if spec.approval == crate::wasm::Approval::AlwaysRequire => {
-                    Err(gated(name))
-                }
-                Some(_) => Ok((found.clone(), activity.to_string())),
-                None => Err(format!(
-                    "component '{component}' has no activity named '{activity}'"
-                )),
-            };
+            return offered(found.clone(), activity, name);
         }
-        let mut offering: Vec<&Arc<LoadedComponent>> = components
-            .iter()
-            .filter(|c| c.manifest.activity(name).is_some())
-            .collect();
-        offering.sort_by(|a, b| a.name.cmp(&b.name));
-        match offering.as_slice() {
-            [] => Err(format!(
+        let owner = self
+            .entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .activities
+            .get(name)
+            .map(|served| served.0.clone());
+        match owner {
+            None => Err(format!(
                 "no served component has an activity named '{name}'"
             )),
-            [one] => match one.manifest.activity(name) {
-                Some(spec) if spec.approval == crate::wasm::Approval::AlwaysRequire => {
-                    Err(gated(name))
-                }
-                _ => Ok(((*one).clone(), name.to_string())),
-            },
-            many => {
-                Err(format!(
-                "activity '{name}' is offered by several components ({}): call it as '{}/{name}'",
-                many.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
-                many[0].name
-            ))
-            }
+            Some(owner) => offered(owner, name, name),
         }
     }
 
@@ -386,6 +409,24 @@ fn match_instance_route(pattern: &str, path: &str) -> Option<String> {
 
 /// Why a tool that needs a human's approval is not run for another
 /// component's orchestration: only its own agents' tool rounds ask a human.
+/// Activity `activity` of `component` (called as `name`), if it declares it
+/// and it may run for another component's orchestration: one that needs a
+/// human's approval may not.
+fn offered(
+    component: Arc<LoadedComponent>,
+    activity: &str,
+    name: &str,
+) -> Result<(Arc<LoadedComponent>, String), String> {
+    match component.manifest.activity(activity) {
+        Some(spec) if spec.approval == crate::wasm::Approval::AlwaysRequire => Err(gated(name)),
+        Some(_) => Ok((component, activity.to_string())),
+        None => Err(format!(
+            "component '{}' has no activity named '{activity}'",
+            component.name
+        )),
+    }
+}
+
 fn gated(name: &str) -> String {
     format!("activity '{name}' needs a human's approval before it runs: only an agent of its own component can call it")
 }

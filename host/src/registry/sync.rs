@@ -133,23 +133,59 @@ impl Registry {
                 }
             }
         }
-        let replaced = self.with_entries(|entries| {
-            let mut replaced = Vec::new();
+        // The new versions serve only once the activity set they form is
+        // kept: an instance that starts on them can then always pin it.
+        let mut replaced = Vec::new();
+        if !loaded.is_empty() || !removed.is_empty() {
+            let mut next = self
+                .entries
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             for component in &loaded {
-                entries.failures.remove(&component.path);
+                next.failures.remove(&component.path);
                 replaced.extend(
-                    entries
-                        .components
+                    next.components
                         .insert(component.path.clone(), component.clone()),
                 );
             }
             for path in &removed {
-                entries.failures.remove(path);
-                replaced.extend(entries.components.remove(path));
+                next.failures.remove(path);
+                replaced.extend(next.components.remove(path));
             }
-            entries.rebuild();
-            replaced
-        });
+            next.rebuild();
+            if let Err(e) = self.keep_activity_set(&mut next).await {
+                let error = format!("could not keep the activity set in the store ({e}); tried again at the next sync");
+                tracing::error!(%error, "components not served yet; the previous versions, if any, keep serving");
+                self.with_entries(|entries| {
+                    for component in &loaded {
+                        entries.failures.insert(
+                            component.path.clone(),
+                            LoadFailure {
+                                file: component.path.clone(),
+                                error: error.clone(),
+                            },
+                        );
+                    }
+                });
+                // Every change is seen again by the next sync.
+                let gone: Vec<_> = removed
+                    .iter()
+                    .filter_map(|p| scanned.get(p).map(|f| (p.clone(), f.clone())))
+                    .collect();
+                *scanned = on_disk;
+                for component in &loaded {
+                    scanned.remove(&component.path);
+                    report.failed.push(component.path.display().to_string());
+                }
+                for path in retry {
+                    scanned.remove(&path);
+                }
+                scanned.extend(gone);
+                return Ok(report);
+            }
+            self.with_entries(|entries| *entries = next);
+        }
         // Instances started on a replaced or removed version still replay on it.
         for old in replaced {
             self.versions.retire(old);
@@ -178,15 +214,16 @@ impl Registry {
         Ok(report)
     }
 
-    /// Keeps the bytes of a component with orchestrations in the store before
-    /// it serves, so every instance it starts can replay after a restart even
-    /// if its file is gone by then.
+    /// Keeps the bytes of a component with orchestrations or activities in
+    /// the store before it serves, so every instance it starts (or that
+    /// pins its activities) can run after a restart even if its file is gone
+    /// by then.
     async fn keep_version(
         &self,
         component: &Arc<LoadedComponent>,
         read: &ComponentFiles,
     ) -> Result<Arc<LoadedComponent>, (String, bool)> {
-        if component.manifest.orchestrations.is_empty() {
+        if !component.is_versioned() {
             return Ok(component.clone());
         }
         self.store

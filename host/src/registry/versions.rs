@@ -46,8 +46,9 @@ pub struct Versions {
 }
 
 impl Versions {
-    /// Keeps a replaced or removed version if instances may replay on it,
-    /// with the grants it was last loaded with.
+    /// Keeps a replaced or removed version in memory if instances may replay
+    /// on it, with the grants it was last loaded with. One that only serves
+    /// activities is loaded again from the store if an instance pinned it.
     pub fn retire(&self, component: Arc<LoadedComponent>) {
         if component.manifest.orchestrations.is_empty() {
             return;
@@ -104,7 +105,10 @@ impl Registry {
     }
 
     /// `None` when the store does not keep the version.
-    async fn version(&self, digest: &str) -> Result<Option<Arc<LoadedComponent>>, VersionError> {
+    pub(super) async fn version(
+        &self,
+        digest: &str,
+    ) -> Result<Option<Arc<LoadedComponent>>, VersionError> {
         if let Some(served) = self.served_version(digest) {
             return Ok(Some(served));
         }

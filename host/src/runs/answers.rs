@@ -122,10 +122,10 @@ impl Runs {
     ) -> Result<Answer, RunsError> {
         debug_assert_eq!(agent.name, run.session.agent);
         // Listening before it is stored, nothing can be missed: no read.
-        let finished = self.finished.subscribe();
+        let mut finished = self.finished.subscribe();
         let record = self.enqueue(run, agent.options).await?;
         let done = self
-            .wait_on(finished, &record.correlation_id, budget, false)
+            .wait_on(&mut finished, &record.correlation_id, budget, false)
             .await?;
         Ok(match done {
             None => Answer::StillRunning(record),

@@ -100,7 +100,7 @@ impl Runs {
             return Err(not_cancelable(record.status));
         }
         // Listening before the request is stored: the end cannot be missed.
-        let finished = self.finished.subscribe();
+        let mut finished = self.finished.subscribe();
         let record = self
             .store
             .request_cancel(correlation_id, now_ms())
@@ -118,7 +118,9 @@ impl Runs {
         if let Err(e) = self.store.announce_cancel(correlation_id, &session).await {
             tracing::warn!(error = %e, "could not tell the other hosts of a cancel request; the run stops when its worker next looks at it");
         }
-        let waited = self.wait_on(finished, correlation_id, budget, true).await?;
+        let waited = self
+            .wait_on(&mut finished, correlation_id, budget, true)
+            .await?;
         match waited {
             // It ended on its own before it reached a step that stops it:
             // nothing was canceled.

@@ -34,6 +34,7 @@ pub use crate::store::{
 };
 pub use answers::{Answer, RunsError};
 pub use control::CancelOutcome;
+pub use waiting::Listening;
 
 use crate::workers::{drain, KeyedWorkers};
 use history::Histories;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use super::{Finished, Runs, PASS};
-use crate::store::{RunRecord, StoreError};
+use crate::store::{RunRecord, RunStatus, StoreError};
 
 impl Runs {
     /// Waits up to `budget` for the run to finish; `None` when it has not.
@@ -20,13 +20,68 @@ impl Runs {
     ) -> Result<Option<RunRecord>, StoreError> {
         // Subscribe before reading, so a completion between the read and the
         // wait is not missed.
-        let finished = self.finished.subscribe();
-        self.wait_on(finished, correlation_id, budget, true).await
+        let mut finished = self.finished.subscribe();
+        self.wait_on(&mut finished, correlation_id, budget, true)
+            .await
+    }
+
+    /// Listens for runs' ends from now: pass it to [`Self::wait_settled`]
+    /// once whatever the wait follows (a decision) is stored, so that a run
+    /// that goes on and comes to wait again meanwhile is not missed.
+    pub fn listen(&self) -> Listening {
+        Listening(self.finished.subscribe())
+    }
+
+    /// Waits up to `budget` for the run to end, or to wait for a human on a
+    /// call nobody decided yet (read from the store first, then heard);
+    /// `None` when neither happened in time. Once a decision is stored, an
+    /// execution that began before it may still say the run waits: with no
+    /// call left undecided that word is stale (the decision's own wake-up
+    /// runs the calls), and the wait goes on.
+    pub async fn wait_settled(
+        &self,
+        listening: Listening,
+        correlation_id: &str,
+        budget: Duration,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let Listening(mut finished) = listening;
+        let deadline = tokio::time::Instant::now() + budget;
+        if let Some(mut run) = self.store.run(correlation_id).await? {
+            if run.status.is_finished() {
+                return Ok(Some(run));
+            }
+            if !self
+                .store
+                .pending_approvals(correlation_id)
+                .await?
+                .is_empty()
+            {
+                run.status = RunStatus::AwaitingApproval;
+                return Ok(Some(run));
+            }
+        }
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let waited = self
+                .wait_on(&mut finished, correlation_id, left, false)
+                .await?;
+            match waited {
+                Some(run)
+                    if run.status == RunStatus::AwaitingApproval
+                        && !left.is_zero()
+                        && self
+                            .store
+                            .pending_approvals(correlation_id)
+                            .await?
+                            .is_empty() => {}
+                other => return Ok(other),
+            }
+        }
     }
 
     pub(super) async fn wait_on(
         &self,
-        mut finished: broadcast::Receiver<Finished>,
+        finished: &mut broadcast::Receiver<Finished>,
         correlation_id: &str,
         budget: Duration,
         mut read: bool,
@@ -137,3 +192,6 @@ impl Drop for Waiting<'_> {
         }
     }
 }
+
+/// Runs' ends heard from the moment [`Runs::listen`] was called.
+pub struct Listening(broadcast::Receiver<Finished>);

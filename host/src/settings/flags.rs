@@ -135,6 +135,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_MAX_BODY_BYTES", default_value_t = defaults::MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
 
+    /// Longest a request body may take to arrive, from the request's first
+    /// byte of body: a client that sends it slower (or stops midway) gets 408
+    /// and its connection back, so slow senders cannot hold the host's
+    /// connections and memory.
+    #[arg(long, env = "AGENTHOST_BODY_TIMEOUT", default_value = defaults::BODY_TIMEOUT, value_parser = humantime::parse_duration)]
+    pub body_timeout: Duration,
+
     /// Largest payload handed to the durable engine, in bytes: orchestration
     /// inputs and outputs, events, custom status, activity and agent inputs,
     /// task results.
@@ -276,6 +283,7 @@ impl From<ServeArgs> for Settings {
             poll_interval,
             writer_deadline,
             max_body_bytes,
+            body_timeout,
             max_payload_bytes,
             max_history_events,
             max_history_bytes,
@@ -326,6 +334,7 @@ impl From<ServeArgs> for Settings {
             poll_interval,
             writer_deadline,
             max_body_bytes,
+            body_timeout,
             max_payload_bytes,
             max_history_events,
             max_history_bytes,

@@ -30,6 +30,7 @@ pub(crate) mod defaults {
     pub const POLL_INTERVAL: &str = "1s";
     pub const WRITER_DEADLINE: &str = "30s";
     pub const MAX_BODY_BYTES: usize = 1 << 20;
+    pub const BODY_TIMEOUT: &str = "60s";
     pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
     pub const MAX_HISTORY_EVENTS: u64 = 50_000;
     pub const MAX_HISTORY_BYTES: u64 = 50 << 20;
@@ -115,6 +116,8 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub writer_deadline: Duration,
     pub max_body_bytes: usize,
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
     pub max_payload_bytes: usize,
     pub max_history_events: u64,
     pub max_history_bytes: u64,
@@ -195,6 +198,7 @@ impl Default for Settings {
             poll_interval: duration(POLL_INTERVAL),
             writer_deadline: duration(WRITER_DEADLINE),
             max_body_bytes: MAX_BODY_BYTES,
+            body_timeout: duration(BODY_TIMEOUT),
             max_payload_bytes: MAX_PAYLOAD_BYTES,
             max_history_events: MAX_HISTORY_EVENTS,
             max_history_bytes: MAX_HISTORY_BYTES,

@@ -105,6 +105,7 @@ pub(super) async fn apply(
             Effect::NewExecution {
                 input,
                 digest,
+                activity_set,
                 carried,
             } => {
                 row.flush(tx, &target.id, now).await?;
@@ -118,6 +119,7 @@ pub(super) async fn apply(
                     next,
                     input: &input,
                     digest: digest.as_deref(),
+                    activity_set: activity_set.as_deref(),
                 })
                 .await?;
                 for event in carried {
@@ -199,6 +201,7 @@ pub(super) async fn create(
         created_at: now,
         owner: tx.me().map(str::to_string),
         traceparent: new.traceparent,
+        activity_set: new.activity_set,
     }))
 }
 

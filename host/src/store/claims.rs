@@ -188,9 +188,19 @@ impl Store {
         // queues. The lookup is a subquery the planner cannot pull up
         // (`OFFSET 0`; `FOR UPDATE` in the claim's), so it stays a nested
         // loop whatever the statistics.
+        //
+        // A session whose run waits for a human (an undecided tool call, no
+        // stop asked) has nothing to do until a decision: left out, else
+        // every pass would run it again (a history read, a locked write) and
+        // tell its waiters, once a second for as long as the human takes.
+        // The undecided calls are few and indexed (`approvals_undecided`).
         let unfinished =
             "WITH unfinished AS MATERIALIZED (SELECT DISTINCT agent, session_id FROM runs \
-                          WHERE status IN ('pending', 'running'))";
+                          WHERE status IN ('pending', 'running') \
+                        EXCEPT SELECT r.agent, r.session_id FROM approvals a \
+                          JOIN runs r ON r.correlation_id = a.correlation_id \
+                          WHERE a.decision IS NULL AND r.status IN ('pending', 'running') \
+                          AND r.cancel_requested_at IS NULL)";
         // Read by a plain index scan, which marks the entries of runs that
         // ended as dead for the next pass: a bitmap scan (what the planner
         // picks) visits every one of them again each second until a vacuum,

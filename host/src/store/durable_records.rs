@@ -122,6 +122,8 @@ pub struct Loaded {
     pub owner: Option<String>,
     /// The trace its episodes continue.
     pub traceparent: Option<String>,
+    /// The activity set it pinned (its sub-orchestrations share it).
+    pub activity_set: Option<String>,
 }
 
 /// One write, decided inside the transaction that commits it.

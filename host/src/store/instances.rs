@@ -40,8 +40,12 @@ pub struct InstanceFilter {
     pub created_from: Option<i64>,
     pub created_to: Option<i64>,
     pub id_prefix: Option<String>,
+    /// The orchestration's name, exactly.
+    pub name: Option<String>,
     /// Last changed at or before (ms): what retention purges.
     pub updated_to: Option<i64>,
+    /// List the newest first (pages then go back in time); a purge ignores it.
+    pub newest_first: bool,
 }
 
 fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord, StoreError> {
@@ -221,8 +225,9 @@ impl Store {
         )
     }
 
-    /// Instances matching `filter`, oldest first, after the continuation
-    /// token (`created_at:id` of the last one returned before).
+    /// Instances matching `filter`, oldest first (newest first if it says
+    /// so), after the continuation token (`created_at:id` of the last one
+    /// returned before). Either way one walk of `instances_by_created`.
     pub async fn list_instances(
         &self,
         filter: &InstanceFilter,
@@ -236,13 +241,20 @@ impl Store {
             format!("${next}")
         };
         let mut sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE {clause}");
+        let (beyond, order) = match filter.newest_first {
+            false => (">", ""),
+            true => ("<", " DESC"),
+        };
         if after.is_some() {
             let (a, b, c) = (mark(), mark(), mark());
             sql.push_str(&format!(
-                " AND (created_at > {a} OR (created_at = {b} AND id > {c}))"
+                " AND (created_at {beyond} {a} OR (created_at = {b} AND id {beyond} {c}))"
             ));
         }
-        sql.push_str(&format!(" ORDER BY created_at, id LIMIT {}", mark()));
+        sql.push_str(&format!(
+            " ORDER BY created_at{order}, id{order} LIMIT {}",
+            mark()
+        ));
         let mut query = sqlx::query(&sql);
         for bind in &binds {
             query = bind.apply(query);
@@ -385,6 +397,12 @@ fn filter_clause(filter: &InstanceFilter) -> (String, Vec<Bind>) {
     }
     if let Some(to) = filter.updated_to {
         clauses.push(format!("updated_at <= {}", mark(&mut binds, Bind::Int(to))));
+    }
+    if let Some(name) = &filter.name {
+        clauses.push(format!(
+            "name = {}",
+            mark(&mut binds, Bind::Text(name.clone()))
+        ));
     }
     if let Some(prefix) = &filter.id_prefix {
         let length = mark(

@@ -67,6 +67,7 @@ pub use sessions::{Deletion, RunOutcome};
 pub use shared_hub::{Assigned, Membership, Role, Wake};
 pub use streams::NewStreamRow;
 pub use tasks::TaskRow;
+pub use versions::VersionInUse;
 pub use writer_health::WriterCheck;
 
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +163,7 @@ pub(crate) mod test_fixtures {
             name: "o".into(),
             input: "null".into(),
             digest: "d".into(),
+            activity_set: None,
             parent: None,
             traceparent: None,
         }

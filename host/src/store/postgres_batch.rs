@@ -526,6 +526,7 @@ impl Tx for Planned<'_> {
             created_at: now,
             owner: self.me.map(str::to_string),
             traceparent: new.traceparent.clone(),
+            activity_set: new.activity_set.clone(),
         };
         self.instances.insert(new.id.clone(), Some(instance));
         self.rows.created.push(Created {
@@ -622,7 +623,7 @@ impl Tx for Planned<'_> {
 /// The statement a planned batch begins with, when it has instances to read.
 const PRELOAD: &str = "\
 SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, \
-  parent_task, history_events, history_bytes, created_at, owner, traceparent, \
+  parent_task, history_events, history_bytes, created_at, owner, traceparent, activity_set, \
   history_events > 0 AS has_run, \
   CASE WHEN id = ANY($2) THEN (SELECT COUNT(*) FROM inbox b WHERE b.instance_id = instances.id) END AS inbox_events, \
   CASE WHEN id = ANY($2) THEN (SELECT COALESCE(SUM(LENGTH(event)), 0)::BIGINT FROM inbox b \

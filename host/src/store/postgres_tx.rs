@@ -61,6 +61,7 @@ pub(super) fn loaded(row: &PgRow) -> Result<Loaded, StoreError> {
         created_at: row.try_get("created_at")?,
         owner: row.try_get("owner")?,
         traceparent: row.try_get("traceparent")?,
+        activity_set: row.try_get("activity_set")?,
     })
 }
 
@@ -72,7 +73,7 @@ pub(super) async fn image(
 ) -> Result<Option<Image>, StoreError> {
     let Some(row) = sqlx::query(
         "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-         history_events, history_bytes, created_at, owner, traceparent, \
+         history_events, history_bytes, created_at, owner, traceparent, activity_set, \
          history_events > 0 AS has_run, \
          ARRAY(SELECT entry FROM journal j WHERE j.instance_id = $1 ORDER BY seq) AS journal_entries, \
          ARRAY(SELECT recorded_at FROM journal j WHERE j.instance_id = $1 ORDER BY seq) AS journal_at, \
@@ -136,8 +137,8 @@ impl Tx for PgTx<'_> {
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         let row = sqlx::query(
             "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-             history_events, history_bytes, created_at, owner, traceparent, history_events > 0 AS has_run \
-             FROM instances WHERE id = $1 FOR UPDATE",
+             history_events, history_bytes, created_at, owner, traceparent, activity_set, \
+             history_events > 0 AS has_run FROM instances WHERE id = $1 FOR UPDATE",
         )
         .bind(id)
         .fetch_optional(&mut *self.0)
@@ -273,7 +274,8 @@ impl Tx for PgTx<'_> {
     ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO instances (id, name, status, input, component_digest, parent_id, parent_execution, \
-             parent_task, execution, created_at, updated_at, owner, traceparent) VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9, $10, $11)",
+             parent_task, execution, created_at, updated_at, owner, traceparent, activity_set) \
+             VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)",
         )
         .bind(&new.id)
         .bind(&new.name)
@@ -286,6 +288,7 @@ impl Tx for PgTx<'_> {
         .bind(now)
         .bind(self.1)
         .bind(new.traceparent.as_deref())
+        .bind(new.activity_set.as_deref())
         .execute(&mut *self.0)
         .await?;
         Ok(())
@@ -397,12 +400,14 @@ impl Tx for PgTx<'_> {
             .await?;
         sqlx::query(
             "UPDATE instances SET input = $1, output = NULL, execution = $2, history_events = 0, \
-             history_bytes = 0, component_digest = COALESCE($3, component_digest) WHERE id = $4",
+             history_bytes = 0, component_digest = COALESCE($3, component_digest), \
+             activity_set = CASE WHEN $3::TEXT IS NULL THEN activity_set ELSE $5 END WHERE id = $4",
         )
         .bind(next.input)
         .bind(next.next)
         .bind(next.digest)
         .bind(next.id)
+        .bind(next.activity_set)
         .execute(&mut *self.0)
         .await?;
         Ok(())

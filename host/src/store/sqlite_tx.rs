@@ -27,7 +27,7 @@ impl Tx for SqliteTx<'_> {
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         let mut statement = self.0.prepare_cached(
             "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-             history_events, history_bytes, created_at, traceparent, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
+             history_events, history_bytes, created_at, traceparent, activity_set, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
              FROM instances WHERE id = ?",
         )?;
         let mut rows = statement.query([id])?;
@@ -67,6 +67,7 @@ impl Tx for SqliteTx<'_> {
             created_at: row.get("created_at")?,
             owner: None,
             traceparent: row.get("traceparent")?,
+            activity_set: row.get("activity_set")?,
         }))
     }
 
@@ -212,14 +213,15 @@ impl Tx for SqliteTx<'_> {
     ) -> Result<(), StoreError> {
         self.0
             .prepare_cached(
-                "INSERT INTO instances (id, name, status, input, component_digest, parent_id, parent_execution, \
-                 parent_task, execution, created_at, updated_at, traceparent) VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO instances (id, name, status, input, component_digest, activity_set, parent_id, parent_execution, \
+                 parent_task, execution, created_at, updated_at, traceparent) VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )?
             .execute(params![
                 new.id,
                 new.name,
                 new.input,
                 new.digest,
+                new.activity_set,
                 new.parent.as_ref().map(|p| p.id.as_str()),
                 new.parent.as_ref().map(|p| p.execution),
                 new.parent.as_ref().map(|p| p.task),
@@ -326,10 +328,11 @@ impl Tx for SqliteTx<'_> {
             .execute(params![next.id, next.next])?;
         self.0
             .prepare_cached(
-                "UPDATE instances SET input = ?, output = NULL, execution = ?, history_events = 0, \
-                 history_bytes = 0, component_digest = COALESCE(?, component_digest) WHERE id = ?",
+                "UPDATE instances SET input = ?1, output = NULL, execution = ?2, history_events = 0, \
+                 history_bytes = 0, component_digest = COALESCE(?3, component_digest), \
+                 activity_set = CASE WHEN ?3 IS NULL THEN activity_set ELSE ?4 END WHERE id = ?5",
             )?
-            .execute(params![next.input, next.next, next.digest, next.id])?;
+            .execute(params![next.input, next.next, next.digest, next.activity_set, next.id])?;
         Ok(())
     }
 

@@ -35,6 +35,8 @@ pub(super) struct NextExecution<'a> {
     pub input: &'a str,
     /// The component version it moves to, if it moves.
     pub digest: Option<&'a str>,
+    /// With `digest`, the activity set it pins from then on.
+    pub activity_set: Option<&'a str>,
 }
 
 pub(super) trait Tx {

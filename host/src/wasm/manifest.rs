@@ -1,6 +1,8 @@
 //! What a component declared, validated once at load time and held in host
 //! types, so the rest of the host never sees generated bindings.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
 
@@ -108,6 +110,59 @@ pub struct OrchestrationSpec {
     /// Extra start routes under `/api/`, e.g. `writer/run`.
     pub routes: Vec<String>,
     pub event_routes: Vec<EventRouteSpec>,
+    /// The JSON Schema its input must match, when the component declares one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<InputSchema>,
+}
+
+/// An orchestration's input schema, compiled once at load.
+#[derive(Clone)]
+pub struct InputSchema {
+    schema: Value,
+    validator: Arc<jsonschema::Validator>,
+}
+
+/// Problems shown for one refused input at most.
+const MAX_INPUT_ERRORS: usize = 5;
+
+impl InputSchema {
+    fn compile(schema: Value) -> Result<Self, String> {
+        let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
+        Ok(Self {
+            schema,
+            validator: Arc::new(validator),
+        })
+    }
+
+    /// What is wrong with `input` (JSON text), each with where (a JSON
+    /// pointer into it); empty when it matches.
+    pub fn problems(&self, input: &str) -> Vec<String> {
+        let value: Value = match serde_json::from_str(input) {
+            Ok(value) => value,
+            Err(e) => return vec![format!("the input is not JSON: {e}")],
+        };
+        self.validator
+            .iter_errors(&value)
+            .take(MAX_INPUT_ERRORS)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                let at = if at.is_empty() { "/".to_string() } else { at };
+                format!("at {at}: {e}")
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for InputSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.schema.fmt(f)
+    }
+}
+
+impl Serialize for InputSchema {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.schema.serialize(serializer)
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -135,6 +190,40 @@ impl Manifest {
                     )))
                 }
             }
+        }
+        Ok(self)
+    }
+
+    /// Takes in the orchestrations' input schemas the component exports; a
+    /// schema of an orchestration it does not declare, or one that is not
+    /// a JSON Schema, fails the load.
+    pub(super) fn with_input_schemas(
+        mut self,
+        schemas: &[super::inputs_bindings::InputSchema],
+    ) -> Result<Self, LoadError> {
+        for s in schemas {
+            let Some(orchestration) = self
+                .orchestrations
+                .iter_mut()
+                .find(|o| o.name == s.orchestration)
+            else {
+                return Err(LoadError::Manifest(format!(
+                    "orchestration-inputs names orchestration '{}', which the component does not declare",
+                    s.orchestration
+                )));
+            };
+            let schema: Value = serde_json::from_str(&s.schema).map_err(|e| {
+                LoadError::Manifest(format!(
+                    "the input schema of orchestration '{}' is not JSON: {e}",
+                    s.orchestration
+                ))
+            })?;
+            orchestration.input_schema = Some(InputSchema::compile(schema).map_err(|e| {
+                LoadError::Manifest(format!(
+                    "the input schema of orchestration '{}' is not a JSON Schema: {e}",
+                    s.orchestration
+                ))
+            })?);
         }
         Ok(self)
     }
@@ -235,6 +324,7 @@ impl Manifest {
                 description: o.description,
                 routes,
                 event_routes,
+                input_schema: None,
             });
         }
         Ok(Self {

@@ -15,6 +15,7 @@ mod engine_tick;
 mod error;
 mod grants;
 mod host;
+mod inputs_bindings;
 mod manifest;
 mod orchestration_scope;
 mod settings_bindings;
@@ -126,6 +127,12 @@ pub struct LoadedComponent {
 }
 
 impl LoadedComponent {
+    /// Whether instances may need this exact version later: to replay its
+    /// orchestrations, or to call its activities in the version they pinned.
+    pub fn is_versioned(&self) -> bool {
+        !self.manifest.orchestrations.is_empty() || !self.manifest.activities.is_empty()
+    }
+
     /// What the component is and offers, as `GET /api/components` and
     /// `agenthost inspect` show it.
     pub fn describe_json(&self) -> serde_json::Value {
@@ -142,6 +149,14 @@ impl LoadedComponent {
         })
     }
 }
+
+/// What a component says of itself when it loads: its manifest, its
+/// agents' settings, its orchestrations' input schemas.
+type Described = (
+    bindings::Manifest,
+    Vec<settings_bindings::Settings>,
+    Vec<inputs_bindings::InputSchema>,
+);
 
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self, LoadError> {
@@ -236,18 +251,19 @@ impl Runtime {
             pre,
             orchestration_pre,
         };
-        let (described, settings) = self.describe(&loaded).await.map_err(LoadError::Describe)?;
-        loaded.manifest = Manifest::from_wit(described)?.with_settings(&settings)?;
+        let (described, settings, inputs) =
+            self.describe(&loaded).await.map_err(LoadError::Describe)?;
+        loaded.manifest = Manifest::from_wit(described)?
+            .with_settings(&settings)?
+            .with_input_schemas(&inputs)?;
         loaded.load_time = started.elapsed();
         Ok(Arc::new(loaded))
     }
 
-    /// The component's manifest, and its agents' settings when it exports
-    /// them (components built before that export have none).
-    async fn describe(
-        &self,
-        component: &LoadedComponent,
-    ) -> Result<(bindings::Manifest, Vec<settings_bindings::Settings>), GuestError> {
+    /// The component's manifest, its agents' settings and its
+    /// orchestrations' input schemas when it exports them (components built
+    /// before those exports have none).
+    async fn describe(&self, component: &LoadedComponent) -> Result<Described, GuestError> {
         let _slot = self.slot(component).await?;
         let mut store = host::new_store(&self.engine, &component.name, &component.grants);
         let instantiate_error = |e: wasmtime::Error| GuestError::Instantiate {
@@ -262,6 +278,7 @@ impl Runtime {
             .map_err(instantiate_error)?;
         let instance = AgenthostComponent::new(&mut store, &raw).map_err(instantiate_error)?;
         let settings = settings_bindings::AgentSettingsProvider::new(&mut store, &raw).ok();
+        let inputs = inputs_bindings::OrchestrationInputsProvider::new(&mut store, &raw).ok();
         // A describe that blocks (a sleep, a poll) would hold the load, and
         // with it the whole sync, forever.
         let limit = self.describe_timeout;
@@ -279,7 +296,16 @@ impl Runtime {
                 }
                 None => Vec::new(),
             };
-            Ok::<_, wasmtime::Error>((manifest, settings))
+            let inputs = match &inputs {
+                Some(provider) => {
+                    provider
+                        .agenthost_host_orchestration_inputs()
+                        .call_input_schemas(&mut store)
+                        .await?
+                }
+                None => Vec::new(),
+            };
+            Ok::<_, wasmtime::Error>((manifest, settings, inputs))
         };
         let result =
             tokio::time::timeout(limit, described)

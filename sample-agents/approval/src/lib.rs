@@ -7,9 +7,11 @@
 use std::time::Duration;
 
 use agenthost_guest::{Component, Context, Orchestration};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Deserialize)]
+/// Refused at start (400) when it does not match: its schema is exported.
+#[derive(Deserialize, JsonSchema)]
 struct Request {
     topic: String,
     /// How long to wait for a human; 24 hours by default.
@@ -80,7 +82,8 @@ fn component() -> Component {
     Component::new().orchestration(
         Orchestration::new("approval", approval)
             .description("Drafts content and waits for a human's approval")
-            .event_route("approval/{instanceId}", "approval_received"),
+            .event_route("approval/{instanceId}", "approval_received")
+            .input_schema::<Request>(),
     )
 }
 

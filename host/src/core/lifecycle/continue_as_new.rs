@@ -8,7 +8,15 @@ use crate::core::journal::Event;
 
 /// `digest` is the version the new execution runs on (the one served now), if
 /// the shell wants it moved: with no journal to replay, that is safe.
-pub fn decide(input: String, digest: Option<String>, carried: Vec<Event>) -> Vec<Effect> {
+/// `digest`: the version the new execution moves to (with `activity_set`,
+/// the set served now: a fresh execution pins what a fresh start would).
+pub fn decide(
+    input: String,
+    digest: Option<String>,
+    activity_set: Option<String>,
+    carried: Vec<Event>,
+) -> Vec<Effect> {
+    let activity_set = digest.as_ref().and(activity_set);
     vec![
         Effect::SetStatus {
             status: RuntimeStatus::ContinuedAsNew,
@@ -18,6 +26,7 @@ pub fn decide(input: String, digest: Option<String>, carried: Vec<Event>) -> Vec
         Effect::NewExecution {
             input,
             digest,
+            activity_set,
             carried,
         },
     ]
@@ -33,14 +42,30 @@ mod tests {
             name: "go".into(),
             payload: "1".into(),
         }];
-        let effects = decide("2".into(), Some("d2".into()), carried.clone());
+        let effects = decide(
+            "2".into(),
+            Some("d2".into()),
+            Some("s".into()),
+            carried.clone(),
+        );
         assert_eq!(
             effects[1],
             Effect::NewExecution {
                 input: "2".into(),
                 digest: Some("d2".into()),
+                activity_set: Some("s".into()),
                 carried
             }
         );
+        // Not moving, it keeps its pins too.
+        let effects = decide("2".into(), None, Some("s".into()), Vec::new());
+        assert!(matches!(
+            &effects[1],
+            Effect::NewExecution {
+                digest: None,
+                activity_set: None,
+                ..
+            }
+        ));
     }
 }

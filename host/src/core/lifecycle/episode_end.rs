@@ -65,6 +65,11 @@ pub struct Episode {
     /// The version each sub-orchestration starts on, by name; absent names
     /// run on the instance's own version.
     pub child_digests: HashMap<String, String>,
+    /// The activity set served now: continue-as-new pins it.
+    pub activity_set: Option<String>,
+    /// The activity set the instance pinned: its sub-orchestrations share
+    /// it, so a family of instances calls one version of each activity.
+    pub own_activity_set: Option<String>,
     /// On continue-as-new, the version the new execution runs on.
     pub continue_on: Option<String>,
     /// The episode's time: what the guest's clock read for its new calls.
@@ -86,6 +91,8 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
         untaken,
         digest,
         child_digests,
+        activity_set,
+        own_activity_set,
         continue_on,
         at,
     } = episode;
@@ -139,6 +146,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                     name,
                     input,
                     digest,
+                    activity_set: own_activity_set.clone(),
                     parent: Some(ParentRef {
                         id: state.id.clone(),
                         execution: state.execution,
@@ -168,7 +176,12 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
         Ending::Returned(Ok(output)) => match continue_with {
             Some(input) => match limits.check_payload("continue-as-new input", &input) {
                 Ok(()) => {
-                    effects.extend(continue_as_new::decide(input, continue_on, untaken));
+                    effects.extend(continue_as_new::decide(
+                        input,
+                        continue_on,
+                        activity_set,
+                        untaken,
+                    ));
                     effects
                 }
                 Err(e) => fail(state, effects, e.to_string()),
@@ -294,6 +307,8 @@ mod tests {
             untaken: Vec::new(),
             digest: "d1".into(),
             child_digests: HashMap::new(),
+            activity_set: None,
+            own_activity_set: None,
             continue_on: None,
             at: 1_000,
         }
@@ -385,12 +400,14 @@ mod tests {
         );
         e.untaken = vec![raised.clone()];
         e.continue_on = Some("d2".into());
+        e.activity_set = Some("set:now".into());
         let effects = decide(&instance(RuntimeStatus::Running), e, &Limits::default());
         assert_eq!(
             effects.last(),
             Some(&Effect::NewExecution {
                 input: "{\"n\":2}".into(),
                 digest: Some("d2".into()),
+                activity_set: Some("set:now".into()),
                 carried: vec![raised]
             })
         );

@@ -122,6 +122,7 @@ mod tests {
             Effect::NewExecution {
                 input: "null".into(),
                 digest: None,
+                activity_set: None,
                 carried: Vec::new(),
             },
         ] {

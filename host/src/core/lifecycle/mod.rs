@@ -53,7 +53,8 @@ pub enum Command<'a> {
     },
     /// An episode of its code ended.
     EndEpisode {
-        episode: Episode,
+        /// Boxed: by far the largest command, and one per episode anyway.
+        episode: Box<Episode>,
         limits: &'a Limits,
     },
     /// Woken with nothing new for its code: only the rows addressed to an
@@ -124,7 +125,7 @@ pub fn decide(state: Option<&InstanceState>, command: Command) -> Decision {
             Settled::Dropped => (Reply::Task(TaskFate::Dropped), Vec::new()),
         },
         Command::EndEpisode { episode, limits } => match state {
-            Some(state) => (Reply::Episode, episode_end::decide(state, episode, limits)),
+            Some(state) => (Reply::Episode, episode_end::decide(state, *episode, limits)),
             None => (Reply::Episode, Vec::new()),
         },
         Command::Idle { stale } if stale.is_empty() => (Reply::Episode, Vec::new()),

@@ -34,6 +34,8 @@ fn episode(arrived: Vec<Arrived>, calls: Vec<Call>, first_task: u32, ending: End
         untaken: Vec::new(),
         digest: "d1".into(),
         child_digests: HashMap::new(),
+        activity_set: None,
+        own_activity_set: None,
         continue_on: None,
         at: 1_000,
     }
@@ -57,7 +59,7 @@ fn an_agent_call_is_scheduled_its_result_delivered_and_the_next_episode_complete
     let first = decide(
         Some(&fresh),
         Command::EndEpisode {
-            episode: episode(Vec::new(), vec![agent_call()], 0, Ending::Waiting),
+            episode: Box::new(episode(Vec::new(), vec![agent_call()], 0, Ending::Waiting)),
             limits: &limits,
         },
     );
@@ -126,12 +128,12 @@ fn an_agent_call_is_scheduled_its_result_delivered_and_the_next_episode_complete
     let done = decide(
         Some(&delivered_state),
         Command::EndEpisode {
-            episode: episode(
+            episode: Box::new(episode(
                 vec![heard],
                 Vec::new(),
                 1,
                 Ending::Returned(Ok("\"published\"".into())),
-            ),
+            )),
             limits: &limits,
         },
     );

@@ -49,6 +49,7 @@ mod tests {
             name: "o".into(),
             input: "1".into(),
             digest: "d".into(),
+            activity_set: None,
             parent: None,
             traceparent: None,
         }

@@ -6,6 +6,7 @@
 //! text so far, then only what is new.
 
 mod card;
+mod params;
 pub(in crate::http) mod rest;
 mod rpc;
 mod stream;
@@ -18,15 +19,15 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::body::read_limited;
 use super::{ApiError, AppState};
 use crate::runs::{
-    Answer, CancelOutcome, Decision, NewRun, RunFilter, RunRecord, RunsError, SessionKey,
+    Answer, CancelOutcome, Decision, Listening, NewRun, RunFilter, RunRecord, RunsError, SessionKey,
 };
+use params::{params_of, said, shown_history, ListParams, SendParams, TaskParams};
 use rpc::{answer, RpcError};
 use stream::Framing;
 
@@ -94,7 +95,7 @@ pub async fn call(
     body: Body,
 ) -> Result<Response, ApiError> {
     state.runs.served(&agent)?;
-    let bytes = match read_limited(&headers, body, state.config.max_body_bytes).await {
+    let bytes = match read_limited(&headers, body, &state.config).await {
         Ok(bytes) => bytes,
         Err(e) => {
             let error = RpcError::invalid_request(format!(
@@ -150,125 +151,6 @@ pub async fn call(
         other => Err(RpcError::method_not_found(other)),
     };
     Ok(Json(answer(&call.id, result)).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SendParams {
-    message: Message,
-    #[serde(default)]
-    configuration: Configuration,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Message {
-    #[serde(default)]
-    context_id: Option<String>,
-    #[serde(default)]
-    task_id: Option<String>,
-    /// The sender's id of the message: a message sent again with the same
-    /// id (a caller retrying after a lost answer or a crash) finds the task
-    /// the first one started instead of starting another.
-    #[serde(default)]
-    message_id: Option<String>,
-    #[serde(default)]
-    parts: Vec<Value>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Configuration {
-    #[serde(default)]
-    history_length: Option<i64>,
-    #[serde(default)]
-    return_immediately: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TaskParams {
-    id: String,
-    #[serde(default)]
-    history_length: Option<i64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ListParams {
-    #[serde(default)]
-    context_id: Option<String>,
-    #[serde(default)]
-    status: Option<String>,
-    #[serde(default)]
-    page_size: Option<i64>,
-    #[serde(default)]
-    page_token: Option<String>,
-    #[serde(default)]
-    history_length: Option<i64>,
-    #[serde(default)]
-    include_artifacts: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ApprovalPart {
-    call_id: String,
-    approved: bool,
-    #[serde(default)]
-    reason: Option<String>,
-}
-
-/// What a message says: its text, and decisions on tool calls if it carries
-/// an `approvals` data part.
-struct Said {
-    text: String,
-    approvals: Option<Vec<ApprovalPart>>,
-}
-
-fn said(parts: &[Value]) -> Result<Said, RpcError> {
-    let mut texts = Vec::new();
-    let mut approvals = None;
-    for part in parts {
-        if let Some(text) = part.get("text").and_then(Value::as_str) {
-            texts.push(text.to_string());
-        } else if let Some(data) = part.get("data") {
-            match data.get("approvals") {
-                Some(list) => {
-                    approvals = Some(
-                        serde_json::from_value::<Vec<ApprovalPart>>(list.clone()).map_err(|e| {
-                            RpcError::invalid_params(format!(
-                            "approvals must be [{{\"callId\", \"approved\", \"reason\"?}}]: {e}"
-                        ))
-                        })?,
-                    )
-                }
-                None => texts.push(data.to_string()),
-            }
-        } else if part.get("raw").is_some() || part.get("url").is_some() {
-            return Err(RpcError::content_type(
-                "Incompatible content types: this agent takes text and data parts, not files",
-            ));
-        } else {
-            return Err(RpcError::invalid_params(format!(
-                "a part must hold text or data: {part}"
-            )));
-        }
-    }
-    Ok(Said {
-        text: texts.join("\n"),
-        approvals,
-    })
-}
-
-fn shown_history(length: Option<i64>) -> Result<Option<usize>, RpcError> {
-    match length {
-        None => Ok(None),
-        Some(n) if n < 0 => Err(RpcError::invalid_params(
-            "historyLength must not be negative",
-        )),
-        Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
-    }
 }
 
 /// The protocol version a call asks for: 1.x. No header is 0.3 (the spec's
@@ -479,6 +361,9 @@ impl A2a<'_> {
             artifacts: true,
         };
         let budget = self.state.config.wait_budget;
+        // Listening before decisions are stored: the run they wake may come
+        // to wait again at once, and that must be heard.
+        let listening = self.state.runs.listen();
         let task = match self.submit(&params).await? {
             Submitted::New(run) if params.configuration.return_immediately => {
                 let record = self.accept(run).await?;
@@ -500,7 +385,12 @@ impl A2a<'_> {
                     Err(e) => match self.state.runs.record(self.agent, &id).await {
                         Ok(_) => {
                             return self
-                                .existing(&id, params.configuration.return_immediately, shown)
+                                .existing(
+                                    &id,
+                                    params.configuration.return_immediately,
+                                    shown,
+                                    listening,
+                                )
                                 .await
                         }
                         Err(_) => return Err(self.refused("", e)),
@@ -519,17 +409,28 @@ impl A2a<'_> {
             }
             Submitted::Existing(task) => task,
         };
-        self.existing(&task, params.configuration.return_immediately, shown)
-            .await
+        self.existing(
+            &task,
+            params.configuration.return_immediately,
+            shown,
+            listening,
+        )
+        .await
     }
 
     /// An existing task, once it ended or waits for a human (within the
     /// wait budget) unless `at_once`.
-    async fn existing(&self, task: &str, at_once: bool, shown: Shown) -> Result<Value, RpcError> {
+    async fn existing(
+        &self,
+        task: &str,
+        at_once: bool,
+        shown: Shown,
+        listening: Listening,
+    ) -> Result<Value, RpcError> {
         if !at_once {
             self.state
                 .runs
-                .wait_for(task, self.state.config.wait_budget)
+                .wait_settled(listening, task, self.state.config.wait_budget)
                 .await
                 .map_err(|e| RpcError::internal(format!("Internal error: {e}")))?;
         }
@@ -674,10 +575,4 @@ impl A2a<'_> {
         )
         .await)
     }
-}
-
-/// The params of a call, or `-32602` naming what is wrong.
-fn params_of<T: for<'de> Deserialize<'de>>(params: &Value) -> Result<T, RpcError> {
-    serde_json::from_value(params.clone())
-        .map_err(|e| RpcError::invalid_params(format!("invalid params: {e}")))
 }

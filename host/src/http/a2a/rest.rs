@@ -53,7 +53,7 @@ fn answered(result: Result<Value, RpcError>) -> Response {
 
 /// The body as JSON (an empty one is `{}`).
 async fn body_of(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, RpcError> {
-    let bytes = read_limited(headers, body, state.config.max_body_bytes)
+    let bytes = read_limited(headers, body, &state.config)
         .await
         .map_err(|e| {
             RpcError::invalid_request(format!("the request could not be read: {}", e.message()))

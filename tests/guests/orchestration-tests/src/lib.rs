@@ -259,6 +259,16 @@ fn remote_call(ctx: &Context, input: Value) -> Result<Value, String> {
 /// host serves) and returns `{"ok": result}` or `{"error": why}`.
 fn call_activity_of(ctx: &Context, call: Value) -> Result<Value, String> {
     let name = call["activity"].as_str().unwrap_or_default();
+    // `"wait": EVENT` waits for that event first (the callee may change
+    // meanwhile).
+    if let Some(event) = call["wait"].as_str() {
+        let _: Value = ctx.wait_for_event(event).wait()?;
+    }
+    // `"again": true` then continues as new, which makes the call.
+    if call["again"] == json!(true) {
+        ctx.continue_as_new(&json!({"activity": name, "input": call["input"]}));
+        return Ok(Value::Null);
+    }
     Ok(
         match ctx.call_activity(name, &call["input"]).wait::<Value>() {
             Ok(result) => json!({ "ok": result }),
