@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv doc-tools browser-tools
+.PHONY: run test chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -19,7 +19,7 @@ run: components release
 ## the library's tests and the integration suite again on PostgreSQL
 ## (PostgreSQL and Redis are started, installed if need be, when they are
 ## not up).
-test: components test-components language-components lint api-fuzz-venv a2a-venv doc-tools browser-tools
+test: components test-components language-components lint api-fuzz-venv a2a-venv durabletask-venv doc-tools browser-tools
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
 	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --lib --test integration
 
@@ -145,6 +145,13 @@ A2A_VENV := target/a2a-venv
 a2a-venv:
 	@test -x $(A2A_VENV)/bin/python || python3 -m venv $(A2A_VENV)
 	@$(A2A_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('a2a-sdk') == '1.3.0' and m.version('mcp') == '1.30.0'" 2>/dev/null || $(A2A_VENV)/bin/pip install --quiet a2a-sdk==1.3.0 mcp==1.30.0
+
+# The Durable Task Python SDK (PyPI, pinned with what it pulls in) whose
+# client tests/durable_task_grpc.rs drives the gRPC endpoint with.
+DT_VENV := target/durabletask-venv
+durabletask-venv:
+	@test -x $(DT_VENV)/bin/python || python3 -m venv $(DT_VENV)
+	@$(DT_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('durabletask') == '1.12.0'" 2>/dev/null || $(DT_VENV)/bin/pip install --quiet durabletask==1.12.0 grpcio==1.85.3 protobuf==7.36.2
 
 # Debian's Chromium and Playwright (npm, pinned by tests/dashboard's lock
 # file, under target/) for the dashboard's browser test (tests/dashboard.rs).

@@ -250,6 +250,16 @@ const CLAIMS: &[Claim] = &[
     },
     Claim {
         file: "docs/stores-and-hubs.md",
+        first_line: "from durabletask import client",
+        check: "the_python_client_of_stores_and_hubs_md_gets_a_draft_published",
+    },
+    Claim {
+        file: "docs/stores-and-hubs.md",
+        first_line: "import time",
+        check: "the_python_worker_of_stores_and_hubs_md_serves_an_activity_to_a_wasm_orchestration",
+    },
+    Claim {
+        file: "docs/stores-and-hubs.md",
         first_line: "$ agenthost client agent run writer",
         check: "the_client_session_of_stores_and_hubs_md_gets_the_answers_it_shows",
     },

@@ -18,6 +18,7 @@ mod dashboard;
 mod determinism;
 mod doc_blocks;
 mod durable_engine;
+mod durable_task_grpc;
 mod embedding;
 mod endpoint_keys;
 mod hostile_input;

@@ -101,7 +101,7 @@ const LAYERS: &[&[&str]] = &[
     &["core"],
     &["workers", "metrics", "telemetry"],
     &["store", "wasm", "model", "remote_agents"],
-    &["registry", "taskhub"],
+    &["registry", "taskhub", "sdk_workers"],
     &["agents", "streams", "runs", "durable", "health", "settings"],
     &["http", "client"],
     &["embed", "server", "cli"],

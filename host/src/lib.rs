@@ -24,6 +24,7 @@ pub(crate) mod model;
 pub(crate) mod registry;
 pub(crate) mod remote_agents;
 pub(crate) mod runs;
+pub(crate) mod sdk_workers;
 pub(crate) mod server;
 pub(crate) mod settings;
 pub(crate) mod store;

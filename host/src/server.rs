@@ -19,8 +19,14 @@ pub(crate) async fn serve(args: Settings) -> anyhow::Result<()> {
     if args.api_keys.is_empty() && args.api_key_files.is_empty() && !address.is_loopback() {
         tracing::warn!(%address, "listening beyond this machine without endpoint keys: anyone who reaches the port can run agents, read conversations and manage instances (give --api-key SCOPE:KEY, or --require-keys to refuse to start like this)");
     }
+    let grpc_port = args.grpc.then_some(args.grpc_port);
     let host = AgentHost::start(args).await?;
     let shutdown = install_shutdown_signal()?;
+    let stop = CancellationToken::new();
+    let mut grpc = match grpc_port {
+        Some(port) => Some(serve_grpc(&host, address, port, stop.clone()).await?),
+        None => None,
+    };
     let listener = TcpListener::bind((address, port)).await.with_context(|| {
         format!("could not listen on {address}:{port} (is another process using the port?)")
     })?;
@@ -36,7 +42,6 @@ pub(crate) async fn serve(args: Settings) -> anyhow::Result<()> {
     // Machine-readable line on stdout; tests and scripts wait for it.
     println!("agenthost listening on http://{address}");
 
-    let stop = CancellationToken::new();
     let server =
         axum::serve(listener, host.router()).with_graceful_shutdown(stop.clone().cancelled_owned());
     let mut server = tokio::spawn(server.into_future());
@@ -49,6 +54,10 @@ pub(crate) async fn serve(args: Settings) -> anyhow::Result<()> {
             // The server stopped on its own: that is a failure, not a shutdown.
             result.context("the HTTP server task failed")?.context("the HTTP server failed")?;
         }
+        Some(result) = async { Some((grpc.as_mut()?).await) } => {
+            result.context("the gRPC server task failed")?.context("the gRPC server failed")?;
+            anyhow::bail!("the gRPC server stopped on its own");
+        }
     }
     // Stop accepting, then give in-flight runs (and the callers waiting on
     // them) one grace period in all; whatever is unfinished then stays in the
@@ -60,9 +69,38 @@ pub(crate) async fn serve(args: Settings) -> anyhow::Result<()> {
     if tokio::time::timeout_at(deadline, server).await.is_err() {
         tracing::warn!("closing connections still open after the grace period");
     }
+    if let Some(grpc) = grpc {
+        if tokio::time::timeout_at(deadline, grpc).await.is_err() {
+            tracing::warn!("closing gRPC calls still open after the grace period");
+        }
+    }
     host.close().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Listens on `port` for the Durable Task sidecar protocol and serves it
+/// until `stop`; says where on stdout, before the HTTP line tests wait for.
+async fn serve_grpc(
+    host: &AgentHost,
+    address: std::net::IpAddr,
+    port: u16,
+    stop: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>> {
+    let listener = TcpListener::bind((address, port)).await.with_context(|| {
+        format!("could not listen for gRPC on {address}:{port} (is another process using the port? --grpc-port picks another)")
+    })?;
+    let bound = listener.local_addr()?;
+    tracing::info!(address = %bound, "gRPC (Durable Task sidecar protocol) listening");
+    println!("agenthost gRPC listening on http://{bound}");
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let routes = host.grpc_routes();
+    Ok(tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+            .await
+    }))
 }
 
 /// `agenthost worker`: the work of a task hub (agent runs, episodes,

@@ -545,3 +545,78 @@ async fn the_mcp_sdk_example_of_a2a_md_continues_a_thread() {
     // continued the first one's thread.
     assert!(stdout.contains("turn 2 of this conversation"), "{stdout}");
 }
+
+// ------------------------------------------------------ Durable Task SDKs
+
+fn durabletask_python() -> PathBuf {
+    let python = crate::support::workspace().join("target/durabletask-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: `make test` installs it (or `make durabletask-venv`)",
+        python.display()
+    );
+    python
+}
+
+/// The block with the doc's gRPC address replaced by the test host's.
+fn against_grpc(host: &Host, text: &str) -> String {
+    text.replace("localhost:8080", &host.grpc_address())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_client_of_stores_and_hubs_md_gets_a_draft_published() {
+    let block = claimed_one("the_python_client_of_stores_and_hubs_md_gets_a_draft_published");
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["writer", "approval"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg("0")
+        .start();
+    let mut command = std::process::Command::new(durabletask_python());
+    command.arg("-c").arg(against_grpc(&host, &block.text));
+    command::clean_env(&mut command);
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        host.output()
+    );
+    // What the block's comment says it prints.
+    assert_eq!(stdout.trim(), "COMPLETED published");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_worker_of_stores_and_hubs_md_serves_an_activity_to_a_wasm_orchestration() {
+    let block = claimed_one(
+        "the_python_worker_of_stores_and_hubs_md_serves_an_activity_to_a_wasm_orchestration",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg("0")
+        .start();
+    let mut command = tokio::process::Command::new(durabletask_python());
+    command
+        .arg("-c")
+        .arg(against_grpc(&host, &block.text))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let _worker = command.spawn().unwrap();
+    host.wait_logged("an SDK worker connected", 0);
+    // A wasm orchestration calls the worker's activity by name.
+    let started = client()
+        .post(host.url("/api/orchestrators/call_activity_of/shouted"))
+        .json(&json!({"activity": "shout", "input": "tea"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let done = wait_for(&host, "shouted", &["Completed"]).await;
+    assert_eq!(done["output"], json!({"ok": "TEA!"}));
+}

@@ -287,6 +287,29 @@ impl Host {
         self.output.lock().unwrap().join("\n")
     }
 
+    /// `HOST:PORT` of the gRPC endpoint (`--grpc`), from the line it printed.
+    pub fn grpc_address(&self) -> String {
+        let output = self.output();
+        output
+            .lines()
+            .find_map(|l| l.strip_prefix("agenthost gRPC listening on http://"))
+            .unwrap_or_else(|| panic!("no gRPC listening line:\n{output}"))
+            .to_string()
+    }
+
+    /// Waits until the host has logged `line` more than `before` times.
+    pub fn wait_logged(&self, line: &str, before: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while self.output().matches(line).count() <= before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never logged '{line}':\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The host's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

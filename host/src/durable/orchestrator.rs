@@ -22,6 +22,7 @@ use crate::core::lifecycle::Change;
 use crate::core::limits::{LimitError, Limits};
 use crate::registry::Registry;
 use crate::runs::Runs;
+use crate::sdk_workers::SdkWorkers;
 use crate::store::{now_ms, Applied, Store, StoreError, TaskFate, TaskRow, Wake};
 use crate::wasm::{LoadedComponent, Runtime};
 use crate::workers::{drain, KeyedWorkers};
@@ -38,6 +39,9 @@ pub struct OrchestratorConfig {
     pub episode_timeout: Duration,
     /// Memory for hot instances' state and journals, in bytes.
     pub hot_budget_bytes: usize,
+    /// How long an activity no component serves waits for a Durable Task
+    /// SDK worker to connect: zero unless the gRPC endpoint is served.
+    pub sdk_worker_wait: Duration,
 }
 
 pub struct Orchestrator {
@@ -61,6 +65,9 @@ pub struct Orchestrator {
     tracker: TaskTracker,
     /// Whether this process runs episodes and tasks (not an HTTP-only front).
     works: bool,
+    /// SDK workers connected over gRPC: they run the activities no
+    /// component serves.
+    pub(super) sdk_workers: Arc<SdkWorkers>,
 }
 
 impl Orchestrator {
@@ -75,6 +82,7 @@ impl Orchestrator {
         let hot = Arc::new(HotInstances::new(config.hot_budget_bytes));
         let sink = hot.clone();
         store.on_inbox_rows(Arc::new(move |rows| sink.deliver(rows)));
+        let sdk_workers = SdkWorkers::new(config.sdk_worker_wait);
         Arc::new(Self {
             store,
             registry,
@@ -90,7 +98,13 @@ impl Orchestrator {
             stopping: CancellationToken::new(),
             tracker: TaskTracker::new(),
             works,
+            sdk_workers,
         })
+    }
+
+    /// The Durable Task SDK workers connected here (the gRPC edge adds them).
+    pub fn sdk_workers(&self) -> &Arc<SdkWorkers> {
+        &self.sdk_workers
     }
 
     /// Starts the scheduler: it resumes whatever the store holds (instances

@@ -12,6 +12,7 @@ use crate::agents::normalize_response_format;
 use crate::core::ids;
 use crate::core::journal::Call;
 use crate::registry::ActivityLookup;
+use crate::sdk_workers::Answer;
 use crate::store::{NewRun, RunStatus, SessionKey, StoreError, TaskRow};
 use crate::wasm::{ActivityFailure, LoadedComponent};
 
@@ -100,10 +101,21 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
                 return Outcome::Interrupted;
             }
             Err(ActivityLookup::Refused(why)) => {
+                if let Some(outcome) = sdk_activity(orchestrator, row, name, input).await {
+                    return outcome;
+                }
                 // Counted as a failed call, under `unknown`: names orchestration
                 // code makes up are never labels.
                 crate::metrics::activity("unknown", std::time::Duration::ZERO, false);
-                return Outcome::Done(Err(why));
+                let waited = orchestrator.config.sdk_worker_wait;
+                return Outcome::Done(Err(if waited.is_zero() {
+                    why
+                } else {
+                    format!(
+                        "{why}, and no Durable Task SDK worker connected within {}s",
+                        waited.as_secs()
+                    )
+                }));
             }
         },
     };
@@ -131,6 +143,33 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
         )),
         Ok(Err(failure)) => Err(format!("activity '{name}' failed: {failure}")),
         Err(guest) => Err(guest.to_string()),
+    })
+}
+
+/// An activity no component serves, run by a connected Durable Task SDK
+/// worker; `None` when no worker is (or connects in time).
+async fn sdk_activity(
+    orchestrator: &Orchestrator,
+    row: &TaskRow,
+    name: &str,
+    input: &str,
+) -> Option<Outcome> {
+    let task_id = i32::try_from(row.task).unwrap_or(i32::MAX);
+    let started = std::time::Instant::now();
+    let answer = orchestrator
+        .sdk_workers
+        .run_activity(name, input, &row.instance_id, task_id)
+        .await?;
+    Some(match answer {
+        Answer::Done(result) => {
+            // Names are the worker's, not declared by a component: no label.
+            crate::metrics::activity("unknown", started.elapsed(), result.is_ok());
+            Outcome::Done(result)
+        }
+        Answer::Abandoned => {
+            tracing::info!(instance_id = %row.instance_id, activity = name, "an SDK worker gave the activity back (or went away); it runs again");
+            Outcome::Interrupted
+        }
     })
 }
 

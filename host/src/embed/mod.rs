@@ -244,6 +244,11 @@ impl AgentHost {
                 limits: Arc::new(args.durable_limits()),
                 episode_timeout: args.episode_timeout,
                 hot_budget_bytes: args.hot_instances_mib.saturating_mul(1 << 20),
+                sdk_worker_wait: if args.grpc {
+                    crate::settings::defaults::SDK_WORKER_WAIT
+                } else {
+                    Duration::ZERO
+                },
             },
             role.works(),
         );
@@ -266,6 +271,8 @@ impl AgentHost {
                 background.clone(),
             ));
         }
+        // Checked when the store opened: what a gRPC caller must name.
+        let (_, hub) = args.store_location().map_err(StartError::setting)?;
         let state = AppState {
             registry,
             runs: runs.clone(),
@@ -279,6 +286,7 @@ impl AgentHost {
                 body_timeout: args.body_timeout,
                 wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
                 keys,
+                hub,
             }),
         };
         Ok(Self {
@@ -305,6 +313,11 @@ impl AgentHost {
     /// or give the application's routes first.
     pub fn router(&self) -> axum::Router {
         http::router(self.state.clone())
+    }
+
+    /// The Durable Task sidecar protocol's gRPC service (`--grpc`).
+    pub(crate) fn grpc_routes(&self) -> tonic::service::Routes {
+        http::grpc::routes(self.state.clone())
     }
 
     /// Stops the worker and closes the store: [`Self::drain`], then [`Self::close`].

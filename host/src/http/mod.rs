@@ -11,6 +11,7 @@ mod components;
 mod dashboard;
 mod deprecation;
 mod error;
+pub(crate) mod grpc;
 mod health;
 mod instance_body;
 mod instances;
@@ -57,6 +58,8 @@ pub struct HttpConfig {
     pub wait_budget: Duration,
     /// Endpoint keys; empty: every route is open.
     pub keys: ApiKeys,
+    /// The task hub served: what a gRPC caller's `taskhub` metadata must name.
+    pub hub: String,
 }
 
 #[derive(Clone)]

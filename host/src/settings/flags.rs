@@ -116,6 +116,15 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_MCP")]
     pub mcp: bool,
 
+    /// Serve the Durable Task sidecar protocol (gRPC, the Durable Task
+    /// SDKs' clients) on `--grpc-port`, beside the HTTP API.
+    #[arg(long, env = "AGENTHOST_GRPC")]
+    pub grpc: bool,
+
+    /// The gRPC port (`--grpc`); 0 picks a free one.
+    #[arg(long, env = "AGENTHOST_GRPC_PORT", default_value_t = defaults::GRPC_PORT)]
+    pub grpc_port: u16,
+
     /// A synchronous run waits `max-poll-retries × poll-interval` before answering 202.
     #[arg(long, env = "AGENTHOST_MAX_POLL_RETRIES", default_value_t = defaults::MAX_POLL_RETRIES)]
     pub max_poll_retries: u32,
@@ -279,6 +288,8 @@ impl From<ServeArgs> for Settings {
             require_keys,
             enable_health_check,
             mcp,
+            grpc,
+            grpc_port,
             max_poll_retries,
             poll_interval,
             writer_deadline,
@@ -330,6 +341,8 @@ impl From<ServeArgs> for Settings {
             require_keys,
             enable_health_check,
             mcp,
+            grpc,
+            grpc_port,
             max_poll_retries,
             poll_interval,
             writer_deadline,

@@ -26,6 +26,14 @@ pub(crate) mod defaults {
     pub const MAX_STREAM_FOLLOWERS: usize = 4096;
     pub const HOST: &str = "127.0.0.1";
     pub const PORT: u16 = 7071;
+    /// The Durable Task emulator's port, where the SDKs look by default.
+    pub const GRPC_PORT: u16 = 8080;
+    /// With `--grpc`: how long an activity no component serves waits for a
+    /// Durable Task SDK worker to connect before it fails.
+    pub const SDK_WORKER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+    pub fn grpc_port() -> u16 {
+        GRPC_PORT
+    }
     pub const MAX_POLL_RETRIES: u32 = 30;
     pub const POLL_INTERVAL: &str = "1s";
     pub const WRITER_DEADLINE: &str = "30s";
@@ -110,6 +118,12 @@ pub struct Settings {
     /// Serve MCP at `/runtime/webhooks/mcp`.
     #[serde(default)]
     pub mcp: bool,
+    /// Serve the Durable Task sidecar protocol (gRPC) on `grpc_port`
+    /// (`agenthost serve` only).
+    #[serde(default)]
+    pub grpc: bool,
+    #[serde(default = "defaults::grpc_port")]
+    pub grpc_port: u16,
     pub max_poll_retries: u32,
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
@@ -194,6 +208,8 @@ impl Default for Settings {
             require_keys: false,
             enable_health_check: true,
             mcp: false,
+            grpc: false,
+            grpc_port: GRPC_PORT,
             max_poll_retries: MAX_POLL_RETRIES,
             poll_interval: duration(POLL_INTERVAL),
             writer_deadline: duration(WRITER_DEADLINE),

@@ -1,0 +1,41 @@
+//! The Durable Task sidecar protocol over gRPC: `TaskHubSidecarService` of
+//! the public durabletask-protobuf contract (`host/proto/`), so the Durable
+//! Task SDKs' clients (Python, .NET, Java, JavaScript, Go) start, follow and
+//! manage this host's orchestrations without a line changed. Served on its
+//! own port (`--grpc`, `--grpc-port`, 8080 like the local emulator): the SDKs
+//! speak HTTP/2 with prior knowledge and gRPC's own status codes, which the
+//! JSON API's router and error bodies have no business knowing.
+//!
+//! What it serves is the management half (`calls`); SDK workers
+//! (`GetWorkItems` and the completions) and entities answer `UNIMPLEMENTED`
+//! with a sentence saying so, as any call the contract has and this host
+//! does not serve does.
+
+mod access;
+mod calls;
+mod convert;
+mod work_items;
+
+/// The generated messages and service of the contract.
+#[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
+pub(crate) mod proto {
+    include!(concat!(env!("OUT_DIR"), "/durabletask.rs"));
+}
+
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Routes;
+
+use super::AppState;
+use proto::task_hub_sidecar_service_server::TaskHubSidecarServiceServer;
+
+/// The gRPC service of the host's task hub, behind the endpoint keys.
+pub(crate) fn routes(state: AppState) -> Routes {
+    let limit = state.config.max_body_bytes;
+    let check = access::Check::new(state.config.clone());
+    let service = TaskHubSidecarServiceServer::new(calls::Sidecar::new(state))
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(usize::MAX);
+    Routes::new(InterceptedService::new(service, move |request| {
+        check.admit(request)
+    }))
+}

@@ -1,0 +1,433 @@
+//! The Durable Task sidecar protocol (gRPC, `--grpc`), driven by the
+//! Durable Task Python SDK's own client (PyPI `durabletask`, pinned,
+//! installed into target/durabletask-venv by `make test`): wasm
+//! orchestrations started, followed, raised, suspended, resumed,
+//! terminated, restarted, queried and purged; an instance started over HTTP
+//! read through the SDK; the SDK's errors for what is refused; the endpoint
+//! keys and the `taskhub` metadata.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+use crate::support::host::{hub_for, Host};
+use crate::support::{client, workspace, HostBuilder};
+
+fn python() -> std::path::PathBuf {
+    let python = workspace().join("target/durabletask-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: `make test` installs it (or `make durabletask-venv`)",
+        python.display()
+    );
+    python
+}
+
+/// Runs the client script with `args`; its JSON lines by step.
+async fn script(host: &Host, args: &[&str]) -> Vec<Value> {
+    let run = Command::new(python())
+        .arg(workspace().join("tests/durabletask/client.py"))
+        .arg(host.grpc_address())
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .expect("the SDK client finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        host.output()
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn step<'a>(steps: &'a [Value], name: &str) -> &'a Value {
+    steps
+        .iter()
+        .find(|s| s["step"] == name)
+        .unwrap_or_else(|| panic!("no step {name}: {steps:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_durabletask_python_client_manages_wasm_orchestrations_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg("0")
+        .start();
+    // An instance started over HTTP is one the SDK reads like its own.
+    let started = client()
+        .post(host.url("/api/orchestrators/sequence/from-http"))
+        .json(&json!({"n": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+
+    let steps = script(&host, &["scenario", "py", "from-http"]).await;
+
+    let seq = step(&steps, "sequence");
+    assert_eq!(seq["id"], "py-seq");
+    assert_eq!(seq["status"], "COMPLETED");
+    assert_eq!(seq["output"], 10, "0 + 1 + 2 + 3 + 4");
+    assert_eq!(seq["input"], json!({"n": 5}));
+
+    let http = step(&steps, "from_http");
+    assert_eq!(http["status"], "COMPLETED", "{http}");
+    assert_eq!(http["name"], "sequence");
+    assert_eq!(http["output"], 3, "0 + 1 + 2");
+
+    let event = step(&steps, "event");
+    assert_eq!(event["waiting"], "RUNNING");
+    assert_eq!(event["custom"], "waiting");
+    assert_eq!(event["status"], "COMPLETED");
+    assert_eq!(event["output"], json!({"ok": true}));
+
+    assert_eq!(step(&steps, "timeout")["refused"]["code"], "TIMEOUT");
+
+    let suspend = step(&steps, "suspend");
+    assert_eq!(suspend["suspended"], "SUSPENDED");
+    assert_eq!(suspend["still"], "SUSPENDED", "an event does not wake it");
+    assert_eq!(suspend["status"], "COMPLETED");
+    assert_eq!(suspend["output"], 7, "the event raised while suspended");
+
+    let terminate = step(&steps, "terminate");
+    assert_eq!(terminate["status"], "TERMINATED");
+    assert_eq!(terminate["output"], "enough");
+    assert_eq!(terminate["again"]["code"], "FAILED_PRECONDITION");
+
+    let failed = step(&steps, "failed");
+    assert_eq!(failed["status"], "FAILED");
+    assert_eq!(failed["type"], "OrchestrationFailed");
+    assert!(
+        !failed["message"].as_str().unwrap().is_empty() && failed["output"].is_null(),
+        "{failed}"
+    );
+
+    let refusals = step(&steps, "refusals");
+    assert_eq!(refusals["unknown"]["code"], "NOT_FOUND");
+    assert!(
+        refusals["unknown"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'no_such_orchestration' is not registered"),
+        "{refusals}"
+    );
+    assert_eq!(refusals["running"]["code"], "ALREADY_EXISTS");
+    assert_eq!(refusals["scheduled"]["code"], "UNIMPLEMENTED");
+    assert_eq!(refusals["raise_missing"]["code"], "NOT_FOUND");
+    assert_eq!(refusals["purge_running"]["code"], "FAILED_PRECONDITION");
+    assert!(refusals["missing"].is_null(), "no instance: the SDK's None");
+
+    let restart = step(&steps, "restart");
+    assert_eq!(restart["same"], "py-seq");
+    assert_eq!(restart["status"], "COMPLETED");
+    assert_eq!(restart["output"], 10, "restarted with its input");
+    assert_eq!(restart["fresh_is_new"], true);
+    assert_eq!(restart["fresh_output"], 10);
+
+    let query = step(&steps, "query");
+    let ids = [
+        "py-fail", "py-seq", "py-slow", "py-sus", "py-twice", "py-wait",
+    ];
+    assert_eq!(query["ids"], json!(ids), "every page, in pages of 2");
+    assert_eq!(
+        query["completed"],
+        json!(["py-seq", "py-sus", "py-wait"]),
+        "by status"
+    );
+    assert_eq!(query["inputs"]["py-seq"], json!({"n": 5}));
+
+    let purge = step(&steps, "purge");
+    assert_eq!(purge["deleted"], 1);
+    assert_eq!(purge["gone"], true);
+    assert_eq!(purge["again"], 0, "a purge of nothing deletes nothing");
+    // py-wait, py-slow, py-sus, py-fail, py-twice, the fresh restart and
+    // the instance started over HTTP.
+    assert_eq!(purge["rest"], 7);
+    assert_eq!(purge["complete"], true);
+    assert_eq!(purge["left"], json!([]));
+
+    // What the SDK purged is gone for the JSON API too.
+    let listed: Vec<Value> = client()
+        .get(host.url("/runtime/webhooks/durabletask/instances"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed, Vec::<Value>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grpc_endpoint_wants_an_admin_key_and_this_hosts_task_hub() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = "admin-key-for-grpc-0123456789";
+    let invoke = "invoke-key-for-grpc-0123456789";
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg("0")
+        .arg("--api-key")
+        .arg(&format!("admin:{admin}"))
+        .arg("--api-key")
+        .arg(&format!("invoke:{invoke}"))
+        .start();
+    let hub = hub_for(dir.path());
+    let access = |key: &'static str, hub: String| {
+        let host = &host;
+        async move {
+            let steps = script(host, &["access", key, &hub]).await;
+            step(&steps, "access")["refused"].clone()
+        }
+    };
+    let none = access("", String::new()).await;
+    assert_eq!(none["code"], "UNAUTHENTICATED", "{none}");
+    let wrong = access("not-a-key-of-this-host-at-all", String::new()).await;
+    assert_eq!(wrong["code"], "UNAUTHENTICATED", "{wrong}");
+    let invoked = access(invoke, String::new()).await;
+    assert_eq!(invoked["code"], "PERMISSION_DENIED", "{invoked}");
+    assert_eq!(access(admin, String::new()).await, Value::Null);
+    assert_eq!(access(admin, hub.clone()).await, Value::Null);
+    let elsewhere = access(admin, "another-hub".into()).await;
+    assert_eq!(elsewhere["code"], "NOT_FOUND", "{elsewhere}");
+    assert!(
+        elsewhere["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("this host serves task hub '{hub}'")),
+        "{elsewhere}"
+    );
+}
+
+/// A Python SDK worker (`tests/durabletask/worker.py`) started against the
+/// host; returns once the host saw it connect.
+fn sdk_worker(host: &Host, log: &std::path::Path, stall: bool) -> tokio::process::Child {
+    let connected = host.output().matches("an SDK worker connected").count();
+    let mut command = Command::new(python());
+    command
+        .arg(workspace().join("tests/durabletask/worker.py"))
+        .arg(host.grpc_address())
+        .arg(log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if stall {
+        command.arg("stall");
+    }
+    let child = command.spawn().unwrap();
+    host.wait_logged("an SDK worker connected", connected);
+    child
+}
+
+async fn call(host: &Host, id: &str, activity: &str, input: Value) -> Value {
+    let started = client()
+        .post(host.url(&format!("/api/orchestrators/call_activity_of/{id}")))
+        .json(&json!({"activity": activity, "input": input}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    crate::support::durable::wait_for_within(host, id, &["Completed"], Duration::from_secs(90))
+        .await["output"]
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_sdk_worker_runs_activities_for_wasm_orchestrations_and_a_killed_one_loses_nothing(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg("0")
+        .start();
+    let log = dir.path().join("activities.log");
+    let mut stalling = sdk_worker(&host, &log, true);
+
+    // A wasm orchestration calls activities only the Python worker serves.
+    let greeted = call(&host, "greet", "py_greet", json!({"name": "tea"})).await;
+    assert_eq!(greeted, json!({"ok": "Hello, tea!"}));
+    let failed = call(&host, "fail", "py_fail", json!({})).await;
+    let why = failed["error"].as_str().unwrap_or_default();
+    assert!(why.contains("ValueError: no tea today"), "{failed}");
+
+    // The worker is killed while it runs an activity: the activity is given
+    // back, waits for a worker, and the next one runs it to the end.
+    let started = client()
+        .post(host.url("/api/orchestrators/call_activity_of/slow"))
+        .json(&json!({"activity": "py_slow", "input": {"n": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("start 1")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", host.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stalling.kill().await.unwrap();
+    let _finishing = sdk_worker(&host, &log, false);
+    let done = crate::support::durable::wait_for_within(
+        &host,
+        "slow",
+        &["Completed"],
+        Duration::from_secs(90),
+    )
+    .await;
+    assert_eq!(done["output"], json!({"ok": 1}));
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let starts: Vec<&str> = lines.lines().filter(|l| l.starts_with("start 1")).collect();
+    assert_eq!(starts.len(), 2, "run once by each worker:\n{lines}");
+    assert_eq!(starts[0], starts[1], "the same task of the same instance");
+    assert_eq!(
+        lines.lines().filter(|l| *l == "done 1").count(),
+        1,
+        "completed once:\n{lines}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_sdks_would_never_send_is_refused_with_its_reason_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg("0")
+        .start();
+    // Not gRPC at all, on the gRPC port: the connection is dropped, the
+    // host serves on.
+    let raw = reqwest::Client::new()
+        .get(format!("http://{}/", host.grpc_address()))
+        .send()
+        .await;
+    assert!(raw.map_or(true, |r| !r.status().is_success()));
+
+    let steps = script(&host, &["hostile"]).await;
+    let hostile = step(&steps, "hostile");
+    let code = |what: &str| hostile[what]["code"].as_str().unwrap_or("none").to_string();
+    assert_eq!(code("not_json"), "INVALID_ARGUMENT", "{hostile}");
+    assert!(hostile["not_json"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("the input is not JSON"));
+    assert_eq!(code("bad_id"), "INVALID_ARGUMENT", "{hostile}");
+    // tonic's own refusal of a message past --max-body-bytes.
+    assert_eq!(code("too_big"), "OUT_OF_RANGE", "{hostile}");
+    assert_eq!(code("event_not_json"), "INVALID_ARGUMENT", "{hostile}");
+    assert_eq!(code("purge_nothing"), "INVALID_ARGUMENT", "{hostile}");
+    assert_eq!(code("bad_status"), "INVALID_ARGUMENT", "{hostile}");
+    assert_eq!(code("bad_token"), "INVALID_ARGUMENT", "{hostile}");
+    assert_eq!(
+        hostile["canceled_only"], 0,
+        "CANCELED matches nothing, not everything"
+    );
+    assert_eq!(code("orchestrator_answer"), "UNIMPLEMENTED", "{hostile}");
+    assert_eq!(code("entity"), "UNIMPLEMENTED", "{hostile}");
+    assert!(
+        hostile["entity"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("entities are not served here yet"),
+        "says what is not served: {hostile}"
+    );
+    assert!(
+        hostile["stray_answer"].is_null(),
+        "an answer nothing waits for is dropped: {hostile}"
+    );
+
+    // Nothing was started by any of it.
+    let listed: Vec<Value> = client()
+        .get(host.url("/runtime/webhooks/durabletask/instances"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed, Vec::<Value>::new());
+    let health = client().get(host.url("/api/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sdk_activity_in_flight_when_the_host_is_killed_runs_again_after_the_restart_and_a_committed_one_does_not(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    // A fixed gRPC port, so the worker finds the restarted host where it was.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let builder = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg(&port.to_string());
+    let mut host = builder.start();
+    let log = dir.path().join("activities.log");
+    let _worker = sdk_worker(&host, &log, false);
+
+    // Committed before the kill: never run again.
+    assert_eq!(
+        call(&host, "before", "py_slow", json!({"n": 1})).await,
+        json!({"ok": 1})
+    );
+    // In flight at the kill: the worker is still running it.
+    let started = client()
+        .post(host.url("/api/orchestrators/call_activity_of/during"))
+        .json(&json!({"activity": "py_slow", "input": {"n": 2, "sleep": 2}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("start 2")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", host.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    host.kill();
+
+    let host = builder.start();
+    // The worker reconnects by itself (its own backoff).
+    host.wait_logged("an SDK worker connected", 0);
+    let done = crate::support::durable::wait_for_within(
+        &host,
+        "during",
+        &["Completed"],
+        Duration::from_secs(90),
+    )
+    .await;
+    assert_eq!(done["output"], json!({"ok": 2}));
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let count = |prefix: &str| lines.lines().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(
+        count("start 1"),
+        1,
+        "a committed activity ran once:\n{lines}"
+    );
+    assert_eq!(count("start 2"), 2, "the one in flight ran again:\n{lines}");
+    let before = crate::support::durable::status(&host, "before").await.1;
+    assert_eq!(before["output"], json!({"ok": 1}));
+}
