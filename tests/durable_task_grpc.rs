@@ -212,23 +212,21 @@ async fn the_grpc_endpoint_wants_an_admin_key_and_this_hosts_task_hub() {
     );
 }
 
-/// A Python SDK worker (`tests/durabletask/worker.py`) started against the
-/// host; returns once the host saw it connect.
-fn sdk_worker(host: &Host, log: &std::path::Path, stall: bool) -> tokio::process::Child {
+/// A Python SDK worker (`tests/durabletask/worker.py`, with its `flags`)
+/// started against the host; returns once the host saw it connect.
+async fn sdk_worker(host: &Host, log: &std::path::Path, flags: &[&str]) -> tokio::process::Child {
     let connected = host.output().matches("an SDK worker connected").count();
-    let mut command = Command::new(python());
-    command
+    let child = Command::new(python())
         .arg(workspace().join("tests/durabletask/worker.py"))
         .arg(host.grpc_address())
         .arg(log)
+        .args(flags)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true);
-    if stall {
-        command.arg("stall");
-    }
-    let child = command.spawn().unwrap();
-    host.wait_logged("an SDK worker connected", connected);
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    host.wait_logged("an SDK worker connected", connected).await;
     child
 }
 
@@ -256,7 +254,7 @@ async fn a_python_sdk_worker_runs_activities_for_wasm_orchestrations_and_a_kille
         .arg("0")
         .start();
     let log = dir.path().join("activities.log");
-    let mut stalling = sdk_worker(&host, &log, true);
+    let mut stalling = sdk_worker(&host, &log, &["stall"]).await;
 
     // A wasm orchestration calls activities only the Python worker serves.
     let greeted = call(&host, "greet", "py_greet", json!({"name": "tea"})).await;
@@ -283,7 +281,7 @@ async fn a_python_sdk_worker_runs_activities_for_wasm_orchestrations_and_a_kille
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stalling.kill().await.unwrap();
-    let _finishing = sdk_worker(&host, &log, false);
+    let _finishing = sdk_worker(&host, &log, &[]).await;
     let done = crate::support::durable::wait_for_within(
         &host,
         "slow",
@@ -312,13 +310,12 @@ async fn what_the_sdks_would_never_send_is_refused_with_its_reason_and_nothing_i
         .arg("--grpc-port")
         .arg("0")
         .start();
-    // Not gRPC at all, on the gRPC port: the connection is dropped, the
-    // host serves on.
-    let raw = reqwest::Client::new()
+    // Not gRPC at all, on the gRPC port: refused by the server; the script
+    // below runs against the same host after it.
+    let _ = reqwest::Client::new()
         .get(format!("http://{}/", host.grpc_address()))
         .send()
         .await;
-    assert!(raw.map_or(true, |r| !r.status().is_success()));
 
     let steps = script(&host, &["hostile"]).await;
     let hostile = step(&steps, "hostile");
@@ -329,15 +326,32 @@ async fn what_the_sdks_would_never_send_is_refused_with_its_reason_and_nothing_i
         .unwrap()
         .starts_with("the input is not JSON"));
     assert_eq!(code("bad_id"), "INVALID_ARGUMENT", "{hostile}");
-    // tonic's own refusal of a message past --max-body-bytes.
+    // tonic's own refusal of a message past the size limit.
     assert_eq!(code("too_big"), "OUT_OF_RANGE", "{hostile}");
     assert_eq!(code("event_not_json"), "INVALID_ARGUMENT", "{hostile}");
     assert_eq!(code("purge_nothing"), "INVALID_ARGUMENT", "{hostile}");
+    assert_eq!(code("purge_too_many"), "INVALID_ARGUMENT", "{hostile}");
     assert_eq!(code("bad_status"), "INVALID_ARGUMENT", "{hostile}");
     assert_eq!(code("bad_token"), "INVALID_ARGUMENT", "{hostile}");
     assert_eq!(
         hostile["canceled_only"], 0,
-        "CANCELED matches nothing, not everything"
+        "CANCELED matches nothing, not everything: {hostile}"
+    );
+    assert_eq!(hostile["waiting"], 3, "CANCELED beside others is dropped");
+    assert_eq!(
+        hostile["pages"],
+        json!([["page-1", "page-2"], ["page-3"]]),
+        "pages of maxInstanceCount"
+    );
+    assert_eq!(hostile["tokens"], json!([true, false]));
+    // The host answers before the caller's deadline, with its own status.
+    assert_eq!(code("deadline"), "DEADLINE_EXCEEDED", "{hostile}");
+    assert!(
+        hostile["deadline"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("within the call's deadline"),
+        "{hostile}"
     );
     assert_eq!(code("orchestrator_answer"), "UNIMPLEMENTED", "{hostile}");
     assert_eq!(code("entity"), "UNIMPLEMENTED", "{hostile}");
@@ -353,7 +367,7 @@ async fn what_the_sdks_would_never_send_is_refused_with_its_reason_and_nothing_i
         "an answer nothing waits for is dropped: {hostile}"
     );
 
-    // Nothing was started by any of it.
+    // Nothing was started by any of it: the three waiting instances alone.
     let listed: Vec<Value> = client()
         .get(host.url("/runtime/webhooks/durabletask/instances"))
         .send()
@@ -362,7 +376,11 @@ async fn what_the_sdks_would_never_send_is_refused_with_its_reason_and_nothing_i
         .json()
         .await
         .unwrap();
-    assert_eq!(listed, Vec::<Value>::new());
+    let ids: Vec<&str> = listed
+        .iter()
+        .filter_map(|i| i["instanceId"].as_str())
+        .collect();
+    assert_eq!(ids, ["page-1", "page-2", "page-3"]);
     let health = client().get(host.url("/api/health")).send().await.unwrap();
     assert_eq!(health.status(), 200);
 }
@@ -384,7 +402,7 @@ async fn an_sdk_activity_in_flight_when_the_host_is_killed_runs_again_after_the_
         .arg(&port.to_string());
     let mut host = builder.start();
     let log = dir.path().join("activities.log");
-    let _worker = sdk_worker(&host, &log, false);
+    let _worker = sdk_worker(&host, &log, &[]).await;
 
     // Committed before the kill: never run again.
     assert_eq!(
@@ -411,7 +429,7 @@ async fn an_sdk_activity_in_flight_when_the_host_is_killed_runs_again_after_the_
 
     let host = builder.start();
     // The worker reconnects by itself (its own backoff).
-    host.wait_logged("an SDK worker connected", 0);
+    host.wait_logged("an SDK worker connected", 0).await;
     let done = crate::support::durable::wait_for_within(
         &host,
         "during",
@@ -430,4 +448,128 @@ async fn an_sdk_activity_in_flight_when_the_host_is_killed_runs_again_after_the_
     assert_eq!(count("start 2"), 2, "the one in flight ran again:\n{lines}");
     let before = crate::support::durable::status(&host, "before").await.1;
     assert_eq!(before["output"], json!({"ok": 1}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sdk_activity_waits_a_while_for_a_worker_that_runs_it_and_is_taken_back_when_unanswered()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg("0")
+        .arg("--sdk-worker-wait")
+        .arg("2s")
+        .arg("--sdk-activity-timeout")
+        .arg("1s")
+        .start();
+    let log = dir.path().join("activities.log");
+
+    // No worker within the wait: the task fails, saying why.
+    let nobody = call(&host, "nobody", "py_greet", json!({"name": "tea"})).await;
+    assert_eq!(
+        nobody["error"],
+        "no served component has an activity named 'py_greet', and no Durable Task SDK worker connected within 2s"
+    );
+
+    // Two workers, each saying (work item filters) which activities it
+    // runs: each activity goes to the one that runs it.
+    let _greeter = sdk_worker(&host, &log, &["only=py_greet", "name=greeter"]).await;
+    let _who = sdk_worker(&host, &log, &["only=py_who", "name=who"]).await;
+    for round in 0..3 {
+        let id = format!("who-{round}");
+        assert_eq!(
+            call(&host, &id, "py_who", json!({})).await,
+            json!({"ok": "who"})
+        );
+        let id = format!("greet-{round}");
+        assert_eq!(
+            call(&host, &id, "py_greet", json!({"name": "tea"})).await,
+            json!({"ok": "Hello, tea!"})
+        );
+    }
+
+    // A worker that never answers has the item taken back after the
+    // timeout, again and again, until a worker that answers runs it.
+    let mut stalling = sdk_worker(&host, &log, &["stall", "only=py_slow"]).await;
+    let started = client()
+        .post(host.url("/api/orchestrators/call_activity_of/stuck"))
+        .json(&json!({"activity": "py_slow", "input": {"n": 7}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    host.wait_logged("did not answer in time", 1).await;
+    let tries = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        tries.matches("start 7").count() >= 2,
+        "sent again:\n{tries}"
+    );
+    stalling.kill().await.unwrap();
+    let _answering = sdk_worker(&host, &log, &["only=py_slow"]).await;
+    let done = crate::support::durable::wait_for_within(
+        &host,
+        "stuck",
+        &["Completed"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(done["output"], json!({"ok": 7}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_stopping_with_an_sdk_activity_in_flight_does_not_wait_for_it_and_runs_it_after_the_restart(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let builder = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg(&port.to_string());
+    let mut host = builder.start();
+    let log = dir.path().join("activities.log");
+    let mut stalling = sdk_worker(&host, &log, &["stall"]).await;
+    let started = client()
+        .post(host.url("/api/orchestrators/call_activity_of/held"))
+        .json(&json!({"activity": "py_slow", "input": {"n": 3}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("start 3")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", host.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // SIGTERM: the grace period (30 s) is not spent on the worker, whose
+    // answer could not arrive anyway; the host exits cleanly.
+    let stopping = std::time::Instant::now();
+    assert_eq!(host.terminate(), Some(0), "{}", host.output());
+    let took = stopping.elapsed();
+    assert!(
+        took < Duration::from_secs(20),
+        "stopped in {took:?}:\n{}",
+        host.output()
+    );
+    stalling.kill().await.unwrap();
+
+    let host = builder.start();
+    let _worker = sdk_worker(&host, &log, &[]).await;
+    let done = crate::support::durable::wait_for_within(
+        &host,
+        "held",
+        &["Completed"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(done["output"], json!({"ok": 3}));
 }

@@ -6,9 +6,10 @@
 //!
 //! Only what is in flight lives here, never what is owed: the task row stays
 //! in the store until its outcome is committed, so a worker that goes away
-//! (its stream ends) or abandons an item only makes the task run again.
+//! (its stream ends), abandons an item, or does not answer in time only
+//! makes the task run again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,8 +33,19 @@ pub struct ActivityItem {
 pub enum Answer {
     /// The worker ran it: its JSON result, or why it failed.
     Done(Result<String, String>),
-    /// The worker gave it back, or went away: it runs again later.
+    /// The worker gave it back, went away or did not answer in time: it
+    /// runs again later.
     Abandoned,
+}
+
+/// How long waits last: for a worker to connect, and for its answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Patience {
+    /// How long an activity no component serves waits for a worker to
+    /// connect before it fails: zero unless the gRPC endpoint is served.
+    pub for_a_worker: Duration,
+    /// How long a worker has to answer an item before it is taken back.
+    pub for_an_answer: Duration,
 }
 
 /// A worker's stream of items; dropping it disconnects the worker and gives
@@ -54,6 +66,17 @@ struct Worker {
     items: mpsc::Sender<ActivityItem>,
     /// Items sent and not answered: the least busy worker gets the next.
     in_flight: usize,
+    /// The activities it said it runs (the SDK's work item filters); `None`:
+    /// any.
+    activities: Option<HashSet<String>>,
+}
+
+impl Worker {
+    fn runs(&self, activity: &str) -> bool {
+        self.activities
+            .as_ref()
+            .is_none_or(|a| a.contains(activity))
+    }
 }
 
 struct InFlight {
@@ -66,6 +89,8 @@ struct Inner {
     next_id: u64,
     workers: HashMap<u64, Worker>,
     in_flight: HashMap<String, InFlight>,
+    /// The host is stopping: no worker connects, none is sent anything.
+    closed: bool,
 }
 
 /// The connected workers and their items in flight; one per host.
@@ -73,21 +98,32 @@ pub struct SdkWorkers {
     inner: Mutex<Inner>,
     /// Told when a worker connects, for the activities waiting for one.
     connected: Notify,
-    /// How long an activity no component serves waits for a worker to
-    /// connect before it fails: zero unless the gRPC endpoint is served.
-    wait_for_worker: Duration,
+    patience: Patience,
 }
 
 /// Items a worker may have queued on its stream before a send waits: the
 /// SDKs run items concurrently and answer each on its own call.
 const STREAM_BUFFER: usize = 256;
 
+/// Takes an item off the books when its wait ends in any way (answered,
+/// timed out, or the waiting task dropped at shutdown).
+struct Booked<'a> {
+    workers: &'a SdkWorkers,
+    token: String,
+}
+
+impl Drop for Booked<'_> {
+    fn drop(&mut self) {
+        self.workers.settle(&self.token);
+    }
+}
+
 impl SdkWorkers {
-    pub fn new(wait_for_worker: Duration) -> Arc<Self> {
+    pub fn new(patience: Patience) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::default(),
             connected: Notify::new(),
-            wait_for_worker,
+            patience,
         })
     }
 
@@ -96,10 +132,14 @@ impl SdkWorkers {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a worker; its items arrive on the connection.
-    pub fn connect(self: &Arc<Self>) -> Connection {
+    /// Registers a worker that runs `activities` (`None`: any); its items
+    /// arrive on the connection. `None` once the host is stopping.
+    pub fn connect(self: &Arc<Self>, activities: Option<HashSet<String>>) -> Option<Connection> {
         let (items, receiver) = mpsc::channel(STREAM_BUFFER);
         let mut inner = self.lock();
+        if inner.closed {
+            return None;
+        }
         inner.next_id += 1;
         let id = inner.next_id;
         inner.workers.insert(
@@ -107,6 +147,7 @@ impl SdkWorkers {
             Worker {
                 items,
                 in_flight: 0,
+                activities,
             },
         );
         tracing::info!(
@@ -116,16 +157,18 @@ impl SdkWorkers {
         );
         drop(inner);
         self.connected.notify_waiters();
-        Connection {
+        Some(Connection {
             items: receiver,
             id,
             workers: self.clone(),
-        }
+        })
     }
 
     fn disconnect(&self, id: u64) {
         let mut inner = self.lock();
-        inner.workers.remove(&id);
+        if inner.workers.remove(&id).is_none() {
+            return;
+        }
         // Their senders dropped: each waiting task hears `Abandoned`.
         inner.in_flight.retain(|_, item| item.worker != id);
         tracing::info!(
@@ -135,9 +178,22 @@ impl SdkWorkers {
         );
     }
 
-    /// Sends the activity to the least busy connected worker and waits for
-    /// its answer. With no worker connected it waits up to the setting for
-    /// one (a worker restarting, or not started yet); `None` when none came.
+    /// The host stops: every worker's stream ends (so the gRPC server can
+    /// stop), what they ran runs again at the next start, none connects.
+    pub fn close(&self) {
+        let mut inner = self.lock();
+        inner.closed = true;
+        inner.workers.clear();
+        inner.in_flight.clear();
+        drop(inner);
+        // Activities waiting for a worker give up too.
+        self.connected.notify_waiters();
+    }
+
+    /// Sends the activity to the least busy connected worker that runs it
+    /// and waits for its answer, up to the patience for one. With no such
+    /// worker connected it waits for one to connect, up to the patience for
+    /// that; `None` when none came.
     pub async fn run_activity(
         &self,
         name: &str,
@@ -145,7 +201,7 @@ impl SdkWorkers {
         instance_id: &str,
         task_id: i32,
     ) -> Option<Answer> {
-        let deadline = tokio::time::Instant::now() + self.wait_for_worker;
+        let deadline = tokio::time::Instant::now() + self.patience.for_a_worker;
         let token = uuid::Uuid::new_v4().simple().to_string();
         let (answer, answered) = oneshot::channel();
         let mut answer = Some(answer);
@@ -155,32 +211,52 @@ impl SdkWorkers {
             let connected = self.connected.notified();
             tokio::pin!(connected);
             connected.as_mut().enable();
-            if let Some(sender) = self.choose(&token, &mut answer) {
+            if self.lock().closed {
+                return Some(Answer::Abandoned);
+            }
+            if let Some(sender) = self.choose(name, &token, &mut answer) {
                 break sender;
             }
             if tokio::time::timeout_at(deadline, connected).await.is_err() {
                 return None;
             }
         };
-        let item = ActivityItem {
+        let _booked = Booked {
+            workers: self,
             token: token.clone(),
+        };
+        let item = ActivityItem {
+            token,
             name: name.to_string(),
             input: input.to_string(),
             instance_id: instance_id.to_string(),
             task_id,
         };
-        if sender.send(item).await.is_err() {
-            // The worker went away between the choice and the send.
-            self.settle(&token);
-            return Some(Answer::Abandoned);
+        let sent_and_answered = async move {
+            // A send fails when the worker went away between the choice and
+            // the send. The stream is not held past it: closing it must end
+            // the worker's stream.
+            let sent = sender.send(item).await;
+            drop(sender);
+            sent.ok()?;
+            answered.await.ok()
+        };
+        match tokio::time::timeout(self.patience.for_an_answer, sent_and_answered).await {
+            Ok(Some(answer)) => Some(answer),
+            Ok(None) => Some(Answer::Abandoned),
+            Err(_) => {
+                tracing::warn!(instance_id, activity = name, patience = ?self.patience.for_an_answer, "an SDK worker did not answer in time; the activity is taken back and runs again");
+                Some(Answer::Abandoned)
+            }
         }
-        Some(answered.await.unwrap_or(Answer::Abandoned))
     }
 
-    /// Books `token` on the least busy worker; its stream, or `None` when no
-    /// worker is connected (`answer` is then left for the next try).
+    /// Books `token` on the least busy worker that runs `activity`; its
+    /// stream, or `None` when no such worker is connected (`answer` is then
+    /// left for the next try).
     fn choose(
         &self,
+        activity: &str,
         token: &str,
         answer: &mut Option<oneshot::Sender<Answer>>,
     ) -> Option<mpsc::Sender<ActivityItem>> {
@@ -188,6 +264,7 @@ impl SdkWorkers {
         let worker = inner
             .workers
             .iter()
+            .filter(|(_, w)| w.runs(activity))
             .min_by_key(|(_, w)| w.in_flight)
             .map(|(id, _)| *id)?;
         let answer = answer.take()?;
@@ -211,12 +288,19 @@ impl SdkWorkers {
     }
 
     /// A worker's answer for `token`; false when nothing waits for it (an
-    /// answer after a reconnect or a second answer: the task has moved on).
+    /// answer after a reconnect, a timeout or a second answer: the task has
+    /// moved on).
     pub fn answer(&self, token: &str, answer: Answer) -> bool {
         match self.settle(token) {
             Some(waiting) => waiting.send(answer).is_ok(),
             None => false,
         }
+    }
+
+    /// Items booked and not answered, on every worker (for tests).
+    #[cfg(test)]
+    fn in_flight(&self) -> usize {
+        self.lock().in_flight.len()
     }
 }
 
@@ -224,35 +308,49 @@ impl SdkWorkers {
 mod tests {
     use super::*;
 
+    fn patient(for_a_worker: Duration, for_an_answer: Duration) -> Arc<SdkWorkers> {
+        SdkWorkers::new(Patience {
+            for_a_worker,
+            for_an_answer,
+        })
+    }
+
+    fn workers() -> Arc<SdkWorkers> {
+        patient(Duration::ZERO, Duration::from_secs(60))
+    }
+
+    fn asking(
+        workers: &Arc<SdkWorkers>,
+        name: &'static str,
+    ) -> tokio::task::JoinHandle<Option<Answer>> {
+        let workers = workers.clone();
+        tokio::spawn(async move { workers.run_activity(name, "null", "i", 3).await })
+    }
+
     #[tokio::test]
     async fn an_activity_goes_to_a_connected_worker_and_its_answer_comes_back() {
-        let workers = SdkWorkers::new(Duration::ZERO);
+        let workers = workers();
         assert!(workers.run_activity("a", "1", "i", 1).await.is_none());
-        let mut connection = workers.connect();
-        let asking = {
-            let workers = workers.clone();
-            tokio::spawn(async move { workers.run_activity("greet", "\"x\"", "i", 3).await })
-        };
+        let mut connection = workers.connect(None).expect("open");
+        let asked = asking(&workers, "greet");
         let item = connection.items.recv().await.expect("an item");
         assert_eq!((item.name.as_str(), item.task_id), ("greet", 3));
         assert!(workers.answer(&item.token, Answer::Done(Ok("\"hi\"".into()))));
         assert!(!workers.answer(&item.token, Answer::Done(Ok("again".into()))));
-        let answer = asking.await.expect("joined");
+        let answer = asked.await.expect("joined");
         assert!(matches!(answer, Some(Answer::Done(Ok(ref s))) if s == "\"hi\""));
+        assert_eq!(workers.in_flight(), 0);
     }
 
     #[tokio::test]
     async fn a_worker_that_goes_away_gives_back_what_it_ran() {
-        let workers = SdkWorkers::new(Duration::ZERO);
-        let mut connection = workers.connect();
-        let asking = {
-            let workers = workers.clone();
-            tokio::spawn(async move { workers.run_activity("slow", "null", "i", 1).await })
-        };
+        let workers = workers();
+        let mut connection = workers.connect(None).expect("open");
+        let asked = asking(&workers, "slow");
         let item = connection.items.recv().await.expect("an item");
         drop(connection);
         assert!(matches!(
-            asking.await.expect("joined"),
+            asked.await.expect("joined"),
             Some(Answer::Abandoned)
         ));
         assert!(!workers.answer(&item.token, Answer::Done(Ok("late".into()))));
@@ -264,13 +362,10 @@ mod tests {
 
     #[tokio::test]
     async fn an_activity_waits_a_while_for_a_worker_to_connect() {
-        let workers = SdkWorkers::new(Duration::from_secs(30));
-        let asking = {
-            let workers = workers.clone();
-            tokio::spawn(async move { workers.run_activity("late", "null", "i", 1).await })
-        };
+        let workers = patient(Duration::from_secs(30), Duration::from_secs(60));
+        let asked = asking(&workers, "late");
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let mut connection = workers.connect();
+        let mut connection = workers.connect(None).expect("open");
         let item = connection
             .items
             .recv()
@@ -278,10 +373,83 @@ mod tests {
             .expect("an item once connected");
         assert!(workers.answer(&item.token, Answer::Done(Err("no".into()))));
         assert!(matches!(
-            asking.await.expect("joined"),
+            asked.await.expect("joined"),
             Some(Answer::Done(Err(_)))
         ));
-        let impatient = SdkWorkers::new(Duration::from_millis(20));
+        let impatient = patient(Duration::from_millis(20), Duration::from_secs(60));
         assert!(impatient.run_activity("x", "null", "i", 1).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_never_answers_has_the_item_taken_back() {
+        let workers = patient(Duration::ZERO, Duration::from_millis(50));
+        let mut connection = workers.connect(None).expect("open");
+        let asked = asking(&workers, "stuck");
+        let item = connection.items.recv().await.expect("an item");
+        assert!(matches!(
+            asked.await.expect("joined"),
+            Some(Answer::Abandoned)
+        ));
+        assert_eq!(workers.in_flight(), 0, "off the books");
+        assert!(!workers.answer(&item.token, Answer::Done(Ok("1".into()))));
+    }
+
+    #[tokio::test]
+    async fn an_activity_goes_only_to_a_worker_that_runs_it() {
+        let workers = workers();
+        let mut greeter = workers
+            .connect(Some(HashSet::from(["greet".to_string()])))
+            .expect("open");
+        assert!(
+            workers
+                .run_activity("count", "null", "i", 1)
+                .await
+                .is_none(),
+            "no worker runs it"
+        );
+        let mut any = workers.connect(None).expect("open");
+        let asked = asking(&workers, "count");
+        let item = any.items.recv().await.expect("the unfiltered worker's");
+        assert!(greeter.items.try_recv().is_err());
+        assert!(workers.answer(&item.token, Answer::Done(Ok("1".into()))));
+        assert!(matches!(
+            asked.await.expect("joined"),
+            Some(Answer::Done(Ok(_)))
+        ));
+    }
+
+    #[tokio::test]
+    async fn closing_ends_every_stream_and_refuses_new_workers() {
+        let workers = workers();
+        let mut connection = workers.connect(None).expect("open");
+        let asked = asking(&workers, "slow");
+        let _item = connection.items.recv().await.expect("an item");
+        workers.close();
+        assert!(connection.items.recv().await.is_none(), "the stream ends");
+        assert!(matches!(
+            asked.await.expect("joined"),
+            Some(Answer::Abandoned)
+        ));
+        assert!(workers.connect(None).is_none());
+        let waiting = patient(Duration::from_secs(60), Duration::from_secs(60));
+        let asked = asking(&waiting, "nobody_yet");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waiting.close();
+        let given_up = tokio::time::timeout(Duration::from_secs(5), asked).await;
+        assert!(
+            matches!(given_up, Ok(Ok(Some(Answer::Abandoned)))),
+            "no minute-long wait at shutdown"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wait_dropped_midway_leaves_nothing_booked() {
+        let workers = workers();
+        let mut connection = workers.connect(None).expect("open");
+        let asked = asking(&workers, "slow");
+        let _item = connection.items.recv().await.expect("an item");
+        asked.abort();
+        let _ = asked.await;
+        assert_eq!(workers.in_flight(), 0);
     }
 }

@@ -69,9 +69,12 @@ pub(crate) async fn serve(args: Settings) -> anyhow::Result<()> {
     if tokio::time::timeout_at(deadline, server).await.is_err() {
         tracing::warn!("closing connections still open after the grace period");
     }
-    if let Some(grpc) = grpc {
-        if tokio::time::timeout_at(deadline, grpc).await.is_err() {
+    if let Some(mut grpc) = grpc {
+        // Worker streams ended with the drain; a wait for an instance may
+        // still be open: it is cut at the deadline.
+        if tokio::time::timeout_at(deadline, &mut grpc).await.is_err() {
             tracing::warn!("closing gRPC calls still open after the grace period");
+            grpc.abort();
         }
     }
     host.close().await;
@@ -93,10 +96,16 @@ async fn serve_grpc(
     let bound = listener.local_addr()?;
     tracing::info!(address = %bound, "gRPC (Durable Task sidecar protocol) listening");
     println!("agenthost gRPC listening on http://{bound}");
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    // Keepalives: a worker whose machine is gone (no FIN ever comes) is
+    // noticed, its stream ends, and what it ran runs again.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(Duration::from_secs(60)));
     let routes = host.grpc_routes();
     Ok(tokio::spawn(async move {
         tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(20)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
             .await

@@ -576,7 +576,13 @@ async fn the_python_client_of_stores_and_hubs_md_gets_a_draft_published() {
     let mut command = std::process::Command::new(durabletask_python());
     command.arg("-c").arg(against_grpc(&host, &block.text));
     command::clean_env(&mut command);
-    let output = command.output().unwrap();
+    // Its loop has no bound of its own: a regression fails here, not hangs.
+    let mut command = tokio::process::Command::from(command);
+    command.kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the doc's client finished within 2 minutes")
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -608,7 +614,7 @@ async fn the_python_worker_of_stores_and_hubs_md_serves_an_activity_to_a_wasm_or
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true);
     let _worker = command.spawn().unwrap();
-    host.wait_logged("an SDK worker connected", 0);
+    host.wait_logged("an SDK worker connected", 0).await;
     // A wasm orchestration calls the worker's activity by name.
     let started = client()
         .post(host.url("/api/orchestrators/call_activity_of/shouted"))

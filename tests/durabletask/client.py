@@ -58,20 +58,35 @@ if mode == "hostile":
     def start(**fields):
         return refused(lambda: stub.StartInstance(pb.CreateInstanceRequest(**fields)))
 
+    def query(**fields):
+        return stub.QueryInstances(pb.QueryInstancesRequest(query=pb.InstanceQuery(**fields)))
+
+    # Instances that wait, so that filters and pages have something to miss.
+    for id in ("page-1", "page-2", "page-3"):
+        stub.StartInstance(pb.CreateInstanceRequest(name="wait_event", instanceId=id))
+    first = query(instanceIdPrefix=wrappers_pb2.StringValue(value="page-"), maxInstanceCount=2)
+    second = query(instanceIdPrefix=wrappers_pb2.StringValue(value="page-"), maxInstanceCount=2,
+                   continuationToken=first.continuationToken)
     big = "\"" + "x" * (2 << 20) + "\""
     say("hostile",
         not_json=start(name="sequence", input=wrappers_pb2.StringValue(value="{not json")),
         bad_id=start(name="sequence", instanceId="a/b"),
         too_big=start(name="sequence", input=wrappers_pb2.StringValue(value=big)),
         event_not_json=refused(lambda: stub.RaiseEvent(pb.RaiseEventRequest(
-            instanceId="nobody", name="go", input=wrappers_pb2.StringValue(value="nope")))),
+            instanceId="page-1", name="go", input=wrappers_pb2.StringValue(value="nope")))),
         purge_nothing=refused(lambda: stub.PurgeInstances(pb.PurgeInstancesRequest())),
-        bad_status=refused(lambda: stub.QueryInstances(pb.QueryInstancesRequest(
-            query=pb.InstanceQuery(runtimeStatus=[42])))),
-        bad_token=refused(lambda: stub.QueryInstances(pb.QueryInstancesRequest(
-            query=pb.InstanceQuery(continuationToken=wrappers_pb2.StringValue(value="forged"))))),
-        canceled_only=len(stub.QueryInstances(pb.QueryInstancesRequest(
-            query=pb.InstanceQuery(runtimeStatus=[pb.ORCHESTRATION_STATUS_CANCELED]))).orchestrationState),
+        purge_too_many=refused(lambda: stub.PurgeInstances(pb.PurgeInstancesRequest(
+            instanceBatch=pb.InstanceBatch(instanceIds=[f"x{i}" for i in range(501)])))),
+        bad_status=refused(lambda: query(runtimeStatus=[42])),
+        bad_token=refused(lambda: query(continuationToken=wrappers_pb2.StringValue(value="forged"))),
+        canceled_only=len(query(runtimeStatus=[pb.ORCHESTRATION_STATUS_CANCELED]).orchestrationState),
+        waiting=len(query(runtimeStatus=[pb.ORCHESTRATION_STATUS_PENDING, pb.ORCHESTRATION_STATUS_RUNNING,
+                                         pb.ORCHESTRATION_STATUS_CANCELED]).orchestrationState),
+        pages=[[s.instanceId for s in first.orchestrationState],
+               [s.instanceId for s in second.orchestrationState]],
+        tokens=[first.HasField("continuationToken"), second.HasField("continuationToken")],
+        deadline=refused(lambda: stub.WaitForInstanceCompletion(
+            pb.GetInstanceRequest(instanceId="page-1"), timeout=2)),
         orchestrator_answer=refused(lambda: stub.CompleteOrchestratorTask(pb.OrchestratorResponse())),
         entity=refused(lambda: stub.GetEntity(pb.GetEntityRequest(instanceId="@counter@a"))),
         stray_answer=refused(lambda: stub.CompleteActivityTask(pb.ActivityResponse(

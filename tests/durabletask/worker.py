@@ -1,10 +1,11 @@
 """A Durable Task Python SDK worker (PyPI `durabletask`) serving activities
 to agenthost's wasm orchestrations over gRPC (tests/durable_task_grpc.rs).
-Each call of `py_slow` appends `start N` and `done N` to LOG, `sleep`
+Each call of `py_slow` appends `start N ...` and `done N` to LOG, `sleep`
 seconds apart; with `stall` it never gets to `done` (the test kills it
-there).
+there). With `only=A,B` it registers those activities alone and says so
+with the SDK's work item filters; `py_who` answers with the worker's NAME.
 
-usage: worker.py ADDRESS LOG [stall]
+usage: worker.py ADDRESS LOG [stall] [only=A,B] [name=NAME]
 """
 
 import sys
@@ -13,7 +14,10 @@ import time
 from durabletask import worker
 
 address, log = sys.argv[1], sys.argv[2]
-stall = sys.argv[3:] == ["stall"]
+flags = sys.argv[3:]
+stall = "stall" in flags
+only = next((f[5:].split(",") for f in flags if f.startswith("only=")), None)
+name = next((f[5:] for f in flags if f.startswith("name=")), "worker")
 
 
 def note(line):
@@ -38,9 +42,19 @@ def py_slow(ctx, input):
     return input["n"]
 
 
+def py_who(ctx, input):
+    return name
+
+
+activities = [py_greet, py_fail, py_slow, py_who]
+if only is not None:
+    activities = [a for a in activities if a.__name__ in only]
+
 with worker.TaskHubGrpcWorker(host_address=address) as w:
-    for activity in (py_greet, py_fail, py_slow):
+    for activity in activities:
         w.add_activity(activity)
+    if only is not None:
+        w.use_work_item_filters()
     w.start()
     print("worker started", flush=True)
     while True:

@@ -298,7 +298,7 @@ impl Host {
     }
 
     /// Waits until the host has logged `line` more than `before` times.
-    pub fn wait_logged(&self, line: &str, before: usize) {
+    pub async fn wait_logged(&self, line: &str, before: usize) {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while self.output().matches(line).count() <= before {
             assert!(
@@ -306,7 +306,7 @@ impl Host {
                 "never logged '{line}':\n{}",
                 self.output()
             );
-            std::thread::sleep(Duration::from_millis(50));
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

@@ -107,6 +107,11 @@ impl Orchestrator {
         Ok(())
     }
 
+    /// The largest input, output, event or activity result an instance takes.
+    pub fn max_payload_bytes(&self) -> usize {
+        self.config.limits.max_payload_bytes
+    }
+
     /// Raises `event` with `payload` on instance `id`.
     pub async fn raise_event(
         self: &Arc<Self>,

@@ -22,7 +22,7 @@ use crate::core::lifecycle::Change;
 use crate::core::limits::{LimitError, Limits};
 use crate::registry::Registry;
 use crate::runs::Runs;
-use crate::sdk_workers::SdkWorkers;
+use crate::sdk_workers::{Patience, SdkWorkers};
 use crate::store::{now_ms, Applied, Store, StoreError, TaskFate, TaskRow, Wake};
 use crate::wasm::{LoadedComponent, Runtime};
 use crate::workers::{drain, KeyedWorkers};
@@ -40,8 +40,9 @@ pub struct OrchestratorConfig {
     /// Memory for hot instances' state and journals, in bytes.
     pub hot_budget_bytes: usize,
     /// How long an activity no component serves waits for a Durable Task
-    /// SDK worker to connect: zero unless the gRPC endpoint is served.
-    pub sdk_worker_wait: Duration,
+    /// SDK worker (zero unless the gRPC endpoint is served), and for its
+    /// answer.
+    pub sdk_patience: Patience,
 }
 
 pub struct Orchestrator {
@@ -82,7 +83,7 @@ impl Orchestrator {
         let hot = Arc::new(HotInstances::new(config.hot_budget_bytes));
         let sink = hot.clone();
         store.on_inbox_rows(Arc::new(move |rows| sink.deliver(rows)));
-        let sdk_workers = SdkWorkers::new(config.sdk_worker_wait);
+        let sdk_workers = SdkWorkers::new(config.sdk_patience);
         Arc::new(Self {
             store,
             registry,
@@ -105,6 +106,11 @@ impl Orchestrator {
     /// The Durable Task SDK workers connected here (the gRPC edge adds them).
     pub fn sdk_workers(&self) -> &Arc<SdkWorkers> {
         &self.sdk_workers
+    }
+
+    /// Whether this host runs episodes and tasks (not a `--no-worker` front).
+    pub fn works(&self) -> bool {
+        self.works
     }
 
     /// Starts the scheduler: it resumes whatever the store holds (instances
@@ -521,6 +527,9 @@ impl Orchestrator {
     /// Stops scheduling and waits up to `grace` for episodes and tasks under
     /// way; unfinished work stays in the store for the next start.
     pub async fn shutdown(&self, grace: Duration) {
+        // SDK workers cannot answer once the gRPC server stops: what they
+        // run now runs again at the next start, and no drain waits for it.
+        self.sdk_workers.close();
         if !drain(&self.stopping, &self.tracker, grace).await {
             tracing::warn!(grace = ?grace, "orchestration work still running after the grace period; it resumes at next start");
         }

@@ -101,14 +101,20 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
                 return Outcome::Interrupted;
             }
             Err(ActivityLookup::Refused(why)) => {
-                if let Some(outcome) = sdk_activity(orchestrator, row, name, input).await {
-                    return outcome;
+                // Only a bare name no component has goes to SDK workers: a
+                // gated activity, or a version no longer kept, is refused
+                // as it was.
+                let unknown = !name.contains('/') && !orchestrator.registry.has_activity(name);
+                if unknown {
+                    if let Some(outcome) = sdk_activity(orchestrator, row, name, input).await {
+                        return outcome;
+                    }
                 }
                 // Counted as a failed call, under `unknown`: names orchestration
                 // code makes up are never labels.
                 crate::metrics::activity("unknown", std::time::Duration::ZERO, false);
-                let waited = orchestrator.config.sdk_worker_wait;
-                return Outcome::Done(Err(if waited.is_zero() {
+                let waited = orchestrator.config.sdk_patience.for_a_worker;
+                return Outcome::Done(Err(if waited.is_zero() || !unknown {
                     why
                 } else {
                     format!(

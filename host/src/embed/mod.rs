@@ -41,6 +41,7 @@ use crate::http::{self, ApiKeys, AppState, HttpConfig};
 use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
 use crate::runs::Runs;
+use crate::sdk_workers::Patience;
 use crate::store::{Kind, Membership, Store, TaskHub};
 use crate::streams::{ResponseStreams, StreamSettings};
 use crate::wasm::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
@@ -244,10 +245,14 @@ impl AgentHost {
                 limits: Arc::new(args.durable_limits()),
                 episode_timeout: args.episode_timeout,
                 hot_budget_bytes: args.hot_instances_mib.saturating_mul(1 << 20),
-                sdk_worker_wait: if args.grpc {
-                    crate::settings::defaults::SDK_WORKER_WAIT
-                } else {
-                    Duration::ZERO
+                // Only `serve --grpc` on a host that runs work has workers.
+                sdk_patience: Patience {
+                    for_a_worker: if args.grpc && !args.worker_only && role.works() {
+                        args.sdk_worker_wait
+                    } else {
+                        Duration::ZERO
+                    },
+                    for_an_answer: args.sdk_activity_timeout,
                 },
             },
             role.works(),

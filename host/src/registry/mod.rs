@@ -268,6 +268,17 @@ impl Registry {
             .cloned()
     }
 
+    /// Whether any served component has an activity of this bare name
+    /// (approval-gated ones included): what no component has may be an SDK
+    /// worker's.
+    pub fn has_activity(&self, name: &str) -> bool {
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .activities
+            .contains_key(name)
+    }
+
     /// Names of every served orchestration, sorted.
     pub fn orchestration_names(&self) -> Vec<String> {
         self.entries

@@ -125,6 +125,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_GRPC_PORT", default_value_t = defaults::GRPC_PORT)]
     pub grpc_port: u16,
 
+    /// With `--grpc`: how long an activity no component serves waits for a
+    /// Durable Task SDK worker to connect before it fails.
+    #[arg(long, env = "AGENTHOST_SDK_WORKER_WAIT", default_value = defaults::SDK_WORKER_WAIT, value_parser = humantime::parse_duration)]
+    pub sdk_worker_wait: Duration,
+
+    /// How long a Durable Task SDK worker has to answer an activity before
+    /// it is taken back and runs again (on that worker or another).
+    #[arg(long, env = "AGENTHOST_SDK_ACTIVITY_TIMEOUT", default_value = defaults::SDK_ACTIVITY_TIMEOUT, value_parser = humantime::parse_duration)]
+    pub sdk_activity_timeout: Duration,
+
     /// A synchronous run waits `max-poll-retries × poll-interval` before answering 202.
     #[arg(long, env = "AGENTHOST_MAX_POLL_RETRIES", default_value_t = defaults::MAX_POLL_RETRIES)]
     pub max_poll_retries: u32,
@@ -290,6 +300,8 @@ impl From<ServeArgs> for Settings {
             mcp,
             grpc,
             grpc_port,
+            sdk_worker_wait,
+            sdk_activity_timeout,
             max_poll_retries,
             poll_interval,
             writer_deadline,
@@ -343,6 +355,8 @@ impl From<ServeArgs> for Settings {
             mcp,
             grpc,
             grpc_port,
+            sdk_worker_wait,
+            sdk_activity_timeout,
             max_poll_retries,
             poll_interval,
             writer_deadline,

@@ -28,11 +28,16 @@ pub(crate) mod defaults {
     pub const PORT: u16 = 7071;
     /// The Durable Task emulator's port, where the SDKs look by default.
     pub const GRPC_PORT: u16 = 8080;
-    /// With `--grpc`: how long an activity no component serves waits for a
-    /// Durable Task SDK worker to connect before it fails.
-    pub const SDK_WORKER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+    pub const SDK_WORKER_WAIT: &str = "60s";
+    pub const SDK_ACTIVITY_TIMEOUT: &str = "10m";
     pub fn grpc_port() -> u16 {
         GRPC_PORT
+    }
+    pub fn sdk_worker_wait() -> std::time::Duration {
+        super::duration(SDK_WORKER_WAIT)
+    }
+    pub fn sdk_activity_timeout() -> std::time::Duration {
+        super::duration(SDK_ACTIVITY_TIMEOUT)
     }
     pub const MAX_POLL_RETRIES: u32 = 30;
     pub const POLL_INTERVAL: &str = "1s";
@@ -124,6 +129,14 @@ pub struct Settings {
     pub grpc: bool,
     #[serde(default = "defaults::grpc_port")]
     pub grpc_port: u16,
+    /// With `grpc`: how long an activity no component serves waits for a
+    /// Durable Task SDK worker to connect before it fails.
+    #[serde(with = "humantime_serde", default = "defaults::sdk_worker_wait")]
+    pub sdk_worker_wait: Duration,
+    /// How long an SDK worker has to answer an activity before it is taken
+    /// back (and runs again).
+    #[serde(with = "humantime_serde", default = "defaults::sdk_activity_timeout")]
+    pub sdk_activity_timeout: Duration,
     pub max_poll_retries: u32,
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
@@ -210,6 +223,8 @@ impl Default for Settings {
             mcp: false,
             grpc: false,
             grpc_port: GRPC_PORT,
+            sdk_worker_wait: duration(SDK_WORKER_WAIT),
+            sdk_activity_timeout: duration(SDK_ACTIVITY_TIMEOUT),
             max_poll_retries: MAX_POLL_RETRIES,
             poll_interval: duration(POLL_INTERVAL),
             writer_deadline: duration(WRITER_DEADLINE),

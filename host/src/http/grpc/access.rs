@@ -20,12 +20,42 @@ impl Check {
         Self { config }
     }
 
-    /// Admits a call that names this host's task hub (or none: the plain
-    /// SDKs send no `taskhub`) and, when endpoint keys are configured,
-    /// carries an admin key: every call of the protocol manages instances.
+    /// Admits a call that carries an admin key when endpoint keys are
+    /// configured (every call of the protocol manages instances; the key is
+    /// checked first, so nothing is told to a caller without one) and names
+    /// this host's task hub, or none: the plain SDKs send no `taskhub`.
     #[allow(clippy::result_large_err)] // tonic's interceptor signature.
     pub(super) fn admit(&self, request: Request<()>) -> Result<Request<()>, Status> {
         let metadata = request.metadata();
+        if !self.config.keys.is_empty() {
+            let text = |name: &str| {
+                metadata
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+            };
+            // As the JSON API reads its headers: `authorization: Bearer`,
+            // else `x-api-key`.
+            let presented = text("authorization")
+                .and_then(|v| {
+                    let (scheme, key) = v.split_once(' ')?;
+                    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
+                })
+                .or_else(|| text("x-api-key"));
+            match presented.and_then(|key| self.config.keys.scope_of(key)) {
+                Some(Scope::Admin) => {}
+                Some(Scope::Invoke) => return Err(Status::permission_denied(
+                    "this key has the invoke scope: the Durable Task protocol manages instances and needs an admin key",
+                )),
+                None if presented.is_some() => return Err(Status::unauthenticated(
+                    "the key presented is not one of this host's endpoint keys",
+                )),
+                None => return Err(Status::unauthenticated(
+                    "this host requires an endpoint key: send 'authorization: Bearer ADMIN_KEY'",
+                )),
+            }
+        }
         if let Some(hub) = metadata.get("taskhub") {
             let hub = hub.to_str().unwrap_or_default();
             if hub != self.config.hub {
@@ -35,28 +65,6 @@ impl Check {
                 )));
             }
         }
-        if self.config.keys.is_empty() {
-            return Ok(request);
-        }
-        let presented = metadata
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
-        match presented.and_then(|key| self.config.keys.scope_of(key)) {
-            Some(Scope::Admin) => Ok(request),
-            Some(Scope::Invoke) => Err(Status::permission_denied(
-                "this key has the invoke scope: the Durable Task protocol manages instances and needs an admin key",
-            )),
-            None if presented.is_some() => Err(Status::unauthenticated(
-                "the key in 'authorization: Bearer …' is not one of this host's endpoint keys",
-            )),
-            None => Err(Status::unauthenticated(
-                "this host requires an endpoint key: send 'authorization: Bearer ADMIN_KEY'",
-            )),
-        }
+        Ok(request)
     }
 }

@@ -43,7 +43,17 @@ const LAST_LOOK: Duration = Duration::from_millis(200);
 
 /// How long before the caller's deadline a wait answers (half of it for
 /// deadlines shorter than twice this).
-const AHEAD_OF_DEADLINE: Duration = Duration::from_millis(50);
+const AHEAD_OF_DEADLINE: Duration = Duration::from_millis(250);
+
+/// The longest a wait lasts when the caller gives no deadline.
+const LONGEST_WAIT: Duration = Duration::from_secs(600);
+
+/// Encoded bytes one `QueryInstances` page stops at (with its token): the
+/// SDKs' gRPC clients take at most 4 MiB a message.
+const PAGE_BYTES: usize = 3 << 20;
+
+/// Most ids one purge by batch takes (the contract's own bound).
+const BATCH: usize = 500;
 
 /// Why a call of the contract is not served: each says what is instead.
 const ENTITIES: &str =
@@ -94,20 +104,17 @@ impl Sidecar {
         );
         let request = request.into_inner();
         let answer = self.look_until(&request, done);
-        match timeout {
-            None => answer.await,
-            Some(timeout) => {
-                let ours = timeout.saturating_sub(AHEAD_OF_DEADLINE.min(timeout / 2));
-                tokio::time::timeout(ours, answer)
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(Status::deadline_exceeded(format!(
-                            "instance '{}' did not get there within the call's deadline",
-                            request.instance_id
-                        )))
-                    })
-            }
-        }
+        let ours = match timeout {
+            None => LONGEST_WAIT,
+            Some(timeout) => timeout.saturating_sub(AHEAD_OF_DEADLINE.min(timeout / 2)),
+        };
+        tokio::time::timeout(ours, answer).await.unwrap_or_else(|_| {
+            Err(Status::deadline_exceeded(format!(
+                "instance '{}' did not get there within the call's deadline (at most {} s without one)",
+                request.instance_id,
+                LONGEST_WAIT.as_secs()
+            )))
+        })
     }
 
     async fn look_until(
@@ -166,9 +173,19 @@ impl TaskHubSidecarService for Sidecar {
 
     async fn get_work_items(
         &self,
-        _: Request<GetWorkItemsRequest>,
+        request: Request<GetWorkItemsRequest>,
     ) -> Result<Response<work_items::WorkItems>, Status> {
-        Ok(Response::new(work_items::stream(self.workers.connect())))
+        if !self.orchestrator.works() {
+            return Err(Status::failed_precondition(
+                "this host runs no work (--no-worker): connect SDK workers to a host that does",
+            ));
+        }
+        let activities = work_items::activities_of(request.get_ref());
+        let connection = self
+            .workers
+            .connect(activities)
+            .ok_or_else(|| Status::unavailable("the host is stopping"))?;
+        Ok(Response::new(work_items::stream(connection)))
     }
 
     async fn complete_activity_task(
@@ -351,19 +368,25 @@ impl TaskHubSidecarService for Sidecar {
             .list(&filter, top + 1, after)
             .await
             .map_err(refusal)?;
-        let more = page.len() > top;
+        let mut more = page.len() > top;
         page.truncate(top);
+        let mut states = Vec::with_capacity(page.len());
+        let mut bytes = 0;
+        for instance in &page {
+            let state = state_of(instance, query.fetch_inputs_and_outputs);
+            bytes += prost::Message::encoded_len(&state);
+            if bytes > PAGE_BYTES && !states.is_empty() {
+                more = true;
+                break;
+            }
+            states.push(state);
+        }
         let continuation_token = more
-            .then(|| {
-                page.last()
-                    .map(|last| format!("{}:{}", last.created_at, last.id))
-            })
-            .flatten();
+            .then(|| page.get(states.len().checked_sub(1)?))
+            .flatten()
+            .map(|last| format!("{}:{}", last.created_at, last.id));
         Ok(Response::new(QueryInstancesResponse {
-            orchestration_state: page
-                .iter()
-                .map(|i| state_of(i, query.fetch_inputs_and_outputs))
-                .collect(),
+            orchestration_state: states,
             continuation_token,
         }))
     }
@@ -377,6 +400,12 @@ impl TaskHubSidecarService for Sidecar {
             match request.request {
                 Some(PurgeTarget::InstanceId(id)) => (self.purge_one(&id).await?, true),
                 Some(PurgeTarget::InstanceBatch(batch)) => {
+                    if batch.instance_ids.len() > BATCH {
+                        return Err(Status::invalid_argument(format!(
+                            "a batch names at most {BATCH} instances; this one names {}",
+                            batch.instance_ids.len()
+                        )));
+                    }
                     let mut deleted = 0;
                     for id in &batch.instance_ids {
                         deleted += self.purge_one(id).await?;

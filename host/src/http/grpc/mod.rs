@@ -6,10 +6,10 @@
 //! speak HTTP/2 with prior knowledge and gRPC's own status codes, which the
 //! JSON API's router and error bodies have no business knowing.
 //!
-//! What it serves is the management half (`calls`); SDK workers
-//! (`GetWorkItems` and the completions) and entities answer `UNIMPLEMENTED`
-//! with a sentence saying so, as any call the contract has and this host
-//! does not serve does.
+//! It serves the management calls (`calls`) and SDK workers that run
+//! activities (`work_items`); orchestrations and entities written with an
+//! SDK, and the few calls left, answer `UNIMPLEMENTED` with a sentence
+//! saying what to use instead.
 
 mod access;
 mod calls;
@@ -30,7 +30,14 @@ use proto::task_hub_sidecar_service_server::TaskHubSidecarServiceServer;
 
 /// The gRPC service of the host's task hub, behind the endpoint keys.
 pub(crate) fn routes(state: AppState) -> Routes {
-    let limit = state.config.max_body_bytes;
+    // A worker's activity result may be as large as a payload may be (the
+    // engine then refuses one past it, and the task fails saying so).
+    let limit = state.config.max_body_bytes.max(
+        state
+            .orchestrator
+            .max_payload_bytes()
+            .saturating_add(64 << 10),
+    );
     let check = access::Check::new(state.config.clone());
     let service = TaskHubSidecarServiceServer::new(calls::Sidecar::new(state))
         .max_decoding_message_size(limit)

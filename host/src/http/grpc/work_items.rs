@@ -3,6 +3,8 @@
 //! `AbandonTaskActivityWorkItem`). Workers run activities here; SDK
 //! orchestrations and entities are not dispatched yet.
 
+use std::collections::HashSet;
+
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -10,15 +12,24 @@ use futures::Stream;
 use tonic::Status;
 
 use super::proto::{
-    work_item, ActivityRequest, ActivityResponse, HealthPing, OrchestrationInstance, WorkItem,
+    work_item, ActivityRequest, ActivityResponse, GetWorkItemsRequest, HealthPing,
+    OrchestrationInstance, WorkItem,
 };
 use crate::sdk_workers::{ActivityItem, Answer, Connection, SdkWorkers};
 
 pub(super) type WorkItems = Pin<Box<dyn Stream<Item = Result<WorkItem, Status>> + Send + 'static>>;
 
-/// How often an idle stream carries a health ping: the Python SDK drops a
-/// stream silent for 120 s and connects again.
+/// How long a stream stays silent before it carries a health ping: the
+/// Python SDK drops a stream silent for 120 s and connects again.
 const PING: Duration = Duration::from_secs(15);
+
+/// The activities a worker said it runs (the SDK's work item filters), or
+/// `None` for any: a worker is sent only what it runs, where the SDKs would
+/// fail an activity they do not know for good.
+pub(super) fn activities_of(request: &GetWorkItemsRequest) -> Option<HashSet<String>> {
+    let filters = request.work_item_filters.as_ref()?;
+    Some(filters.activities.iter().map(|a| a.name.clone()).collect())
+}
 
 /// The worker's stream: its activities as they are dispatched, a ping when
 /// idle. The worker is connected while the stream lives: the call ending
@@ -31,7 +42,10 @@ pub(super) fn stream(connection: Connection) -> WorkItems {
         (connection, ticks),
         |(mut connection, mut ticks)| async move {
             let item = tokio::select! {
-                item = connection.items.recv() => activity_item(item?),
+                item = connection.items.recv() => {
+                    ticks.reset();
+                    activity_item(item?)
+                }
                 _ = ticks.tick() => WorkItem {
                     request: Some(work_item::Request::HealthPing(HealthPing {})),
                     completion_token: String::new(),
