@@ -19,13 +19,7 @@ use crate::support::fake_model::echo_of;
 use crate::support::{client, workspace, FakeModel, HostBuilder, Reply};
 
 fn python() -> std::path::PathBuf {
-    let python = workspace().join("target/a2a-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: `make test` installs it (or `make a2a-venv`)",
-        python.display()
-    );
-    python
+    crate::support::venv_python("a2a-venv")
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -112,7 +112,10 @@ async fn an_approved_call_runs_in_the_component_and_the_answer_uses_its_result()
 }
 
 /// A run waiting for a human has nothing to do until a decision: no pass
-/// over the sessions (once a second on a shared hub) runs it again.
+/// over the sessions (once a second on a shared hub) runs it again. (A run
+/// posted while the host's start-up pass looks for unfinished runs is woken
+/// twice, and the second execution finds it waiting once more: that one
+/// look is allowed, not a look every second.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_run_is_run_again_only_by_its_decision() {
     let dir = tempfile::tempdir().unwrap();
@@ -125,8 +128,11 @@ async fn a_waiting_run_is_run_again_only_by_its_decision() {
             .matches("the run waits for a human's approval")
             .count()
     };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let settled = waits();
+    assert!((1..=2).contains(&settled), "{}", host.output());
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    assert_eq!(waits(), 1, "{}", host.output());
+    assert_eq!(waits(), settled, "{}", host.output());
     let approved = decide(
         &host,
         &id,
@@ -135,7 +141,7 @@ async fn a_waiting_run_is_run_again_only_by_its_decision() {
     .await;
     assert_eq!(approved.status(), 202);
     assert_eq!(finished(&host, &id).await["status"], "completed");
-    assert_eq!(waits(), 1, "{}", host.output());
+    assert_eq!(waits(), settled, "{}", host.output());
 }
 
 #[tokio::test(flavor = "multi_thread")]

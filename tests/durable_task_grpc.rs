@@ -15,13 +15,7 @@ use crate::support::host::{hub_for, Host};
 use crate::support::{client, workspace, HostBuilder};
 
 fn python() -> std::path::PathBuf {
-    let python = workspace().join("target/durabletask-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: `make test` installs it (or `make durabletask-venv`)",
-        python.display()
-    );
-    python
+    crate::support::venv_python("durabletask-venv")
 }
 
 /// Runs the client script with `args`; its JSON lines by step.
@@ -47,6 +41,30 @@ async fn script(host: &Host, args: &[&str]) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// A port free now, for a host restarted on the same gRPC address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+/// Waits until the worker noted `line` in its log.
+async fn noted(host: &Host, log: &std::path::Path, line: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains(line)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never noted '{line}':\n{}",
+            host.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn step<'a>(steps: &'a [Value], name: &str) -> &'a Value {
@@ -272,14 +290,7 @@ async fn a_python_sdk_worker_runs_activities_for_wasm_orchestrations_and_a_kille
         .await
         .unwrap();
     assert_eq!(started.status(), 202);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("start 1")
-    {
-        assert!(std::time::Instant::now() < deadline, "{}", host.output());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    noted(&host, &log, "start 1").await;
     stalling.kill().await.unwrap();
     let _finishing = sdk_worker(&host, &log, &[]).await;
     let done = crate::support::durable::wait_for_within(
@@ -390,11 +401,7 @@ async fn an_sdk_activity_in_flight_when_the_host_is_killed_runs_again_after_the_
 ) {
     let dir = tempfile::tempdir().unwrap();
     // A fixed gRPC port, so the worker finds the restarted host where it was.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let builder = HostBuilder::new(dir.path())
         .components(&["orchestration-tests"])
         .arg("--grpc")
@@ -417,14 +424,7 @@ async fn an_sdk_activity_in_flight_when_the_host_is_killed_runs_again_after_the_
         .await
         .unwrap();
     assert_eq!(started.status(), 202);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("start 2")
-    {
-        assert!(std::time::Instant::now() < deadline, "{}", host.output());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    noted(&host, &log, "start 2").await;
     host.kill();
 
     let host = builder.start();
@@ -522,11 +522,7 @@ async fn an_sdk_activity_waits_a_while_for_a_worker_that_runs_it_and_is_taken_ba
 async fn a_host_stopping_with_an_sdk_activity_in_flight_does_not_wait_for_it_and_runs_it_after_the_restart(
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let builder = HostBuilder::new(dir.path())
         .components(&["orchestration-tests"])
         .arg("--grpc")
@@ -542,14 +538,7 @@ async fn a_host_stopping_with_an_sdk_activity_in_flight_does_not_wait_for_it_and
         .await
         .unwrap();
     assert_eq!(started.status(), 202);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("start 3")
-    {
-        assert!(std::time::Instant::now() < deadline, "{}", host.output());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    noted(&host, &log, "start 3").await;
     // SIGTERM: the grace period (30 s) is not spent on the worker, whose
     // answer could not arrive anyway; the host exits cleanly.
     let stopping = std::time::Instant::now();

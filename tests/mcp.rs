@@ -17,13 +17,7 @@ use crate::support::{client, workspace, FakeModel, HostBuilder};
 
 /// Runs the client against `base`: (succeeded, stdout, stderr).
 fn run_client(base: &str) -> (bool, String, String) {
-    let python = workspace().join("target/a2a-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: `make test` installs it (or `make a2a-venv`)",
-        python.display()
-    );
-    let output = Command::new(python)
+    let output = Command::new(crate::support::venv_python("a2a-venv"))
         .arg(workspace().join("tests/mcp/client.py"))
         .arg(base)
         .output()

@@ -469,13 +469,7 @@ fn run_against(host: &Host, program: &std::path::Path, args: &[&str], text: &str
 }
 
 fn protocol_python() -> PathBuf {
-    let python = crate::support::workspace().join("target/a2a-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: `make test` installs it",
-        python.display()
-    );
-    python
+    crate::support::venv_python("a2a-venv")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -549,13 +543,7 @@ async fn the_mcp_sdk_example_of_a2a_md_continues_a_thread() {
 // ------------------------------------------------------ Durable Task SDKs
 
 fn durabletask_python() -> PathBuf {
-    let python = crate::support::workspace().join("target/durabletask-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: `make test` installs it (or `make durabletask-venv`)",
-        python.display()
-    );
-    python
+    crate::support::venv_python("durabletask-venv")
 }
 
 /// The block with the doc's gRPC address replaced by the test host's.

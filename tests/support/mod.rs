@@ -48,6 +48,18 @@ pub fn component(name: &str) -> PathBuf {
     panic!("component {name}.wasm is missing: run `make components test-components` (or `make test`, which builds them first)");
 }
 
+/// The Python of the virtualenv `target/{venv}` that `make test` (or
+/// `make {venv}`) installs a protocol's client into.
+pub fn venv_python(venv: &str) -> PathBuf {
+    let python = workspace().join(format!("target/{venv}/bin/python"));
+    assert!(
+        python.exists(),
+        "{} is missing: `make test` installs it (or `make {venv}`)",
+        python.display()
+    );
+    python
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(60))

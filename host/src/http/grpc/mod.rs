@@ -14,6 +14,8 @@
 mod access;
 mod calls;
 mod convert;
+mod listing;
+mod waits;
 mod work_items;
 
 /// The generated messages and service of the contract.

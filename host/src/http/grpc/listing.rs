@@ -1,0 +1,157 @@
+//! Many instances at once: `QueryInstances` in pages, `PurgeInstances` by
+//! id, by batch or by filter.
+
+use std::sync::Arc;
+
+use tonic::{Response, Status};
+
+use super::convert::{millis, refusal, state_of, statuses};
+use super::proto::purge_instances_request::Request as PurgeTarget;
+use super::proto::{
+    PurgeInstancesRequest, PurgeInstancesResponse, QueryInstancesRequest, QueryInstancesResponse,
+};
+use crate::core::instance::RuntimeStatus;
+use crate::durable::{DurableError, InstanceFilter, Operation, Orchestrator};
+
+/// Most instances one `QueryInstances` page holds (the SDKs ask for
+/// 2^31 − 1 and follow the continuation token).
+const PAGE: usize = 1000;
+
+/// Encoded bytes one `QueryInstances` page stops at (with its token): the
+/// SDKs' gRPC clients take at most 4 MiB a message.
+const PAGE_BYTES: usize = 3 << 20;
+
+/// Most ids one purge by batch takes (the contract's own bound).
+const BATCH: usize = 500;
+
+/// A page of the instances the query matches, with a continuation token
+/// when more match.
+pub(super) async fn query(
+    orchestrator: &Arc<Orchestrator>,
+    request: QueryInstancesRequest,
+) -> Result<Response<QueryInstancesResponse>, Status> {
+    let query = request.query.unwrap_or_default();
+    let Some(statuses) = statuses(&query.runtime_status)? else {
+        return Ok(Response::new(QueryInstancesResponse::default()));
+    };
+    let mut filter = created_filter(
+        query.created_time_from.as_ref(),
+        query.created_time_to.as_ref(),
+        statuses,
+    );
+    filter.id_prefix = query.instance_id_prefix.filter(|p| !p.is_empty());
+    let top = usize::try_from(query.max_instance_count)
+        .ok()
+        .filter(|n| *n > 0)
+        .map_or(PAGE, |n| n.min(PAGE));
+    let after = match query.continuation_token.as_deref() {
+        None | Some("" | "0") => None,
+        Some(token) => Some(
+            token
+                .split_once(':')
+                .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id.to_string())))
+                .ok_or_else(|| {
+                    Status::invalid_argument("the continuation token is not one this host issued")
+                })?,
+        ),
+    };
+    let mut page = orchestrator
+        .list(&filter, top + 1, after)
+        .await
+        .map_err(refusal)?;
+    let mut more = page.len() > top;
+    page.truncate(top);
+    let mut states = Vec::with_capacity(page.len());
+    let mut bytes = 0;
+    for instance in &page {
+        let state = state_of(instance, query.fetch_inputs_and_outputs);
+        bytes += prost::Message::encoded_len(&state);
+        if bytes > PAGE_BYTES && !states.is_empty() {
+            more = true;
+            break;
+        }
+        states.push(state);
+    }
+    let continuation_token = more
+        .then(|| page.get(states.len().checked_sub(1)?))
+        .flatten()
+        .map(|last| format!("{}:{}", last.created_at, last.id));
+    Ok(Response::new(QueryInstancesResponse {
+        orchestration_state: states,
+        continuation_token,
+    }))
+}
+
+/// Deletes finished instances: one, a batch, or those a filter matches.
+pub(super) async fn purge(
+    orchestrator: &Arc<Orchestrator>,
+    request: PurgeInstancesRequest,
+) -> Result<Response<PurgeInstancesResponse>, Status> {
+    let (deleted, complete) = match request.request {
+        Some(PurgeTarget::InstanceId(id)) => (purge_one(orchestrator, &id).await?, true),
+        Some(PurgeTarget::InstanceBatch(batch)) => {
+            if batch.instance_ids.len() > BATCH {
+                return Err(Status::invalid_argument(format!(
+                    "a batch names at most {BATCH} instances; this one names {}",
+                    batch.instance_ids.len()
+                )));
+            }
+            let mut deleted = 0;
+            for id in &batch.instance_ids {
+                deleted += purge_one(orchestrator, id).await?;
+            }
+            (deleted, true)
+        }
+        Some(PurgeTarget::PurgeInstanceFilter(f)) => {
+            let Some(statuses) = statuses(&f.runtime_status)? else {
+                return Ok(Response::new(PurgeInstancesResponse {
+                    deleted_instance_count: 0,
+                    is_complete: Some(true),
+                }));
+            };
+            let filter = created_filter(
+                f.created_time_from.as_ref(),
+                f.created_time_to.as_ref(),
+                statuses,
+            );
+            let purged = orchestrator
+                .purge_matching(&filter)
+                .await
+                .map_err(refusal)?;
+            (purged.deleted, !purged.more)
+        }
+        None => {
+            return Err(Status::invalid_argument(
+                "name what to purge: an instanceId, an instanceBatch or a purgeInstanceFilter",
+            ))
+        }
+    };
+    Ok(Response::new(PurgeInstancesResponse {
+        deleted_instance_count: i32::try_from(deleted).unwrap_or(i32::MAX),
+        is_complete: Some(complete),
+    }))
+}
+
+/// Purges one finished instance: 1, or 0 when there is none of that id
+/// (as the SDKs expect of a purge); a running one is refused.
+async fn purge_one(orchestrator: &Arc<Orchestrator>, id: &str) -> Result<u64, Status> {
+    match orchestrator.manage(id, Operation::Purge).await {
+        Ok(()) => Ok(1),
+        Err(DurableError::InstanceNotFound(_)) => Ok(0),
+        Err(e) => Err(refusal(e)),
+    }
+}
+
+/// The created-time bounds of a query or purge, as the engine's filter.
+fn created_filter(
+    from: Option<&prost_types::Timestamp>,
+    to: Option<&prost_types::Timestamp>,
+    statuses: Vec<RuntimeStatus>,
+) -> InstanceFilter {
+    InstanceFilter {
+        statuses,
+        created_from: from.map(millis),
+        created_to: to.map(millis),
+        ..InstanceFilter::default()
+    }
+}
