@@ -562,3 +562,35 @@ async fn a_host_stopping_with_an_sdk_activity_in_flight_does_not_wait_for_it_and
     .await;
     assert_eq!(done["output"], json!({"ok": 3}));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn through_a_front_sdk_clients_start_instances_the_workers_run_and_sdk_workers_are_refused() {
+    if crate::support::host::test_store().is_none() {
+        return; // A front needs a shared hub (PostgreSQL).
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let builder = HostBuilder::new(dir.path()).components(&["orchestration-tests"]);
+    let _worker = builder.start_worker();
+    let front = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .arg("--no-worker")
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg("0")
+        .start();
+    let steps = script(&front, &["front"]).await;
+    let through = step(&steps, "front");
+    assert_eq!(through["status"], "COMPLETED", "{through}");
+    assert_eq!(through["output"], 3, "0 + 1 + 2, run by the worker");
+    assert_eq!(
+        through["work_items"]["code"], "FAILED_PRECONDITION",
+        "{through}"
+    );
+    assert!(
+        through["work_items"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("connect SDK workers to a host that does"),
+        "{through}"
+    );
+}

@@ -6,6 +6,7 @@ the `orchestration-tests` guest. Prints one JSON line per step; the Rust test
 usage: client.py ADDRESS scenario PREFIX HTTP_INSTANCE_ID
        client.py ADDRESS access KEY_OR_EMPTY TASKHUB_OR_EMPTY
        client.py ADDRESS hostile
+       client.py ADDRESS front
 """
 
 import json
@@ -45,6 +46,20 @@ if mode == "access":
         metadata.append(("taskhub", hub))
     c = dt.TaskHubGrpcClient(host_address=address, metadata=metadata or None)
     say("access", refused=refused(lambda: c.get_orchestration_state("nobody")))
+    sys.exit(0)
+
+if mode == "front":
+    # A `--no-worker` front: its clients' instances run on the hub's
+    # workers; SDK workers are sent elsewhere.
+    from durabletask.internal import orchestrator_service_pb2 as pb
+    from durabletask.internal import orchestrator_service_pb2_grpc as stubs
+
+    c = dt.TaskHubGrpcClient(host_address=address)
+    id = c.schedule_new_orchestration("sequence", input={"n": 3}, instance_id="through-front")
+    done = c.wait_for_orchestration_completion(id, timeout=60)
+    stub = stubs.TaskHubSidecarServiceStub(grpc.insecure_channel(address))
+    say("front", status=status(done), output=done.get_output(),
+        work_items=refused(lambda: next(iter(stub.GetWorkItems(pb.GetWorkItemsRequest(), timeout=10)))))
     sys.exit(0)
 
 if mode == "hostile":
