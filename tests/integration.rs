@@ -19,6 +19,7 @@ mod determinism;
 mod doc_blocks;
 mod durable_engine;
 mod durable_task_grpc;
+mod durable_task_orchestrations;
 mod embedding;
 mod endpoint_keys;
 mod hostile_input;

@@ -1,19 +1,22 @@
 //! Durable Task SDK workers connected to this host (over the gRPC edge's
-//! `GetWorkItems` stream), and the activities they run for the hub's
-//! orchestrations: a wasm orchestration's call to an activity no component
-//! serves goes to a connected worker, and its answer comes back as the
-//! task's outcome, through the same store path as a wasm activity's.
+//! `GetWorkItems` stream), and what they run for the hub: the episodes of
+//! orchestrations written with an SDK (see [`crate::core::sdk_history`]),
+//! and activities no component serves, which any orchestration, wasm or
+//! SDK, calls by name. A worker's answer comes back as the episode's or
+//! the task's outcome, through the same store path as a wasm one's.
 //!
-//! Only what is in flight lives here, never what is owed: the task row stays
-//! in the store until its outcome is committed, so a worker that goes away
-//! (its stream ends), abandons an item, or does not answer in time only
-//! makes the task run again.
+//! Only what is in flight lives here, never what is owed: the inbox row or
+//! the task row stays in the store until its outcome is committed, so a
+//! worker that goes away (its stream ends), abandons an item, or does not
+//! answer in time only makes the episode or the task run again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::core::sdk_history::{self, HistoryEvent};
 
 /// One activity for a worker to run.
 #[derive(Debug, Clone)]
@@ -28,6 +31,31 @@ pub struct ActivityItem {
     pub task_id: i32,
 }
 
+/// One episode of an SDK orchestration for a worker to run: the history it
+/// replays and what is new.
+#[derive(Debug, Clone)]
+pub struct EpisodeItem {
+    pub token: String,
+    pub instance_id: String,
+    pub execution: i64,
+    pub past: Vec<HistoryEvent>,
+    pub new: Vec<HistoryEvent>,
+}
+
+/// What a worker is sent.
+#[derive(Debug, Clone)]
+pub enum Item {
+    Activity(ActivityItem),
+    Episode(EpisodeItem),
+}
+
+/// What a worker runs, as its work item filters say; `None`: any.
+#[derive(Debug, Clone, Default)]
+pub struct Runs {
+    pub activities: Option<HashSet<String>>,
+    pub orchestrations: Option<HashSet<String>>,
+}
+
 /// What became of a dispatched activity.
 #[derive(Debug)]
 pub enum Answer {
@@ -36,6 +64,22 @@ pub enum Answer {
     /// The worker gave it back, went away or did not answer in time: it
     /// runs again later.
     Abandoned,
+}
+
+/// What became of a dispatched episode.
+#[derive(Debug)]
+pub enum EpisodeAnswer {
+    Done(sdk_history::Answer),
+    /// Given back, or its worker went away or did not answer in time: the
+    /// episode runs again.
+    Abandoned,
+}
+
+/// What a worker sent back for an item.
+#[derive(Debug)]
+pub enum Reply {
+    Activity(Result<String, String>),
+    Episode(sdk_history::Answer),
 }
 
 /// How long waits last: for a worker to connect, and for its answer.
@@ -51,7 +95,7 @@ pub struct Patience {
 /// A worker's stream of items; dropping it disconnects the worker and gives
 /// back what it was running.
 pub struct Connection {
-    pub items: mpsc::Receiver<ActivityItem>,
+    pub items: mpsc::Receiver<Item>,
     id: u64,
     workers: Arc<SdkWorkers>,
 }
@@ -63,25 +107,32 @@ impl Drop for Connection {
 }
 
 struct Worker {
-    items: mpsc::Sender<ActivityItem>,
+    items: mpsc::Sender<Item>,
     /// Items sent and not answered: the least busy worker gets the next.
     in_flight: usize,
-    /// The activities it said it runs (the SDK's work item filters); `None`:
-    /// any.
-    activities: Option<HashSet<String>>,
+    runs: Runs,
+}
+
+/// What an item asks a worker to run, to choose one that runs it.
+#[derive(Clone, Copy)]
+enum Wanted<'a> {
+    Activity(&'a str),
+    Orchestration(&'a str),
 }
 
 impl Worker {
-    fn runs(&self, activity: &str) -> bool {
-        self.activities
-            .as_ref()
-            .is_none_or(|a| a.contains(activity))
+    fn runs(&self, wanted: Wanted<'_>) -> bool {
+        let (names, name) = match wanted {
+            Wanted::Activity(name) => (&self.runs.activities, name),
+            Wanted::Orchestration(name) => (&self.runs.orchestrations, name),
+        };
+        names.as_ref().is_none_or(|n| n.contains(name))
     }
 }
 
 struct InFlight {
     worker: u64,
-    answer: oneshot::Sender<Answer>,
+    answer: oneshot::Sender<Reply>,
 }
 
 #[derive(Default)]
@@ -132,9 +183,9 @@ impl SdkWorkers {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a worker that runs `activities` (`None`: any); its items
-    /// arrive on the connection. `None` once the host is stopping.
-    pub fn connect(self: &Arc<Self>, activities: Option<HashSet<String>>) -> Option<Connection> {
+    /// Registers a worker that runs what `runs` says; its items arrive on
+    /// the connection. `None` once the host is stopping.
+    pub fn connect(self: &Arc<Self>, runs: Runs) -> Option<Connection> {
         let (items, receiver) = mpsc::channel(STREAM_BUFFER);
         let mut inner = self.lock();
         if inner.closed {
@@ -147,7 +198,7 @@ impl SdkWorkers {
             Worker {
                 items,
                 in_flight: 0,
-                activities,
+                runs,
             },
         );
         tracing::info!(
@@ -201,7 +252,86 @@ impl SdkWorkers {
         instance_id: &str,
         task_id: i32,
     ) -> Option<Answer> {
-        let deadline = tokio::time::Instant::now() + self.patience.for_a_worker;
+        let item = |token| {
+            Item::Activity(ActivityItem {
+                token,
+                name: name.to_string(),
+                input: input.to_string(),
+                instance_id: instance_id.to_string(),
+                task_id,
+            })
+        };
+        let patience = self.patience;
+        let replied = self
+            .dispatch(
+                Wanted::Activity(name),
+                item,
+                patience.for_a_worker,
+                patience.for_an_answer,
+            )
+            .await?;
+        Some(match replied {
+            Some(Reply::Activity(result)) => Answer::Done(result),
+            Some(Reply::Episode(_)) => {
+                tracing::warn!(instance_id, activity = name, "an SDK worker answered an activity as an orchestration; the activity runs again");
+                Answer::Abandoned
+            }
+            None => Answer::Abandoned,
+        })
+    }
+
+    /// Sends an episode of orchestration `name` to the least busy worker
+    /// that runs it and waits up to `for_an_answer`. Waits at most
+    /// `for_a_worker` for one to connect (an episode holds a permit while
+    /// it waits; the scheduler offers the instance again later); `None`
+    /// when none came.
+    pub async fn run_episode(
+        &self,
+        name: &str,
+        item: EpisodeItem,
+        for_a_worker: Duration,
+        for_an_answer: Duration,
+    ) -> Option<EpisodeAnswer> {
+        let instance_id = item.instance_id.clone();
+        let build = move |token| {
+            let mut item = item;
+            item.token = token;
+            Item::Episode(item)
+        };
+        let replied = self
+            .dispatch(
+                Wanted::Orchestration(name),
+                build,
+                for_a_worker,
+                for_an_answer,
+            )
+            .await?;
+        Some(match replied {
+            Some(Reply::Episode(answer)) => EpisodeAnswer::Done(answer),
+            Some(Reply::Activity(_)) => {
+                tracing::warn!(
+                    instance_id,
+                    orchestration = name,
+                    "an SDK worker answered an episode as an activity; the episode runs again"
+                );
+                EpisodeAnswer::Abandoned
+            }
+            None => EpisodeAnswer::Abandoned,
+        })
+    }
+
+    /// Books an item on the least busy worker that runs `wanted` (waiting
+    /// up to `for_a_worker` for one to connect; `None` when none came),
+    /// sends it and waits up to `for_an_answer` for the reply; `Some(None)`
+    /// when it was given back, its worker went away or the time ran out.
+    async fn dispatch(
+        &self,
+        wanted: Wanted<'_>,
+        item: impl FnOnce(String) -> Item,
+        for_a_worker: Duration,
+        for_an_answer: Duration,
+    ) -> Option<Option<Reply>> {
+        let deadline = tokio::time::Instant::now() + for_a_worker;
         let token = uuid::Uuid::new_v4().simple().to_string();
         let (answer, answered) = oneshot::channel();
         let mut answer = Some(answer);
@@ -212,9 +342,9 @@ impl SdkWorkers {
             tokio::pin!(connected);
             connected.as_mut().enable();
             if self.lock().closed {
-                return Some(Answer::Abandoned);
+                return Some(None);
             }
-            if let Some(sender) = self.choose(name, &token, &mut answer) {
+            if let Some(sender) = self.choose(wanted, &token, &mut answer) {
                 break sender;
             }
             if tokio::time::timeout_at(deadline, connected).await.is_err() {
@@ -225,13 +355,7 @@ impl SdkWorkers {
             workers: self,
             token: token.clone(),
         };
-        let item = ActivityItem {
-            token,
-            name: name.to_string(),
-            input: input.to_string(),
-            instance_id: instance_id.to_string(),
-            task_id,
-        };
+        let item = item(token);
         let sent_and_answered = async move {
             // A send fails when the worker went away between the choice and
             // the send. The stream is not held past it: closing it must end
@@ -241,30 +365,33 @@ impl SdkWorkers {
             sent.ok()?;
             answered.await.ok()
         };
-        match tokio::time::timeout(self.patience.for_an_answer, sent_and_answered).await {
-            Ok(Some(answer)) => Some(answer),
-            Ok(None) => Some(Answer::Abandoned),
+        match tokio::time::timeout(for_an_answer, sent_and_answered).await {
+            Ok(replied) => Some(replied),
             Err(_) => {
-                tracing::warn!(instance_id, activity = name, patience = ?self.patience.for_an_answer, "an SDK worker did not answer in time; the activity is taken back and runs again");
-                Some(Answer::Abandoned)
+                let what = match wanted {
+                    Wanted::Activity(name) => format!("activity '{name}'"),
+                    Wanted::Orchestration(name) => format!("an episode of '{name}'"),
+                };
+                tracing::warn!(patience = ?for_an_answer, "an SDK worker did not answer {what} in time; it is taken back and runs again");
+                Some(None)
             }
         }
     }
 
-    /// Books `token` on the least busy worker that runs `activity`; its
+    /// Books `token` on the least busy worker that runs `wanted`; its
     /// stream, or `None` when no such worker is connected (`answer` is then
     /// left for the next try).
     fn choose(
         &self,
-        activity: &str,
+        wanted: Wanted<'_>,
         token: &str,
-        answer: &mut Option<oneshot::Sender<Answer>>,
-    ) -> Option<mpsc::Sender<ActivityItem>> {
+        answer: &mut Option<oneshot::Sender<Reply>>,
+    ) -> Option<mpsc::Sender<Item>> {
         let mut inner = self.lock();
         let worker = inner
             .workers
             .iter()
-            .filter(|(_, w)| w.runs(activity))
+            .filter(|(_, w)| w.runs(wanted))
             .min_by_key(|(_, w)| w.in_flight)
             .map(|(id, _)| *id)?;
         let answer = answer.take()?;
@@ -278,7 +405,7 @@ impl SdkWorkers {
     }
 
     /// Takes the item `token` off the books; its sender, if it was still there.
-    fn settle(&self, token: &str) -> Option<oneshot::Sender<Answer>> {
+    fn settle(&self, token: &str) -> Option<oneshot::Sender<Reply>> {
         let mut inner = self.lock();
         let item = inner.in_flight.remove(token)?;
         if let Some(worker) = inner.workers.get_mut(&item.worker) {
@@ -290,11 +417,18 @@ impl SdkWorkers {
     /// A worker's answer for `token`; false when nothing waits for it (an
     /// answer after a reconnect, a timeout or a second answer: the task has
     /// moved on).
-    pub fn answer(&self, token: &str, answer: Answer) -> bool {
+    pub fn answer(&self, token: &str, reply: Reply) -> bool {
         match self.settle(token) {
-            Some(waiting) => waiting.send(answer).is_ok(),
+            Some(waiting) => waiting.send(reply).is_ok(),
             None => false,
         }
+    }
+
+    /// The worker gives the item `token` back: it runs again. False when
+    /// nothing waits for it.
+    pub fn abandon(&self, token: &str) -> bool {
+        // The dropped sender tells the waiting side.
+        self.settle(token).is_some()
     }
 
     /// Items booked and not answered, on every worker (for tests).
@@ -315,6 +449,13 @@ mod tests {
         })
     }
 
+    fn activity(item: Item) -> Option<ActivityItem> {
+        match item {
+            Item::Activity(item) => Some(item),
+            Item::Episode(_) => None,
+        }
+    }
+
     fn workers() -> Arc<SdkWorkers> {
         patient(Duration::ZERO, Duration::from_secs(60))
     }
@@ -331,12 +472,17 @@ mod tests {
     async fn an_activity_goes_to_a_connected_worker_and_its_answer_comes_back() {
         let workers = workers();
         assert!(workers.run_activity("a", "1", "i", 1).await.is_none());
-        let mut connection = workers.connect(None).expect("open");
+        let mut connection = workers.connect(Runs::default()).expect("open");
         let asked = asking(&workers, "greet");
-        let item = connection.items.recv().await.expect("an item");
+        let item = connection
+            .items
+            .recv()
+            .await
+            .and_then(activity)
+            .expect("an item");
         assert_eq!((item.name.as_str(), item.task_id), ("greet", 3));
-        assert!(workers.answer(&item.token, Answer::Done(Ok("\"hi\"".into()))));
-        assert!(!workers.answer(&item.token, Answer::Done(Ok("again".into()))));
+        assert!(workers.answer(&item.token, Reply::Activity(Ok("\"hi\"".into()))));
+        assert!(!workers.answer(&item.token, Reply::Activity(Ok("again".into()))));
         let answer = asked.await.expect("joined");
         assert!(matches!(answer, Some(Answer::Done(Ok(ref s))) if s == "\"hi\""));
         assert_eq!(workers.in_flight(), 0);
@@ -345,15 +491,20 @@ mod tests {
     #[tokio::test]
     async fn a_worker_that_goes_away_gives_back_what_it_ran() {
         let workers = workers();
-        let mut connection = workers.connect(None).expect("open");
+        let mut connection = workers.connect(Runs::default()).expect("open");
         let asked = asking(&workers, "slow");
-        let item = connection.items.recv().await.expect("an item");
+        let item = connection
+            .items
+            .recv()
+            .await
+            .and_then(activity)
+            .expect("an item");
         drop(connection);
         assert!(matches!(
             asked.await.expect("joined"),
             Some(Answer::Abandoned)
         ));
-        assert!(!workers.answer(&item.token, Answer::Done(Ok("late".into()))));
+        assert!(!workers.answer(&item.token, Reply::Activity(Ok("late".into()))));
         assert!(
             workers.run_activity("b", "null", "i", 2).await.is_none(),
             "none left"
@@ -365,13 +516,14 @@ mod tests {
         let workers = patient(Duration::from_secs(30), Duration::from_secs(60));
         let asked = asking(&workers, "late");
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let mut connection = workers.connect(None).expect("open");
+        let mut connection = workers.connect(Runs::default()).expect("open");
         let item = connection
             .items
             .recv()
             .await
+            .and_then(activity)
             .expect("an item once connected");
-        assert!(workers.answer(&item.token, Answer::Done(Err("no".into()))));
+        assert!(workers.answer(&item.token, Reply::Activity(Err("no".into()))));
         assert!(matches!(
             asked.await.expect("joined"),
             Some(Answer::Done(Err(_)))
@@ -383,22 +535,30 @@ mod tests {
     #[tokio::test]
     async fn a_worker_that_never_answers_has_the_item_taken_back() {
         let workers = patient(Duration::ZERO, Duration::from_millis(50));
-        let mut connection = workers.connect(None).expect("open");
+        let mut connection = workers.connect(Runs::default()).expect("open");
         let asked = asking(&workers, "stuck");
-        let item = connection.items.recv().await.expect("an item");
+        let item = connection
+            .items
+            .recv()
+            .await
+            .and_then(activity)
+            .expect("an item");
         assert!(matches!(
             asked.await.expect("joined"),
             Some(Answer::Abandoned)
         ));
         assert_eq!(workers.in_flight(), 0, "off the books");
-        assert!(!workers.answer(&item.token, Answer::Done(Ok("1".into()))));
+        assert!(!workers.answer(&item.token, Reply::Activity(Ok("1".into()))));
     }
 
     #[tokio::test]
     async fn an_activity_goes_only_to_a_worker_that_runs_it() {
         let workers = workers();
         let mut greeter = workers
-            .connect(Some(HashSet::from(["greet".to_string()])))
+            .connect(Runs {
+                activities: Some(HashSet::from(["greet".to_string()])),
+                orchestrations: None,
+            })
             .expect("open");
         assert!(
             workers
@@ -407,11 +567,16 @@ mod tests {
                 .is_none(),
             "no worker runs it"
         );
-        let mut any = workers.connect(None).expect("open");
+        let mut any = workers.connect(Runs::default()).expect("open");
         let asked = asking(&workers, "count");
-        let item = any.items.recv().await.expect("the unfiltered worker's");
+        let item = any
+            .items
+            .recv()
+            .await
+            .and_then(activity)
+            .expect("the unfiltered worker's");
         assert!(greeter.items.try_recv().is_err());
-        assert!(workers.answer(&item.token, Answer::Done(Ok("1".into()))));
+        assert!(workers.answer(&item.token, Reply::Activity(Ok("1".into()))));
         assert!(matches!(
             asked.await.expect("joined"),
             Some(Answer::Done(Ok(_)))
@@ -421,16 +586,21 @@ mod tests {
     #[tokio::test]
     async fn closing_ends_every_stream_and_refuses_new_workers() {
         let workers = workers();
-        let mut connection = workers.connect(None).expect("open");
+        let mut connection = workers.connect(Runs::default()).expect("open");
         let asked = asking(&workers, "slow");
-        let _item = connection.items.recv().await.expect("an item");
+        let _item = connection
+            .items
+            .recv()
+            .await
+            .and_then(activity)
+            .expect("an item");
         workers.close();
         assert!(connection.items.recv().await.is_none(), "the stream ends");
         assert!(matches!(
             asked.await.expect("joined"),
             Some(Answer::Abandoned)
         ));
-        assert!(workers.connect(None).is_none());
+        assert!(workers.connect(Runs::default()).is_none());
         let waiting = patient(Duration::from_secs(60), Duration::from_secs(60));
         let asked = asking(&waiting, "nobody_yet");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -445,9 +615,14 @@ mod tests {
     #[tokio::test]
     async fn a_wait_dropped_midway_leaves_nothing_booked() {
         let workers = workers();
-        let mut connection = workers.connect(None).expect("open");
+        let mut connection = workers.connect(Runs::default()).expect("open");
         let asked = asking(&workers, "slow");
-        let _item = connection.items.recv().await.expect("an item");
+        let _item = connection
+            .items
+            .recv()
+            .await
+            .and_then(activity)
+            .expect("an item");
         asked.abort();
         let _ = asked.await;
         assert_eq!(workers.in_flight(), 0);

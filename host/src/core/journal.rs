@@ -59,6 +59,12 @@ pub enum Call {
     ContinueAsNew {
         input: String,
     },
+    /// The start of an episode of an orchestration a Durable Task SDK
+    /// worker runs (see [`super::sdk_history`]): the ids the worker gave
+    /// the scheduling calls journaled after it, in order.
+    SdkEpisode {
+        ids: Vec<i32>,
+    },
 }
 
 impl Call {
@@ -102,6 +108,7 @@ impl Call {
             Call::NewSession { agent, .. } => format!("new-session({agent})"),
             Call::SetCustomStatus { .. } => "set-custom-status()".into(),
             Call::ContinueAsNew { .. } => "continue-as-new()".into(),
+            Call::SdkEpisode { .. } => "sdk-episode()".into(),
         }
     }
 }
@@ -167,6 +174,7 @@ impl Call {
             Call::NewGuid { value } | Call::NewSession { value, .. } => value.len(),
             Call::SetCustomStatus { status } => status.len(),
             Call::ContinueAsNew { input } => input.len(),
+            Call::SdkEpisode { ids } => ids.len() * 4,
             Call::StartTimer { .. } | Call::Now { .. } => 0,
         }
     }

@@ -19,3 +19,4 @@ pub mod lifecycle;
 pub mod limits;
 pub mod replay;
 pub mod retry;
+pub mod sdk_history;

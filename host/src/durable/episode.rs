@@ -372,6 +372,11 @@ async fn decide_by_code(
     parked: &HashSet<i64>,
     now: i64,
 ) -> Result<Option<Vec<Effect>>, StoreError> {
+    if hot.loaded.digest == crate::core::sdk_history::DIGEST {
+        return Ok(
+            super::sdk_episode::decide(orchestrator, id, hot, state, sorted, parked, now).await,
+        );
+    }
     let mut calls = Vec::with_capacity(hot.journal.len());
     let mut events = Vec::with_capacity(hot.journal.len());
     for (entry, at) in &hot.journal {

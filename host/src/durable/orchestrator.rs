@@ -20,6 +20,7 @@ use crate::core::journal::Call;
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
 use crate::core::limits::{LimitError, Limits};
+use crate::core::sdk_history;
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::sdk_workers::{Patience, SdkWorkers};
@@ -455,27 +456,59 @@ impl Orchestrator {
         instance_id: Option<String>,
         input: String,
     ) -> Result<String, DurableError> {
-        let served = self.registry.orchestration(name).ok_or_else(|| {
-            DurableError::UnknownOrchestration {
-                name: name.to_string(),
-                registered: self.registry.orchestration_names(),
-            }
-        })?;
+        self.start_named(name, instance_id, input, false).await
+    }
+
+    /// Starts an instance as the Durable Task protocol does: a name no
+    /// component serves is an orchestration a connected SDK worker runs
+    /// (the instance waits for one), as any scheduler of that protocol
+    /// takes any name.
+    pub async fn start_instance_or_sdk(
+        self: &Arc<Self>,
+        name: &str,
+        instance_id: Option<String>,
+        input: String,
+    ) -> Result<String, DurableError> {
+        self.start_named(name, instance_id, input, true).await
+    }
+
+    async fn start_named(
+        self: &Arc<Self>,
+        name: &str,
+        instance_id: Option<String>,
+        input: String,
+        sdk: bool,
+    ) -> Result<String, DurableError> {
         self.config.limits.check_payload("input", &input)?;
-        if let Some(schema) = served
-            .component
-            .manifest
-            .orchestration(name)
-            .and_then(|o| o.input_schema.as_ref())
-        {
-            let problems = schema.problems(&input);
-            if !problems.is_empty() {
-                return Err(DurableError::InputRefused {
-                    orchestration: name.to_string(),
-                    problems,
-                });
+        let (digest, activity_set) = match self.registry.orchestration(name) {
+            Some(served) => {
+                if let Some(schema) = served
+                    .component
+                    .manifest
+                    .orchestration(name)
+                    .and_then(|o| o.input_schema.as_ref())
+                {
+                    let problems = schema.problems(&input);
+                    if !problems.is_empty() {
+                        return Err(DurableError::InputRefused {
+                            orchestration: name.to_string(),
+                            problems,
+                        });
+                    }
+                }
+                (
+                    served.component.digest.clone(),
+                    self.registry.current_activity_set(&served.component.name),
+                )
             }
-        }
+            None if sdk => (sdk_history::DIGEST.to_string(), None),
+            None => {
+                return Err(DurableError::UnknownOrchestration {
+                    name: name.to_string(),
+                    registered: self.registry.orchestration_names(),
+                })
+            }
+        };
         let id = instance_id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
         if !ids::valid_instance_id(&id) {
             return Err(DurableError::BadInstanceId);
@@ -484,8 +517,8 @@ impl Orchestrator {
             id: id.clone(),
             name: name.to_string(),
             input,
-            digest: served.component.digest.clone(),
-            activity_set: self.registry.current_activity_set(&served.component.name),
+            digest,
+            activity_set,
             parent: None,
             traceparent: crate::telemetry::current_traceparent(),
         };
@@ -519,9 +552,19 @@ impl Orchestrator {
             }
             if let Some(served) = self.registry.orchestration(name) {
                 digests.insert(name.clone(), served.component.digest.clone());
+            } else if parent.is_some() && self.sdk_served() {
+                // A name no component serves is an SDK worker's, when
+                // workers may connect.
+                digests.insert(name.clone(), sdk_history::DIGEST.to_string());
             }
         }
         digests
+    }
+
+    /// Whether Durable Task SDK workers may connect (the gRPC endpoint is
+    /// served on this working host).
+    fn sdk_served(&self) -> bool {
+        !self.config.sdk_patience.for_a_worker.is_zero()
     }
 
     /// Stops scheduling and waits up to `grace` for episodes and tasks under

@@ -11,6 +11,7 @@ use super::Orchestrator;
 use crate::agents::normalize_response_format;
 use crate::core::ids;
 use crate::core::journal::Call;
+use crate::core::sdk_history;
 use crate::registry::ActivityLookup;
 use crate::sdk_workers::Answer;
 use crate::store::{NewRun, RunStatus, SessionKey, StoreError, TaskRow};
@@ -83,17 +84,21 @@ async fn run_task(orchestrator: &Orchestrator, row: &TaskRow) -> Outcome {
 }
 
 async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input: &str) -> Outcome {
-    // Activities run in the instance's own version of the component.
-    let component =
+    // Activities run in the instance's own version of the component; an
+    // SDK worker's orchestration has none, and calls activities by name.
+    let own = if row.component_digest == sdk_history::DIGEST {
+        None
+    } else {
         match super::task_outcome::instance_component(orchestrator, row, "the activity").await {
-            Ok(component) => component,
+            Ok(component) => Some(component),
             Err(outcome) => return outcome,
-        };
+        }
+    };
     // Its own component's activity, else one another component serves (by
     // its name, or `component/activity`), in the version the instance
     // pinned when it started.
-    let (component, name) = match component.manifest.activity(name) {
-        Some(_) => (component, name.to_string()),
+    let (component, name) = match own.filter(|c| c.manifest.activity(name).is_some()) {
+        Some(component) => (component, name.to_string()),
         None => match other_component_activity(orchestrator, row, name).await {
             Ok(found) => found,
             Err(ActivityLookup::Later(why)) => {

@@ -33,7 +33,8 @@ use tonic::codegen::BoxStream;
 /// Why a call of the contract is not served: each says what is instead.
 const ENTITIES: &str =
     "entities are not served here yet: keep state in an orchestration (or an agent's session)";
-const SDK_ORCHESTRATIONS: &str = "orchestrations written with a Durable Task SDK are not run here yet: SDK workers serve activities";
+const GRACEFUL_TERMINATIONS: &str =
+    "graceful terminations are not served: TerminateInstance ends an instance at once";
 const LIST_IDS: &str = "ListInstanceIds is not served: QueryInstances (get_all_orchestration_states) lists instances with filters and pages";
 const REWIND: &str = "rewind is not served: restart the failed instance (RestartInstance) instead";
 const TASK_HUBS: &str = "task hubs are created by the host (--taskhub), not over this protocol";
@@ -72,10 +73,10 @@ impl TaskHubSidecarService for Sidecar {
                 "this host runs no work (--no-worker): connect SDK workers to a host that does",
             ));
         }
-        let activities = work_items::activities_of(request.get_ref());
+        let runs = work_items::runs_of(request.get_ref());
         let connection = self
             .workers
-            .connect(activities)
+            .connect(runs)
             .ok_or_else(|| Status::unavailable("the host is stopping"))?;
         Ok(Response::new(work_items::stream(connection)))
     }
@@ -98,9 +99,10 @@ impl TaskHubSidecarService for Sidecar {
 
     async fn complete_orchestrator_task(
         &self,
-        _: Request<OrchestratorResponse>,
+        request: Request<OrchestratorResponse>,
     ) -> Result<Response<CompleteTaskResponse>, Status> {
-        Err(Status::unimplemented(SDK_ORCHESTRATIONS))
+        work_items::complete_episode(&self.workers, request.into_inner());
+        Ok(Response::new(CompleteTaskResponse {}))
     }
 
     async fn start_instance(
@@ -117,7 +119,7 @@ impl TaskHubSidecarService for Sidecar {
         let id = (!request.instance_id.is_empty()).then_some(request.instance_id);
         let instance_id = self
             .orchestrator
-            .start_instance(&request.name, id, input)
+            .start_instance_or_sdk(&request.name, id, input)
             .await
             .map_err(refusal)?;
         Ok(Response::new(CreateInstanceResponse { instance_id }))
@@ -218,7 +220,7 @@ impl TaskHubSidecarService for Sidecar {
         let id = (!request.restart_with_new_instance_id).then_some(instance.id);
         let instance_id = self
             .orchestrator
-            .start_instance(&instance.name, id, instance.input)
+            .start_instance_or_sdk(&instance.name, id, instance.input)
             .await
             .map_err(refusal)?;
         Ok(Response::new(RestartInstanceResponse { instance_id }))
@@ -282,16 +284,17 @@ impl TaskHubSidecarService for Sidecar {
 
     async fn abandon_task_orchestrator_work_item(
         &self,
-        _: Request<AbandonOrchestrationTaskRequest>,
+        request: Request<AbandonOrchestrationTaskRequest>,
     ) -> Result<Response<AbandonOrchestrationTaskResponse>, Status> {
-        Err(Status::unimplemented(SDK_ORCHESTRATIONS))
+        work_items::abandon(&self.workers, &request.into_inner().completion_token);
+        Ok(Response::new(AbandonOrchestrationTaskResponse {}))
     }
 
     async fn skip_graceful_orchestration_terminations(
         &self,
         _: Request<SkipGracefulOrchestrationTerminationsRequest>,
     ) -> Result<Response<SkipGracefulOrchestrationTerminationsResponse>, Status> {
-        Err(Status::unimplemented(SDK_ORCHESTRATIONS))
+        Err(Status::unimplemented(GRACEFUL_TERMINATIONS))
     }
 
     async fn list_instance_ids(

@@ -14,6 +14,7 @@
 mod access;
 mod calls;
 mod convert;
+mod history;
 mod listing;
 mod waits;
 mod work_items;

@@ -1,9 +1,8 @@
 //! SDK workers: the `GetWorkItems` stream a worker holds open, and the
-//! answers it sends back for each item (`CompleteActivityTask`,
-//! `AbandonTaskActivityWorkItem`). Workers run activities here; SDK
-//! orchestrations and entities are not dispatched yet.
-
-use std::collections::HashSet;
+//! answers it sends back for each item (`CompleteOrchestratorTask`,
+//! `CompleteActivityTask`, `AbandonTask*WorkItem`). Workers run the
+//! episodes of SDK orchestrations and activities; entities are not
+//! dispatched yet.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -11,11 +10,13 @@ use std::time::Duration;
 use futures::Stream;
 use tonic::Status;
 
+use super::history::{action_of, event_of};
 use super::proto::{
     work_item, ActivityRequest, ActivityResponse, GetWorkItemsRequest, HealthPing,
-    OrchestrationInstance, WorkItem,
+    OrchestrationInstance, OrchestratorRequest, OrchestratorResponse, WorkItem,
 };
-use crate::sdk_workers::{ActivityItem, Answer, Connection, SdkWorkers};
+use crate::core::sdk_history;
+use crate::sdk_workers::{ActivityItem, Connection, EpisodeItem, Item, Reply, Runs, SdkWorkers};
 
 pub(super) type WorkItems = Pin<Box<dyn Stream<Item = Result<WorkItem, Status>> + Send + 'static>>;
 
@@ -23,12 +24,23 @@ pub(super) type WorkItems = Pin<Box<dyn Stream<Item = Result<WorkItem, Status>> 
 /// Python SDK drops a stream silent for 120 s and connects again.
 const PING: Duration = Duration::from_secs(15);
 
-/// The activities a worker said it runs (the SDK's work item filters), or
-/// `None` for any: a worker is sent only what it runs, where the SDKs would
-/// fail an activity they do not know for good.
-pub(super) fn activities_of(request: &GetWorkItemsRequest) -> Option<HashSet<String>> {
-    let filters = request.work_item_filters.as_ref()?;
-    Some(filters.activities.iter().map(|a| a.name.clone()).collect())
+/// What a worker said it runs (the SDK's work item filters; without them,
+/// anything): a worker is sent only what it runs, where the SDKs would
+/// fail an activity or an orchestration they do not know for good.
+pub(super) fn runs_of(request: &GetWorkItemsRequest) -> Runs {
+    let Some(filters) = request.work_item_filters.as_ref() else {
+        return Runs::default();
+    };
+    Runs {
+        activities: Some(filters.activities.iter().map(|a| a.name.clone()).collect()),
+        orchestrations: Some(
+            filters
+                .orchestrations
+                .iter()
+                .map(|o| o.name.clone())
+                .collect(),
+        ),
+    }
 }
 
 /// The worker's stream: its activities as they are dispatched, a ping when
@@ -44,7 +56,7 @@ pub(super) fn stream(connection: Connection) -> WorkItems {
             let item = tokio::select! {
                 item = connection.items.recv() => {
                     ticks.reset();
-                    activity_item(item?)
+                    work_item(item?)
                 }
                 _ = ticks.tick() => WorkItem {
                     request: Some(work_item::Request::HealthPing(HealthPing {})),
@@ -54,6 +66,28 @@ pub(super) fn stream(connection: Connection) -> WorkItems {
             Some((Ok(item), (connection, ticks)))
         },
     ))
+}
+
+fn work_item(item: Item) -> WorkItem {
+    match item {
+        Item::Activity(item) => activity_item(item),
+        Item::Episode(item) => episode_item(item),
+    }
+}
+
+fn episode_item(item: EpisodeItem) -> WorkItem {
+    WorkItem {
+        request: Some(work_item::Request::OrchestratorRequest(
+            OrchestratorRequest {
+                instance_id: item.instance_id,
+                execution_id: Some(item.execution.to_string()),
+                past_events: item.past.into_iter().map(event_of).collect(),
+                new_events: item.new.into_iter().map(event_of).collect(),
+                ..OrchestratorRequest::default()
+            },
+        )),
+        completion_token: item.token,
+    }
 }
 
 fn activity_item(item: ActivityItem) -> WorkItem {
@@ -88,12 +122,25 @@ pub(super) fn complete(workers: &SdkWorkers, response: ActivityResponse) {
             Err(e) => Err(format!("the SDK worker's result is not JSON: {e}")),
         },
     };
-    if !workers.answer(&response.completion_token, Answer::Done(outcome)) {
+    if !workers.answer(&response.completion_token, Reply::Activity(outcome)) {
         tracing::debug!(instance_id = %response.instance_id, task = response.task_id, "an SDK worker answered an item nothing waits for");
+    }
+}
+
+/// A worker's answer to an episode: its actions, which the engine journals
+/// and carries out. An answer nothing waits for is dropped (the episode was
+/// given back meanwhile and runs again).
+pub(super) fn complete_episode(workers: &SdkWorkers, response: OrchestratorResponse) {
+    let answer = sdk_history::Answer {
+        actions: response.actions.into_iter().map(action_of).collect(),
+        custom_status: response.custom_status.filter(|s| !s.is_empty()),
+    };
+    if !workers.answer(&response.completion_token, Reply::Episode(answer)) {
+        tracing::debug!(instance_id = %response.instance_id, "an SDK worker answered an episode nothing waits for");
     }
 }
 
 /// The worker gives an item back: it runs again.
 pub(super) fn abandon(workers: &SdkWorkers, token: &str) {
-    workers.answer(token, Answer::Abandoned);
+    workers.abandon(token);
 }

@@ -108,6 +108,14 @@ fn parent(ctx: &Context, input: Value) -> Result<Value, String> {
     Ok(json!({"child said": child}))
 }
 
+/// Calls sub-orchestration `{"name": NAME, "input": ...}` by name, served
+/// by any component or a Durable Task SDK worker.
+fn parent_of(ctx: &Context, call: Value) -> Result<Value, String> {
+    let name = call["name"].as_str().unwrap_or_default();
+    let child: Value = ctx.call_orchestration(name, &call["input"]).wait()?;
+    Ok(json!({"child said": child}))
+}
+
 fn child(_ctx: &Context, input: Value) -> Result<Value, String> {
     Ok(json!({"echo": input}))
 }
@@ -327,6 +335,7 @@ fn component() -> Component {
         .orchestration(Orchestration::new("collect", collect))
         .orchestration(Orchestration::new("parent", parent))
         .orchestration(Orchestration::new("child", child))
+        .orchestration(Orchestration::new("parent_of", parent_of))
         .orchestration(Orchestration::new("counter", counter))
         .orchestration(Orchestration::new("retrying_agent", retrying_agent))
         .orchestration(Orchestration::new("failing_activity", failing_activity))

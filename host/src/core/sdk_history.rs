@@ -1,0 +1,619 @@
+//! Orchestrations whose code runs in a Durable Task SDK worker, connected
+//! over the gRPC edge: their history in the protocol's terms, derived from
+//! the instance's journal, and the worker's actions turned into the calls
+//! and the ending of an episode, so the engine runs them as any other.
+//!
+//! The journal stays the one record of an instance: each SDK episode
+//! journals a [`Call::SdkEpisode`] first (its time is the protocol's
+//! `OrchestratorStarted`; it lists the ids the worker gave the actions it
+//! journals after it), then one call per action. Task numbers are the
+//! engine's (every call counts); the ids the worker sees are its own. A
+//! second table written beside the journal would have to be kept in step
+//! with it in every commit, on both stores.
+
+use std::collections::HashMap;
+
+use super::ids;
+use super::journal::{Call, Entry, Event};
+use super::lifecycle::episode_end::Ending;
+
+/// The component digest of an instance whose code an SDK worker runs:
+/// there is no component version to pin.
+pub const DIGEST: &str = "durabletask-sdk";
+
+/// One history event of the protocol, in the protocol's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryEvent {
+    /// The action id for scheduling events, -1 for the rest.
+    pub id: i32,
+    /// Milliseconds since the epoch.
+    pub at: i64,
+    pub kind: Kind,
+}
+
+/// The instance an execution starts for, as the protocol's
+/// `ExecutionStarted` names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Started {
+    pub name: String,
+    /// JSON text.
+    pub input: String,
+    pub instance_id: String,
+    pub execution: i64,
+    /// The parent's instance id and the task that started this one.
+    pub parent: Option<(String, u32)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    OrchestratorStarted,
+    ExecutionStarted(Started),
+    TaskScheduled {
+        name: String,
+        input: String,
+    },
+    TaskCompleted {
+        scheduled: i32,
+        result: String,
+    },
+    TaskFailed {
+        scheduled: i32,
+        error: String,
+    },
+    SubOrchestrationCreated {
+        instance_id: String,
+        name: String,
+        input: String,
+    },
+    SubOrchestrationCompleted {
+        scheduled: i32,
+        result: String,
+    },
+    SubOrchestrationFailed {
+        scheduled: i32,
+        error: String,
+    },
+    TimerCreated {
+        fire_at: i64,
+    },
+    TimerFired {
+        timer: i32,
+        fire_at: i64,
+    },
+    EventRaised {
+        name: String,
+        input: String,
+    },
+}
+
+/// What a worker asked for, one action of its answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    ScheduleTask {
+        id: i32,
+        name: String,
+        input: String,
+    },
+    CreateTimer {
+        id: i32,
+        fire_at: i64,
+    },
+    CreateSubOrchestration {
+        id: i32,
+        name: String,
+        input: String,
+    },
+    Complete(Completion),
+    /// An action the engine does not carry out (sending an event, entity
+    /// messages, terminating another instance): the instance fails saying so.
+    Unsupported(String),
+}
+
+/// How the worker ended the execution.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    Completed(String),
+    Failed(String),
+    /// With the raised events it had not taken, to deliver to the next one.
+    ContinuedAsNew {
+        input: String,
+        carryover: Vec<(String, String)>,
+    },
+}
+
+/// A worker's answer to an episode.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Answer {
+    pub actions: Vec<Action>,
+    /// JSON text; `None` leaves the custom status as it is.
+    pub custom_status: Option<String>,
+}
+
+/// What the engine journals and does for an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    /// The calls to journal, the episode marker first.
+    pub calls: Vec<Call>,
+    pub ending: Ending,
+    /// Raised events the next execution receives (continue-as-new).
+    pub carryover: Vec<Event>,
+}
+
+/// What each task of the journal is, by task number, for its outcome's
+/// event: its action id, and what it was.
+struct Tasks(HashMap<u32, (i32, Call)>);
+
+impl Tasks {
+    fn of(journal: &[(Entry, i64)]) -> Self {
+        let mut tasks = HashMap::new();
+        let mut ids: std::vec::IntoIter<i32> = Vec::new().into_iter();
+        let mut task: u32 = 0;
+        for (entry, _) in journal {
+            let Entry::Call(call) = entry else { continue };
+            match call {
+                Call::SdkEpisode { ids: these } => ids = these.clone().into_iter(),
+                Call::CallActivity { .. }
+                | Call::CallOrchestration { .. }
+                | Call::StartTimer { .. } => {
+                    if let Some(id) = ids.next() {
+                        tasks.insert(task, (id, call.clone()));
+                    }
+                }
+                _ => {}
+            }
+            task = task.saturating_add(1);
+        }
+        Self(tasks)
+    }
+
+    /// The protocol's event for an outcome; `None` for one of a task the
+    /// worker never scheduled.
+    fn outcome(&self, event: &Event, at: i64) -> Option<HistoryEvent> {
+        let kind = match event {
+            Event::EventRaised { name, payload } => Kind::EventRaised {
+                name: name.clone(),
+                input: payload.clone(),
+            },
+            Event::TaskCompleted { task, result } => match self.0.get(task)? {
+                (id, Call::CallOrchestration { .. }) => Kind::SubOrchestrationCompleted {
+                    scheduled: *id,
+                    result: result.clone(),
+                },
+                (id, _) => Kind::TaskCompleted {
+                    scheduled: *id,
+                    result: result.clone(),
+                },
+            },
+            Event::TaskFailed { task, error } => match self.0.get(task)? {
+                (id, Call::CallOrchestration { .. }) => Kind::SubOrchestrationFailed {
+                    scheduled: *id,
+                    error: error.clone(),
+                },
+                (id, _) => Kind::TaskFailed {
+                    scheduled: *id,
+                    error: error.clone(),
+                },
+            },
+            Event::TimerFired { task } => match self.0.get(task)? {
+                (id, Call::StartTimer { fire_at }) => Kind::TimerFired {
+                    timer: *id,
+                    fire_at: i64::try_from(*fire_at).unwrap_or(i64::MAX),
+                },
+                _ => return None,
+            },
+        };
+        Some(HistoryEvent { id: -1, at, kind })
+    }
+}
+
+/// The history the worker replays: every episode journaled so far.
+pub fn past(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEvent> {
+    let tasks = Tasks::of(journal);
+    let mut history = Vec::with_capacity(journal.len() + 2);
+    let mut waiting: Vec<(&Event, i64)> = Vec::new();
+    let mut ids: std::vec::IntoIter<i32> = Vec::new().into_iter();
+    let mut started = false;
+    let mut task: u32 = 0;
+    for (entry, at) in journal {
+        let call = match entry {
+            // An episode's arrivals are journaled before its calls; the
+            // worker saw them after the episode's start.
+            Entry::Event(event) => {
+                waiting.push((event, *at));
+                continue;
+            }
+            Entry::Call(call) => call,
+        };
+        match call {
+            Call::SdkEpisode { ids: these } => {
+                ids = these.clone().into_iter();
+                history.push(event(-1, *at, Kind::OrchestratorStarted));
+                if !started {
+                    started = true;
+                    history.push(event(-1, *at, Kind::ExecutionStarted(instance.clone())));
+                }
+                for (arrived, at) in waiting.drain(..) {
+                    history.extend(tasks.outcome(arrived, at));
+                }
+            }
+            Call::CallActivity { name, input, .. } => {
+                if let Some(id) = ids.next() {
+                    let kind = Kind::TaskScheduled {
+                        name: name.clone(),
+                        input: input.clone(),
+                    };
+                    history.push(event(id, *at, kind));
+                }
+            }
+            Call::CallOrchestration { name, input } => {
+                if let Some(id) = ids.next() {
+                    let kind = Kind::SubOrchestrationCreated {
+                        instance_id: ids::child_instance(
+                            &instance.instance_id,
+                            instance.execution,
+                            task,
+                        ),
+                        name: name.clone(),
+                        input: input.clone(),
+                    };
+                    history.push(event(id, *at, kind));
+                }
+            }
+            Call::StartTimer { fire_at } => {
+                if let Some(id) = ids.next() {
+                    let fire_at = i64::try_from(*fire_at).unwrap_or(i64::MAX);
+                    history.push(event(id, *at, Kind::TimerCreated { fire_at }));
+                }
+            }
+            _ => {}
+        }
+        task = task.saturating_add(1);
+    }
+    for (arrived, at) in waiting {
+        history.extend(tasks.outcome(arrived, at));
+    }
+    history
+}
+
+/// What is new to the worker in this episode: its start, the execution's
+/// start in its first one, and what arrived. Never empty (the SDKs refuse
+/// a request with no new event).
+pub fn new_events(
+    instance: &Started,
+    journal: &[(Entry, i64)],
+    arrived: &[Event],
+    now: i64,
+) -> Vec<HistoryEvent> {
+    let tasks = Tasks::of(journal);
+    let mut events = vec![event(-1, now, Kind::OrchestratorStarted)];
+    let first = !journal
+        .iter()
+        .any(|(entry, _)| matches!(entry, Entry::Call(Call::SdkEpisode { .. })));
+    if first {
+        events.push(event(-1, now, Kind::ExecutionStarted(instance.clone())));
+    }
+    events.extend(
+        arrived
+            .iter()
+            .filter_map(|arrival| tasks.outcome(arrival, now)),
+    );
+    events
+}
+
+fn event(id: i32, at: i64, kind: Kind) -> HistoryEvent {
+    HistoryEvent { id, at, kind }
+}
+
+/// The custom status the journal last set, to journal a new one only when
+/// the worker's differs.
+fn custom_status(journal: &[(Entry, i64)]) -> Option<&str> {
+    journal.iter().rev().find_map(|(entry, _)| match entry {
+        Entry::Call(Call::SetCustomStatus { status }) => Some(status.as_str()),
+        _ => None,
+    })
+}
+
+/// The calls and the ending of the worker's answer.
+pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
+    let mut ids = Vec::new();
+    let mut calls = Vec::new();
+    let mut ending = Ending::Waiting;
+    let mut carryover = Vec::new();
+    for action in answer.actions {
+        match action {
+            Action::ScheduleTask { id, name, input } => {
+                ids.push(id);
+                calls.push(Call::CallActivity {
+                    name,
+                    input,
+                    retry: None,
+                });
+            }
+            Action::CreateTimer { id, fire_at } => {
+                ids.push(id);
+                calls.push(Call::StartTimer {
+                    fire_at: u64::try_from(fire_at).unwrap_or(0),
+                });
+            }
+            Action::CreateSubOrchestration { id, name, input } => {
+                ids.push(id);
+                calls.push(Call::CallOrchestration { name, input });
+            }
+            Action::Complete(Completion::Completed(output)) => {
+                ending = Ending::Returned(Ok(output));
+            }
+            Action::Complete(Completion::Failed(error)) => {
+                ending = Ending::Returned(Err(error));
+            }
+            Action::Complete(Completion::ContinuedAsNew {
+                input,
+                carryover: events,
+            }) => {
+                calls.push(Call::ContinueAsNew { input });
+                carryover = events
+                    .into_iter()
+                    .map(|(name, payload)| Event::EventRaised { name, payload })
+                    .collect();
+                ending = Ending::Returned(Ok("null".into()));
+            }
+            Action::Unsupported(what) => {
+                ending = Ending::Broken(format!(
+                    "the Durable Task SDK worker asked for {what}, which agenthost does not carry out for SDK orchestrations"
+                ));
+            }
+        }
+        if matches!(ending, Ending::Broken(_)) {
+            break;
+        }
+    }
+    if let Some(status) = answer.custom_status {
+        if custom_status(journal) != Some(status.as_str()) {
+            calls.push(Call::SetCustomStatus { status });
+        }
+    }
+    calls.insert(0, Call::SdkEpisode { ids });
+    Decided {
+        calls,
+        ending,
+        carryover,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn started() -> Started {
+        Started {
+            name: "seq".into(),
+            input: "1".into(),
+            instance_id: "i".into(),
+            execution: 1,
+            parent: None,
+        }
+    }
+
+    fn journal_of(decided: &Decided, arrived: &[Event], at: i64) -> Vec<(Entry, i64)> {
+        arrived
+            .iter()
+            .cloned()
+            .map(Entry::Event)
+            .chain(decided.calls.iter().cloned().map(Entry::Call))
+            .map(|e| (e, at))
+            .collect()
+    }
+
+    #[test]
+    fn an_episode_marker_and_its_actions_replay_as_the_protocol_history() {
+        let first = decide(
+            &[],
+            Answer {
+                actions: vec![
+                    Action::ScheduleTask {
+                        id: 1,
+                        name: "hello".into(),
+                        input: "\"a\"".into(),
+                    },
+                    Action::CreateTimer {
+                        id: 2,
+                        fire_at: 5_000,
+                    },
+                ],
+                custom_status: None,
+            },
+        );
+        assert_eq!(first.ending, Ending::Waiting);
+        let mut journal = journal_of(&first, &[], 1_000);
+        // The activity (task 1: the marker is task 0) completes.
+        let done = [Event::TaskCompleted {
+            task: 1,
+            result: "\"hi\"".into(),
+        }];
+        let new = new_events(&started(), &journal, &done, 2_000);
+        assert_eq!(new.len(), 2);
+        assert_eq!(
+            new[1].kind,
+            Kind::TaskCompleted {
+                scheduled: 1,
+                result: "\"hi\"".into()
+            }
+        );
+        let second = decide(
+            &journal,
+            Answer {
+                actions: vec![
+                    Action::CreateSubOrchestration {
+                        id: 3,
+                        name: "child".into(),
+                        input: "null".into(),
+                    },
+                    Action::Complete(Completion::Completed("\"x\"".into())),
+                ],
+                custom_status: Some("\"s\"".into()),
+            },
+        );
+        assert_eq!(second.ending, Ending::Returned(Ok("\"x\"".into())));
+        journal.extend(journal_of(&second, &done, 2_000));
+        let history = past(&started(), &journal);
+        let kinds: Vec<_> = history
+            .iter()
+            .map(|e| (e.id, e.at, e.kind.clone()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (-1, 1_000, Kind::OrchestratorStarted),
+                (-1, 1_000, Kind::ExecutionStarted(started())),
+                (
+                    1,
+                    1_000,
+                    Kind::TaskScheduled {
+                        name: "hello".into(),
+                        input: "\"a\"".into()
+                    }
+                ),
+                (2, 1_000, Kind::TimerCreated { fire_at: 5_000 }),
+                (-1, 2_000, Kind::OrchestratorStarted),
+                (
+                    -1,
+                    2_000,
+                    Kind::TaskCompleted {
+                        scheduled: 1,
+                        result: "\"hi\"".into()
+                    }
+                ),
+                (
+                    3,
+                    2_000,
+                    Kind::SubOrchestrationCreated {
+                        // The engine's child id: the fourth call of execution 1.
+                        instance_id: "i:1:4".into(),
+                        name: "child".into(),
+                        input: "null".into()
+                    }
+                ),
+            ]
+        );
+        // The timer's firing names the worker's id and its time.
+        let fired = new_events(
+            &started(),
+            &journal,
+            &[Event::TimerFired { task: 2 }],
+            6_000,
+        );
+        assert_eq!(
+            fired[1].kind,
+            Kind::TimerFired {
+                timer: 2,
+                fire_at: 5_000
+            }
+        );
+        assert!(
+            !fired
+                .iter()
+                .any(|e| matches!(e.kind, Kind::ExecutionStarted(_))),
+            "only the first episode starts the execution"
+        );
+    }
+
+    #[test]
+    fn the_first_episode_starts_the_execution_and_a_retry_reuses_its_id() {
+        let new = new_events(&started(), &[], &[], 7);
+        assert_eq!(
+            new.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
+            vec![Kind::OrchestratorStarted, Kind::ExecutionStarted(started())]
+        );
+        // The SDKs schedule a retried activity again under its first id.
+        let schedule = || Action::ScheduleTask {
+            id: 1,
+            name: "flaky".into(),
+            input: "null".into(),
+        };
+        let first = decide(
+            &[],
+            Answer {
+                actions: vec![schedule()],
+                custom_status: None,
+            },
+        );
+        let failed = [Event::TaskFailed {
+            task: 1,
+            error: "no".into(),
+        }];
+        let mut journal = journal_of(&first, &[], 1);
+        let again = decide(
+            &journal,
+            Answer {
+                actions: vec![schedule()],
+                custom_status: None,
+            },
+        );
+        journal.extend(journal_of(&again, &failed, 2));
+        let later = new_events(
+            &started(),
+            &journal,
+            &[Event::TaskCompleted {
+                task: 3,
+                result: "1".into(),
+            }],
+            3,
+        );
+        assert_eq!(
+            later[1].kind,
+            Kind::TaskCompleted {
+                scheduled: 1,
+                result: "1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn continue_as_new_carries_events_and_what_is_not_served_breaks_the_instance() {
+        let decided = decide(
+            &[],
+            Answer {
+                actions: vec![Action::Complete(Completion::ContinuedAsNew {
+                    input: "2".into(),
+                    carryover: vec![("go".into(), "1".into())],
+                })],
+                custom_status: None,
+            },
+        );
+        assert!(decided
+            .calls
+            .contains(&Call::ContinueAsNew { input: "2".into() }));
+        assert_eq!(
+            decided.carryover,
+            vec![Event::EventRaised {
+                name: "go".into(),
+                payload: "1".into()
+            }]
+        );
+        let refused = decide(
+            &[],
+            Answer {
+                actions: vec![Action::Unsupported("send-event".into())],
+                custom_status: None,
+            },
+        );
+        assert!(matches!(refused.ending, Ending::Broken(ref why) if why.contains("send-event")));
+    }
+
+    #[test]
+    fn an_unchanged_custom_status_is_not_journaled_again() {
+        let journal = vec![(
+            Entry::Call(Call::SetCustomStatus {
+                status: "\"s\"".into(),
+            }),
+            1,
+        )];
+        let same = decide(
+            &journal,
+            Answer {
+                actions: Vec::new(),
+                custom_status: Some("\"s\"".into()),
+            },
+        );
+        assert_eq!(same.calls, vec![Call::SdkEpisode { ids: Vec::new() }]);
+    }
+}

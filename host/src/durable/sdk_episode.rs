@@ -1,0 +1,118 @@
+//! An episode of an orchestration written with a Durable Task SDK: its code
+//! runs in a connected worker, which replays the history it is sent and
+//! answers with actions; the engine journals and carries them out exactly
+//! as it does a wasm episode's calls (one commit, the same leases, fences,
+//! limits and metrics).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::hot::HotInstance;
+use super::Orchestrator;
+use crate::core::effects::Effect;
+use crate::core::instance::InstanceState;
+use crate::core::journal::Entry;
+use crate::core::lifecycle::arrivals::Sorted;
+use crate::core::lifecycle::episode_end::{Arrived, Episode};
+use crate::core::lifecycle::{self, Command};
+use crate::core::sdk_history::{self, Started};
+use crate::sdk_workers::{EpisodeAnswer, EpisodeItem};
+
+/// How long an episode waits for a worker that runs its orchestration to
+/// connect: it holds an episode permit meanwhile, and the scheduler offers
+/// the instance again on its next pass (every second at most) anyway.
+const FOR_A_WORKER: Duration = Duration::from_secs(1);
+
+/// What the worker's answer makes of the episode; `None` when no worker
+/// answered (none connected, it gave the episode back, went away, or took
+/// longer than the episode timeout): nothing is written, and the arrivals
+/// wait in the inbox for the next try.
+pub(super) async fn decide(
+    orchestrator: &Orchestrator,
+    id: &str,
+    hot: &HotInstance,
+    state: &InstanceState,
+    sorted: Sorted,
+    parked: &HashSet<i64>,
+    now: i64,
+) -> Option<Vec<Effect>> {
+    let name = &hot.loaded.name;
+    let started = Started {
+        name: name.clone(),
+        input: hot.loaded.input.clone(),
+        instance_id: id.to_string(),
+        execution: state.execution,
+        parent: state.parent.as_ref().map(|p| (p.id.clone(), p.task)),
+    };
+    let arrived: Vec<_> = sorted.taken.iter().map(|(_, e)| e.clone()).collect();
+    let item = EpisodeItem {
+        token: String::new(),
+        instance_id: id.to_string(),
+        execution: state.execution,
+        past: sdk_history::past(&started, &hot.journal),
+        new: sdk_history::new_events(&started, &hot.journal, &arrived, now),
+    };
+    let answer = orchestrator
+        .sdk_workers
+        .run_episode(
+            name,
+            item,
+            FOR_A_WORKER,
+            orchestrator.config.episode_timeout,
+        )
+        .await;
+    let answer = match answer {
+        Some(EpisodeAnswer::Done(answer)) => answer,
+        Some(EpisodeAnswer::Abandoned) => {
+            tracing::info!(instance_id = %id, orchestration = %name, "an SDK worker gave the episode back (or went away); it runs again");
+            return None;
+        }
+        None => {
+            tracing::debug!(instance_id = %id, orchestration = %name, "no SDK worker that runs the orchestration is connected; the instance waits for one");
+            return None;
+        }
+    };
+    let decided = sdk_history::decide(&hot.journal, answer);
+    let first_task = hot
+        .journal
+        .iter()
+        .filter(|(entry, _)| matches!(entry, Entry::Call(_)))
+        .count();
+    let child_digests = orchestrator.child_digests(None, &decided.calls);
+    let episode = Episode {
+        stale: sorted.stale,
+        // The worker keeps raised events no wait took itself: all are heard.
+        arrived: sorted
+            .taken
+            .into_iter()
+            .map(|(row, event)| Arrived {
+                row,
+                event,
+                heard: true,
+                parked: parked.contains(&row),
+            })
+            .collect(),
+        calls: decided.calls,
+        first_task: u32::try_from(first_task).unwrap_or(u32::MAX),
+        ending: decided.ending,
+        untaken: decided.carryover,
+        digest: sdk_history::DIGEST.to_string(),
+        child_digests,
+        activity_set: None,
+        own_activity_set: hot.loaded.activity_set.clone(),
+        continue_on: None,
+        at: now,
+    };
+    let effects = lifecycle::decide(
+        Some(state),
+        Command::EndEpisode {
+            episode: Box::new(episode),
+            limits: &orchestrator.config.limits,
+        },
+    )
+    .effects;
+    if let Some(reason) = Effect::failure(&effects) {
+        tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
+    }
+    Some(effects)
+}

@@ -1,0 +1,191 @@
+//! The history an SDK worker replays and the actions it answers with, between
+//! the engine's terms ([`crate::core::sdk_history`]) and the contract's
+//! messages.
+
+use super::convert::{millis, timestamp};
+use super::proto::{
+    history_event, orchestrator_action, CompleteOrchestrationAction, EventRaisedEvent,
+    ExecutionStartedEvent, HistoryEvent, OrchestrationInstance, OrchestrationStatus,
+    OrchestratorAction, OrchestratorStartedEvent, ParentInstanceInfo,
+    SubOrchestrationInstanceCompletedEvent, SubOrchestrationInstanceCreatedEvent,
+    SubOrchestrationInstanceFailedEvent, TaskCompletedEvent, TaskFailedEvent, TaskFailureDetails,
+    TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
+};
+use crate::core::sdk_history::{self, Action, Completion, Kind};
+
+/// The failure type an engine failure (a wasm activity's, a child's) carries:
+/// its message is the engine's reason.
+const FAILURE_TYPE: &str = "TaskFailedError";
+
+pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
+    use history_event::EventType;
+    let failure = |error: String| {
+        Some(TaskFailureDetails {
+            error_type: FAILURE_TYPE.to_string(),
+            error_message: error,
+            ..TaskFailureDetails::default()
+        })
+    };
+    let event_type = match event.kind {
+        Kind::OrchestratorStarted => EventType::OrchestratorStarted(OrchestratorStartedEvent {}),
+        Kind::ExecutionStarted(started) => EventType::ExecutionStarted(ExecutionStartedEvent {
+            name: started.name,
+            input: Some(started.input),
+            orchestration_instance: Some(OrchestrationInstance {
+                instance_id: started.instance_id,
+                execution_id: Some(started.execution.to_string()),
+            }),
+            parent_instance: started.parent.map(|(id, task)| ParentInstanceInfo {
+                task_scheduled_id: i32::try_from(task).unwrap_or(i32::MAX),
+                orchestration_instance: Some(OrchestrationInstance {
+                    instance_id: id,
+                    execution_id: None,
+                }),
+                ..ParentInstanceInfo::default()
+            }),
+            ..ExecutionStartedEvent::default()
+        }),
+        Kind::TaskScheduled { name, input } => EventType::TaskScheduled(TaskScheduledEvent {
+            name,
+            input: Some(input),
+            ..TaskScheduledEvent::default()
+        }),
+        Kind::TaskCompleted { scheduled, result } => EventType::TaskCompleted(TaskCompletedEvent {
+            task_scheduled_id: scheduled,
+            result: Some(result),
+        }),
+        Kind::TaskFailed { scheduled, error } => EventType::TaskFailed(TaskFailedEvent {
+            task_scheduled_id: scheduled,
+            failure_details: failure(error),
+        }),
+        Kind::SubOrchestrationCreated {
+            instance_id,
+            name,
+            input,
+        } => EventType::SubOrchestrationInstanceCreated(SubOrchestrationInstanceCreatedEvent {
+            instance_id,
+            name,
+            input: Some(input),
+            ..SubOrchestrationInstanceCreatedEvent::default()
+        }),
+        Kind::SubOrchestrationCompleted { scheduled, result } => {
+            EventType::SubOrchestrationInstanceCompleted(SubOrchestrationInstanceCompletedEvent {
+                task_scheduled_id: scheduled,
+                result: Some(result),
+            })
+        }
+        Kind::SubOrchestrationFailed { scheduled, error } => {
+            // The engine's reason for a failed child is its output, a
+            // JSON string.
+            EventType::SubOrchestrationInstanceFailed(SubOrchestrationInstanceFailedEvent {
+                task_scheduled_id: scheduled,
+                failure_details: failure(super::convert::text_of(&error)),
+            })
+        }
+        Kind::TimerCreated { fire_at } => EventType::TimerCreated(TimerCreatedEvent {
+            fire_at: Some(timestamp(fire_at)),
+        }),
+        Kind::TimerFired { timer, fire_at } => EventType::TimerFired(TimerFiredEvent {
+            fire_at: Some(timestamp(fire_at)),
+            timer_id: timer,
+        }),
+        Kind::EventRaised { name, input } => EventType::EventRaised(EventRaisedEvent {
+            name,
+            input: Some(input),
+        }),
+    };
+    HistoryEvent {
+        event_id: event.id,
+        timestamp: Some(timestamp(event.at)),
+        event_type: Some(event_type),
+    }
+}
+
+/// A payload the worker sent, as the engine keeps it: JSON text, `null`
+/// when absent; `Err` says what is wrong.
+fn json(what: &str, value: Option<String>) -> Result<String, String> {
+    match value {
+        None => Ok("null".into()),
+        Some(text) if text.is_empty() => Ok("null".into()),
+        Some(text) => match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
+            Ok(_) => Ok(text),
+            Err(e) => Err(format!("the SDK worker's {what} is not JSON: {e}")),
+        },
+    }
+}
+
+fn failure_text(failure: Option<TaskFailureDetails>) -> String {
+    match failure {
+        Some(f) if f.error_type.is_empty() => f.error_message,
+        Some(f) => format!("{}: {}", f.error_type, f.error_message),
+        None => "the orchestration failed (the SDK worker gave no details)".into(),
+    }
+}
+
+pub(super) fn action_of(action: OrchestratorAction) -> Action {
+    use orchestrator_action::OrchestratorActionType as Type;
+    let id = action.id;
+    let refused = |what: String| Action::Complete(Completion::Failed(what));
+    match action.orchestrator_action_type {
+        Some(Type::ScheduleTask(task)) => match json("activity input", task.input) {
+            Ok(input) => Action::ScheduleTask {
+                id,
+                name: task.name,
+                input,
+            },
+            Err(why) => refused(why),
+        },
+        Some(Type::CreateTimer(timer)) => Action::CreateTimer {
+            id,
+            fire_at: timer.fire_at.as_ref().map_or(0, millis),
+        },
+        Some(Type::CreateSubOrchestration(child)) => {
+            match json("sub-orchestration input", child.input) {
+                Ok(input) => Action::CreateSubOrchestration {
+                    id,
+                    name: child.name,
+                    input,
+                },
+                Err(why) => refused(why),
+            }
+        }
+        Some(Type::CompleteOrchestration(done)) => completion_of(done),
+        Some(Type::SendEvent(_)) => Action::Unsupported("send_event".into()),
+        Some(Type::TerminateOrchestration(_)) => {
+            Action::Unsupported("terminating another orchestration".into())
+        }
+        Some(Type::SendEntityMessage(_)) => Action::Unsupported("an entity operation".into()),
+        Some(Type::RewindOrchestration(_)) => Action::Unsupported("a rewind".into()),
+        None => Action::Unsupported("an action of a kind this host does not know".into()),
+    }
+}
+
+fn completion_of(done: CompleteOrchestrationAction) -> Action {
+    let status = OrchestrationStatus::try_from(done.orchestration_status)
+        .unwrap_or(OrchestrationStatus::Failed);
+    let completion = match status {
+        OrchestrationStatus::Completed => match json("output", done.result) {
+            Ok(output) => Completion::Completed(output),
+            Err(why) => Completion::Failed(why),
+        },
+        OrchestrationStatus::ContinuedAsNew => match json("continue-as-new input", done.result) {
+            Ok(input) => Completion::ContinuedAsNew {
+                input,
+                carryover: done
+                    .carryover_events
+                    .into_iter()
+                    .filter_map(|event| match event.event_type {
+                        Some(history_event::EventType::EventRaised(raised)) => Some((
+                            raised.name,
+                            json("event", raised.input).unwrap_or_else(|_| "null".into()),
+                        )),
+                        _ => None,
+                    })
+                    .collect(),
+            },
+            Err(why) => Completion::Failed(why),
+        },
+        _ => Completion::Failed(failure_text(done.failure_details)),
+    };
+    Action::Complete(completion)
+}

@@ -1,0 +1,244 @@
+//! Orchestrations written with the Durable Task Python SDK (PyPI
+//! `durabletask`, installed into target/durabletask-venv by `make test`),
+//! run by agenthost over gRPC: the SDK's worker replays the history the
+//! host sends and answers with actions, which the engine journals and
+//! carries out as it does a wasm orchestration's calls. Sequences, fan-out,
+//! an event racing a timer, sub-orchestrations across wasm and SDK,
+//! continue-as-new, failures, and the management calls; a host killed with
+//! -9 mid-run loses nothing and runs no committed activity twice.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+use crate::support::host::Host;
+use crate::support::{client, workspace, HostBuilder};
+
+fn python() -> std::path::PathBuf {
+    crate::support::venv_python("durabletask-venv")
+}
+
+fn script_path() -> std::path::PathBuf {
+    workspace().join("tests/durabletask/orchestrations.py")
+}
+
+/// Runs the client side of the script; its JSON lines by step.
+async fn client_script(host: &Host, args: &[&str]) -> HashMap<String, Value> {
+    let run = Command::new(python())
+        .arg(script_path())
+        .arg(args[0])
+        .arg(host.grpc_address())
+        .args(&args[1..])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(300), run)
+        .await
+        .expect("the SDK client finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        host.output()
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["step"].as_str().unwrap_or_default().to_string(), v))
+        .collect()
+}
+
+/// The SDK worker serving the script's orchestrations and activities; it
+/// reconnects by itself when the host restarts.
+async fn sdk_worker(host: &Host, log: &std::path::Path) -> tokio::process::Child {
+    let connected = host.output().matches("an SDK worker connected").count();
+    let child = Command::new(python())
+        .arg(script_path())
+        .arg("worker")
+        .arg(host.grpc_address())
+        .arg(log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    host.wait_logged("an SDK worker connected", connected).await;
+    child
+}
+
+fn grpc_host(dir: &std::path::Path, port: u16) -> HostBuilder {
+    HostBuilder::new(dir)
+        .components(&["orchestration-tests"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg(&port.to_string())
+}
+
+fn lines_of(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_the_hub_with_wasm() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = grpc_host(dir.path(), 0).start();
+    let log = dir.path().join("activities.log");
+    let _worker = sdk_worker(&host, &log).await;
+    let steps = client_script(&host, &["scenario"]).await;
+    let step = |name: &str| {
+        steps
+            .get(name)
+            .unwrap_or_else(|| panic!("no step {name}: {steps:?}"))
+            .clone()
+    };
+
+    // An activity sequence: each step's output is the next one's input.
+    assert_eq!(step("sequence")["status"], "COMPLETED", "{steps:?}");
+    assert_eq!(step("sequence")["output"], json!(4));
+    let ran: Vec<String> = lines_of(&log)
+        .into_iter()
+        .filter(|l| l.starts_with("start sdk-seq/"))
+        .collect();
+    assert_eq!(
+        ran,
+        ["start sdk-seq/1", "start sdk-seq/2", "start sdk-seq/3"],
+        "each step ran once, in order"
+    );
+    // Fan-out and fan-in: 0 + 1 + 4 + 9 + 16.
+    assert_eq!(step("fan")["output"], json!(30));
+    // An external event racing a timer, both ways.
+    assert_eq!(
+        step("approved")["output"],
+        json!({"approved": {"by": "ann"}})
+    );
+    assert_eq!(step("timed out")["output"], json!("timed out"));
+    // Sub-orchestrations: an SDK one, a wasm one; and a wasm activity.
+    assert_eq!(
+        step("parent")["output"],
+        json!({"sdk child": 4, "wasm child": 3, "wasm activity": 7}),
+        "{steps:?}"
+    );
+    // A failed activity fails the orchestration with the worker's reason.
+    assert_eq!(step("failing")["status"], "FAILED");
+    let failure = step("failing")["failure"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(failure.contains("no tea today"), "{failure}");
+    // Continue-as-new, three times, then the last execution's output.
+    assert_eq!(
+        step("continue")["output"],
+        json!({"n": 3, "square": 9, "started": true})
+    );
+    // Custom status; an event raised while suspended waits for the resume.
+    assert_eq!(step("custom status")["value"], json!("\"waiting\""));
+    assert_eq!(step("suspended")["status"], "SUSPENDED");
+    assert_eq!(step("resumed")["output"], json!("on"));
+    assert_eq!(step("terminated")["status"], "TERMINATED");
+    assert!(step("query")["ids"]
+        .as_array()
+        .is_some_and(|ids| ids.contains(&json!("sdk-seq")) && ids.contains(&json!("sdk-stuck"))));
+    assert_eq!(step("purged")["deleted"], json!(1));
+    assert_eq!(step("purged")["after"], json!(true));
+    assert_eq!(step("purge unknown")["deleted"], json!(0));
+
+    // SDK instances are the hub's instances: the management API shows them.
+    let (code, seq) = crate::support::durable::status(&host, "sdk-seq").await;
+    assert_eq!(code, 200);
+    assert_eq!(seq["name"], "sdk_sequence");
+    assert_eq!(seq["runtimeStatus"], "Completed");
+    assert_eq!(seq["output"], json!(4));
+
+    // A wasm orchestration calls an SDK orchestration by name.
+    let started = client()
+        .post(host.url("/api/orchestrators/parent_of/wasm-parent"))
+        .json(&json!({"name": "sdk_fan", "input": 4}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let done = crate::support::durable::wait_for_within(
+        &host,
+        "wasm-parent",
+        &["Completed", "Failed"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(done["output"], json!({"child said": 14}), "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sdk_orchestrations_survive_a_host_killed_mid_run_and_no_committed_activity_runs_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    // A fixed gRPC port, so the worker finds the restarted host where it was.
+    let port = free_port();
+    let builder = grpc_host(dir.path(), port);
+    let mut host = builder.start();
+    let log = dir.path().join("activities.log");
+    let _worker = sdk_worker(&host, &log).await;
+
+    const CHAINS: usize = 6;
+    const LENGTH: usize = 8;
+    client_script(&host, &["chains", &CHAINS.to_string(), &LENGTH.to_string()]).await;
+    // Killed once a few steps of every chain are behind it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while lines_of(&log)
+        .iter()
+        .filter(|l| l.starts_with("done "))
+        .count()
+        < CHAINS * 3
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", host.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    host.kill();
+    let at_kill = lines_of(&log);
+
+    let host = builder.start();
+    host.wait_logged("an SDK worker connected", 0).await;
+    let finished = client_script(&host, &["finish", &CHAINS.to_string()]).await;
+    for i in 0..CHAINS {
+        let chain = &finished["finish"]["done"][format!("chain-{i}")];
+        assert_eq!(chain["status"], "COMPLETED", "{finished:?}");
+        assert_eq!(chain["output"], json!(LENGTH));
+    }
+    // Every step ran to its end, and none ran twice but one in flight at
+    // the kill: in a chain, step i + 1 starts only once step i's result is
+    // committed, so every step before the last one started before the kill
+    // was committed and must have run exactly once.
+    let lines = lines_of(&log);
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    for line in lines.iter().filter_map(|l| l.strip_prefix("done ")) {
+        *runs.entry(line.to_string()).or_default() += 1;
+    }
+    assert_eq!(runs.len(), CHAINS * LENGTH, "every step ran:\n{lines:?}");
+    for i in 0..CHAINS {
+        let last_started = (0..LENGTH)
+            .filter(|step| at_kill.contains(&format!("start chain-{i}/{step}")))
+            .max()
+            .expect("every chain was under way at the kill");
+        for step in 0..last_started {
+            assert_eq!(
+                runs[&format!("chain-{i}/{step}")],
+                1,
+                "committed before the kill, run once: chain-{i}/{step}\n{lines:?}"
+            );
+        }
+        assert!(runs[&format!("chain-{i}/{last_started}")] <= 2);
+    }
+}
+
+/// A port free now, for a host restarted on the same gRPC address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}

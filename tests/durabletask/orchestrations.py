@@ -1,0 +1,194 @@
+"""Orchestrations written with the Durable Task Python SDK (PyPI
+`durabletask`, pinned in the Makefile), run by agenthost over gRPC
+(tests/durable_task_grpc.rs): a worker that serves them, and a client that
+starts, raises, suspends, resumes, terminates, queries and purges them.
+
+usage: orchestrations.py worker ADDRESS LOG
+       orchestrations.py scenario ADDRESS
+       orchestrations.py chains ADDRESS COUNT LENGTH     (start them)
+       orchestrations.py finish ADDRESS COUNT            (wait for them)
+
+The worker appends `start KEY` and `done KEY` to LOG for each activity it
+runs, KEY naming the instance and the step. The client prints one JSON line
+per step; the Rust test checks them.
+"""
+
+import json
+import sys
+import time
+from datetime import timedelta
+
+from durabletask import client as dt
+from durabletask import task, worker
+
+mode, address = sys.argv[1], sys.argv[2]
+
+
+def say(step, **fields):
+    print(json.dumps({"step": step, **fields}), flush=True)
+
+
+# ---- the worker's side -----------------------------------------------------
+
+log = sys.argv[3] if mode == "worker" else None
+
+
+def note(line):
+    with open(log, "a") as f:
+        f.write(line + "\n")
+
+
+def py_step(ctx, n):
+    note(f"start {ctx.orchestration_id}/{n}")
+    note(f"done {ctx.orchestration_id}/{n}")
+    return n + 1
+
+
+def py_square(ctx, n):
+    return n * n
+
+
+def py_fail(ctx, _):
+    raise ValueError("no tea today")
+
+
+def py_slow(ctx, key):
+    note(f"start {key}")
+    time.sleep(0.3)
+    note(f"done {key}")
+    return key
+
+
+def sdk_sequence(ctx, n):
+    for _ in range(3):
+        n = yield ctx.call_activity(py_step, input=n)
+    return n
+
+
+def sdk_fan(ctx, n):
+    results = yield task.when_all([ctx.call_activity(py_square, input=i) for i in range(n)])
+    return sum(results)
+
+
+def sdk_approval(ctx, seconds):
+    approval = ctx.wait_for_external_event("approve")
+    timeout = ctx.create_timer(timedelta(seconds=seconds))
+    winner = yield task.when_any([approval, timeout])
+    if winner == approval:
+        return {"approved": approval.get_result()}
+    return "timed out"
+
+
+def sdk_parent(ctx, n):
+    # An SDK child, a wasm child and a wasm activity, by name.
+    child = yield ctx.call_sub_orchestrator(sdk_sequence, input=n)
+    wasm = yield ctx.call_sub_orchestrator("sequence", input={"n": 3})
+    instant = yield ctx.call_activity("instant", input=7)
+    return {"sdk child": child, "wasm child": wasm, "wasm activity": instant}
+
+
+def sdk_failing(ctx, _):
+    yield ctx.call_activity(py_fail)
+    return "unreachable"
+
+
+def sdk_continue(ctx, n):
+    square = yield ctx.call_activity(py_square, input=n)
+    if n < 3:
+        ctx.continue_as_new(n + 1)
+        return None
+    return {"n": n, "square": square, "started": ctx.current_utc_datetime.year > 2000}
+
+
+def sdk_waiter(ctx, _):
+    ctx.set_custom_status("waiting")
+    value = yield ctx.wait_for_external_event("go")
+    return value
+
+
+def sdk_chain(ctx, length):
+    for i in range(length):
+        yield ctx.call_activity(py_slow, input=f"{ctx.instance_id}/{i}")
+    return length
+
+
+if mode == "worker":
+    with worker.TaskHubGrpcWorker(host_address=address) as w:
+        for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
+                             sdk_continue, sdk_waiter, sdk_chain):
+            w.add_orchestrator(orchestrator)
+        for activity in (py_step, py_square, py_fail, py_slow):
+            w.add_activity(activity)
+        w.start()
+        print("worker started", flush=True)
+        while True:
+            time.sleep(1)
+
+# ---- the client's side -----------------------------------------------------
+
+c = dt.TaskHubGrpcClient(host_address=address)
+
+
+def done(id, timeout=90):
+    state = c.wait_for_orchestration_completion(id, timeout=timeout)
+    return {
+        "status": state.runtime_status.name,
+        "output": json.loads(state.serialized_output) if state.serialized_output else None,
+        "failure": state.failure_details.message if state.failure_details else None,
+        "name": state.name,
+    }
+
+
+if mode == "chains":
+    count, length = int(sys.argv[3]), int(sys.argv[4])
+    for i in range(count):
+        c.schedule_new_orchestration(sdk_chain, input=length, instance_id=f"chain-{i}")
+    say("chains", started=count)
+    sys.exit(0)
+
+if mode == "finish":
+    count = int(sys.argv[3])
+    say("finish", done={f"chain-{i}": done(f"chain-{i}", timeout=180) for i in range(count)})
+    sys.exit(0)
+
+# The scenario: every kind of step, then the management calls.
+say("sequence", **done(c.schedule_new_orchestration(sdk_sequence, input=1, instance_id="sdk-seq")))
+say("fan", **done(c.schedule_new_orchestration(sdk_fan, input=5, instance_id="sdk-fan")))
+
+raced = c.schedule_new_orchestration(sdk_approval, input=60, instance_id="sdk-approved")
+c.wait_for_orchestration_start(raced, timeout=60)
+c.raise_orchestration_event(raced, "approve", data={"by": "ann"})
+say("approved", **done(raced))
+say("timed out", **done(c.schedule_new_orchestration(sdk_approval, input=1,
+                                                         instance_id="sdk-late")))
+
+say("parent", **done(c.schedule_new_orchestration(sdk_parent, input=1, instance_id="sdk-parent")))
+say("failing", **done(c.schedule_new_orchestration(sdk_failing, instance_id="sdk-failing")))
+say("continue", **done(c.schedule_new_orchestration(sdk_continue, input=0,
+                                                        instance_id="sdk-continue")))
+
+# Suspend, raise while suspended, resume.
+waiter = c.schedule_new_orchestration(sdk_waiter, instance_id="sdk-waiter")
+started = c.wait_for_orchestration_start(waiter, timeout=60)
+deadline = time.time() + 30
+while c.get_orchestration_state(waiter).serialized_custom_status is None and time.time() < deadline:
+    time.sleep(0.1)
+say("custom status", value=c.get_orchestration_state(waiter).serialized_custom_status)
+c.suspend_orchestration(waiter)
+c.raise_orchestration_event(waiter, "go", data="on")
+time.sleep(1.5)
+say("suspended", status=c.get_orchestration_state(waiter).runtime_status.name)
+c.resume_orchestration(waiter)
+say("resumed", **done(waiter))
+
+# Terminate, query, purge.
+stuck = c.schedule_new_orchestration(sdk_waiter, instance_id="sdk-stuck")
+c.wait_for_orchestration_start(stuck, timeout=60)
+c.terminate_orchestration(stuck, output="enough")
+say("terminated", **done(stuck))
+states = c.get_all_orchestration_states()
+say("query", ids=sorted(s.instance_id for s in states if s.instance_id.startswith("sdk-")),
+    names=sorted({s.name for s in states if s.instance_id.startswith("sdk-")}))
+purged = c.purge_orchestration(stuck)
+say("purged", deleted=purged.deleted_instance_count, after=c.get_orchestration_state(stuck) is None)
+say("purge unknown", deleted=c.purge_orchestration("sdk-never").deleted_instance_count)
