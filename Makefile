@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv doc-tools browser-tools
+.PHONY: run test chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -19,7 +19,7 @@ run: components release
 ## the library's tests and the integration suite again on PostgreSQL
 ## (PostgreSQL and Redis are started, installed if need be, when they are
 ## not up).
-test: components test-components language-components lint api-fuzz-venv a2a-venv durabletask-venv doc-tools browser-tools
+test: components test-components language-components lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
 	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --lib --test integration
 
@@ -118,12 +118,15 @@ release:
 ## PostgreSQL (one serve; a front + 2 workers) beside DBOS on PostgreSQL and
 ## pgbench (Redis and PostgreSQL are started, installed if need be, when they
 ## are not up; Debian's postgresql brings psql and pgbench: without pgbench
-## the report says so); report in target/bench/report.md.
-bench: components test-components language-components bench-peer
+## the report says so), then the Durable Task Python SDK over gRPC (an SDK
+## orchestration and a wasm one, SQLite and PostgreSQL, beside the SDK's
+## in-memory backend); report in target/bench/report.md.
+bench: components test-components language-components bench-peer durabletask-venv
 	$(CARGO) bench -p agenthost --features bench --bench http_and_load
 	$(CARGO) bench -p agenthost --bench durable
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_BENCH_REDIS=$$redis $(CARGO) bench -p agenthost --bench streams
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench shared_hub
+	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench sdk
 
 # The benchmark peer, DBOS (PyPI), in a virtualenv under target/; dbos
 # brings psycopg (with its binary build), its PostgreSQL driver.
@@ -152,6 +155,14 @@ DT_VENV := target/durabletask-venv
 durabletask-venv:
 	@test -x $(DT_VENV)/bin/python || python3 -m venv $(DT_VENV)
 	@$(DT_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('durabletask') == '1.12.0'" 2>/dev/null || $(DT_VENV)/bin/pip install --quiet durabletask==1.12.0 grpcio==1.85.3 protobuf==7.36.2
+
+# Microsoft Agent Framework's Durable Task hosting (PyPI
+# agent-framework-durabletask, a pre-release) with its OpenAI chat client,
+# on the same durabletask SDK, for tests/agent_framework_durabletask.rs.
+AF_VENV := target/agent-framework-venv
+agent-framework-venv:
+	@test -x $(AF_VENV)/bin/python || python3 -m venv $(AF_VENV)
+	@$(AF_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('agent-framework-durabletask') == '1.0.0b260922'" 2>/dev/null || $(AF_VENV)/bin/pip install --quiet agent-framework-durabletask==1.0.0b260922 agent-framework-core==1.23.0 agent-framework-openai==1.17.0 openai==3.57.0 durabletask==1.12.0 durabletask-azuremanaged==1.12.0 grpcio==1.85.3 protobuf==7.36.2
 
 # Debian's Chromium and Playwright (npm, pinned by tests/dashboard's lock
 # file, under target/) for the dashboard's browser test (tests/dashboard.rs).

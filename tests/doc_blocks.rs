@@ -255,8 +255,18 @@ const CLAIMS: &[Claim] = &[
     },
     Claim {
         file: "docs/stores-and-hubs.md",
-        first_line: "import time",
+        first_line: "# worker.py",
         check: "the_python_worker_of_stores_and_hubs_md_serves_an_activity_to_a_wasm_orchestration",
+    },
+    Claim {
+        file: "docs/stores-and-hubs.md",
+        first_line: "export ENDPOINT=",
+        check: "the_sample_variables_of_stores_and_hubs_md_serve_the_python_worker_and_client",
+    },
+    Claim {
+        file: "docs/stores-and-hubs.md",
+        first_line: "# client.py",
+        check: "the_sample_variables_of_stores_and_hubs_md_serve_the_python_worker_and_client",
     },
     Claim {
         file: "docs/stores-and-hubs.md",

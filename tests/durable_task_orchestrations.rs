@@ -137,6 +137,19 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         step("continue")["output"],
         json!({"n": 3, "square": 9, "started": true})
     );
+    // A counter entity: two signals from the client (5), then an
+    // orchestration's two signals and a call, run in order (5 + 2 + 3 + 10).
+    assert_eq!(step("entity signalled")["state"], json!(5), "{steps:?}");
+    assert_eq!(step("entity signalled")["missing"], json!(true));
+    assert_eq!(step("entity called")["output"], json!(20), "{steps:?}");
+    assert_eq!(step("entity query")["ids"], json!(["@counter@c1"]));
+    assert_eq!(step("entity query")["state"], json!(20));
+    // The entity is an instance of the hub: the management API shows it.
+    let (code, entity) = crate::support::durable::status(&host, "@counter@c1").await;
+    assert_eq!(code, 202, "running, as an entity always is: {entity}");
+    assert_eq!(entity["name"], "counter");
+    assert_eq!(entity["output"], json!(20));
+
     // Custom status; an event raised while suspended waits for the resume.
     assert_eq!(step("custom status")["value"], json!("\"waiting\""));
     assert_eq!(step("suspended")["status"], "SUSPENDED");
@@ -241,4 +254,83 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_on_one_postgresql_hub_each_with_an_sdk_worker_lose_nothing_when_one_is_killed() {
+    if crate::support::host::test_store().is_none() {
+        return; // SQLite: one host per file.
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let shared = |port: u16| grpc_host(dir.path(), port).arg("--lease").arg("3s");
+    let mut first = shared(0).start();
+    let second = shared(0).start();
+    let (first_log, second_log) = (dir.path().join("first.log"), dir.path().join("second.log"));
+    let _first_worker = sdk_worker(&first, &first_log).await;
+    let _second_worker = sdk_worker(&second, &second_log).await;
+    let both = || {
+        let mut lines = lines_of(&first_log);
+        lines.extend(lines_of(&second_log));
+        lines
+    };
+
+    const CHAINS: usize = 8;
+    const LENGTH: usize = 8;
+    client_script(
+        &first,
+        &["chains", &CHAINS.to_string(), &LENGTH.to_string()],
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while lines_of(&first_log)
+        .iter()
+        .filter(|l| l.starts_with("done "))
+        .count()
+        < 6
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", first.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.kill();
+    let at_kill = both();
+
+    // The survivor takes the killed host's instances over, and its worker
+    // runs them.
+    let finished = client_script(&second, &["finish", &CHAINS.to_string()]).await;
+    for i in 0..CHAINS {
+        let chain = &finished["finish"]["done"][format!("chain-{i}")];
+        assert_eq!(
+            chain["status"],
+            "COMPLETED",
+            "{finished:?}\n{}",
+            second.output()
+        );
+        assert_eq!(chain["output"], json!(LENGTH));
+    }
+    let lines = both();
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    for line in lines.iter().filter_map(|l| l.strip_prefix("done ")) {
+        *runs.entry(line.to_string()).or_default() += 1;
+    }
+    assert_eq!(runs.len(), CHAINS * LENGTH, "every step ran:\n{lines:?}");
+    for i in 0..CHAINS {
+        let last_started = (0..LENGTH)
+            .filter(|step| at_kill.contains(&format!("start chain-{i}/{step}")))
+            .max();
+        for step in 0..last_started.unwrap_or(0) {
+            assert_eq!(
+                runs[&format!("chain-{i}/{step}")],
+                1,
+                "committed before the kill, run once: chain-{i}/{step}\n{lines:?}"
+            );
+        }
+        // Any step not started before the kill ran once; the one in flight at most twice.
+        for step in last_started.map_or(0, |s| s + 1)..LENGTH {
+            assert_eq!(runs[&format!("chain-{i}/{step}")], 1, "chain-{i}/{step}");
+        }
+    }
+    assert!(
+        lines_of(&second_log).iter().any(|l| l.starts_with("done ")),
+        "the survivor's worker ran steps"
+    );
 }

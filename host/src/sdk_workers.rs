@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::core::sdk_entities::{BatchResult, Operation};
 use crate::core::sdk_history::{self, HistoryEvent};
 
 /// One activity for a worker to run.
@@ -42,11 +43,23 @@ pub struct EpisodeItem {
     pub new: Vec<HistoryEvent>,
 }
 
+/// A batch of operations for a worker to run on one entity, in order.
+#[derive(Debug, Clone)]
+pub struct EntityItem {
+    pub token: String,
+    /// `@name@key`.
+    pub instance_id: String,
+    /// JSON text; `None`: the entity has no state yet.
+    pub state: Option<String>,
+    pub operations: Vec<Operation>,
+}
+
 /// What a worker is sent.
 #[derive(Debug, Clone)]
 pub enum Item {
     Activity(ActivityItem),
     Episode(EpisodeItem),
+    Entity(EntityItem),
 }
 
 /// What a worker runs, as its work item filters say; `None`: any.
@@ -54,6 +67,7 @@ pub enum Item {
 pub struct Runs {
     pub activities: Option<HashSet<String>>,
     pub orchestrations: Option<HashSet<String>>,
+    pub entities: Option<HashSet<String>>,
 }
 
 /// What became of a dispatched activity.
@@ -75,11 +89,21 @@ pub enum EpisodeAnswer {
     Abandoned,
 }
 
+/// What became of a dispatched entity batch.
+#[derive(Debug)]
+pub enum EntityAnswer {
+    Done(BatchResult),
+    /// Given back, or its worker went away or did not answer in time: the
+    /// operations stay queued and run again.
+    Abandoned,
+}
+
 /// What a worker sent back for an item.
 #[derive(Debug)]
 pub enum Reply {
     Activity(Result<String, String>),
     Episode(sdk_history::Answer),
+    Entity(BatchResult),
 }
 
 /// How long waits last: for a worker to connect, and for its answer.
@@ -118,6 +142,7 @@ struct Worker {
 enum Wanted<'a> {
     Activity(&'a str),
     Orchestration(&'a str),
+    Entity(&'a str),
 }
 
 impl Worker {
@@ -125,8 +150,12 @@ impl Worker {
         let (names, name) = match wanted {
             Wanted::Activity(name) => (&self.runs.activities, name),
             Wanted::Orchestration(name) => (&self.runs.orchestrations, name),
+            Wanted::Entity(name) => (&self.runs.entities, name),
         };
-        names.as_ref().is_none_or(|n| n.contains(name))
+        // The SDKs register entity names in lower case.
+        names
+            .as_ref()
+            .is_none_or(|n| n.contains(name) || n.iter().any(|n| n.eq_ignore_ascii_case(name)))
     }
 }
 
@@ -272,8 +301,12 @@ impl SdkWorkers {
             .await?;
         Some(match replied {
             Some(Reply::Activity(result)) => Answer::Done(result),
-            Some(Reply::Episode(_)) => {
-                tracing::warn!(instance_id, activity = name, "an SDK worker answered an activity as an orchestration; the activity runs again");
+            Some(Reply::Episode(_) | Reply::Entity(_)) => {
+                tracing::warn!(
+                    instance_id,
+                    activity = name,
+                    "an SDK worker answered an activity as something else; the activity runs again"
+                );
                 Answer::Abandoned
             }
             None => Answer::Abandoned,
@@ -308,15 +341,47 @@ impl SdkWorkers {
             .await?;
         Some(match replied {
             Some(Reply::Episode(answer)) => EpisodeAnswer::Done(answer),
-            Some(Reply::Activity(_)) => {
+            Some(Reply::Activity(_) | Reply::Entity(_)) => {
                 tracing::warn!(
                     instance_id,
                     orchestration = name,
-                    "an SDK worker answered an episode as an activity; the episode runs again"
+                    "an SDK worker answered an episode as something else; the episode runs again"
                 );
                 EpisodeAnswer::Abandoned
             }
             None => EpisodeAnswer::Abandoned,
+        })
+    }
+
+    /// Sends a batch of operations on entity `name` to the least busy
+    /// worker that runs it and waits up to `for_an_answer`, as an episode;
+    /// `None` when no such worker is connected.
+    pub async fn run_entity(
+        &self,
+        name: &str,
+        item: EntityItem,
+        for_an_answer: Duration,
+    ) -> Option<EntityAnswer> {
+        let instance_id = item.instance_id.clone();
+        let build = move |token| {
+            let mut item = item;
+            item.token = token;
+            Item::Entity(item)
+        };
+        let replied = self
+            .dispatch(Wanted::Entity(name), build, Duration::ZERO, for_an_answer)
+            .await?;
+        Some(match replied {
+            Some(Reply::Entity(result)) => EntityAnswer::Done(result),
+            Some(Reply::Activity(_) | Reply::Episode(_)) => {
+                tracing::warn!(
+                    instance_id,
+                    entity = name,
+                    "an SDK worker answered an entity batch as something else; it runs again"
+                );
+                EntityAnswer::Abandoned
+            }
+            None => EntityAnswer::Abandoned,
         })
     }
 
@@ -371,8 +436,9 @@ impl SdkWorkers {
                 let what = match wanted {
                     Wanted::Activity(name) => format!("activity '{name}'"),
                     Wanted::Orchestration(name) => format!("an episode of '{name}'"),
+                    Wanted::Entity(name) => format!("operations on entity '{name}'"),
                 };
-                tracing::warn!(patience = ?for_an_answer, "an SDK worker did not answer {what} in time; it is taken back and runs again");
+                tracing::warn!(patience = ?for_an_answer, "an SDK worker did not answer in time ({what}); it is taken back and runs again");
                 Some(None)
             }
         }
@@ -452,7 +518,7 @@ mod tests {
     fn activity(item: Item) -> Option<ActivityItem> {
         match item {
             Item::Activity(item) => Some(item),
-            Item::Episode(_) => None,
+            Item::Episode(_) | Item::Entity(_) => None,
         }
     }
 
@@ -557,7 +623,7 @@ mod tests {
         let mut greeter = workers
             .connect(Runs {
                 activities: Some(HashSet::from(["greet".to_string()])),
-                orchestrations: None,
+                ..Runs::default()
             })
             .expect("open");
         assert!(
@@ -610,6 +676,69 @@ mod tests {
             matches!(given_up, Ok(Ok(Some(Answer::Abandoned)))),
             "no minute-long wait at shutdown"
         );
+    }
+
+    #[tokio::test]
+    async fn episodes_and_entity_batches_go_only_to_workers_that_run_them() {
+        let workers = workers();
+        let mut orchestrations = workers
+            .connect(Runs {
+                orchestrations: Some(HashSet::from(["seq".to_string()])),
+                entities: Some(HashSet::from(["counter".to_string()])),
+                ..Runs::default()
+            })
+            .expect("open");
+        let episode = |name: &'static str| {
+            let workers = workers.clone();
+            tokio::spawn(async move {
+                let item = EpisodeItem {
+                    token: String::new(),
+                    instance_id: "i".into(),
+                    execution: 1,
+                    past: Vec::new(),
+                    new: Vec::new(),
+                };
+                workers
+                    .run_episode(name, item, Duration::ZERO, Duration::from_secs(60))
+                    .await
+            })
+        };
+        // No worker runs `other`: no wait, the instance is offered again.
+        assert!(episode("other").await.expect("joined").is_none());
+        let asked = episode("seq");
+        let Some(Item::Episode(item)) = orchestrations.items.recv().await else {
+            panic!("an episode");
+        };
+        let answer = sdk_history::Answer::default();
+        assert!(workers.answer(&item.token, Reply::Episode(answer)));
+        assert!(matches!(
+            asked.await.expect("joined"),
+            Some(EpisodeAnswer::Done(_))
+        ));
+        // An entity batch, to the worker that named the entity (in any case).
+        let batch = EntityItem {
+            token: String::new(),
+            instance_id: "@counter@a".into(),
+            state: None,
+            operations: Vec::new(),
+        };
+        let entity = {
+            let workers = workers.clone();
+            tokio::spawn(async move {
+                workers
+                    .run_entity("Counter", batch, Duration::from_secs(60))
+                    .await
+            })
+        };
+        let Some(Item::Entity(item)) = orchestrations.items.recv().await else {
+            panic!("an entity batch");
+        };
+        // An answer of the wrong kind gives the item back.
+        assert!(workers.answer(&item.token, Reply::Activity(Ok("1".into()))));
+        assert!(matches!(
+            entity.await.expect("joined"),
+            Some(EntityAnswer::Abandoned)
+        ));
     }
 
     #[tokio::test]

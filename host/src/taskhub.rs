@@ -69,8 +69,10 @@ pub fn resolve(
     let from = |pick: fn(&ConnectionString) -> Option<&String>| {
         connection.and_then(pick).map(String::as_str)
     };
+    // An http(s) Endpoint names a scheduler (this host's gRPC endpoint, as
+    // the Durable Task SDKs' samples set it), never a store.
     let store = store
-        .or_else(|| from(|c| c.endpoint.as_ref()))
+        .or_else(|| from(|c| c.endpoint.as_ref()).filter(|e| scheduler_port(e).is_none()))
         .unwrap_or(DEFAULT_STORE);
     let hub = taskhub
         .or_else(|| from(|c| c.taskhub.as_ref()))
@@ -78,9 +80,45 @@ pub fn resolve(
     (store.to_string(), hub.to_string())
 }
 
+/// The port of a Durable Task scheduler address (`http(s)://HOST[:PORT]`,
+/// as the SDKs' `ENDPOINT` or a connection string's Endpoint): `None` when
+/// it is no such address; `Some(None)` when it names no port.
+pub fn scheduler_port(endpoint: &str) -> Option<Option<u16>> {
+    let lower = endpoint.trim().to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    // `[::1]:8080`: the port follows the bracket.
+    let port = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(':') && !port.contains(']') => {
+            Some(port.parse().ok()?)
+        }
+        _ => None,
+    };
+    Some(port)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_http_endpoint_names_a_scheduler_and_its_port_never_a_store() {
+        assert_eq!(scheduler_port("http://localhost:8080"), Some(Some(8080)));
+        assert_eq!(scheduler_port("HTTPS://sched.example/x"), Some(None));
+        assert_eq!(scheduler_port("http://[::1]:9000"), Some(Some(9000)));
+        assert_eq!(scheduler_port("postgres://u@db:5432/x"), None);
+        assert_eq!(scheduler_port("http://host:notaport"), None);
+        let connection: ConnectionString =
+            "Endpoint=http://localhost:8080;TaskHub=default;Authentication=None"
+                .parse()
+                .unwrap_or_default();
+        assert_eq!(
+            resolve(None, None, Some(&connection)),
+            (DEFAULT_STORE.to_string(), "default".to_string())
+        );
+    }
 
     #[test]
     fn a_password_in_a_store_url_is_never_printed() {

@@ -41,6 +41,8 @@ pub fn clean_env(command: &mut Command) {
             || key.starts_with("IDENTITY_")
             || [
                 "TASKHUB_NAME",
+                "TASKHUB",
+                "ENDPOINT",
                 "DURABLE_TASK_SCHEDULER_CONNECTION_STRING",
                 "REDIS_CONNECTION_STRING",
             ]
@@ -105,6 +107,16 @@ pub struct Spawned {
 impl Spawned {
     /// Runs the doc's `line` (substituted) in `dir`.
     pub fn start(line: &str, dir: &Path, subs: &Substitutions) -> Self {
+        Self::start_with_env(line, dir, subs, &[])
+    }
+
+    /// [`Self::start`] with variables the doc sets before the line.
+    pub fn start_with_env(
+        line: &str,
+        dir: &Path,
+        subs: &Substitutions,
+        env: &[(String, String)],
+    ) -> Self {
         let words = substituted(line, subs);
         let mut command = Command::new(env!("CARGO_BIN_EXE_agenthost"));
         command
@@ -114,6 +126,7 @@ impl Spawned {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         clean_env(&mut command);
+        command.envs(env.iter().map(|(k, v)| (k, v)));
         let mut child = command.spawn().expect("start agenthost");
         let output = Arc::new(Mutex::new(Vec::new()));
         let streams: [Box<dyn std::io::Read + Send>; 2] = [

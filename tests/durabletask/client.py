@@ -102,8 +102,17 @@ if mode == "hostile":
         tokens=[first.HasField("continuationToken"), second.HasField("continuationToken")],
         deadline=refused(lambda: stub.WaitForInstanceCompletion(
             pb.GetInstanceRequest(instanceId="page-1"), timeout=2)),
-        orchestrator_answer=refused(lambda: stub.CompleteOrchestratorTask(pb.OrchestratorResponse())),
-        entity=refused(lambda: stub.GetEntity(pb.GetEntityRequest(instanceId="@counter@a"))),
+        orchestrator_answer=refused(lambda: stub.CompleteOrchestratorTask(pb.OrchestratorResponse(
+            completionToken="never-issued"))),
+        entity_answer=refused(lambda: stub.CompleteEntityTask(pb.EntityBatchResult(
+            completionToken="never-issued"))),
+        entity_missing=stub.GetEntity(pb.GetEntityRequest(instanceId="@counter@a")).exists,
+        entity_bad_id=refused(lambda: stub.SignalEntity(pb.SignalEntityRequest(
+            instanceId="counter", name="add"))),
+        entity_not_json=refused(lambda: stub.SignalEntity(pb.SignalEntityRequest(
+            instanceId="@counter@a", name="add", input=wrappers_pb2.StringValue(value="{x")))),
+        entity_query_other=len(stub.QueryEntities(pb.QueryEntitiesRequest(query=pb.EntityQuery(
+            instanceIdStartsWith=wrappers_pb2.StringValue(value="page-")))).entities),
         stray_answer=refused(lambda: stub.CompleteActivityTask(pb.ActivityResponse(
             completionToken="never-issued", result=wrappers_pb2.StringValue(value="1")))))
     sys.exit(0)
@@ -161,7 +170,10 @@ say("failed", status=status(done), message=done.failure_details.message,
 # Refusals the SDK surfaces as gRPC errors.
 twice = c.schedule_new_orchestration("wait_event", instance_id=f"{prefix}-twice")
 say("refusals",
-    unknown=refused(lambda: c.schedule_new_orchestration("no_such_orchestration")),
+    # A name no component serves is an SDK worker's: it waits for one.
+    unknown=refused(lambda: c.schedule_new_orchestration(
+        "no_such_orchestration", instance_id=f"{prefix}-unknown")),
+    unknown_status=status(c.get_orchestration_state(f"{prefix}-unknown")),
     running=refused(lambda: c.schedule_new_orchestration("wait_event", instance_id=twice)),
     scheduled=refused(lambda: c.schedule_new_orchestration(
         "sequence", start_at=__import__("datetime").datetime(2030, 1, 1))),
@@ -192,6 +204,8 @@ gone = c.get_orchestration_state(seq)
 again = c.purge_orchestration(seq)
 c.terminate_orchestration(twice)
 c.wait_for_orchestration_completion(twice, timeout=60)
+c.terminate_orchestration(f"{prefix}-unknown")
+c.wait_for_orchestration_completion(f"{prefix}-unknown", timeout=60)
 rest = c.purge_orchestrations_by(runtime_status=[
     dt.OrchestrationStatus.COMPLETED, dt.OrchestrationStatus.FAILED, dt.OrchestrationStatus.TERMINATED])
 say("purge", deleted=purged.deleted_instance_count, gone=gone is None,

@@ -19,7 +19,7 @@ import time
 from datetime import timedelta
 
 from durabletask import client as dt
-from durabletask import task, worker
+from durabletask import entities, task, worker
 
 mode, address = sys.argv[1], sys.argv[2]
 
@@ -106,6 +106,26 @@ def sdk_waiter(ctx, _):
     return value
 
 
+class Counter(entities.DurableEntity):
+    """A counter entity: `add` an amount, `get` the count."""
+
+    def add(self, amount):
+        self.set_state(self.get_state(int, 0) + amount)
+        return self.get_state(int)
+
+    def get(self):
+        return self.get_state(int, 0)
+
+
+def sdk_counting(ctx, key):
+    # Signals (not awaited), then a call that sees them, in order.
+    counter = entities.EntityInstanceId("counter", key)
+    ctx.signal_entity(counter, "add", input=2)
+    ctx.signal_entity(counter, "add", input=3)
+    after = yield ctx.call_entity(counter, "add", input=10)
+    return after
+
+
 def sdk_chain(ctx, length):
     for i in range(length):
         yield ctx.call_activity(py_slow, input=f"{ctx.instance_id}/{i}")
@@ -115,8 +135,9 @@ def sdk_chain(ctx, length):
 if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
-                             sdk_continue, sdk_waiter, sdk_chain):
+                             sdk_continue, sdk_waiter, sdk_chain, sdk_counting):
             w.add_orchestrator(orchestrator)
+        w.add_entity(Counter)
         for activity in (py_step, py_square, py_fail, py_slow):
             w.add_activity(activity)
         w.start()
@@ -166,6 +187,21 @@ say("parent", **done(c.schedule_new_orchestration(sdk_parent, input=1, instance_
 say("failing", **done(c.schedule_new_orchestration(sdk_failing, instance_id="sdk-failing")))
 say("continue", **done(c.schedule_new_orchestration(sdk_continue, input=0,
                                                         instance_id="sdk-continue")))
+
+# A counter entity: signalled by the client, then called by an orchestration.
+counter = entities.EntityInstanceId("counter", "c1")
+c.signal_entity(counter, "add", input=1)
+c.signal_entity(counter, "add", input=4)
+deadline = time.time() + 60
+while (c.get_entity(counter) is None or c.get_entity(counter).get_state(int) != 5) \
+        and time.time() < deadline:
+    time.sleep(0.1)
+say("entity signalled", state=c.get_entity(counter).get_state(int),
+    missing=c.get_entity(entities.EntityInstanceId("counter", "never")) is None)
+say("entity called", **done(c.schedule_new_orchestration(sdk_counting, input="c1",
+                                                             instance_id="sdk-counting")))
+say("entity query", ids=sorted(str(e.id) for e in c.get_all_entities()),
+    state=c.get_entity(counter).get_state(int))
 
 # Suspend, raise while suspended, resume.
 waiter = c.schedule_new_orchestration(sdk_waiter, instance_id="sdk-waiter")

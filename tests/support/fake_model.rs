@@ -323,16 +323,30 @@ async fn play(mut reply: Reply, request: &Recorded) -> Response {
     Json(json!({
         "id": "chatcmpl-fake",
         "object": "chat.completion",
+        "created": created(),
+        "model": MODEL,
         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }))
     .into_response()
 }
 
+/// The model the fake says answered (the real services always say one,
+/// and `created`: OpenAI's Python SDK reads both).
+const MODEL: &str = "fake-model";
+
+fn created() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// The chunks of `message` as a streaming endpoint sends them.
 fn chunks_of(message: &Value, usage: Value) -> Vec<Value> {
+    let created = created();
     let chunk = |delta: Value, finish: Value| {
         json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+               "created": created, "model": MODEL,
                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     };
     let mut chunks = vec![chunk(
@@ -370,7 +384,10 @@ fn chunks_of(message: &Value, usage: Value) -> Vec<Value> {
         "stop"
     };
     chunks.push(chunk(json!({}), json!(finish)));
-    chunks.push(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": [], "usage": usage}));
+    chunks.push(
+        json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                       "created": created, "model": MODEL, "choices": [], "usage": usage}),
+    );
     chunks
 }
 

@@ -179,6 +179,9 @@ impl HostBuilder {
         command
             .env_remove("AGENTHOST_STORE")
             .env_remove("TASKHUB_NAME")
+            // What the Durable Task SDKs' samples set: aliases of our settings.
+            .env_remove("TASKHUB")
+            .env_remove("ENDPOINT")
             .env_remove("REDIS_CONNECTION_STRING");
         if self.connection_string {
             let (store, hub) = store_location(&self.dir, self.hub.as_deref());

@@ -44,6 +44,8 @@ pub fn component(name: &str) -> anyhow::Result<PathBuf> {
 pub struct BenchHost {
     child: Child,
     pub base: String,
+    /// `host:port` of the gRPC endpoint, when served (`--grpc`).
+    pub grpc: Option<String>,
 }
 
 impl BenchHost {
@@ -117,10 +119,14 @@ impl BenchHost {
             .take()
             .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
         let mut lines = BufReader::new(stdout).lines();
+        let mut grpc = None;
         let base = loop {
             let line = lines
                 .next()
                 .ok_or_else(|| anyhow::anyhow!("host exited before it was ready"))??;
+            if let Some(url) = line.strip_prefix("agenthost gRPC listening on http://") {
+                grpc = Some(url.to_string());
+            }
             if let Some(url) = line.strip_prefix("agenthost listening on ") {
                 break url.to_string();
             }
@@ -130,7 +136,7 @@ impl BenchHost {
         };
         // Keep draining stdout so the host never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Ok(Self { child, base })
+        Ok(Self { child, base, grpc })
     }
 
     /// SIGKILL, now.

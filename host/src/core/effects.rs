@@ -60,6 +60,9 @@ pub enum Effect {
     },
     /// Delete the instance and everything it holds.
     Purge,
+    /// Queue an operation on a durable entity, creating the entity (an
+    /// instance of its own) if it has none yet.
+    EntityOperation { entity: NewInstance, event: Event },
 }
 
 impl Effect {

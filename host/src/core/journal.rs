@@ -59,6 +59,21 @@ pub enum Call {
     ContinueAsNew {
         input: String,
     },
+    /// An operation on a durable entity (`@name@key`) whose result the
+    /// orchestration awaits (see [`super::sdk_entities`]).
+    CallEntity {
+        entity: String,
+        operation: String,
+        input: Option<String>,
+        request_id: String,
+    },
+    /// An operation on a durable entity, not awaited.
+    SignalEntity {
+        entity: String,
+        operation: String,
+        input: Option<String>,
+        request_id: String,
+    },
     /// The start of an episode of an orchestration a Durable Task SDK
     /// worker runs (see [`super::sdk_history`]): the ids the worker gave
     /// the scheduling calls journaled after it, in order.
@@ -91,6 +106,7 @@ impl Call {
                 | Call::CallOrchestration { .. }
                 | Call::StartTimer { .. }
                 | Call::WaitForEvent { .. }
+                | Call::CallEntity { .. }
         )
     }
 
@@ -109,6 +125,12 @@ impl Call {
             Call::SetCustomStatus { .. } => "set-custom-status()".into(),
             Call::ContinueAsNew { .. } => "continue-as-new()".into(),
             Call::SdkEpisode { .. } => "sdk-episode()".into(),
+            Call::CallEntity {
+                entity, operation, ..
+            } => format!("call-entity({entity}, {operation})"),
+            Call::SignalEntity {
+                entity, operation, ..
+            } => format!("signal-entity({entity}, {operation})"),
         }
     }
 }
@@ -175,6 +197,23 @@ impl Call {
             Call::SetCustomStatus { status } => status.len(),
             Call::ContinueAsNew { input } => input.len(),
             Call::SdkEpisode { ids } => ids.len() * 4,
+            Call::CallEntity {
+                entity,
+                operation,
+                input,
+                request_id,
+            }
+            | Call::SignalEntity {
+                entity,
+                operation,
+                input,
+                request_id,
+            } => {
+                entity.len()
+                    + operation.len()
+                    + input.as_ref().map_or(0, String::len)
+                    + request_id.len()
+            }
             Call::StartTimer { .. } | Call::Now { .. } => 0,
         }
     }

@@ -19,4 +19,5 @@ pub mod lifecycle;
 pub mod limits;
 pub mod replay;
 pub mod retry;
+pub mod sdk_entities;
 pub mod sdk_history;

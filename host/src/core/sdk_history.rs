@@ -84,6 +84,26 @@ pub enum Kind {
         name: String,
         input: String,
     },
+    EntityOperationCalled(EntityMessage),
+    EntityOperationSignaled(EntityMessage),
+    EntityOperationCompleted {
+        request_id: String,
+        output: String,
+    },
+    EntityOperationFailed {
+        request_id: String,
+        error: String,
+    },
+}
+
+/// An operation an orchestration sends an entity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityMessage {
+    /// `@name@key`.
+    pub entity: String,
+    pub operation: String,
+    pub input: Option<String>,
+    pub request_id: String,
 }
 
 /// What a worker asked for, one action of its answer.
@@ -102,6 +122,15 @@ pub enum Action {
         id: i32,
         name: String,
         input: String,
+    },
+    /// `call_entity`: its result comes back to the orchestration.
+    CallEntity {
+        id: i32,
+        message: EntityMessage,
+    },
+    SignalEntity {
+        id: i32,
+        message: EntityMessage,
     },
     Complete(Completion),
     /// An action the engine does not carry out (sending an event, entity
@@ -154,7 +183,9 @@ impl Tasks {
                 Call::SdkEpisode { ids: these } => ids = these.clone().into_iter(),
                 Call::CallActivity { .. }
                 | Call::CallOrchestration { .. }
-                | Call::StartTimer { .. } => {
+                | Call::StartTimer { .. }
+                | Call::CallEntity { .. }
+                | Call::SignalEntity { .. } => {
                     if let Some(id) = ids.next() {
                         tasks.insert(task, (id, call.clone()));
                     }
@@ -175,6 +206,10 @@ impl Tasks {
                 input: payload.clone(),
             },
             Event::TaskCompleted { task, result } => match self.0.get(task)? {
+                (_, Call::CallEntity { request_id, .. }) => Kind::EntityOperationCompleted {
+                    request_id: request_id.clone(),
+                    output: result.clone(),
+                },
                 (id, Call::CallOrchestration { .. }) => Kind::SubOrchestrationCompleted {
                     scheduled: *id,
                     result: result.clone(),
@@ -185,6 +220,10 @@ impl Tasks {
                 },
             },
             Event::TaskFailed { task, error } => match self.0.get(task)? {
+                (_, Call::CallEntity { request_id, .. }) => Kind::EntityOperationFailed {
+                    request_id: request_id.clone(),
+                    error: error.clone(),
+                },
                 (id, Call::CallOrchestration { .. }) => Kind::SubOrchestrationFailed {
                     scheduled: *id,
                     error: error.clone(),
@@ -265,6 +304,33 @@ pub fn past(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEvent> {
                     history.push(event(id, *at, Kind::TimerCreated { fire_at }));
                 }
             }
+            Call::CallEntity {
+                entity,
+                operation,
+                input,
+                request_id,
+            }
+            | Call::SignalEntity {
+                entity,
+                operation,
+                input,
+                request_id,
+            } => {
+                if let Some(id) = ids.next() {
+                    let message = EntityMessage {
+                        entity: entity.clone(),
+                        operation: operation.clone(),
+                        input: input.clone(),
+                        request_id: request_id.clone(),
+                    };
+                    let kind = if matches!(call, Call::CallEntity { .. }) {
+                        Kind::EntityOperationCalled(message)
+                    } else {
+                        Kind::EntityOperationSignaled(message)
+                    };
+                    history.push(event(id, *at, kind));
+                }
+            }
             _ => {}
         }
         task = task.saturating_add(1);
@@ -320,6 +386,8 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
     let mut ending = Ending::Waiting;
     let mut carryover = Vec::new();
     for action in answer.actions {
+        // An entity call's result comes back to the orchestration.
+        let awaited = matches!(action, Action::CallEntity { .. });
         match action {
             Action::ScheduleTask { id, name, input } => {
                 ids.push(id);
@@ -338,6 +406,37 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
             Action::CreateSubOrchestration { id, name, input } => {
                 ids.push(id);
                 calls.push(Call::CallOrchestration { name, input });
+            }
+            Action::CallEntity { id, message } | Action::SignalEntity { id, message } => {
+                if super::sdk_entities::parse_entity_id(&message.entity).is_none() {
+                    ending = Ending::Broken(format!(
+                        "the Durable Task SDK worker named '{}', which is not an entity id (@name@key)",
+                        message.entity
+                    ));
+                    break;
+                }
+                ids.push(id);
+                let EntityMessage {
+                    entity,
+                    operation,
+                    input,
+                    request_id,
+                } = message;
+                calls.push(if awaited {
+                    Call::CallEntity {
+                        entity,
+                        operation,
+                        input,
+                        request_id,
+                    }
+                } else {
+                    Call::SignalEntity {
+                        entity,
+                        operation,
+                        input,
+                        request_id,
+                    }
+                });
             }
             Action::Complete(Completion::Completed(output)) => {
                 ending = Ending::Returned(Ok(output));

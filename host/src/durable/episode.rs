@@ -372,6 +372,9 @@ async fn decide_by_code(
     parked: &HashSet<i64>,
     now: i64,
 ) -> Result<Option<Vec<Effect>>, StoreError> {
+    if hot.loaded.digest == crate::core::sdk_entities::DIGEST {
+        return super::sdk_entity::decide(orchestrator, id, &hot.loaded.name, sorted).await;
+    }
     if hot.loaded.digest == crate::core::sdk_history::DIGEST {
         return Ok(
             super::sdk_episode::decide(orchestrator, id, hot, state, sorted, parked, now).await,

@@ -15,6 +15,7 @@ mod hot;
 mod in_flight;
 mod orchestrator;
 mod remote_call;
+mod sdk_entity;
 mod sdk_episode;
 mod task_outcome;
 mod tasks;

@@ -20,7 +20,7 @@ use crate::core::journal::Call;
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
 use crate::core::limits::{LimitError, Limits};
-use crate::core::sdk_history;
+use crate::core::{sdk_entities, sdk_history};
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::sdk_workers::{Patience, SdkWorkers};
@@ -531,6 +531,38 @@ impl Orchestrator {
         crate::metrics::orchestration(name, "started");
         self.dispatch(applied);
         Ok(id)
+    }
+
+    /// Queues `operation` on durable entity `entity` (`@name@key`), which
+    /// its first operation creates.
+    pub async fn signal_entity(
+        self: &Arc<Self>,
+        entity: &str,
+        operation: &str,
+        input: Option<String>,
+        request_id: &str,
+    ) -> Result<(), DurableError> {
+        let new = sdk_entities::new_instance(entity)
+            .filter(|_| ids::valid_instance_id(entity))
+            .ok_or(DurableError::BadInstanceId)?;
+        if let Some(input) = &input {
+            self.config
+                .limits
+                .check_payload("entity operation input", input)?;
+        }
+        if let Some(applied) = self.store.start(new).await? {
+            self.dispatch(applied);
+        }
+        let queued = sdk_entities::operation_event(&sdk_entities::Operation {
+            request_id: request_id.to_string(),
+            operation: operation.to_string(),
+            input,
+            caller: None,
+        });
+        let crate::core::journal::Event::EventRaised { name, payload } = queued else {
+            return Err(DurableError::InvalidState(entity.to_string()));
+        };
+        self.raise_event(entity, &name, &payload).await
     }
 
     /// The version each sub-orchestration in `calls` starts on: the parent's

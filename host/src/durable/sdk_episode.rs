@@ -19,9 +19,11 @@ use crate::core::sdk_history::{self, Started};
 use crate::sdk_workers::{EpisodeAnswer, EpisodeItem};
 
 /// How long an episode waits for a worker that runs its orchestration to
-/// connect: it holds an episode permit meanwhile, and the scheduler offers
-/// the instance again on its next pass (every second at most) anyway.
-const FOR_A_WORKER: Duration = Duration::from_secs(1);
+/// connect: not at all, since it would hold an episode permit meanwhile
+/// (a thousand instances waiting for a worker would starve every other
+/// instance of the host); the scheduler offers the instance again on its
+/// next pass, every second at most, or at once when a worker connects.
+const FOR_A_WORKER: Duration = Duration::ZERO;
 
 /// What the worker's answer makes of the episode; `None` when no worker
 /// answered (none connected, it gave the episode back, went away, or took

@@ -331,6 +331,13 @@ impl From<ServeArgs> for Settings {
             max_instances,
             resolve,
         } = args;
+        let variable = |name: &str| std::env::var(name).ok();
+        let (taskhub, grpc, grpc_port) = durable_task_aliases(
+            &variable,
+            taskhub,
+            connection_string.as_deref(),
+            (grpc, grpc_port),
+        );
         // Every flag is named above and every setting below, so a flag or a
         // setting added to one side only fails to compile here.
         Settings {
@@ -402,6 +409,41 @@ pub(crate) fn settings_from_env() -> Result<Settings, clap::Error> {
 }
 
 /// A connection string checked when the flags are read, kept as written.
+/// The variables the Durable Task SDKs' samples set, read as our settings:
+/// `TASKHUB` names the task hub (after `--taskhub`), and a scheduler
+/// address (`ENDPOINT`, or the connection string's http(s) Endpoint) is
+/// this host's gRPC endpoint: it turns `--grpc` on, on its port unless
+/// `--grpc-port` says otherwise. So a sample's environment, set once,
+/// serves both the sample and the host it talks to.
+fn durable_task_aliases(
+    variable: &dyn Fn(&str) -> Option<String>,
+    taskhub: Option<String>,
+    connection_string: Option<&str>,
+    (grpc, grpc_port): (bool, u16),
+) -> (Option<String>, bool, u16) {
+    let variable = |name: &str| variable(name).filter(|v| !v.trim().is_empty());
+    let taskhub = taskhub.or_else(|| variable("TASKHUB"));
+    let scheduler = variable("ENDPOINT")
+        .and_then(|e| crate::taskhub::scheduler_port(&e))
+        .or_else(|| {
+            let endpoint = connection_string?
+                .parse::<ConnectionString>()
+                .ok()?
+                .endpoint?;
+            crate::taskhub::scheduler_port(&endpoint)
+        });
+    match scheduler {
+        None => (taskhub, grpc, grpc_port),
+        Some(port) => {
+            let port = match port {
+                Some(port) if grpc_port == defaults::GRPC_PORT => port,
+                _ => grpc_port,
+            };
+            (taskhub, true, port)
+        }
+    }
+}
+
 fn connection_string(text: &str) -> Result<String, ConnectionStringError> {
     text.parse::<ConnectionString>()?;
     Ok(text.to_string())
@@ -422,8 +464,51 @@ impl std::str::FromStr for SessionTtl {
 
 #[cfg(test)]
 mod tests {
-    use super::SessionTtl;
+    use super::{defaults, durable_task_aliases, SessionTtl};
     use std::time::Duration;
+
+    #[test]
+    fn the_sample_variables_name_the_hub_and_this_hosts_grpc_endpoint() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let off = (false, defaults::GRPC_PORT);
+        // ENDPOINT turns gRPC on, on its port; TASKHUB names the hub.
+        let samples = env(&[("ENDPOINT", "http://localhost:9090"), ("TASKHUB", "blue")]);
+        assert_eq!(
+            durable_task_aliases(&samples, None, None, off),
+            (Some("blue".into()), true, 9090)
+        );
+        // The flags win.
+        assert_eq!(
+            durable_task_aliases(&samples, Some("red".into()), None, (false, 7000)),
+            (Some("red".into()), true, 7000)
+        );
+        // A connection string's http Endpoint is a scheduler address too; a
+        // store URL is not, nor an ENDPOINT that is no http URL.
+        let none = env(&[("ENDPOINT", "db.example:5432")]);
+        let scheduler = "Endpoint=http://localhost:8081;TaskHub=x;Authentication=None";
+        assert_eq!(
+            durable_task_aliases(&none, None, Some(scheduler), off),
+            (None, true, 8081)
+        );
+        let store = "Endpoint=postgres://u@db/x;TaskHub=x;Authentication=None";
+        assert_eq!(
+            durable_task_aliases(&none, None, Some(store), off),
+            (None, false, 8080)
+        );
+        // Empty variables are unset.
+        let empty = env(&[("TASKHUB", " "), ("ENDPOINT", "")]);
+        assert_eq!(
+            durable_task_aliases(&empty, None, None, off),
+            (None, false, 8080)
+        );
+    }
 
     #[test]
     fn a_session_ttl_is_a_duration_or_none() {

@@ -142,6 +142,27 @@ pub(super) async fn apply(
                 row = PendingRow::default();
                 tx.purge(&target.id).await?
             }
+            Effect::EntityOperation { entity, event } => {
+                // The entity is created by its first operation; one that
+                // exists takes it in its current execution.
+                // Not seeded hot as a created instance is: its image would
+                // lack the operation queued below; its first batch reads the
+                // store.
+                let execution = match create(tx, entity.clone(), now).await? {
+                    Ok(created) => created.state.execution,
+                    Err(()) => match tx.load(&entity.id).await? {
+                        Some(loaded) => loaded.state.execution,
+                        None => {
+                            return Err(StoreError::Write(format!(
+                                "entity '{}' could not be created",
+                                entity.id
+                            )))
+                        }
+                    },
+                };
+                push_inbox(tx, &mut applied, &entity.id, execution, event, now).await?;
+                applied.wake.push(entity.id);
+            }
         }
     }
     row.flush(tx, &target.id, now).await?;

@@ -11,6 +11,7 @@ use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus
 use crate::core::journal::{Call, Entry, Event};
 use crate::core::limits::Limits;
 use crate::core::replay::Replay;
+use crate::core::sdk_entities::{self, Caller, Operation};
 
 /// How the guest's code stopped.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,6 +136,8 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
     }
     let mut task = first_task;
     for call in calls {
+        // An entity call's result comes back as its task's; a signal's not.
+        let awaited = matches!(call, Call::CallEntity { .. });
         match call {
             Call::CallAgent { .. } | Call::CallActivity { .. } | Call::CallRemoteAgent { .. } => {
                 effects.push(Effect::ScheduleTask { task, call });
@@ -159,6 +162,43 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                 task,
                 fire_at: i64::try_from(fire_at).unwrap_or(i64::MAX),
             }),
+            Call::CallEntity {
+                entity,
+                operation,
+                input,
+                request_id,
+            }
+            | Call::SignalEntity {
+                entity,
+                operation,
+                input,
+                request_id,
+            } => {
+                let caller = awaited.then(|| Caller {
+                    id: state.id.clone(),
+                    execution: state.execution,
+                    task,
+                });
+                let operation = Operation {
+                    request_id,
+                    operation,
+                    input,
+                    caller,
+                };
+                match sdk_entities::new_instance(&entity) {
+                    Some(new) => effects.push(Effect::EntityOperation {
+                        entity: new,
+                        event: sdk_entities::operation_event(&operation),
+                    }),
+                    None => {
+                        return fail(
+                            state,
+                            effects,
+                            format!("'{entity}' is not an entity id (@name@key)"),
+                        )
+                    }
+                }
+            }
             _ => {}
         }
         // Task numbers count every call, as the replay numbers them.

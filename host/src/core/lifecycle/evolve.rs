@@ -52,7 +52,8 @@ pub fn evolve<'a>(state: &mut InstanceState, effect: &'a Effect) -> Evolved<'a> 
         | Effect::Deliver { .. }
         | Effect::NotifyParent { .. }
         | Effect::FinishTask { .. }
-        | Effect::RetryTask { .. } => Evolved::Unchanged,
+        | Effect::RetryTask { .. }
+        | Effect::EntityOperation { .. } => Evolved::Unchanged,
     }
 }
 

@@ -23,7 +23,7 @@ use super::proto::{
     StreamInstanceHistoryRequest, SuspendRequest, SuspendResponse, TerminateRequest,
     TerminateResponse,
 };
-use super::{listing, waits, work_items};
+use super::{entities, listing, waits, work_items};
 use crate::core::instance::RuntimeStatus;
 use crate::durable::{Operation, Orchestrator};
 use crate::http::AppState;
@@ -31,8 +31,6 @@ use crate::sdk_workers::SdkWorkers;
 use tonic::codegen::BoxStream;
 
 /// Why a call of the contract is not served: each says what is instead.
-const ENTITIES: &str =
-    "entities are not served here yet: keep state in an orchestration (or an agent's session)";
 const GRACEFUL_TERMINATIONS: &str =
     "graceful terminations are not served: TerminateInstance ends an instance at once";
 const LIST_IDS: &str = "ListInstanceIds is not served: QueryInstances (get_all_orchestration_states) lists instances with filters and pages";
@@ -78,6 +76,8 @@ impl TaskHubSidecarService for Sidecar {
             .workers
             .connect(runs)
             .ok_or_else(|| Status::unavailable("the host is stopping"))?;
+        // SDK instances waiting for a worker are offered again now.
+        self.orchestrator.notify();
         Ok(Response::new(work_items::stream(connection)))
     }
 
@@ -242,44 +242,46 @@ impl TaskHubSidecarService for Sidecar {
 
     async fn complete_entity_task(
         &self,
-        _: Request<EntityBatchResult>,
+        request: Request<EntityBatchResult>,
     ) -> Result<Response<CompleteTaskResponse>, Status> {
-        Err(Status::unimplemented(ENTITIES))
+        work_items::complete_entities(&self.workers, request.into_inner());
+        Ok(Response::new(CompleteTaskResponse {}))
     }
 
     async fn abandon_task_entity_work_item(
         &self,
-        _: Request<AbandonEntityTaskRequest>,
+        request: Request<AbandonEntityTaskRequest>,
     ) -> Result<Response<AbandonEntityTaskResponse>, Status> {
-        Err(Status::unimplemented(ENTITIES))
+        work_items::abandon(&self.workers, &request.into_inner().completion_token);
+        Ok(Response::new(AbandonEntityTaskResponse {}))
     }
 
     async fn signal_entity(
         &self,
-        _: Request<SignalEntityRequest>,
+        request: Request<SignalEntityRequest>,
     ) -> Result<Response<SignalEntityResponse>, Status> {
-        Err(Status::unimplemented(ENTITIES))
+        entities::signal(&self.orchestrator, request.into_inner()).await
     }
 
     async fn get_entity(
         &self,
-        _: Request<GetEntityRequest>,
+        request: Request<GetEntityRequest>,
     ) -> Result<Response<GetEntityResponse>, Status> {
-        Err(Status::unimplemented(ENTITIES))
+        entities::get(&self.orchestrator, request.into_inner()).await
     }
 
     async fn query_entities(
         &self,
-        _: Request<QueryEntitiesRequest>,
+        request: Request<QueryEntitiesRequest>,
     ) -> Result<Response<QueryEntitiesResponse>, Status> {
-        Err(Status::unimplemented(ENTITIES))
+        entities::query(&self.orchestrator, request.into_inner()).await
     }
 
     async fn clean_entity_storage(
         &self,
-        _: Request<CleanEntityStorageRequest>,
+        request: Request<CleanEntityStorageRequest>,
     ) -> Result<Response<CleanEntityStorageResponse>, Status> {
-        Err(Status::unimplemented(ENTITIES))
+        Ok(entities::clean(request.into_inner()))
     }
 
     async fn abandon_task_orchestrator_work_item(

@@ -4,14 +4,15 @@
 
 use super::convert::{millis, timestamp};
 use super::proto::{
-    history_event, orchestrator_action, CompleteOrchestrationAction, EventRaisedEvent,
-    ExecutionStartedEvent, HistoryEvent, OrchestrationInstance, OrchestrationStatus,
-    OrchestratorAction, OrchestratorStartedEvent, ParentInstanceInfo,
-    SubOrchestrationInstanceCompletedEvent, SubOrchestrationInstanceCreatedEvent,
-    SubOrchestrationInstanceFailedEvent, TaskCompletedEvent, TaskFailedEvent, TaskFailureDetails,
-    TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
+    history_event, orchestrator_action, send_entity_message_action, CompleteOrchestrationAction,
+    EntityOperationCalledEvent, EntityOperationCompletedEvent, EntityOperationFailedEvent,
+    EntityOperationSignaledEvent, EventRaisedEvent, ExecutionStartedEvent, HistoryEvent,
+    OrchestrationInstance, OrchestrationStatus, OrchestratorAction, OrchestratorStartedEvent,
+    ParentInstanceInfo, SubOrchestrationInstanceCompletedEvent,
+    SubOrchestrationInstanceCreatedEvent, SubOrchestrationInstanceFailedEvent, TaskCompletedEvent,
+    TaskFailedEvent, TaskFailureDetails, TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
 };
-use crate::core::sdk_history::{self, Action, Completion, Kind};
+use crate::core::sdk_history::{self, Action, Completion, EntityMessage, Kind};
 
 /// The failure type an engine failure (a wasm activity's, a child's) carries:
 /// its message is the engine's reason.
@@ -93,6 +94,36 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
             name,
             input: Some(input),
         }),
+        Kind::EntityOperationCalled(message) => {
+            EventType::EntityOperationCalled(EntityOperationCalledEvent {
+                request_id: message.request_id,
+                operation: message.operation,
+                input: message.input,
+                target_instance_id: Some(message.entity),
+                ..EntityOperationCalledEvent::default()
+            })
+        }
+        Kind::EntityOperationSignaled(message) => {
+            EventType::EntityOperationSignaled(EntityOperationSignaledEvent {
+                request_id: message.request_id,
+                operation: message.operation,
+                input: message.input,
+                target_instance_id: Some(message.entity),
+                ..EntityOperationSignaledEvent::default()
+            })
+        }
+        Kind::EntityOperationCompleted { request_id, output } => {
+            EventType::EntityOperationCompleted(EntityOperationCompletedEvent {
+                request_id,
+                output: Some(output),
+            })
+        }
+        Kind::EntityOperationFailed { request_id, error } => {
+            EventType::EntityOperationFailed(EntityOperationFailedEvent {
+                request_id,
+                failure_details: failure(error),
+            })
+        }
     };
     HistoryEvent {
         event_id: event.id,
@@ -154,9 +185,48 @@ pub(super) fn action_of(action: OrchestratorAction) -> Action {
         Some(Type::TerminateOrchestration(_)) => {
             Action::Unsupported("terminating another orchestration".into())
         }
-        Some(Type::SendEntityMessage(_)) => Action::Unsupported("an entity operation".into()),
+        Some(Type::SendEntityMessage(message)) => entity_action_of(id, message),
         Some(Type::RewindOrchestration(_)) => Action::Unsupported("a rewind".into()),
         None => Action::Unsupported("an action of a kind this host does not know".into()),
+    }
+}
+
+fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> Action {
+    use send_entity_message_action::EntityMessageType as Message;
+    let input = |input: Option<String>| match json("entity operation input", input) {
+        Ok(text) if text == "null" => Ok(None),
+        Ok(text) => Ok(Some(text)),
+        Err(why) => Err(why),
+    };
+    match action.entity_message_type {
+        Some(Message::EntityOperationCalled(call)) => match input(call.input) {
+            Ok(input) => Action::CallEntity {
+                id,
+                message: EntityMessage {
+                    entity: call.target_instance_id.unwrap_or_default(),
+                    operation: call.operation,
+                    input,
+                    request_id: call.request_id,
+                },
+            },
+            Err(why) => Action::Complete(Completion::Failed(why)),
+        },
+        Some(Message::EntityOperationSignaled(signal)) => match input(signal.input) {
+            Ok(input) => Action::SignalEntity {
+                id,
+                message: EntityMessage {
+                    entity: signal.target_instance_id.unwrap_or_default(),
+                    operation: signal.operation,
+                    input,
+                    request_id: signal.request_id,
+                },
+            },
+            Err(why) => Action::Complete(Completion::Failed(why)),
+        },
+        Some(Message::EntityLockRequested(_) | Message::EntityUnlockSent(_)) => {
+            Action::Unsupported("entity locks (critical sections)".into())
+        }
+        None => Action::Unsupported("an entity message of a kind this host does not know".into()),
     }
 }
 

@@ -14,6 +14,7 @@
 mod access;
 mod calls;
 mod convert;
+mod entities;
 mod history;
 mod listing;
 mod waits;

@@ -12,11 +12,15 @@ use tonic::Status;
 
 use super::history::{action_of, event_of};
 use super::proto::{
-    work_item, ActivityRequest, ActivityResponse, GetWorkItemsRequest, HealthPing,
-    OrchestrationInstance, OrchestratorRequest, OrchestratorResponse, WorkItem,
+    operation_result, work_item, ActivityRequest, ActivityResponse, EntityBatchRequest,
+    EntityBatchResult, GetWorkItemsRequest, HealthPing, OperationRequest, OrchestrationInstance,
+    OrchestratorRequest, OrchestratorResponse, TaskFailureDetails, WorkItem,
 };
+use crate::core::sdk_entities::{BatchResult, StateAfter};
 use crate::core::sdk_history;
-use crate::sdk_workers::{ActivityItem, Connection, EpisodeItem, Item, Reply, Runs, SdkWorkers};
+use crate::sdk_workers::{
+    ActivityItem, Connection, EntityItem, EpisodeItem, Item, Reply, Runs, SdkWorkers,
+};
 
 pub(super) type WorkItems = Pin<Box<dyn Stream<Item = Result<WorkItem, Status>> + Send + 'static>>;
 
@@ -40,6 +44,7 @@ pub(super) fn runs_of(request: &GetWorkItemsRequest) -> Runs {
                 .map(|o| o.name.clone())
                 .collect(),
         ),
+        entities: Some(filters.entities.iter().map(|e| e.name.clone()).collect()),
     }
 }
 
@@ -72,6 +77,30 @@ fn work_item(item: Item) -> WorkItem {
     match item {
         Item::Activity(item) => activity_item(item),
         Item::Episode(item) => episode_item(item),
+        Item::Entity(item) => entity_item(item),
+    }
+}
+
+/// A batch in the contract's first form (`EntityBatchRequest`): results
+/// come back in the order of the operations, which the host keeps.
+fn entity_item(item: EntityItem) -> WorkItem {
+    WorkItem {
+        request: Some(work_item::Request::EntityRequest(EntityBatchRequest {
+            instance_id: item.instance_id,
+            entity_state: item.state,
+            operations: item
+                .operations
+                .into_iter()
+                .map(|o| OperationRequest {
+                    operation: o.operation,
+                    request_id: o.request_id,
+                    input: o.input,
+                    trace_context: None,
+                })
+                .collect(),
+            ..EntityBatchRequest::default()
+        })),
+        completion_token: item.token,
     }
 }
 
@@ -137,6 +166,49 @@ pub(super) fn complete_episode(workers: &SdkWorkers, response: OrchestratorRespo
     };
     if !workers.answer(&response.completion_token, Reply::Episode(answer)) {
         tracing::debug!(instance_id = %response.instance_id, "an SDK worker answered an episode nothing waits for");
+    }
+}
+
+/// A worker's results for an entity batch, in the order of its operations,
+/// and the state after them.
+pub(super) fn complete_entities(workers: &SdkWorkers, result: EntityBatchResult) {
+    let failed = |f: Option<TaskFailureDetails>| {
+        Err(match f {
+            Some(f) if f.error_type.is_empty() => f.error_message,
+            Some(f) => format!("{}: {}", f.error_type, f.error_message),
+            None => "the entity operation failed".to_string(),
+        })
+    };
+    let whole_failed = result.failure_details.is_some();
+    let results = match result.failure_details {
+        // The whole batch failed: its operations with it (the first says
+        // why; the others are answered as given no result).
+        Some(failure) => vec![failed(Some(failure))],
+        None => result
+            .results
+            .into_iter()
+            .map(|r| match r.result_type {
+                Some(operation_result::ResultType::Success(ok)) => Ok(ok
+                    .result
+                    .filter(|r| {
+                        !r.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(r).is_ok()
+                    })
+                    .unwrap_or_else(|| "null".into())),
+                Some(operation_result::ResultType::Failure(failure)) => {
+                    failed(failure.failure_details)
+                }
+                None => failed(None),
+            })
+            .collect(),
+    };
+    let state = match result.entity_state.filter(|s| !s.is_empty()) {
+        _ if whole_failed => StateAfter::Unchanged,
+        Some(state) => StateAfter::Set(state),
+        None => StateAfter::Deleted,
+    };
+    let batch = BatchResult { results, state };
+    if !workers.answer(&result.completion_token, Reply::Entity(batch)) {
+        tracing::debug!("an SDK worker answered an entity batch nothing waits for");
     }
 }
 

@@ -1,0 +1,151 @@
+//! Durable entities over the protocol: `SignalEntity` queues an operation
+//! (the entity, an instance of its own, is created by its first), and
+//! `GetEntity`, `QueryEntities` and `CleanEntityStorage` read and tidy their
+//! state, which is the entity instance's output.
+
+use std::sync::Arc;
+
+use tonic::{Response, Status};
+
+use super::convert::{millis, refusal, timestamp};
+use super::proto::{
+    CleanEntityStorageRequest, CleanEntityStorageResponse, EntityMetadata, GetEntityRequest,
+    GetEntityResponse, QueryEntitiesRequest, QueryEntitiesResponse, SignalEntityRequest,
+    SignalEntityResponse,
+};
+use crate::core::sdk_entities;
+use crate::durable::{DurableError, InstanceFilter, InstanceRecord, Orchestrator};
+
+/// Most entities one `QueryEntities` page holds.
+const PAGE: usize = 1000;
+
+pub(super) async fn signal(
+    orchestrator: &Arc<Orchestrator>,
+    request: SignalEntityRequest,
+) -> Result<Response<SignalEntityResponse>, Status> {
+    if request.scheduled_time.is_some() {
+        return Err(Status::unimplemented(
+            "scheduled signals are not served: signal the entity when the operation is due",
+        ));
+    }
+    if sdk_entities::parse_entity_id(&request.instance_id).is_none() {
+        return Err(Status::invalid_argument(format!(
+            "'{}' is not an entity id (@name@key)",
+            request.instance_id
+        )));
+    }
+    let input = match request.input {
+        Some(text) if !text.is_empty() => {
+            serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| {
+                Status::invalid_argument(format!("the operation's input is not JSON: {e}"))
+            })?;
+            Some(text)
+        }
+        _ => None,
+    };
+    let request_id = if request.request_id.is_empty() {
+        uuid::Uuid::new_v4().to_string()
+    } else {
+        request.request_id
+    };
+    orchestrator
+        .signal_entity(&request.instance_id, &request.name, input, &request_id)
+        .await
+        .map_err(refusal)?;
+    Ok(Response::new(SignalEntityResponse {}))
+}
+
+/// An entity instance's metadata; `None` for an instance that is no entity
+/// or an entity without state.
+fn metadata(record: &InstanceRecord, with_state: bool) -> Option<EntityMetadata> {
+    if record.component_digest != sdk_entities::DIGEST {
+        return None;
+    }
+    let state = record
+        .output
+        .clone()
+        .filter(|s| s != sdk_entities::NO_STATE)?;
+    Some(EntityMetadata {
+        instance_id: record.id.clone(),
+        last_modified_time: Some(timestamp(record.updated_at)),
+        serialized_state: with_state.then_some(state),
+        ..EntityMetadata::default()
+    })
+}
+
+pub(super) async fn get(
+    orchestrator: &Arc<Orchestrator>,
+    request: GetEntityRequest,
+) -> Result<Response<GetEntityResponse>, Status> {
+    let found = match orchestrator.status(&request.instance_id, false).await {
+        Ok(view) => metadata(&view.instance, request.include_state),
+        Err(DurableError::InstanceNotFound(_)) => None,
+        Err(e) => return Err(refusal(e)),
+    };
+    Ok(Response::new(GetEntityResponse {
+        exists: found.is_some(),
+        entity: found,
+    }))
+}
+
+pub(super) async fn query(
+    orchestrator: &Arc<Orchestrator>,
+    request: QueryEntitiesRequest,
+) -> Result<Response<QueryEntitiesResponse>, Status> {
+    let query = request.query.unwrap_or_default();
+    // Entity ids start with '@': a prefix without one names none.
+    let prefix = query
+        .instance_id_starts_with
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "@".into());
+    if !prefix.starts_with('@') {
+        return Ok(Response::new(QueryEntitiesResponse::default()));
+    }
+    let filter = InstanceFilter {
+        id_prefix: Some(prefix),
+        ..InstanceFilter::default()
+    };
+    let top = query
+        .page_size
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| *n > 0)
+        .map_or(PAGE, |n| n.min(PAGE));
+    let after = match query.continuation_token.as_deref() {
+        None | Some("") => None,
+        Some(token) => Some(
+            token
+                .split_once(':')
+                .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id.to_string())))
+                .ok_or_else(|| {
+                    Status::invalid_argument("the continuation token is not one this host issued")
+                })?,
+        ),
+    };
+    let from = query.last_modified_from.as_ref().map(millis);
+    let to = query.last_modified_to.as_ref().map(millis);
+    let mut page = orchestrator
+        .list(&filter, top + 1, after)
+        .await
+        .map_err(refusal)?;
+    let more = page.len() > top;
+    page.truncate(top);
+    let continuation_token = more
+        .then(|| page.last())
+        .flatten()
+        .map(|last| format!("{}:{}", last.created_at, last.id));
+    let entities = page
+        .iter()
+        .filter(|r| from.is_none_or(|f| r.updated_at >= f) && to.is_none_or(|t| r.updated_at <= t))
+        .filter_map(|r| metadata(r, query.include_state))
+        .collect();
+    Ok(Response::new(QueryEntitiesResponse {
+        entities,
+        continuation_token,
+    }))
+}
+
+/// Entities keep no locks here and an entity without state holds nothing
+/// but its row: nothing to clean.
+pub(super) fn clean(_: CleanEntityStorageRequest) -> Response<CleanEntityStorageResponse> {
+    Response::new(CleanEntityStorageResponse::default())
+}

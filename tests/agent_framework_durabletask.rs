@@ -1,0 +1,122 @@
+//! Microsoft Agent Framework's Durable Task hosting (PyPI
+//! `agent-framework-durabletask`, installed into target/agent-framework-venv
+//! by `make test`) against agenthost over gRPC, unchanged: its worker keeps
+//! each agent session in a durable entity (`dafx-{agent}`), its client in
+//! another process runs the agent by name, and its orchestrations call
+//! agents and wait for a human's approval. Model calls go to the fake
+//! OpenAI-compatible server.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+use crate::support::fake_model::echo_of;
+use crate::support::host::Host;
+use crate::support::{workspace, FakeModel, HostBuilder};
+
+fn python() -> std::path::PathBuf {
+    crate::support::venv_python("agent-framework-venv")
+}
+
+fn script() -> std::path::PathBuf {
+    workspace().join("tests/durabletask/af_hosting.py")
+}
+
+/// A client mode of the script, in its own process: its JSON line.
+async fn client(host: &Host, args: &[&str]) -> Value {
+    let run = Command::new(python())
+        .arg(script())
+        .arg(args[0])
+        .arg(host.grpc_address())
+        .args(&args[1..])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .expect("the Agent Framework client finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        host.output()
+    );
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_framework_worker_serves_its_agents_and_an_approval_orchestration_to_clients_in_other_processes(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["writer"])
+        .arg("--grpc")
+        .arg("--grpc-port")
+        .arg("0")
+        .start();
+    // What the worker says, for a failure's message.
+    let worker_log = dir.path().join("worker.log");
+    let said = || std::fs::read_to_string(&worker_log).unwrap_or_default();
+    let _worker = Command::new(python())
+        .arg(script())
+        .arg("worker")
+        .arg(host.grpc_address())
+        .arg(model.openai_base_url())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&worker_log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    host.wait_logged("an SDK worker connected", 0).await;
+
+    // The worker's agent, by name, twice on one session.
+    let ran = client(&host, &["session", "Joker"]).await;
+    assert_eq!(
+        ran["first"],
+        echo_of("Tell me a joke about cats"),
+        "{ran}\n{}\n{}",
+        host.output(),
+        said()
+    );
+    assert_eq!(ran["second"], echo_of("Another one, about dogs"), "{ran}");
+    // The second answer carries the first exchange: the model was asked
+    // with it.
+    let asked = model
+        .requests()
+        .into_iter()
+        .find(|r| r.last_user_message() == "Another one, about dogs")
+        .expect("the model was asked the second question");
+    let transcript = asked.transcript();
+    assert!(
+        transcript.contains(&"user: Tell me a joke about cats".to_string())
+            && transcript.contains(&format!(
+                "assistant: {}",
+                echo_of("Tell me a joke about cats")
+            )),
+        "{transcript:?}"
+    );
+    // The session (`@Joker@KEY` to the Agent Framework) is entity
+    // `@dafx-joker@KEY` of the hub, visible to the management API.
+    let key = ran["session"]
+        .as_str()
+        .and_then(|s| s.rsplit('@').next())
+        .unwrap_or_default();
+    let (code, entity) =
+        crate::support::durable::status(&host, &format!("@dafx-joker@{key}")).await;
+    assert_eq!(code, 202, "{entity}");
+    let history = &entity["output"]["data"]["conversationHistory"];
+    assert_eq!(history.as_array().map(Vec::len), Some(4), "{entity}");
+
+    // An orchestration calls an agent, then waits for a human's approval,
+    // racing a timer; it completes once the approval is raised.
+    let approved = client(&host, &["approval"]).await;
+    assert_eq!(approved["waiting"], "RUNNING", "{approved}");
+    assert_eq!(approved["status"], "COMPLETED", "{approved}");
+    assert_eq!(approved["output"]["status"], "published");
+    assert_eq!(approved["output"]["text"], echo_of("Write about tea"));
+    assert_eq!(approved["output"]["approval"], json!({"approved": true}));
+}
