@@ -47,13 +47,38 @@ async fn client(host: &Host, args: &[&str]) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
+/// The model was asked `question` with `earlier` (and its answer) before it.
+fn assert_asked_with_history(model: &FakeModel, question: &str, earlier: &str) {
+    let asked = model
+        .requests()
+        .into_iter()
+        .find(|r| r.last_user_message() == question)
+        .unwrap_or_else(|| panic!("the model was never asked '{question}'"));
+    let transcript = asked.transcript();
+    assert!(
+        transcript.contains(&format!("user: {earlier}"))
+            && transcript.contains(&format!("assistant: {}", echo_of(earlier))),
+        "{transcript:?}"
+    );
+}
+
+/// The session key of an Agent Framework session id (`@Agent@KEY`).
+fn session_key(ran: &Value) -> String {
+    ran["session"]
+        .as_str()
+        .and_then(|s| s.rsplit('@').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn an_agent_framework_worker_serves_its_agents_and_an_approval_orchestration_to_clients_in_other_processes(
+async fn agent_framework_clients_run_a_workers_agents_and_the_hosts_wasm_agents_by_name_and_an_approval_orchestration_completes(
 ) {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
     let host = HostBuilder::new(dir.path())
         .components(&["writer"])
+        .openai(&model, "sk-test")
         .arg("--grpc")
         .arg("--grpc-port")
         .arg("0")
@@ -75,41 +100,50 @@ async fn an_agent_framework_worker_serves_its_agents_and_an_approval_orchestrati
 
     // The worker's agent, by name, twice on one session.
     let ran = client(&host, &["session", "Joker"]).await;
+    let (cats, dogs) = (
+        "Joker, tell me a joke about cats",
+        "Joker, another one, about dogs",
+    );
     assert_eq!(
         ran["first"],
-        echo_of("Tell me a joke about cats"),
+        echo_of(cats),
         "{ran}\n{}\n{}",
         host.output(),
         said()
     );
-    assert_eq!(ran["second"], echo_of("Another one, about dogs"), "{ran}");
+    assert_eq!(ran["second"], echo_of(dogs), "{ran}");
     // The second answer carries the first exchange: the model was asked
     // with it.
-    let asked = model
-        .requests()
-        .into_iter()
-        .find(|r| r.last_user_message() == "Another one, about dogs")
-        .expect("the model was asked the second question");
-    let transcript = asked.transcript();
-    assert!(
-        transcript.contains(&"user: Tell me a joke about cats".to_string())
-            && transcript.contains(&format!(
-                "assistant: {}",
-                echo_of("Tell me a joke about cats")
-            )),
-        "{transcript:?}"
-    );
+    assert_asked_with_history(&model, dogs, cats);
     // The session (`@Joker@KEY` to the Agent Framework) is entity
     // `@dafx-joker@KEY` of the hub, visible to the management API.
-    let key = ran["session"]
-        .as_str()
-        .and_then(|s| s.rsplit('@').next())
-        .unwrap_or_default();
+    let key = session_key(&ran);
     let (code, entity) =
         crate::support::durable::status(&host, &format!("@dafx-joker@{key}")).await;
     assert_eq!(code, 202, "{entity}");
     let history = &entity["output"]["data"]["conversationHistory"];
     assert_eq!(history.as_array().map(Vec::len), Some(4), "{entity}");
+
+    // A wasm agent of the host, by name, through the same client: the
+    // session is the agent's session here, which the HTTP API continues.
+    let ran = client(&host, &["session", "writer"]).await;
+    let (cats, dogs) = (
+        "writer, tell me a joke about cats",
+        "writer, another one, about dogs",
+    );
+    assert_eq!(ran["first"], echo_of(cats), "{ran}\n{}", host.output());
+    assert_eq!(ran["second"], echo_of(dogs), "{ran}");
+    assert_asked_with_history(&model, dogs, cats);
+    let key = session_key(&ran);
+    let third = crate::support::client()
+        .post(host.url("/api/agents/writer/run"))
+        .json(&json!({"message": "writer, and birds?", "sessionId": key}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(third.status(), 200);
+    assert_eq!(third.text().await.unwrap(), echo_of("writer, and birds?"));
+    assert_asked_with_history(&model, "writer, and birds?", dogs);
 
     // An orchestration calls an agent, then waits for a human's approval,
     // racing a timer; it completes once the approval is raised.

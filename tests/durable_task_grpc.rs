@@ -373,6 +373,14 @@ async fn what_the_sdks_would_never_send_is_refused_with_its_reason_and_nothing_i
     assert_eq!(hostile["entity_missing"], json!(false), "{hostile}");
     assert_eq!(code("entity_bad_id"), "INVALID_ARGUMENT", "{hostile}");
     assert_eq!(code("entity_not_json"), "INVALID_ARGUMENT", "{hostile}");
+    assert_eq!(code("reserved"), "INVALID_ARGUMENT", "{hostile}");
+    assert!(
+        hostile["reserved"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("reserved for entity operations"),
+        "{hostile}"
+    );
     assert_eq!(
         hostile["entity_query_other"],
         json!(0),

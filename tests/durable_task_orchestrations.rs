@@ -324,10 +324,19 @@ async fn two_hosts_on_one_postgresql_hub_each_with_an_sdk_worker_lose_nothing_wh
                 "committed before the kill, run once: chain-{i}/{step}\n{lines:?}"
             );
         }
-        // Any step not started before the kill ran once; the one in flight at most twice.
-        for step in last_started.map_or(0, |s| s + 1)..LENGTH {
-            assert_eq!(runs[&format!("chain-{i}/{step}")], 1, "chain-{i}/{step}");
-        }
+        // One step of a chain was in flight at the kill (sent to the killed
+        // host's worker, which may start it only after): it alone may have
+        // run twice.
+        let again: Vec<usize> = (0..LENGTH)
+            .filter(|step| runs[&format!("chain-{i}/{step}")] > 1)
+            .collect();
+        assert!(
+            again.len() <= 1
+                && again
+                    .iter()
+                    .all(|step| runs[&format!("chain-{i}/{step}")] == 2),
+            "chain-{i}: steps {again:?} ran again\n{lines:?}"
+        );
     }
     assert!(
         lines_of(&second_log).iter().any(|l| l.starts_with("done ")),

@@ -7,7 +7,7 @@ the agent by name on one session, run a wasm agent of the host by name, and
 drive the orchestration.
 
 usage: af_hosting.py worker ADDRESS MODEL_BASE_URL
-       af_hosting.py session ADDRESS AGENT
+       af_hosting.py session ADDRESS AGENT        (the worker's agent, or the host's)
        af_hosting.py approval ADDRESS
 
 The client modes print one JSON line; the Rust test checks it.
@@ -80,8 +80,8 @@ if mode == "session":
     agent = DurableAIAgentClient(client, poll_interval_seconds=0.2, max_poll_retries=300) \
         .get_agent(sys.argv[3])
     session = agent.create_session()
-    first = agent.run("Tell me a joke about cats", session=session)
-    second = agent.run("Another one, about dogs", session=session)
+    first = agent.run(f"{sys.argv[3]}, tell me a joke about cats", session=session)
+    second = agent.run(f"{sys.argv[3]}, another one, about dogs", session=session)
     print(json.dumps({"first": first.text, "second": second.text,
                       "session": str(session.durable_session_id)}), flush=True)
     sys.exit(0)

@@ -111,6 +111,13 @@ if mode == "hostile":
             instanceId="counter", name="add"))),
         entity_not_json=refused(lambda: stub.SignalEntity(pb.SignalEntityRequest(
             instanceId="@counter@a", name="add", input=wrappers_pb2.StringValue(value="{x")))),
+        # The event entity operations travel in, raised from outside with a
+        # caller: it would forge page-2's task result.
+        reserved=refused(lambda: stub.RaiseEvent(pb.RaiseEventRequest(
+            instanceId="page-1", name="entity-operation",
+            input=wrappers_pb2.StringValue(value=json.dumps({
+                "request_id": "x", "operation": "add", "input": None,
+                "caller": {"id": "page-2", "execution": 1, "task": 0}}))))),
         entity_query_other=len(stub.QueryEntities(pb.QueryEntitiesRequest(query=pb.EntityQuery(
             instanceIdStartsWith=wrappers_pb2.StringValue(value="page-")))).entities),
         stray_answer=refused(lambda: stub.CompleteActivityTask(pb.ActivityResponse(

@@ -9,6 +9,7 @@
 //! its own), then the episode runner and the dispatcher act on them.
 
 pub mod chat;
+pub mod dafx;
 pub mod effects;
 pub mod fence;
 pub mod history_window;

@@ -136,6 +136,9 @@ pub enum Action {
     /// An action the engine does not carry out (sending an event, entity
     /// messages, terminating another instance): the instance fails saying so.
     Unsupported(String),
+    /// An action the worker got wrong (a payload that is not JSON): the
+    /// instance fails with the reason, whatever else the answer says.
+    Invalid(String),
 }
 
 /// How the worker ended the execution.
@@ -366,6 +369,45 @@ pub fn new_events(
     events
 }
 
+/// Bytes the events' payloads take: what decides whether a worker can be
+/// sent them in one message.
+pub fn payload_bytes(events: &[HistoryEvent]) -> usize {
+    const EVENT_OVERHEAD: usize = 32;
+    events
+        .iter()
+        .map(|e| {
+            EVENT_OVERHEAD
+                + match &e.kind {
+                    Kind::OrchestratorStarted
+                    | Kind::TimerCreated { .. }
+                    | Kind::TimerFired { .. } => 0,
+                    Kind::ExecutionStarted(s) => s.name.len() + s.input.len() + s.instance_id.len(),
+                    Kind::TaskScheduled { name, input } => name.len() + input.len(),
+                    Kind::TaskCompleted { result, .. }
+                    | Kind::SubOrchestrationCompleted { result, .. } => result.len(),
+                    Kind::TaskFailed { error, .. }
+                    | Kind::SubOrchestrationFailed { error, .. }
+                    | Kind::EntityOperationFailed { error, .. } => error.len(),
+                    Kind::SubOrchestrationCreated {
+                        instance_id,
+                        name,
+                        input,
+                    } => instance_id.len() + name.len() + input.len(),
+                    Kind::EventRaised { name, input } => name.len() + input.len(),
+                    Kind::EntityOperationCalled(m) | Kind::EntityOperationSignaled(m) => {
+                        m.entity.len()
+                            + m.operation.len()
+                            + m.input.as_ref().map_or(0, String::len)
+                            + m.request_id.len()
+                    }
+                    Kind::EntityOperationCompleted { request_id, output } => {
+                        request_id.len() + output.len()
+                    }
+                }
+        })
+        .sum()
+}
+
 fn event(id: i32, at: i64, kind: Kind) -> HistoryEvent {
     HistoryEvent { id, at, kind }
 }
@@ -408,7 +450,9 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                 calls.push(Call::CallOrchestration { name, input });
             }
             Action::CallEntity { id, message } | Action::SignalEntity { id, message } => {
-                if super::sdk_entities::parse_entity_id(&message.entity).is_none() {
+                if super::sdk_entities::parse_entity_id(&message.entity).is_none()
+                    || !super::ids::valid_instance_id(&message.entity)
+                {
                     ending = Ending::Broken(format!(
                         "the Durable Task SDK worker named '{}', which is not an entity id (@name@key)",
                         message.entity
@@ -460,6 +504,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                     "the Durable Task SDK worker asked for {what}, which agenthost does not carry out for SDK orchestrations"
                 ));
             }
+            Action::Invalid(why) => ending = Ending::Broken(why),
         }
         if matches!(ending, Ending::Broken(_)) {
             break;

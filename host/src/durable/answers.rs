@@ -119,6 +119,20 @@ impl Orchestrator {
         event: &str,
         payload: &str,
     ) -> Result<(), DurableError> {
+        if event == crate::core::sdk_entities::OPERATION_EVENT {
+            return Err(DurableError::ReservedEvent(event.to_string()));
+        }
+        self.raise_unchecked(id, event, payload).await
+    }
+
+    /// [`Self::raise_event`] for the host's own events (an entity's
+    /// operations).
+    pub(super) async fn raise_unchecked(
+        self: &Arc<Self>,
+        id: &str,
+        event: &str,
+        payload: &str,
+    ) -> Result<(), DurableError> {
         let (change, applied) = self.raise(id, event, payload).await?;
         self.dispatch(applied);
         DurableError::refused(change?, id, false)

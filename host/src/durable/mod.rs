@@ -9,6 +9,7 @@
 //! [`Orchestrator`] run the new tasks and wake whoever is affected. Waiting
 //! instances therefore cost rows, not memory.
 
+mod agent_session;
 mod answers;
 mod episode;
 mod hot;
@@ -54,6 +55,10 @@ pub enum DurableError {
     InvalidState(String),
     #[error("instance '{0}' has not finished: terminate it before purging its history")]
     InstanceRunning(String),
+    /// An event name the host uses itself (an entity's operations travel in
+    /// it): raised from outside it could forge a task's result.
+    #[error("event name '{0}' is reserved for entity operations: signal the entity instead")]
+    ReservedEvent(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -562,7 +562,7 @@ impl Orchestrator {
         let crate::core::journal::Event::EventRaised { name, payload } = queued else {
             return Err(DurableError::InvalidState(entity.to_string()));
         };
-        self.raise_event(entity, &name, &payload).await
+        self.raise_unchecked(entity, &name, &payload).await
     }
 
     /// The version each sub-orchestration in `calls` starts on: the parent's

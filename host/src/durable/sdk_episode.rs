@@ -11,8 +11,9 @@ use super::hot::HotInstance;
 use super::Orchestrator;
 use crate::core::effects::Effect;
 use crate::core::instance::InstanceState;
-use crate::core::journal::Entry;
+use crate::core::journal::{Call, Entry};
 use crate::core::lifecycle::arrivals::Sorted;
+use crate::core::lifecycle::episode_end::Ending;
 use crate::core::lifecycle::episode_end::{Arrived, Episode};
 use crate::core::lifecycle::{self, Command};
 use crate::core::sdk_history::{self, Started};
@@ -24,6 +25,38 @@ use crate::sdk_workers::{EpisodeAnswer, EpisodeItem};
 /// instance of the host); the scheduler offers the instance again on its
 /// next pass, every second at most, or at once when a worker connects.
 const FOR_A_WORKER: Duration = Duration::ZERO;
+
+/// What the SDKs take in one message, less room for the message's frame.
+const MESSAGE_LIMIT: usize = (4 << 20) - (256 << 10);
+
+/// The worker's answer; `None` when none came (see [`decide`]).
+async fn answer_of(
+    orchestrator: &Orchestrator,
+    id: &str,
+    name: &str,
+    item: EpisodeItem,
+) -> Option<sdk_history::Answer> {
+    let answer = orchestrator
+        .sdk_workers
+        .run_episode(
+            name,
+            item,
+            FOR_A_WORKER,
+            orchestrator.config.episode_timeout,
+        )
+        .await;
+    match answer {
+        Some(EpisodeAnswer::Done(answer)) => Some(answer),
+        Some(EpisodeAnswer::Abandoned) => {
+            tracing::info!(instance_id = %id, orchestration = %name, "an SDK worker gave the episode back (or went away); it runs again");
+            None
+        }
+        None => {
+            tracing::debug!(instance_id = %id, orchestration = %name, "no SDK worker that runs the orchestration is connected; the instance waits for one");
+            None
+        }
+    }
+}
 
 /// What the worker's answer makes of the episode; `None` when no worker
 /// answered (none connected, it gave the episode back, went away, or took
@@ -54,27 +87,23 @@ pub(super) async fn decide(
         past: sdk_history::past(&started, &hot.journal),
         new: sdk_history::new_events(&started, &hot.journal, &arrived, now),
     };
-    let answer = orchestrator
-        .sdk_workers
-        .run_episode(
-            name,
-            item,
-            FOR_A_WORKER,
-            orchestrator.config.episode_timeout,
-        )
-        .await;
-    let answer = match answer {
-        Some(EpisodeAnswer::Done(answer)) => answer,
-        Some(EpisodeAnswer::Abandoned) => {
-            tracing::info!(instance_id = %id, orchestration = %name, "an SDK worker gave the episode back (or went away); it runs again");
-            return None;
+    let bytes = sdk_history::payload_bytes(&item.past) + sdk_history::payload_bytes(&item.new);
+    let decided = if bytes > MESSAGE_LIMIT {
+        // The SDKs take 4 MiB a message: a history past it would break the
+        // worker's stream, and be sent again, forever.
+        sdk_history::Decided {
+            calls: vec![Call::SdkEpisode { ids: Vec::new() }],
+            ending: Ending::Broken(format!(
+                "the instance's history ({} KiB) is past what a Durable Task SDK worker takes in one message (4 MiB): \
+                 keep payloads small, or continue as new",
+                bytes / 1024
+            )),
+            carryover: Vec::new(),
         }
-        None => {
-            tracing::debug!(instance_id = %id, orchestration = %name, "no SDK worker that runs the orchestration is connected; the instance waits for one");
-            return None;
-        }
+    } else {
+        let answer = answer_of(orchestrator, id, name, item).await?;
+        sdk_history::decide(&hot.journal, answer)
     };
-    let decided = sdk_history::decide(&hot.journal, answer);
     let first_task = hot
         .journal
         .iter()

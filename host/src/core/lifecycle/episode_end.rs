@@ -265,6 +265,12 @@ fn check(
             Call::CallRemoteAgent { message, .. } => ("remote agent message", message),
             Call::CallOrchestration { input, .. } => ("sub-orchestration input", input),
             Call::SetCustomStatus { status } => ("custom status", status),
+            Call::CallEntity {
+                input: Some(input), ..
+            }
+            | Call::SignalEntity {
+                input: Some(input), ..
+            } => ("entity operation input", input),
             _ => continue,
         };
         limits

@@ -136,9 +136,9 @@ pub(super) fn refusal(error: DurableError) -> Status {
         DurableError::UnknownOrchestration { .. } | DurableError::InstanceNotFound(_) => {
             Status::not_found(message)
         }
-        DurableError::InputRefused { .. } | DurableError::BadInstanceId => {
-            Status::invalid_argument(message)
-        }
+        DurableError::InputRefused { .. }
+        | DurableError::BadInstanceId
+        | DurableError::ReservedEvent(_) => Status::invalid_argument(message),
         // A payload past its limit, or an inbox full: the JSON API's 413/429.
         DurableError::Limit(_) => Status::resource_exhausted(message),
         DurableError::AlreadyExists(_) => Status::already_exists(message),

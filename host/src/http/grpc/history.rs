@@ -156,7 +156,7 @@ fn failure_text(failure: Option<TaskFailureDetails>) -> String {
 pub(super) fn action_of(action: OrchestratorAction) -> Action {
     use orchestrator_action::OrchestratorActionType as Type;
     let id = action.id;
-    let refused = |what: String| Action::Complete(Completion::Failed(what));
+    let refused = Action::Invalid;
     match action.orchestrator_action_type {
         Some(Type::ScheduleTask(task)) => match json("activity input", task.input) {
             Ok(input) => Action::ScheduleTask {
@@ -209,7 +209,7 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
                     request_id: call.request_id,
                 },
             },
-            Err(why) => Action::Complete(Completion::Failed(why)),
+            Err(why) => Action::Invalid(why),
         },
         Some(Message::EntityOperationSignaled(signal)) => match input(signal.input) {
             Ok(input) => Action::SignalEntity {
@@ -221,7 +221,7 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
                     request_id: signal.request_id,
                 },
             },
-            Err(why) => Action::Complete(Completion::Failed(why)),
+            Err(why) => Action::Invalid(why),
         },
         Some(Message::EntityLockRequested(_) | Message::EntityUnlockSent(_)) => {
             Action::Unsupported("entity locks (critical sections)".into())
