@@ -25,24 +25,12 @@ fn script() -> std::path::PathBuf {
 
 /// A client mode of the script, in its own process: its JSON line.
 async fn client(host: &Host, args: &[&str]) -> Value {
-    let run = Command::new(python())
-        .arg(script())
-        .arg(args[0])
-        .arg(host.grpc_address())
-        .args(&args[1..])
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(240), run)
-        .await
-        .expect("the Agent Framework client finished in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        host.output()
-    );
+    let address = host.grpc_address();
+    let mut all = vec![args[0], address.as_str()];
+    all.extend_from_slice(&args[1..]);
+    let stdout =
+        crate::support::python_script(&python(), &script(), &all, host, Duration::from_secs(240))
+            .await;
     let line = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }

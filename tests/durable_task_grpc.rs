@@ -20,23 +20,13 @@ fn python() -> std::path::PathBuf {
 
 /// Runs the client script with `args`; its JSON lines by step.
 async fn script(host: &Host, args: &[&str]) -> Vec<Value> {
-    let run = Command::new(python())
-        .arg(workspace().join("tests/durabletask/client.py"))
-        .arg(host.grpc_address())
-        .args(args)
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(240), run)
-        .await
-        .expect("the SDK client finished in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        host.output()
-    );
+    let address = host.grpc_address();
+    let mut all = vec![address.as_str()];
+    all.extend_from_slice(args);
+    let script = workspace().join("tests/durabletask/client.py");
+    let stdout =
+        crate::support::python_script(&python(), &script, &all, host, Duration::from_secs(240))
+            .await;
     stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

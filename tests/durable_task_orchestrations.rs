@@ -26,29 +26,32 @@ fn script_path() -> std::path::PathBuf {
 
 /// Runs the client side of the script; its JSON lines by step.
 async fn client_script(host: &Host, args: &[&str]) -> HashMap<String, Value> {
-    let run = Command::new(python())
-        .arg(script_path())
-        .arg(args[0])
-        .arg(host.grpc_address())
-        .args(&args[1..])
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(300), run)
-        .await
-        .expect("the SDK client finished in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        host.output()
-    );
+    let address = host.grpc_address();
+    let mut all = vec![args[0], address.as_str()];
+    all.extend_from_slice(&args[1..]);
+    let stdout = crate::support::python_script(
+        &python(),
+        &script_path(),
+        &all,
+        host,
+        Duration::from_secs(300),
+    )
+    .await;
     stdout
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .map(|v| (v["step"].as_str().unwrap_or_default().to_string(), v))
         .collect()
+}
+
+/// How many times each step (`chain-I/STEP`) ran to its end, by the
+/// workers' `done` lines.
+fn runs_of(lines: &[String]) -> HashMap<String, usize> {
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    for line in lines.iter().filter_map(|l| l.strip_prefix("done ")) {
+        *runs.entry(line.to_string()).or_default() += 1;
+    }
+    runs
 }
 
 /// The SDK worker serving the script's orchestrations and activities; it
@@ -227,10 +230,7 @@ async fn sdk_orchestrations_survive_a_host_killed_mid_run_and_no_committed_activ
     // committed, so every step before the last one started before the kill
     // was committed and must have run exactly once.
     let lines = lines_of(&log);
-    let mut runs: HashMap<String, usize> = HashMap::new();
-    for line in lines.iter().filter_map(|l| l.strip_prefix("done ")) {
-        *runs.entry(line.to_string()).or_default() += 1;
-    }
+    let runs = runs_of(&lines);
     assert_eq!(runs.len(), CHAINS * LENGTH, "every step ran:\n{lines:?}");
     for i in 0..CHAINS {
         let last_started = (0..LENGTH)
@@ -308,10 +308,7 @@ async fn two_hosts_on_one_postgresql_hub_each_with_an_sdk_worker_lose_nothing_wh
         assert_eq!(chain["output"], json!(LENGTH));
     }
     let lines = both();
-    let mut runs: HashMap<String, usize> = HashMap::new();
-    for line in lines.iter().filter_map(|l| l.strip_prefix("done ")) {
-        *runs.entry(line.to_string()).or_default() += 1;
-    }
+    let runs = runs_of(&lines);
     assert_eq!(runs.len(), CHAINS * LENGTH, "every step ran:\n{lines:?}");
     for i in 0..CHAINS {
         let last_started = (0..LENGTH)

@@ -145,6 +145,23 @@ enum Wanted<'a> {
     Entity(&'a str),
 }
 
+impl Wanted<'_> {
+    /// Whether `reply` is the kind of answer this item asks for; one of
+    /// another kind gives the item back (it runs again).
+    fn answered_by(self, reply: &Reply) -> bool {
+        let fits = matches!(
+            (self, reply),
+            (Wanted::Activity(_), Reply::Activity(_))
+                | (Wanted::Orchestration(_), Reply::Episode(_))
+                | (Wanted::Entity(_), Reply::Entity(_))
+        );
+        if !fits {
+            tracing::warn!("an SDK worker answered an item with an answer of another kind; the item runs again");
+        }
+        fits
+    }
+}
+
 impl Worker {
     fn runs(&self, wanted: Wanted<'_>) -> bool {
         let (names, name) = match wanted {
@@ -301,15 +318,7 @@ impl SdkWorkers {
             .await?;
         Some(match replied {
             Some(Reply::Activity(result)) => Answer::Done(result),
-            Some(Reply::Episode(_) | Reply::Entity(_)) => {
-                tracing::warn!(
-                    instance_id,
-                    activity = name,
-                    "an SDK worker answered an activity as something else; the activity runs again"
-                );
-                Answer::Abandoned
-            }
-            None => Answer::Abandoned,
+            _ => Answer::Abandoned,
         })
     }
 
@@ -325,7 +334,6 @@ impl SdkWorkers {
         for_a_worker: Duration,
         for_an_answer: Duration,
     ) -> Option<EpisodeAnswer> {
-        let instance_id = item.instance_id.clone();
         let build = move |token| {
             let mut item = item;
             item.token = token;
@@ -341,15 +349,7 @@ impl SdkWorkers {
             .await?;
         Some(match replied {
             Some(Reply::Episode(answer)) => EpisodeAnswer::Done(answer),
-            Some(Reply::Activity(_) | Reply::Entity(_)) => {
-                tracing::warn!(
-                    instance_id,
-                    orchestration = name,
-                    "an SDK worker answered an episode as something else; the episode runs again"
-                );
-                EpisodeAnswer::Abandoned
-            }
-            None => EpisodeAnswer::Abandoned,
+            _ => EpisodeAnswer::Abandoned,
         })
     }
 
@@ -362,7 +362,6 @@ impl SdkWorkers {
         item: EntityItem,
         for_an_answer: Duration,
     ) -> Option<EntityAnswer> {
-        let instance_id = item.instance_id.clone();
         let build = move |token| {
             let mut item = item;
             item.token = token;
@@ -373,15 +372,7 @@ impl SdkWorkers {
             .await?;
         Some(match replied {
             Some(Reply::Entity(result)) => EntityAnswer::Done(result),
-            Some(Reply::Activity(_) | Reply::Episode(_)) => {
-                tracing::warn!(
-                    instance_id,
-                    entity = name,
-                    "an SDK worker answered an entity batch as something else; it runs again"
-                );
-                EntityAnswer::Abandoned
-            }
-            None => EntityAnswer::Abandoned,
+            _ => EntityAnswer::Abandoned,
         })
     }
 
@@ -431,7 +422,7 @@ impl SdkWorkers {
             answered.await.ok()
         };
         match tokio::time::timeout(for_an_answer, sent_and_answered).await {
-            Ok(replied) => Some(replied),
+            Ok(replied) => Some(replied.filter(|reply| wanted.answered_by(reply))),
             Err(_) => {
                 let what = match wanted {
                     Wanted::Activity(name) => format!("activity '{name}'"),

@@ -143,3 +143,37 @@ pub async fn health(base: &str, path: &str) -> (u16, serde_json::Value) {
     let status = response.status().as_u16();
     (status, response.json().await.unwrap())
 }
+
+/// Runs a protocol client's Python `script` with `args` to its end, within
+/// `limit`: its standard output. A failure fails the test with both of its
+/// outputs and the host's.
+pub async fn python_script(
+    python: &std::path::Path,
+    script: &std::path::Path,
+    args: &[&str],
+    host: &host::Host,
+    limit: std::time::Duration,
+) -> String {
+    let run = tokio::process::Command::new(python)
+        .arg(script)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(limit, run)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} {args:?} did not finish within {limit:?}",
+                script.display()
+            )
+        })
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        host.output()
+    );
+    stdout
+}

@@ -59,21 +59,11 @@ pub enum Call {
     ContinueAsNew {
         input: String,
     },
-    /// An operation on a durable entity (`@name@key`) whose result the
-    /// orchestration awaits (see [`super::sdk_entities`]).
-    CallEntity {
-        entity: String,
-        operation: String,
-        input: Option<String>,
-        request_id: String,
-    },
+    /// An operation on a durable entity whose result the orchestration
+    /// awaits (see [`super::sdk_entities`]).
+    CallEntity(EntityCall),
     /// An operation on a durable entity, not awaited.
-    SignalEntity {
-        entity: String,
-        operation: String,
-        input: Option<String>,
-        request_id: String,
-    },
+    SignalEntity(EntityCall),
     /// The start of an episode of an orchestration a Durable Task SDK
     /// worker runs (see [`super::sdk_history`]): the ids the worker gave
     /// the scheduling calls journaled after it, in order.
@@ -125,13 +115,29 @@ impl Call {
             Call::SetCustomStatus { .. } => "set-custom-status()".into(),
             Call::ContinueAsNew { .. } => "continue-as-new()".into(),
             Call::SdkEpisode { .. } => "sdk-episode()".into(),
-            Call::CallEntity {
-                entity, operation, ..
-            } => format!("call-entity({entity}, {operation})"),
-            Call::SignalEntity {
-                entity, operation, ..
-            } => format!("signal-entity({entity}, {operation})"),
+            Call::CallEntity(m) => format!("call-entity({}, {})", m.entity, m.operation),
+            Call::SignalEntity(m) => format!("signal-entity({}, {})", m.entity, m.operation),
         }
+    }
+}
+
+/// An operation an orchestration sends a durable entity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntityCall {
+    /// `@name@key`.
+    pub entity: String,
+    pub operation: String,
+    /// JSON text; `None` for no input.
+    pub input: Option<String>,
+    pub request_id: String,
+}
+
+impl EntityCall {
+    fn payload_len(&self) -> usize {
+        self.entity.len()
+            + self.operation.len()
+            + self.input.as_ref().map_or(0, String::len)
+            + self.request_id.len()
     }
 }
 
@@ -197,23 +203,7 @@ impl Call {
             Call::SetCustomStatus { status } => status.len(),
             Call::ContinueAsNew { input } => input.len(),
             Call::SdkEpisode { ids } => ids.len() * 4,
-            Call::CallEntity {
-                entity,
-                operation,
-                input,
-                request_id,
-            }
-            | Call::SignalEntity {
-                entity,
-                operation,
-                input,
-                request_id,
-            } => {
-                entity.len()
-                    + operation.len()
-                    + input.as_ref().map_or(0, String::len)
-                    + request_id.len()
-            }
+            Call::CallEntity(m) | Call::SignalEntity(m) => m.payload_len(),
             Call::StartTimer { .. } | Call::Now { .. } => 0,
         }
     }

@@ -96,15 +96,8 @@ pub enum Kind {
     },
 }
 
-/// An operation an orchestration sends an entity.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EntityMessage {
-    /// `@name@key`.
-    pub entity: String,
-    pub operation: String,
-    pub input: Option<String>,
-    pub request_id: String,
-}
+/// An operation an orchestration sends an entity, as journaled.
+pub use super::journal::EntityCall as EntityMessage;
 
 /// What a worker asked for, one action of its answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,8 +180,8 @@ impl Tasks {
                 Call::CallActivity { .. }
                 | Call::CallOrchestration { .. }
                 | Call::StartTimer { .. }
-                | Call::CallEntity { .. }
-                | Call::SignalEntity { .. } => {
+                | Call::CallEntity(_)
+                | Call::SignalEntity(_) => {
                     if let Some(id) = ids.next() {
                         tasks.insert(task, (id, call.clone()));
                     }
@@ -209,8 +202,8 @@ impl Tasks {
                 input: payload.clone(),
             },
             Event::TaskCompleted { task, result } => match self.0.get(task)? {
-                (_, Call::CallEntity { request_id, .. }) => Kind::EntityOperationCompleted {
-                    request_id: request_id.clone(),
+                (_, Call::CallEntity(message)) => Kind::EntityOperationCompleted {
+                    request_id: message.request_id.clone(),
                     output: result.clone(),
                 },
                 (id, Call::CallOrchestration { .. }) => Kind::SubOrchestrationCompleted {
@@ -223,8 +216,8 @@ impl Tasks {
                 },
             },
             Event::TaskFailed { task, error } => match self.0.get(task)? {
-                (_, Call::CallEntity { request_id, .. }) => Kind::EntityOperationFailed {
-                    request_id: request_id.clone(),
+                (_, Call::CallEntity(message)) => Kind::EntityOperationFailed {
+                    request_id: message.request_id.clone(),
                     error: error.clone(),
                 },
                 (id, Call::CallOrchestration { .. }) => Kind::SubOrchestrationFailed {
@@ -307,29 +300,12 @@ pub fn past(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEvent> {
                     history.push(event(id, *at, Kind::TimerCreated { fire_at }));
                 }
             }
-            Call::CallEntity {
-                entity,
-                operation,
-                input,
-                request_id,
-            }
-            | Call::SignalEntity {
-                entity,
-                operation,
-                input,
-                request_id,
-            } => {
+            Call::CallEntity(message) | Call::SignalEntity(message) => {
                 if let Some(id) = ids.next() {
-                    let message = EntityMessage {
-                        entity: entity.clone(),
-                        operation: operation.clone(),
-                        input: input.clone(),
-                        request_id: request_id.clone(),
-                    };
-                    let kind = if matches!(call, Call::CallEntity { .. }) {
-                        Kind::EntityOperationCalled(message)
+                    let kind = if matches!(call, Call::CallEntity(_)) {
+                        Kind::EntityOperationCalled(message.clone())
                     } else {
-                        Kind::EntityOperationSignaled(message)
+                        Kind::EntityOperationSignaled(message.clone())
                     };
                     history.push(event(id, *at, kind));
                 }
@@ -460,26 +436,10 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                     break;
                 }
                 ids.push(id);
-                let EntityMessage {
-                    entity,
-                    operation,
-                    input,
-                    request_id,
-                } = message;
                 calls.push(if awaited {
-                    Call::CallEntity {
-                        entity,
-                        operation,
-                        input,
-                        request_id,
-                    }
+                    Call::CallEntity(message)
                 } else {
-                    Call::SignalEntity {
-                        entity,
-                        operation,
-                        input,
-                        request_id,
-                    }
+                    Call::SignalEntity(message)
                 });
             }
             Action::Complete(Completion::Completed(output)) => {

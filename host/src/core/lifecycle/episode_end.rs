@@ -8,7 +8,7 @@ use super::continue_as_new;
 use crate::core::effects::Effect;
 use crate::core::ids;
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus};
-use crate::core::journal::{Call, Entry, Event};
+use crate::core::journal::{Call, EntityCall, Entry, Event};
 use crate::core::limits::Limits;
 use crate::core::replay::Replay;
 use crate::core::sdk_entities::{self, Caller, Operation};
@@ -162,23 +162,18 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                 task,
                 fire_at: i64::try_from(fire_at).unwrap_or(i64::MAX),
             }),
-            Call::CallEntity {
-                entity,
-                operation,
-                input,
-                request_id,
-            }
-            | Call::SignalEntity {
-                entity,
-                operation,
-                input,
-                request_id,
-            } => {
+            Call::CallEntity(message) | Call::SignalEntity(message) => {
                 let caller = awaited.then(|| Caller {
                     id: state.id.clone(),
                     execution: state.execution,
                     task,
                 });
+                let EntityCall {
+                    entity,
+                    operation,
+                    input,
+                    request_id,
+                } = message;
                 let operation = Operation {
                     request_id,
                     operation,
@@ -265,12 +260,12 @@ fn check(
             Call::CallRemoteAgent { message, .. } => ("remote agent message", message),
             Call::CallOrchestration { input, .. } => ("sub-orchestration input", input),
             Call::SetCustomStatus { status } => ("custom status", status),
-            Call::CallEntity {
+            Call::CallEntity(EntityCall {
                 input: Some(input), ..
-            }
-            | Call::SignalEntity {
+            })
+            | Call::SignalEntity(EntityCall {
                 input: Some(input), ..
-            } => ("entity operation input", input),
+            }) => ("entity operation input", input),
             _ => continue,
         };
         limits

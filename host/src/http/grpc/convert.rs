@@ -118,6 +118,21 @@ pub(super) fn text_of(json: &str) -> String {
     }
 }
 
+/// Where a page begins: after `created_at:id`, the last of the previous
+/// page, as this host's continuation tokens say; `None` for the first.
+pub(super) fn page_after(token: Option<&str>) -> Result<Option<(i64, String)>, Status> {
+    match token {
+        None | Some("" | "0") => Ok(None),
+        Some(token) => token
+            .split_once(':')
+            .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id.to_string())))
+            .map(Some)
+            .ok_or_else(|| {
+                Status::invalid_argument("the continuation token is not one this host issued")
+            }),
+    }
+}
+
 /// A payload as the engine takes it: JSON text, `null` when absent.
 pub(super) fn payload(what: &str, value: Option<String>) -> Result<String, Status> {
     let Some(text) = value else {

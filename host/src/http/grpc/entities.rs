@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tonic::{Response, Status};
 
-use super::convert::{millis, refusal, timestamp};
+use super::convert::{millis, page_after, refusal, timestamp};
 use super::proto::{
     CleanEntityStorageRequest, CleanEntityStorageResponse, EntityMetadata, GetEntityRequest,
     GetEntityResponse, QueryEntitiesRequest, QueryEntitiesResponse, SignalEntityRequest,
@@ -110,17 +110,7 @@ pub(super) async fn query(
         .and_then(|n| usize::try_from(n).ok())
         .filter(|n| *n > 0)
         .map_or(PAGE, |n| n.min(PAGE));
-    let after = match query.continuation_token.as_deref() {
-        None | Some("") => None,
-        Some(token) => Some(
-            token
-                .split_once(':')
-                .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id.to_string())))
-                .ok_or_else(|| {
-                    Status::invalid_argument("the continuation token is not one this host issued")
-                })?,
-        ),
-    };
+    let after = page_after(query.continuation_token.as_deref())?;
     let from = query.last_modified_from.as_ref().map(millis);
     let to = query.last_modified_to.as_ref().map(millis);
     let mut page = orchestrator

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Response, Status};
 
-use super::convert::{millis, refusal, state_of, statuses};
+use super::convert::{millis, page_after, refusal, state_of, statuses};
 use super::proto::purge_instances_request::Request as PurgeTarget;
 use super::proto::{
     PurgeInstancesRequest, PurgeInstancesResponse, QueryInstancesRequest, QueryInstancesResponse,
@@ -44,17 +44,7 @@ pub(super) async fn query(
         .ok()
         .filter(|n| *n > 0)
         .map_or(PAGE, |n| n.min(PAGE));
-    let after = match query.continuation_token.as_deref() {
-        None | Some("" | "0") => None,
-        Some(token) => Some(
-            token
-                .split_once(':')
-                .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id.to_string())))
-                .ok_or_else(|| {
-                    Status::invalid_argument("the continuation token is not one this host issued")
-                })?,
-        ),
-    };
+    let after = page_after(query.continuation_token.as_deref())?;
     let mut page = orchestrator
         .list(&filter, top + 1, after)
         .await
