@@ -17,6 +17,7 @@
 
 mod command;
 mod config;
+mod durable_task;
 mod examples;
 mod shell;
 mod transcript;

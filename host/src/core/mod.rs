@@ -20,5 +20,6 @@ pub mod lifecycle;
 pub mod limits;
 pub mod replay;
 pub mod retry;
+pub mod sdk_actions;
 pub mod sdk_entities;
 pub mod sdk_history;

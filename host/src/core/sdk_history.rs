@@ -15,7 +15,6 @@ use std::collections::HashMap;
 
 use super::ids;
 use super::journal::{Call, Entry, Event};
-use super::lifecycle::episode_end::Ending;
 
 /// The component digest of an instance whose code an SDK worker runs:
 /// there is no component version to pin.
@@ -98,71 +97,6 @@ pub enum Kind {
 
 /// An operation an orchestration sends an entity, as journaled.
 pub use super::journal::EntityCall as EntityMessage;
-
-/// What a worker asked for, one action of its answer.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Action {
-    ScheduleTask {
-        id: i32,
-        name: String,
-        input: String,
-    },
-    CreateTimer {
-        id: i32,
-        fire_at: i64,
-    },
-    CreateSubOrchestration {
-        id: i32,
-        name: String,
-        input: String,
-    },
-    /// `call_entity`: its result comes back to the orchestration.
-    CallEntity {
-        id: i32,
-        message: EntityMessage,
-    },
-    SignalEntity {
-        id: i32,
-        message: EntityMessage,
-    },
-    Complete(Completion),
-    /// An action the engine does not carry out (sending an event, entity
-    /// messages, terminating another instance): the instance fails saying so.
-    Unsupported(String),
-    /// An action the worker got wrong (a payload that is not JSON): the
-    /// instance fails with the reason, whatever else the answer says.
-    Invalid(String),
-}
-
-/// How the worker ended the execution.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Completion {
-    Completed(String),
-    Failed(String),
-    /// With the raised events it had not taken, to deliver to the next one.
-    ContinuedAsNew {
-        input: String,
-        carryover: Vec<(String, String)>,
-    },
-}
-
-/// A worker's answer to an episode.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Answer {
-    pub actions: Vec<Action>,
-    /// JSON text; `None` leaves the custom status as it is.
-    pub custom_status: Option<String>,
-}
-
-/// What the engine journals and does for an answer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decided {
-    /// The calls to journal, the episode marker first.
-    pub calls: Vec<Call>,
-    pub ending: Ending,
-    /// Raised events the next execution receives (continue-as-new).
-    pub carryover: Vec<Event>,
-}
 
 /// What each task of the journal is, by task number, for its outcome's
 /// event: its action id, and what it was.
@@ -388,104 +322,11 @@ fn event(id: i32, at: i64, kind: Kind) -> HistoryEvent {
     HistoryEvent { id, at, kind }
 }
 
-/// The custom status the journal last set, to journal a new one only when
-/// the worker's differs.
-fn custom_status(journal: &[(Entry, i64)]) -> Option<&str> {
-    journal.iter().rev().find_map(|(entry, _)| match entry {
-        Entry::Call(Call::SetCustomStatus { status }) => Some(status.as_str()),
-        _ => None,
-    })
-}
-
-/// The calls and the ending of the worker's answer.
-pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
-    let mut ids = Vec::new();
-    let mut calls = Vec::new();
-    let mut ending = Ending::Waiting;
-    let mut carryover = Vec::new();
-    for action in answer.actions {
-        // An entity call's result comes back to the orchestration.
-        let awaited = matches!(action, Action::CallEntity { .. });
-        match action {
-            Action::ScheduleTask { id, name, input } => {
-                ids.push(id);
-                calls.push(Call::CallActivity {
-                    name,
-                    input,
-                    retry: None,
-                });
-            }
-            Action::CreateTimer { id, fire_at } => {
-                ids.push(id);
-                calls.push(Call::StartTimer {
-                    fire_at: u64::try_from(fire_at).unwrap_or(0),
-                });
-            }
-            Action::CreateSubOrchestration { id, name, input } => {
-                ids.push(id);
-                calls.push(Call::CallOrchestration { name, input });
-            }
-            Action::CallEntity { id, message } | Action::SignalEntity { id, message } => {
-                if super::sdk_entities::parse_entity_id(&message.entity).is_none()
-                    || !super::ids::valid_instance_id(&message.entity)
-                {
-                    ending = Ending::Broken(format!(
-                        "the Durable Task SDK worker named '{}', which is not an entity id (@name@key)",
-                        message.entity
-                    ));
-                    break;
-                }
-                ids.push(id);
-                calls.push(if awaited {
-                    Call::CallEntity(message)
-                } else {
-                    Call::SignalEntity(message)
-                });
-            }
-            Action::Complete(Completion::Completed(output)) => {
-                ending = Ending::Returned(Ok(output));
-            }
-            Action::Complete(Completion::Failed(error)) => {
-                ending = Ending::Returned(Err(error));
-            }
-            Action::Complete(Completion::ContinuedAsNew {
-                input,
-                carryover: events,
-            }) => {
-                calls.push(Call::ContinueAsNew { input });
-                carryover = events
-                    .into_iter()
-                    .map(|(name, payload)| Event::EventRaised { name, payload })
-                    .collect();
-                ending = Ending::Returned(Ok("null".into()));
-            }
-            Action::Unsupported(what) => {
-                ending = Ending::Broken(format!(
-                    "the Durable Task SDK worker asked for {what}, which agenthost does not carry out for SDK orchestrations"
-                ));
-            }
-            Action::Invalid(why) => ending = Ending::Broken(why),
-        }
-        if matches!(ending, Ending::Broken(_)) {
-            break;
-        }
-    }
-    if let Some(status) = answer.custom_status {
-        if custom_status(journal) != Some(status.as_str()) {
-            calls.push(Call::SetCustomStatus { status });
-        }
-    }
-    calls.insert(0, Call::SdkEpisode { ids });
-    Decided {
-        calls,
-        ending,
-        carryover,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::lifecycle::episode_end::Ending;
+    use crate::core::sdk_actions::{decide, Action, Answer, Completion, Decided};
 
     fn started() -> Started {
         Started {
@@ -669,55 +510,5 @@ mod tests {
                 result: "1".into()
             }
         );
-    }
-
-    #[test]
-    fn continue_as_new_carries_events_and_what_is_not_served_breaks_the_instance() {
-        let decided = decide(
-            &[],
-            Answer {
-                actions: vec![Action::Complete(Completion::ContinuedAsNew {
-                    input: "2".into(),
-                    carryover: vec![("go".into(), "1".into())],
-                })],
-                custom_status: None,
-            },
-        );
-        assert!(decided
-            .calls
-            .contains(&Call::ContinueAsNew { input: "2".into() }));
-        assert_eq!(
-            decided.carryover,
-            vec![Event::EventRaised {
-                name: "go".into(),
-                payload: "1".into()
-            }]
-        );
-        let refused = decide(
-            &[],
-            Answer {
-                actions: vec![Action::Unsupported("send-event".into())],
-                custom_status: None,
-            },
-        );
-        assert!(matches!(refused.ending, Ending::Broken(ref why) if why.contains("send-event")));
-    }
-
-    #[test]
-    fn an_unchanged_custom_status_is_not_journaled_again() {
-        let journal = vec![(
-            Entry::Call(Call::SetCustomStatus {
-                status: "\"s\"".into(),
-            }),
-            1,
-        )];
-        let same = decide(
-            &journal,
-            Answer {
-                actions: Vec::new(),
-                custom_status: Some("\"s\"".into()),
-            },
-        );
-        assert_eq!(same.calls, vec![Call::SdkEpisode { ids: Vec::new() }]);
     }
 }

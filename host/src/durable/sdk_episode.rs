@@ -16,6 +16,7 @@ use crate::core::lifecycle::arrivals::Sorted;
 use crate::core::lifecycle::episode_end::Ending;
 use crate::core::lifecycle::episode_end::{Arrived, Episode};
 use crate::core::lifecycle::{self, Command};
+use crate::core::sdk_actions;
 use crate::core::sdk_history::{self, Started};
 use crate::sdk_workers::{EpisodeAnswer, EpisodeItem};
 
@@ -35,7 +36,7 @@ async fn answer_of(
     id: &str,
     name: &str,
     item: EpisodeItem,
-) -> Option<sdk_history::Answer> {
+) -> Option<sdk_actions::Answer> {
     let answer = orchestrator
         .sdk_workers
         .run_episode(
@@ -91,7 +92,7 @@ pub(super) async fn decide(
     let decided = if bytes > MESSAGE_LIMIT {
         // The SDKs take 4 MiB a message: a history past it would break the
         // worker's stream, and be sent again, forever.
-        sdk_history::Decided {
+        sdk_actions::Decided {
             calls: vec![Call::SdkEpisode { ids: Vec::new() }],
             ending: Ending::Broken(format!(
                 "the instance's history ({} KiB) is past what a Durable Task SDK worker takes in one message (4 MiB): \
@@ -102,7 +103,7 @@ pub(super) async fn decide(
         }
     } else {
         let answer = answer_of(orchestrator, id, name, item).await?;
-        sdk_history::decide(&hot.journal, answer)
+        sdk_actions::decide(&hot.journal, answer)
     };
     let first_task = hot
         .journal

@@ -12,7 +12,8 @@ use super::proto::{
     SubOrchestrationInstanceCreatedEvent, SubOrchestrationInstanceFailedEvent, TaskCompletedEvent,
     TaskFailedEvent, TaskFailureDetails, TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
 };
-use crate::core::sdk_history::{self, Action, Completion, EntityMessage, Kind};
+use crate::core::sdk_actions::{Action, Completion};
+use crate::core::sdk_history::{self, EntityMessage, Kind};
 
 /// The failure type an engine failure (a wasm activity's, a child's) carries:
 /// its message is the engine's reason.

@@ -16,8 +16,8 @@ use super::proto::{
     EntityBatchResult, GetWorkItemsRequest, HealthPing, OperationRequest, OrchestrationInstance,
     OrchestratorRequest, OrchestratorResponse, TaskFailureDetails, WorkItem,
 };
+use crate::core::sdk_actions;
 use crate::core::sdk_entities::{BatchResult, StateAfter};
-use crate::core::sdk_history;
 use crate::sdk_workers::{
     ActivityItem, Connection, EntityItem, EpisodeItem, Item, Reply, Runs, SdkWorkers,
 };
@@ -160,7 +160,7 @@ pub(super) fn complete(workers: &SdkWorkers, response: ActivityResponse) {
 /// and carries out. An answer nothing waits for is dropped (the episode was
 /// given back meanwhile and runs again).
 pub(super) fn complete_episode(workers: &SdkWorkers, response: OrchestratorResponse) {
-    let answer = sdk_history::Answer {
+    let answer = sdk_actions::Answer {
         actions: response.actions.into_iter().map(action_of).collect(),
         custom_status: response.custom_status.filter(|s| !s.is_empty()),
     };

@@ -10,111 +10,18 @@
 //! worker that goes away (its stream ends), abandons an item, or does not
 //! answer in time only makes the episode or the task run again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::core::sdk_entities::{BatchResult, Operation};
-use crate::core::sdk_history::{self, HistoryEvent};
+mod items;
 
-/// One activity for a worker to run.
-#[derive(Debug, Clone)]
-pub struct ActivityItem {
-    /// Names this dispatch: the worker echoes it with its answer.
-    pub token: String,
-    pub name: String,
-    /// JSON text.
-    pub input: String,
-    pub instance_id: String,
-    /// The call's position in its instance: the protocol's task id.
-    pub task_id: i32,
-}
-
-/// One episode of an SDK orchestration for a worker to run: the history it
-/// replays and what is new.
-#[derive(Debug, Clone)]
-pub struct EpisodeItem {
-    pub token: String,
-    pub instance_id: String,
-    pub execution: i64,
-    pub past: Vec<HistoryEvent>,
-    pub new: Vec<HistoryEvent>,
-}
-
-/// A batch of operations for a worker to run on one entity, in order.
-#[derive(Debug, Clone)]
-pub struct EntityItem {
-    pub token: String,
-    /// `@name@key`.
-    pub instance_id: String,
-    /// JSON text; `None`: the entity has no state yet.
-    pub state: Option<String>,
-    pub operations: Vec<Operation>,
-}
-
-/// What a worker is sent.
-#[derive(Debug, Clone)]
-pub enum Item {
-    Activity(ActivityItem),
-    Episode(EpisodeItem),
-    Entity(EntityItem),
-}
-
-/// What a worker runs, as its work item filters say; `None`: any.
-#[derive(Debug, Clone, Default)]
-pub struct Runs {
-    pub activities: Option<HashSet<String>>,
-    pub orchestrations: Option<HashSet<String>>,
-    pub entities: Option<HashSet<String>>,
-}
-
-/// What became of a dispatched activity.
-#[derive(Debug)]
-pub enum Answer {
-    /// The worker ran it: its JSON result, or why it failed.
-    Done(Result<String, String>),
-    /// The worker gave it back, went away or did not answer in time: it
-    /// runs again later.
-    Abandoned,
-}
-
-/// What became of a dispatched episode.
-#[derive(Debug)]
-pub enum EpisodeAnswer {
-    Done(sdk_history::Answer),
-    /// Given back, or its worker went away or did not answer in time: the
-    /// episode runs again.
-    Abandoned,
-}
-
-/// What became of a dispatched entity batch.
-#[derive(Debug)]
-pub enum EntityAnswer {
-    Done(BatchResult),
-    /// Given back, or its worker went away or did not answer in time: the
-    /// operations stay queued and run again.
-    Abandoned,
-}
-
-/// What a worker sent back for an item.
-#[derive(Debug)]
-pub enum Reply {
-    Activity(Result<String, String>),
-    Episode(sdk_history::Answer),
-    Entity(BatchResult),
-}
-
-/// How long waits last: for a worker to connect, and for its answer.
-#[derive(Debug, Clone, Copy)]
-pub struct Patience {
-    /// How long an activity no component serves waits for a worker to
-    /// connect before it fails: zero unless the gRPC endpoint is served.
-    pub for_a_worker: Duration,
-    /// How long a worker has to answer an item before it is taken back.
-    pub for_an_answer: Duration,
-}
+pub use items::{
+    ActivityItem, Answer, EntityAnswer, EntityItem, EpisodeAnswer, EpisodeItem, Item, Patience,
+    Reply, Runs,
+};
 
 /// A worker's stream of items; dropping it disconnects the worker and gives
 /// back what it was running.
@@ -498,6 +405,7 @@ impl SdkWorkers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     fn patient(for_a_worker: Duration, for_an_answer: Duration) -> Arc<SdkWorkers> {
         SdkWorkers::new(Patience {
@@ -700,7 +608,7 @@ mod tests {
         let Some(Item::Episode(item)) = orchestrations.items.recv().await else {
             panic!("an episode");
         };
-        let answer = sdk_history::Answer::default();
+        let answer = crate::core::sdk_actions::Answer::default();
         assert!(workers.answer(&item.token, Reply::Episode(answer)));
         assert!(matches!(
             asked.await.expect("joined"),
