@@ -334,6 +334,7 @@ fn every_code_block_in_the_docs_is_claimed_by_a_check() {
         include_str!("doc_blocks/examples.rs"),
         include_str!("doc_blocks/config.rs"),
         include_str!("doc_blocks/shell.rs"),
+        include_str!("doc_blocks/durable_task.rs"),
     ]
     .concat();
     for claim in CLAIMS {
