@@ -330,8 +330,17 @@ async fn what_the_sdks_would_never_send_is_refused_with_its_reason_and_nothing_i
         .unwrap()
         .starts_with("the input is not JSON"));
     assert_eq!(code("bad_id"), "INVALID_ARGUMENT", "{hostile}");
-    // tonic's own refusal of a message past the size limit.
-    assert_eq!(code("too_big"), "OUT_OF_RANGE", "{hostile}");
+    // A payload past the limit reaches the engine, which says which limit;
+    // a message past what the server takes at all (32 MiB) is tonic's to
+    // refuse.
+    assert_eq!(code("too_big"), "RESOURCE_EXHAUSTED", "{hostile}");
+    assert!(
+        hostile["too_big"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("over the limit")),
+        "{hostile}"
+    );
+    assert_eq!(code("huge"), "OUT_OF_RANGE", "{hostile}");
     assert_eq!(code("event_not_json"), "INVALID_ARGUMENT", "{hostile}");
     assert_eq!(code("purge_nothing"), "INVALID_ARGUMENT", "{hostile}");
     assert_eq!(code("purge_too_many"), "INVALID_ARGUMENT", "{hostile}");

@@ -152,6 +152,38 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     assert_eq!(code, 202, "running, as an entity always is: {entity}");
     assert_eq!(entity["name"], "counter");
     assert_eq!(entity["output"], json!(20));
+    // What an entity's operation asks for besides its result is carried
+    // out with its batch: a signal, and orchestrations started by name,
+    // an SDK one (1 + 3 steps) and a wasm one, each exactly once.
+    let actions = step("entity actions");
+    assert_eq!(actions["sdk"]["status"], "COMPLETED", "{actions}");
+    assert_eq!(actions["sdk"]["output"], json!(7), "{actions}");
+    assert_eq!(actions["wasm"]["status"], "COMPLETED", "{actions}");
+    assert_eq!(actions["wasm"]["name"], "sequence", "{actions}");
+    assert_eq!(actions["relayed"], json!(4), "{actions}");
+    let started_twice = lines_of(&log)
+        .iter()
+        .filter(|l| l.as_str() == "start sdk-from-entity/4")
+        .count();
+    assert_eq!(started_twice, 1, "the started orchestration ran once");
+    // An entity terminated with a call queued at it: the caller is told
+    // why, and goes on.
+    let told = step("entity terminated");
+    assert_eq!(told["status"], "COMPLETED", "{told}");
+    let said = told["output"].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with("failed: ") && said.contains("terminated") && said.contains("@sleepy@z1"),
+        "{told}"
+    );
+    // An answer past the payload limit fails its task with the reason.
+    let big = step("too large");
+    assert_eq!(big["status"], "FAILED", "{big}");
+    assert!(
+        big["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("over the limit")),
+        "{big}"
+    );
 
     // Custom status; an event raised while suspended waits for the resume.
     assert_eq!(step("custom status")["value"], json!("\"waiting\""));

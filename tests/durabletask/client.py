@@ -83,10 +83,12 @@ if mode == "hostile":
     second = query(instanceIdPrefix=wrappers_pb2.StringValue(value="page-"), maxInstanceCount=2,
                    continuationToken=first.continuationToken)
     big = "\"" + "x" * (2 << 20) + "\""
+    huge = "\"" + "x" * (33 << 20) + "\""
     say("hostile",
         not_json=start(name="sequence", input=wrappers_pb2.StringValue(value="{not json")),
         bad_id=start(name="sequence", instanceId="a/b"),
         too_big=start(name="sequence", input=wrappers_pb2.StringValue(value=big)),
+        huge=start(name="sequence", input=wrappers_pb2.StringValue(value=huge)),
         event_not_json=refused(lambda: stub.RaiseEvent(pb.RaiseEventRequest(
             instanceId="page-1", name="go", input=wrappers_pb2.StringValue(value="nope")))),
         purge_nothing=refused(lambda: stub.PurgeInstances(pb.PurgeInstancesRequest())),

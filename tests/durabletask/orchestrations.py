@@ -14,7 +14,9 @@ per step; the Rust test checks them.
 """
 
 import json
+import os
 import sys
+import tempfile
 import time
 from datetime import timedelta
 
@@ -126,6 +128,53 @@ def sdk_counting(ctx, key):
     return after
 
 
+class Relay(entities.DurableEntity):
+    """Passes an amount on: a signal to a counter, and an SDK and a wasm
+    orchestration started, with the batch."""
+
+    def forward(self, amount):
+        self.signal_entity(entities.EntityInstanceId("counter", "relayed"), "add", input=amount)
+        self.schedule_new_orchestration("sdk_sequence", input=amount,
+                                        instance_id="sdk-from-entity")
+        self.schedule_new_orchestration("sequence", input={"n": amount},
+                                        instance_id="wasm-from-entity")
+        return amount
+
+
+class Sleepy(entities.DurableEntity):
+    """An entity whose `nap` keeps its batch busy until the file it names
+    exists (the client writes it once it has terminated the entity)."""
+
+    def nap(self, marker):
+        deadline = time.time() + 120
+        while not os.path.exists(marker) and time.time() < deadline:
+            time.sleep(0.05)
+        return "woke"
+
+    def get(self):
+        return "awake"
+
+
+def sdk_calls_sleepy(ctx, key):
+    # The custom status is committed with the call: once it reads
+    # "calling", the call waits in the entity's inbox.
+    ctx.set_custom_status("calling")
+    try:
+        answer = yield ctx.call_entity(entities.EntityInstanceId("sleepy", key), "get")
+        return f"answered {answer}"
+    except task.TaskFailedError as e:
+        return f"failed: {e.details.message}"
+
+
+def py_big(ctx, size):
+    return "x" * size
+
+
+def sdk_big(ctx, size):
+    result = yield ctx.call_activity(py_big, input=size)
+    return len(result)
+
+
 def sdk_chain(ctx, length):
     for i in range(length):
         yield ctx.call_activity(py_slow, input=f"{ctx.instance_id}/{i}")
@@ -135,10 +184,12 @@ def sdk_chain(ctx, length):
 if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
-                             sdk_continue, sdk_waiter, sdk_chain, sdk_counting):
+                             sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
+                             sdk_calls_sleepy, sdk_big):
             w.add_orchestrator(orchestrator)
-        w.add_entity(Counter)
-        for activity in (py_step, py_square, py_fail, py_slow):
+        for entity in (Counter, Relay, Sleepy):
+            w.add_entity(entity)
+        for activity in (py_step, py_square, py_fail, py_slow, py_big):
             w.add_activity(activity)
         w.start()
         print("worker started", flush=True)
@@ -202,6 +253,51 @@ say("entity called", **done(c.schedule_new_orchestration(sdk_counting, input="c1
                                                              instance_id="sdk-counting")))
 say("entity query", ids=sorted(str(e.id) for e in c.get_all_entities()),
     state=c.get_entity(counter).get_state(int))
+
+# An entity's operation signals another entity and starts orchestrations
+# (an SDK one and a wasm one), carried out with its batch.
+c.signal_entity(entities.EntityInstanceId("relay", "r1"), "forward", input=4)
+
+
+def started(id, timeout=60):
+    deadline = time.time() + timeout
+    while c.get_orchestration_state(id) is None and time.time() < deadline:
+        time.sleep(0.1)
+    return done(id)
+
+
+def state_of(entity, wanted, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        metadata = c.get_entity(entity)
+        if metadata is not None and metadata.get_state(int) == wanted:
+            break
+        time.sleep(0.1)
+    metadata = c.get_entity(entity)
+    return metadata.get_state(int) if metadata is not None else None
+
+
+say("entity actions", sdk=started("sdk-from-entity"), wasm=started("wasm-from-entity"),
+    relayed=state_of(entities.EntityInstanceId("counter", "relayed"), 4))
+
+# An entity terminated with a call queued behind a long batch: the caller
+# is told, not left waiting.
+sleepy = entities.EntityInstanceId("sleepy", "z1")
+marker = os.path.join(tempfile.mkdtemp(), "wake")
+c.signal_entity(sleepy, "nap", input=marker)
+caller = c.schedule_new_orchestration(sdk_calls_sleepy, input="z1", instance_id="sdk-calls-sleepy")
+deadline = time.time() + 60
+while c.get_orchestration_state(caller).serialized_custom_status is None and time.time() < deadline:
+    time.sleep(0.05)
+c.terminate_orchestration(str(sleepy), output="closed")
+told = done(caller)
+open(marker, "w").close()
+say("entity terminated", **told)
+
+# An activity's result past the payload limit (1 MiB) reaches the host
+# whole and fails its task saying why; it is never run again and again.
+say("too large", **done(c.schedule_new_orchestration(sdk_big, input=2 << 20,
+                                                         instance_id="sdk-big")))
 
 # Suspend, raise while suspended, resume.
 waiter = c.schedule_new_orchestration(sdk_waiter, instance_id="sdk-waiter")

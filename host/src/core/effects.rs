@@ -63,6 +63,16 @@ pub enum Effect {
     /// Queue an operation on a durable entity, creating the entity (an
     /// instance of its own) if it has none yet.
     EntityOperation { entity: NewInstance, event: Event },
+    /// Count one more step of an instance that journals none (an entity's
+    /// batch): its history count grows by one with no row written, so that
+    /// an episode decided before this one (on a host paused past its lease
+    /// that got the instance back since) finds its fence broken, as it
+    /// would find a journal grown.
+    Stepped,
+    /// Start an instance of its own (an entity's operation started it);
+    /// an unfinished instance holding its id keeps it, and the start is
+    /// dropped, as a start of a running id is.
+    Start(NewInstance),
 }
 
 impl Effect {

@@ -59,6 +59,7 @@ impl AgentSession<'_> {
         Some(BatchResult {
             results,
             state: state.map_or(StateAfter::Deleted, StateAfter::Set),
+            actions: Vec::new(),
         })
     }
 

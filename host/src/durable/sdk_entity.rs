@@ -4,7 +4,10 @@
 //! worker's results and new state are committed in one write with the
 //! rows they consumed, and each call's result goes back to its caller.
 
+use std::collections::HashMap;
+
 use super::agent_session::AgentSession;
+use super::sdk_episode::MESSAGE_LIMIT;
 use super::Orchestrator;
 use crate::core::dafx;
 use crate::core::effects::Effect;
@@ -26,17 +29,66 @@ pub(super) async fn decide(
     name: &str,
     sorted: Sorted,
 ) -> Result<Option<Vec<Effect>>, StoreError> {
+    // The state the last batch left (the instance's output).
+    let state = orchestrator
+        .store
+        .instance(id)
+        .await?
+        .and_then(|record| record.output)
+        .filter(|state| state != sdk_entities::NO_STATE);
+    // An Agent Framework session of a wasm agent served here runs here, with
+    // no message to a worker to fit in.
+    let here = wasm_agent(orchestrator, name);
+    let fits = match here {
+        Some(_) => usize::MAX,
+        None => MESSAGE_LIMIT,
+    };
     let mut rows = sorted.stale;
     let mut operations = Vec::with_capacity(sorted.taken.len().min(BATCH));
-    // A batch is bounded: the rest stays queued for the next one, so a
+    let mut bytes = state.as_ref().map_or(0, String::len);
+    // A batch is bounded, in operations and in bytes (what a worker takes
+    // in one message): the rest stays queued for the next one, so a
     // backlog never makes one batch too long to answer in time.
     for (row, event) in sorted.taken.into_iter().take(BATCH) {
-        rows.push(row);
         match sdk_entities::operation_of(&event) {
-            Some(operation) => operations.push(operation),
+            Some(operation) => {
+                let size =
+                    operation.input.as_ref().map_or(0, String::len) + operation.operation.len();
+                if bytes.saturating_add(size) > fits {
+                    if operations.is_empty() {
+                        // Alone with the state it is past what a worker
+                        // takes: it fails, rather than break the worker's
+                        // stream again and again.
+                        let why = format!(
+                            "operation '{}' and the entity's state are {} bytes, past what a Durable Task SDK worker takes in one message (4 MiB)",
+                            operation.operation,
+                            bytes.saturating_add(size)
+                        );
+                        rows.push(row);
+                        let failed = sdk_entities::BatchResult {
+                            results: vec![Err(why)],
+                            state: sdk_entities::StateAfter::Unchanged,
+                            actions: Vec::new(),
+                        };
+                        return Ok(Some(decided(
+                            orchestrator,
+                            id,
+                            &rows,
+                            &[operation],
+                            failed,
+                            fits,
+                        )));
+                    }
+                    break;
+                }
+                bytes = bytes.saturating_add(size);
+                rows.push(row);
+                operations.push(operation);
+            }
             // Anything else raised at an entity (the management API's raise)
             // means nothing to it: consumed, with a word.
             None => {
+                rows.push(row);
                 tracing::warn!(instance_id = %id, "an event that is no entity operation was raised at an entity; dropped")
             }
         }
@@ -55,21 +107,13 @@ pub(super) async fn decide(
         }
         return Ok(Some(effects));
     }
-    // The state the last batch left (the instance's output).
-    let state = orchestrator
-        .store
-        .instance(id)
-        .await?
-        .and_then(|record| record.output)
-        .filter(|state| state != sdk_entities::NO_STATE);
-    // An Agent Framework session of a wasm agent served here runs here.
-    if let Some(agent) = wasm_agent(orchestrator, name) {
+    if let Some(agent) = here {
         let key = sdk_entities::parse_entity_id(id).map_or("", |(_, key)| key);
         let session = AgentSession { agent, key };
         return Ok(session
             .run(orchestrator, state, &operations)
             .await
-            .map(|result| sdk_entities::decide(&rows, &operations, result)));
+            .map(|result| decided(orchestrator, id, &rows, &operations, result, fits)));
     }
     let item = EntityItem {
         token: String::new(),
@@ -93,7 +137,67 @@ pub(super) async fn decide(
             return Ok(None);
         }
     };
-    Ok(Some(sdk_entities::decide(&rows, &operations, result)))
+    Ok(Some(decided(
+        orchestrator,
+        id,
+        &rows,
+        &operations,
+        result,
+        fits,
+    )))
+}
+
+/// The effects of the batch's result, the orchestrations it starts on the
+/// versions served now (an SDK worker's when no component serves them; a
+/// wasm one's input checked against its schema), its state kept only while
+/// it leaves room for operations in a worker's message (`fits`).
+fn decided(
+    orchestrator: &Orchestrator,
+    id: &str,
+    rows: &[i64],
+    operations: &[sdk_entities::Operation],
+    mut result: sdk_entities::BatchResult,
+    fits: usize,
+) -> Vec<Effect> {
+    let mut starts = HashMap::new();
+    for action in &mut result.actions {
+        let sdk_entities::EntityAction::Start { name, input, .. } = action else {
+            continue;
+        };
+        let Some(served) = orchestrator.registry.orchestration(name) else {
+            continue;
+        };
+        let problems = served
+            .component
+            .manifest
+            .orchestration(name)
+            .and_then(|o| o.input_schema.as_ref())
+            .map(|schema| schema.problems(input))
+            .unwrap_or_default();
+        if !problems.is_empty() {
+            *action = sdk_entities::EntityAction::Invalid(format!(
+                "its operation started '{name}' with an input its schema refuses: {}",
+                problems.join("; ")
+            ));
+            continue;
+        }
+        let on = sdk_entities::StartsOn {
+            digest: served.component.digest.clone(),
+            activity_set: orchestrator
+                .registry
+                .current_activity_set(&served.component.name),
+        };
+        starts.insert(name.clone(), on);
+    }
+    let limits = sdk_entities::BatchLimits {
+        payloads: &orchestrator.config.limits,
+        state_bytes: fits / 2,
+    };
+    let (effects, refused) = sdk_entities::decide(id, rows, operations, result, &starts, limits);
+    if let Some(why) = refused {
+        tracing::warn!(instance_id = %id, reason = %why, "an entity batch failed as a whole: its state stays, nothing it asked for happens, its callers are told why");
+    }
+    effects
 }
 
 /// The wasm agent whose Agent Framework sessions entity `name`

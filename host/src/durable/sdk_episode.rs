@@ -28,7 +28,7 @@ use crate::sdk_workers::{EpisodeAnswer, EpisodeItem};
 const FOR_A_WORKER: Duration = Duration::ZERO;
 
 /// What the SDKs take in one message, less room for the message's frame.
-const MESSAGE_LIMIT: usize = (4 << 20) - (256 << 10);
+pub(super) const MESSAGE_LIMIT: usize = (4 << 20) - (256 << 10);
 
 /// The worker's answer; `None` when none came (see [`decide`]).
 async fn answer_of(

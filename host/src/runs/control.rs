@@ -118,9 +118,20 @@ impl Runs {
         if let Err(e) = self.store.announce_cancel(correlation_id, &session).await {
             tracing::warn!(error = %e, "could not tell the other hosts of a cancel request; the run stops when its worker next looks at it");
         }
-        let waited = self
-            .wait_on(&mut finished, correlation_id, budget, true)
-            .await?;
+        // What is heard before the end (another execution that began
+        // before the request saying the run waits for a human) is not the
+        // end: the wait goes on for the rest of the budget.
+        let deadline = tokio::time::Instant::now() + budget;
+        let waited = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self
+                .wait_on(&mut finished, correlation_id, left, true)
+                .await?
+            {
+                Some(record) if !record.status.is_finished() && !left.is_zero() => {}
+                other => break other,
+            }
+        };
         match waited {
             // It ended on its own before it reached a step that stops it:
             // nothing was canceled.

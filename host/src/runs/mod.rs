@@ -420,7 +420,7 @@ impl Runs {
         if run.cancel_requested {
             stop.cancel();
         }
-        let _executing = Executing {
+        let executing = Executing {
             runs: self,
             id: id.clone(),
         };
@@ -461,7 +461,11 @@ impl Runs {
         };
         if let Err(AgentError::AwaitingApproval(_)) = &result {
             // Asked to stop as it came to wait: its worker (this one, which
-            // holds the session) looks again, and ends it as canceled.
+            // holds the session) looks again, and ends it as canceled. The
+            // run stops counting as executing first: a request after that
+            // wakes the session (this worker looks again), one before it
+            // stopped `stop`; none falls between the two.
+            drop(executing);
             if stop.is_cancelled() {
                 let _ = self.workers.claim(&session);
             }

@@ -412,7 +412,8 @@ pub(crate) fn settings_from_env() -> Result<Settings, clap::Error> {
 /// The variables the Durable Task SDKs' samples set, read as our settings:
 /// `TASKHUB` names the task hub (after `--taskhub`), and a scheduler
 /// address (`ENDPOINT`, or the connection string's http(s) Endpoint) is
-/// this host's gRPC endpoint: it turns `--grpc` on, on its port unless
+/// this host's gRPC endpoint: it turns `--grpc` on (unless
+/// `AGENTHOST_GRPC=false` turns it off), on its port unless
 /// `--grpc-port` says otherwise. So a sample's environment, set once,
 /// serves both the sample and the host it talks to.
 fn durable_task_aliases(
@@ -432,8 +433,20 @@ fn durable_task_aliases(
                 .endpoint?;
             crate::taskhub::scheduler_port(&endpoint)
         });
+    // An operator who turned gRPC off in the environment keeps it off,
+    // whatever address the sample's variables name (`--grpc` on the command
+    // line beats the variable, as clap has it: then `grpc` is true). The
+    // words are clap's falsey ones.
+    let turned_off = !grpc
+        && variable("AGENTHOST_GRPC").is_some_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "false" | "f" | "0" | "no" | "n" | "off"
+            )
+        });
     match scheduler {
         None => (taskhub, grpc, grpc_port),
+        Some(_) if turned_off => (taskhub, false, grpc_port),
         Some(port) => {
             let port = match port {
                 Some(port) if grpc_port == defaults::GRPC_PORT => port,
@@ -500,6 +513,15 @@ mod tests {
         let store = "Endpoint=postgres://u@db/x;TaskHub=x;Authentication=None";
         assert_eq!(
             durable_task_aliases(&none, None, Some(store), off),
+            (None, false, 8080)
+        );
+        // gRPC turned off in the environment stays off.
+        let refused = env(&[
+            ("ENDPOINT", "http://localhost:9090"),
+            ("AGENTHOST_GRPC", "False"),
+        ]);
+        assert_eq!(
+            durable_task_aliases(&refused, None, None, off),
             (None, false, 8080)
         );
         // Empty variables are unset.

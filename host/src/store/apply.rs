@@ -58,6 +58,10 @@ pub(super) async fn apply(
                 row.update.bytes = row.update.bytes.saturating_add(count(bytes));
                 row.dirty = true;
             }
+            Effect::Stepped => {
+                row.update.events = row.update.events.saturating_add(1);
+                row.dirty = true;
+            }
             Effect::ScheduleTask { task, call } => scheduled.push((task, call)),
             Effect::Create(new) => match create(tx, new.clone(), now).await? {
                 Ok(created) => {
@@ -72,6 +76,15 @@ pub(super) async fn apply(
                     }
                     None => return Err(StoreError::Write(format!("instance '{}' exists", new.id))),
                 },
+            },
+            Effect::Start(new) => match create(tx, new.clone(), now).await? {
+                Ok(created) => {
+                    applied.wake.push(new.id);
+                    applied.created.push(created);
+                }
+                Err(()) => {
+                    tracing::info!(instance_id = %new.id, "an entity started an orchestration whose id an unfinished instance holds; that one goes on")
+                }
             },
             Effect::ArmTimer { task, fire_at } => {
                 push_inbox(

@@ -23,7 +23,10 @@ pub(super) struct PgTx<'c>(pub &'c mut PgConnection, pub Option<&'c str>);
 
 /// An instance row as [`Loaded`]. Its `has_run` is read as
 /// `history_events > 0`: the count moves with every journal row written or
-/// dropped, in the same transaction, and reading it costs no look into the
+/// dropped, in the same transaction (an entity's batch counts one with no
+/// row: its `has_run` reads true here and false on SQLite, which looks at
+/// the journal; only a resume reads it, and an entity resumed as Pending
+/// rests as Running again at its next look), and reading it costs no look into the
 /// journal (a look a plan made while the journal was small does by scanning
 /// all of it).
 pub(super) fn loaded(row: &PgRow) -> Result<Loaded, StoreError> {

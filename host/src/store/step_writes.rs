@@ -379,6 +379,68 @@ async fn an_episode_whose_instance_moved_on_or_whose_child_exists_is_decided_on_
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_batch_decided_before_another_committed_is_refused_and_a_start_keeps_a_held_id(
+) -> Result<(), StoreError> {
+    use crate::core::sdk_entities;
+    for (store, _dir) in stores().await? {
+        let kind = store.kind();
+        let Some(entity) = sdk_entities::new_instance("@counter@k") else {
+            panic!("an entity id");
+        };
+        store.start(entity.clone()).await?;
+        let execution = store
+            .load(&entity.id)
+            .await?
+            .map_or(0, |l| l.state.execution);
+        let on = Target {
+            id: entity.id.clone(),
+            execution,
+            name: entity.name.clone(),
+            digest: entity.digest.clone(),
+        };
+        let batch = |state: &str| {
+            vec![
+                Effect::SetStatus {
+                    status: RuntimeStatus::Running,
+                    output: Some(state.to_string()),
+                    custom_status: None,
+                },
+                Effect::Stepped,
+            ]
+        };
+        // Two batches decided on one state (no journal row between them):
+        // the second, stale, is refused, and the state is the first's.
+        assert!(store
+            .commit_episode(on.clone(), 0, batch("1"))
+            .await?
+            .is_some());
+        let stale = store.commit_episode(on.clone(), 0, batch("7")).await?;
+        assert!(stale.is_none(), "a stale batch is refused on {kind:?}");
+        let output = store.instance(&entity.id).await?.and_then(|r| r.output);
+        assert_eq!(output.as_deref(), Some("1"), "on {kind:?}");
+        assert!(store
+            .commit_episode(on.clone(), 1, batch("2"))
+            .await?
+            .is_some());
+
+        // A start whose id a running instance holds leaves that one be; the
+        // batch that asked for it commits.
+        running(&store, "held").await?;
+        let mut start = new("held");
+        start.name = "other".into();
+        let mut effects = batch("3");
+        effects.push(Effect::Start(start));
+        effects.push(Effect::Start(new("fresh")));
+        assert!(store.commit_episode(on, 2, effects).await?.is_some());
+        let held = store.instance("held").await?.map(|r| r.name);
+        assert_eq!(held.as_deref(), Some("o"), "on {kind:?}");
+        assert!(store.instance("fresh").await?.is_some(), "on {kind:?}");
+        store.close().await;
+    }
+    Ok(())
+}
+
 /// Episodes written under their fence so far (PostgreSQL).
 fn counted() -> u64 {
     crate::store::postgres_batch::counts::FENCED.load(std::sync::atomic::Ordering::Relaxed)

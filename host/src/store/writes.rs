@@ -17,6 +17,7 @@ use crate::core::fence::{self, EpisodeFence, InstanceHolder};
 use crate::core::lifecycle::task_done::{self, Attempt};
 use crate::core::lifecycle::{self, Change, Command, Decision, Reply, TaskFate};
 use crate::core::limits::{LimitError, Limits};
+use crate::core::sdk_entities;
 
 pub(super) async fn write_one(
     tx: &mut (impl Tx + RunTx),
@@ -177,7 +178,21 @@ pub(super) async fn write_durable(
         Write::Manage { instance, op } => {
             let current = tx.load(&instance).await?;
             let state = current.as_ref().map(|c| &c.state);
-            let decision = lifecycle::decide(state, Command::Manage(&op));
+            let mut decision = lifecycle::decide(state, Command::Manage(&op));
+            // An entity that ends tells the callers of the operations
+            // still queued at it: none is left waiting for a result.
+            if let (Some(entity), lifecycle::Operation::Terminate { .. }) = (&current, &op) {
+                if entity.digest == sdk_entities::DIGEST
+                    && decision.reply == Reply::Change(Change::Done)
+                {
+                    let queued = tx.inbox(&instance).await?;
+                    decision.effects.extend(sdk_entities::callers_of_queued(
+                        &instance,
+                        queued.iter().map(|row| &row.event),
+                        "it was terminated",
+                    ));
+                }
+            }
             let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
             Ok(Written::Manage(change, applied))
         }

@@ -45,9 +45,14 @@ pub fn evolve<'a>(state: &mut InstanceState, effect: &'a Effect) -> Evolved<'a> 
                 Evolved::Unchanged
             }
         }
+        Effect::Stepped => {
+            state.history = state.history.plus(1, 0);
+            Evolved::Unchanged
+        }
         Effect::NewExecution { .. } | Effect::Purge | Effect::DropPending => Evolved::Over,
         Effect::ScheduleTask { .. }
         | Effect::Create(_)
+        | Effect::Start(_)
         | Effect::ArmTimer { .. }
         | Effect::Deliver { .. }
         | Effect::NotifyParent { .. }

@@ -4,15 +4,18 @@
 
 use super::convert::{millis, timestamp};
 use super::proto::{
-    history_event, orchestrator_action, send_entity_message_action, CompleteOrchestrationAction,
-    EntityOperationCalledEvent, EntityOperationCompletedEvent, EntityOperationFailedEvent,
-    EntityOperationSignaledEvent, EventRaisedEvent, ExecutionStartedEvent, HistoryEvent,
-    OrchestrationInstance, OrchestrationStatus, OrchestratorAction, OrchestratorStartedEvent,
-    ParentInstanceInfo, SubOrchestrationInstanceCompletedEvent,
-    SubOrchestrationInstanceCreatedEvent, SubOrchestrationInstanceFailedEvent, TaskCompletedEvent,
-    TaskFailedEvent, TaskFailureDetails, TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
+    history_event, operation_action, orchestrator_action, send_entity_message_action,
+    CompleteOrchestrationAction, EntityOperationCalledEvent, EntityOperationCompletedEvent,
+    EntityOperationFailedEvent, EntityOperationSignaledEvent, EventRaisedEvent,
+    ExecutionStartedEvent, HistoryEvent, OperationAction, OrchestrationInstance,
+    OrchestrationStatus, OrchestratorAction, OrchestratorStartedEvent, ParentInstanceInfo,
+    SubOrchestrationInstanceCompletedEvent, SubOrchestrationInstanceCreatedEvent,
+    SubOrchestrationInstanceFailedEvent, TaskCompletedEvent, TaskFailedEvent, TaskFailureDetails,
+    TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
 };
+use crate::core::journal::EntityCall;
 use crate::core::sdk_actions::{Action, Completion};
+use crate::core::sdk_entities::EntityAction;
 use crate::core::sdk_history::{self, EntityMessage, Kind};
 
 /// The failure type an engine failure (a wasm activity's, a child's) carries:
@@ -194,6 +197,7 @@ pub(super) fn action_of(action: OrchestratorAction) -> Action {
 
 fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> Action {
     use send_entity_message_action::EntityMessageType as Message;
+    let later = later_than_now();
     let input = |input: Option<String>| match json("entity operation input", input) {
         Ok(text) if text == "null" => Ok(None),
         Ok(text) => Ok(Some(text)),
@@ -212,6 +216,9 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
             },
             Err(why) => Action::Invalid(why),
         },
+        Some(Message::EntityOperationSignaled(signal)) if later(signal.scheduled_time.as_ref()) => {
+            Action::Unsupported("a scheduled entity signal".into())
+        }
         Some(Message::EntityOperationSignaled(signal)) => match input(signal.input) {
             Ok(input) => Action::SignalEntity {
                 id,
@@ -229,6 +236,64 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
         }
         None => Action::Unsupported("an entity message of a kind this host does not know".into()),
     }
+}
+
+/// What an entity batch's operations asked for besides their results, in
+/// the engine's terms. A signal or start this host cannot carry out (one
+/// scheduled for later, an input that is not JSON) is kept as invalid:
+/// the batch then fails as a whole, its callers told why.
+pub(super) fn entity_actions_of(actions: Vec<OperationAction>) -> Vec<EntityAction> {
+    use operation_action::OperationActionType as Type;
+    let later = later_than_now();
+    actions
+        .into_iter()
+        .map(|action| match action.operation_action_type {
+            Some(Type::SendSignal(signal)) if later(signal.scheduled_time.as_ref()) => {
+                EntityAction::Invalid(format!(
+                    "its operation signalled '{}' for later: scheduled signals are not served",
+                    signal.instance_id
+                ))
+            }
+            Some(Type::SendSignal(signal)) => match json("entity operation input", signal.input) {
+                Ok(input) => EntityAction::Signal(EntityCall {
+                    entity: signal.instance_id,
+                    operation: signal.name,
+                    input: (input != "null").then_some(input),
+                    request_id: uuid::Uuid::new_v4().to_string(),
+                }),
+                Err(why) => EntityAction::Invalid(why),
+            },
+            Some(Type::StartNewOrchestration(start)) if later(start.scheduled_time.as_ref()) => {
+                EntityAction::Invalid(format!(
+                    "its operation started '{}' for later: scheduled starts are not served",
+                    start.name
+                ))
+            }
+            Some(Type::StartNewOrchestration(start)) => {
+                match json("orchestration input", start.input) {
+                    Ok(input) => EntityAction::Start {
+                        instance_id: match start.instance_id {
+                            id if id.is_empty() => uuid::Uuid::new_v4().simple().to_string(),
+                            id => id,
+                        },
+                        name: start.name,
+                        input,
+                    },
+                    Err(why) => EntityAction::Invalid(why),
+                }
+            }
+            None => EntityAction::Invalid(
+                "its operation asked for an action of a kind this host does not know".into(),
+            ),
+        })
+        .collect()
+}
+
+/// Whether a time a worker gave is later than now: a second of slack, so
+/// that a time it stamped as "now" is not.
+fn later_than_now() -> impl Fn(Option<&prost_types::Timestamp>) -> bool {
+    let now = millis(&prost_types::Timestamp::from(std::time::SystemTime::now()));
+    move |at| at.is_some_and(|at| millis(at) > now.saturating_add(1000))
 }
 
 fn completion_of(done: CompleteOrchestrationAction) -> Action {

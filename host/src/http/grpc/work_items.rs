@@ -1,8 +1,8 @@
 //! SDK workers: the `GetWorkItems` stream a worker holds open, and the
 //! answers it sends back for each item (`CompleteOrchestratorTask`,
-//! `CompleteActivityTask`, `AbandonTask*WorkItem`). Workers run the
-//! episodes of SDK orchestrations and activities; entities are not
-//! dispatched yet.
+//! `CompleteActivityTask`, `CompleteEntityTask`, `AbandonTask*WorkItem`).
+//! Workers run the episodes of SDK orchestrations, activities and batches
+//! of entity operations.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -206,7 +206,15 @@ pub(super) fn complete_entities(workers: &SdkWorkers, result: EntityBatchResult)
         Some(state) => StateAfter::Set(state),
         None => StateAfter::Deleted,
     };
-    let batch = BatchResult { results, state };
+    let actions = match whole_failed {
+        true => Vec::new(),
+        false => super::history::entity_actions_of(result.actions),
+    };
+    let batch = BatchResult {
+        results,
+        state,
+        actions,
+    };
     if !workers.answer(&result.completion_token, Reply::Entity(batch)) {
         tracing::debug!("an SDK worker answered an entity batch nothing waits for");
     }
