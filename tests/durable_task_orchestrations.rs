@@ -196,6 +196,22 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     assert_eq!(step("purged")["deleted"], json!(1));
     assert_eq!(step("purged")["after"], json!(true));
     assert_eq!(step("purge unknown")["deleted"], json!(0));
+    // A recursive terminate stops the whole tree, SDK and wasm children at
+    // every depth; a recursive purge deletes it.
+    let felled = step("tree terminated");
+    assert_eq!(felled["tree"]["status"], "TERMINATED", "{felled}");
+    assert_eq!(
+        felled["below"],
+        json!([
+            [0, "sdk_tree", "TERMINATED"],
+            [2, "sdk_nest", "TERMINATED"],
+            [4, "sdk_waiter", "TERMINATED"],
+            [4, "wait_event", "TERMINATED"]
+        ]),
+        "{felled}"
+    );
+    assert_eq!(step("tree purged")["deleted"], json!(4), "{steps:?}");
+    assert_eq!(step("tree purged")["left"], json!([]), "{steps:?}");
 
     // SDK instances are the hub's instances: the management API shows them.
     let (code, seq) = crate::support::durable::status(&host, "sdk-seq").await;

@@ -166,6 +166,18 @@ def sdk_calls_sleepy(ctx, key):
         return f"failed: {e.details.message}"
 
 
+def sdk_nest(ctx, _):
+    # Two children that wait for good: an SDK one and a wasm one.
+    yield task.when_all([ctx.call_sub_orchestrator(sdk_waiter),
+                         ctx.call_sub_orchestrator("wait_event", input=None)])
+    return "unreachable"
+
+
+def sdk_tree(ctx, _):
+    yield ctx.call_sub_orchestrator(sdk_nest)
+    return "unreachable"
+
+
 def py_big(ctx, size):
     return "x" * size
 
@@ -185,7 +197,7 @@ if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
                              sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
-                             sdk_calls_sleepy, sdk_big):
+                             sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest):
             w.add_orchestrator(orchestrator)
         for entity in (Counter, Relay, Sleepy):
             w.add_entity(entity)
@@ -324,3 +336,19 @@ say("query", ids=sorted(s.instance_id for s in states if s.instance_id.startswit
 purged = c.purge_orchestration(stuck)
 say("purged", deleted=purged.deleted_instance_count, after=c.get_orchestration_state(stuck) is None)
 say("purge unknown", deleted=c.purge_orchestration("sdk-never").deleted_instance_count)
+
+# A tree of sub-orchestrations (SDK and wasm, two deep): a terminate stops
+# them all and a purge deletes them all, recursive as the SDK's defaults.
+tree = c.schedule_new_orchestration(sdk_tree, instance_id="sdk-tree")
+deadline = time.time() + 60
+while len(c.get_all_orchestration_states()) and time.time() < deadline:
+    below = [s for s in c.get_all_orchestration_states() if s.instance_id.startswith("sdk-tree:")]
+    if len(below) == 3 and all(s.runtime_status.name == "RUNNING" for s in below):
+        break
+    time.sleep(0.1)
+c.terminate_orchestration(tree, output="felled")
+below = lambda: sorted((s.instance_id.count(":"), s.name, s.runtime_status.name)
+                       for s in c.get_all_orchestration_states()
+                       if s.instance_id.startswith("sdk-tree"))
+say("tree terminated", tree=done(tree), below=below())
+say("tree purged", deleted=c.purge_orchestration(tree).deleted_instance_count, left=below())

@@ -5,11 +5,15 @@
 use std::sync::Arc;
 
 use super::{DurableError, Orchestrator};
+use crate::core::instance::RuntimeStatus;
 use crate::core::journal::Entry;
 use crate::core::lifecycle::Change;
 use crate::store::{
     InstanceFilter, InstanceRecord, Operation, PendingCall, RunRecord, VersionInUse,
 };
+
+/// Most sub-orchestrations one recursive terminate or purge walks.
+const TREE: usize = 10_000;
 
 /// An instance and, when asked for, what it did.
 #[derive(Debug)]
@@ -136,6 +140,75 @@ impl Orchestrator {
         let (change, applied) = self.raise(id, event, payload).await?;
         self.dispatch(applied);
         DurableError::refused(change?, id, false)
+    }
+
+    /// Terminates `id`, then every sub-orchestration under it not ended
+    /// yet (the parent first, so that it does not take their ends for
+    /// news). At most [`TREE`] instances are looked at.
+    pub async fn terminate_tree(
+        self: &Arc<Self>,
+        id: &str,
+        reason: &str,
+    ) -> Result<(), DurableError> {
+        let terminate = || Operation::Terminate {
+            reason: reason.to_string(),
+        };
+        self.manage(id, terminate()).await?;
+        for (child, status) in self.descendants(id).await? {
+            if status.is_finished() {
+                continue;
+            }
+            match self.manage(&child, terminate()).await {
+                // It ended meanwhile, or went: nothing to stop.
+                Ok(())
+                | Err(DurableError::InstanceNotFound(_) | DurableError::InstanceFinished(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Purges `id` and every finished sub-orchestration under it; how many
+    /// were deleted. One still running (left by a terminate that was not
+    /// recursive) stays, with a word.
+    pub async fn purge_tree(self: &Arc<Self>, id: &str) -> Result<u64, DurableError> {
+        // Read before the parent goes: the children name it.
+        let descendants = self.descendants(id).await?;
+        self.manage(id, Operation::Purge).await?;
+        let mut deleted = 1;
+        for (child, status) in descendants {
+            if !status.is_finished() {
+                tracing::info!(instance_id = %child, parent = id, "a sub-orchestration still running is not purged with its parent");
+                continue;
+            }
+            match self.manage(&child, Operation::Purge).await {
+                Ok(()) => deleted += 1,
+                Err(DurableError::InstanceNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The sub-orchestrations under `id`, at any depth, parents before
+    /// their children; at most [`TREE`].
+    async fn descendants(&self, id: &str) -> Result<Vec<(String, RuntimeStatus)>, DurableError> {
+        let mut found = Vec::new();
+        let mut next = 0;
+        let mut parent = id.to_string();
+        loop {
+            for child in self.store.children(&parent).await? {
+                if found.len() >= TREE {
+                    return Err(DurableError::TooManyDescendants(id.to_string(), TREE));
+                }
+                found.push(child);
+            }
+            let Some((child, _)) = found.get(next) else {
+                return Ok(found);
+            };
+            parent = child.clone();
+            next += 1;
+        }
     }
 
     /// Suspend, resume, terminate or purge an instance.

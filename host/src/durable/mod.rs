@@ -59,6 +59,10 @@ pub enum DurableError {
     /// it): raised from outside it could forge a task's result.
     #[error("event name '{0}' is reserved for entity operations: signal the entity instead")]
     ReservedEvent(String),
+    /// A recursive terminate or purge reached more sub-orchestrations than
+    /// one call walks.
+    #[error("instance '{0}' has more than {1} sub-orchestrations under it: terminate or purge them in parts")]
+    TooManyDescendants(String, usize),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

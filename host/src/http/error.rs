@@ -196,6 +196,9 @@ impl From<DurableError> for ApiError {
             DurableError::InstanceFinished(_) => {
                 Self::new(StatusCode::GONE, "instance_finished", message)
             }
+            DurableError::TooManyDescendants(..) => {
+                Self::new(StatusCode::CONFLICT, "too_many_descendants", message)
+            }
             DurableError::InvalidState(_) => {
                 Self::new(StatusCode::CONFLICT, "invalid_state", message)
             }

@@ -176,8 +176,16 @@ impl TaskHubSidecarService for Sidecar {
             .output
             .as_deref()
             .map_or_else(|| "terminated".to_string(), text_of);
-        self.manage(&request.instance_id, Operation::Terminate { reason })
-            .await?;
+        if request.recursive {
+            // The SDKs' default: the sub-orchestrations under it stop too.
+            self.orchestrator
+                .terminate_tree(&request.instance_id, &reason)
+                .await
+                .map_err(refusal)?;
+        } else {
+            self.manage(&request.instance_id, Operation::Terminate { reason })
+                .await?;
+        }
         Ok(Response::new(TerminateResponse {}))
     }
 

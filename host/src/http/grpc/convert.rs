@@ -159,7 +159,8 @@ pub(super) fn refusal(error: DurableError) -> Status {
         DurableError::AlreadyExists(_) => Status::already_exists(message),
         DurableError::InstanceFinished(_)
         | DurableError::InvalidState(_)
-        | DurableError::InstanceRunning(_) => Status::failed_precondition(message),
+        | DurableError::InstanceRunning(_)
+        | DurableError::TooManyDescendants(..) => Status::failed_precondition(message),
         DurableError::Store(e) => {
             tracing::error!(error = %e, "a Durable Task call failed on the store");
             Status::unavailable(format!("the store failed: {e}"))

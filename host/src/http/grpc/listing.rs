@@ -77,8 +77,9 @@ pub(super) async fn purge(
     orchestrator: &Arc<Orchestrator>,
     request: PurgeInstancesRequest,
 ) -> Result<Response<PurgeInstancesResponse>, Status> {
+    let recursive = request.recursive;
     let (deleted, complete) = match request.request {
-        Some(PurgeTarget::InstanceId(id)) => (purge_one(orchestrator, &id).await?, true),
+        Some(PurgeTarget::InstanceId(id)) => (purge_one(orchestrator, &id, recursive).await?, true),
         Some(PurgeTarget::InstanceBatch(batch)) => {
             if batch.instance_ids.len() > BATCH {
                 return Err(Status::invalid_argument(format!(
@@ -88,7 +89,7 @@ pub(super) async fn purge(
             }
             let mut deleted = 0;
             for id in &batch.instance_ids {
-                deleted += purge_one(orchestrator, id).await?;
+                deleted += purge_one(orchestrator, id, recursive).await?;
             }
             (deleted, true)
         }
@@ -122,11 +123,20 @@ pub(super) async fn purge(
     }))
 }
 
-/// Purges one finished instance: 1, or 0 when there is none of that id
+/// Purges one finished instance (with `recursive`, its finished
+/// sub-orchestrations too): how many went, 0 when there is none of that id
 /// (as the SDKs expect of a purge); a running one is refused.
-async fn purge_one(orchestrator: &Arc<Orchestrator>, id: &str) -> Result<u64, Status> {
-    match orchestrator.manage(id, Operation::Purge).await {
-        Ok(()) => Ok(1),
+async fn purge_one(
+    orchestrator: &Arc<Orchestrator>,
+    id: &str,
+    recursive: bool,
+) -> Result<u64, Status> {
+    let purged = match recursive {
+        true => orchestrator.purge_tree(id).await,
+        false => orchestrator.manage(id, Operation::Purge).await.map(|()| 1),
+    };
+    match purged {
+        Ok(deleted) => Ok(deleted),
         Err(DurableError::InstanceNotFound(_)) => Ok(0),
         Err(e) => Err(refusal(e)),
     }
