@@ -212,6 +212,9 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     );
     assert_eq!(step("tree purged")["deleted"], json!(4), "{steps:?}");
     assert_eq!(step("tree purged")["left"], json!([]), "{steps:?}");
+    // Forty entity batches waiting on their worker hold none of the 32
+    // episode slots: a wasm orchestration behind them completes.
+    assert_eq!(step("crowd")["wasm"], "COMPLETED", "{steps:?}");
 
     // SDK instances are the hub's instances: the management API shows them.
     let (code, seq) = crate::support::durable::status(&host, "sdk-seq").await;

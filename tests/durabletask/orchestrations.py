@@ -352,3 +352,17 @@ below = lambda: sorted((s.instance_id.count(":"), s.name, s.runtime_status.name)
                        if s.instance_id.startswith("sdk-tree"))
 say("tree terminated", tree=done(tree), below=below())
 say("tree purged", deleted=c.purge_orchestration(tree).deleted_instance_count, left=below())
+
+# More slow entity batches than the engine runs episodes at once (32): they
+# wait for their worker without holding the engine's slots, so a wasm
+# orchestration started behind them completes while they wait.
+crowd = os.path.join(tempfile.mkdtemp(), "wake")
+for i in range(40):
+    c.signal_entity(entities.EntityInstanceId("sleepy", f"crowd-{i}"), "nap", input=crowd)
+time.sleep(1)
+begun = time.time()
+behind = c.schedule_new_orchestration("sequence", input={"n": 2}, instance_id="wasm-behind-crowd")
+state = c.wait_for_orchestration_completion(behind, timeout=30)
+waited = round(time.time() - begun, 1)
+open(crowd, "w").close()
+say("crowd", wasm=state.runtime_status.name if state else None, waited=waited)

@@ -9,7 +9,6 @@ use super::hot::HotInstance;
 use super::in_flight::InHand;
 use super::Orchestrator;
 use crate::core::effects::Effect;
-use crate::core::instance::InstanceState;
 use crate::core::instance::RuntimeStatus;
 use crate::core::instance::Size;
 use crate::core::journal::Entry;
@@ -26,15 +25,23 @@ use crate::store::{
 };
 use crate::wasm::LoadedComponent;
 
+use super::episode_slot::Slot;
+
 /// Runs an episode if the instance has work; returns what to dispatch.
-pub async fn run(orchestrator: &Orchestrator, id: &str) -> Result<Applied, StoreError> {
+pub async fn run(
+    orchestrator: &Orchestrator,
+    id: &str,
+    slot: &Slot,
+) -> Result<Applied, StoreError> {
     // A hot image made stale by a management operation is refused by the
     // commit, and one with nothing to do is not trusted: the episode then
     // runs once more on the store's state.
-    if let Some(applied) = run_once(orchestrator, id, true).await? {
+    if let Some(applied) = run_once(orchestrator, id, true, slot).await? {
         return Ok(applied);
     }
-    Ok(run_once(orchestrator, id, false).await?.unwrap_or_default())
+    Ok(run_once(orchestrator, id, false, slot)
+        .await?
+        .unwrap_or_default())
 }
 
 /// Runs the instance's episode on a task's result in hand, when the
@@ -46,6 +53,7 @@ pub async fn run_on_result(
     orchestrator: &Orchestrator,
     id: &str,
     in_hand: InHand,
+    slot: &Slot,
 ) -> Result<Applied, StoreError> {
     let InHand {
         attempt,
@@ -53,7 +61,7 @@ pub async fn run_on_result(
         running,
     } = in_hand;
     let arriving = Arriving::Result { attempt, result };
-    let taken = match run_taking(orchestrator, id, &arriving).await {
+    let taken = match run_taking(orchestrator, id, &arriving, slot).await {
         Ok(taken) => taken,
         // The result is not lost with the episode (its task would run
         // again): it is stored alone. Storing it twice is harmless, should
@@ -97,6 +105,7 @@ pub async fn run_on_results(
     orchestrator: &Orchestrator,
     id: &str,
     held: Vec<InHand>,
+    slot: &Slot,
 ) -> Result<Applied, StoreError> {
     let limits = orchestrator.config.limits.clone();
     let (writes, running): (Vec<_>, Vec<_>) = held
@@ -116,7 +125,7 @@ pub async fn run_on_results(
             .wake
             .extend(done.wake.into_iter().filter(|w| w != id));
     }
-    let ran = run(orchestrator, id).await?;
+    let ran = run(orchestrator, id, slot).await?;
     applied.tasks.extend(ran.tasks);
     applied.wake.extend(ran.wake);
     Ok(applied)
@@ -131,12 +140,13 @@ pub async fn raise_on(
     id: &str,
     name: &str,
     payload: &str,
+    slot: &Slot,
 ) -> Result<(Result<Change, LimitError>, Applied), StoreError> {
     let arriving = Arriving::Event {
         name: name.to_string(),
         payload: payload.to_string(),
     };
-    match run_taking(orchestrator, id, &arriving).await? {
+    match run_taking(orchestrator, id, &arriving, slot).await? {
         Some(ArrivalWritten::WithEpisode(applied)) => Ok((Ok(Change::Done), applied)),
         Some(ArrivalWritten::Event(change, applied)) => Ok((change, applied)),
         Some(ArrivalWritten::Result(..)) => {
@@ -155,6 +165,7 @@ async fn run_taking(
     orchestrator: &Orchestrator,
     id: &str,
     arriving: &Arriving,
+    slot: &Slot,
 ) -> Result<Option<ArrivalWritten>, StoreError> {
     let mut claim = orchestrator.hot.claim(id);
     let Some(mut hot) = claim.image.take() else {
@@ -188,7 +199,7 @@ async fn run_taking(
         .collect();
     let arrivals = hot.inbox.iter().map(InboxRow::arrival).collect();
     let sorted = arrivals::decide(&state, arrivals, now);
-    let decided = decide_by_code(orchestrator, id, &hot, &state, sorted, &parked, now).await?;
+    let decided = decide_by_code(orchestrator, id, &hot, sorted, &parked, now, slot).await?;
     let taken = decided.as_deref().is_some_and(in_hand::taken);
     let Some(effects) = decided.filter(|_| taken) else {
         // The code left the arrival for later: it is stored as any other.
@@ -234,6 +245,7 @@ async fn run_once(
     orchestrator: &Orchestrator,
     id: &str,
     use_hot: bool,
+    slot: &Slot,
 ) -> Result<Option<Applied>, StoreError> {
     let store = &orchestrator.store;
     // A hot instance is held by this episode alone (one episode per instance
@@ -327,8 +339,7 @@ async fn run_once(
             None => Some(Applied::default()),
         });
     }
-    let Some(effects) =
-        decide_by_code(orchestrator, id, &hot, &state, sorted, &parked, now).await?
+    let Some(effects) = decide_by_code(orchestrator, id, &hot, sorted, &parked, now, slot).await?
     else {
         return Ok(Some(Applied::default()));
     };
@@ -367,17 +378,18 @@ async fn decide_by_code(
     orchestrator: &Orchestrator,
     id: &str,
     hot: &HotInstance,
-    state: &InstanceState,
     sorted: Sorted,
     parked: &HashSet<i64>,
     now: i64,
+    slot: &Slot,
 ) -> Result<Option<Vec<Effect>>, StoreError> {
+    let state = &hot.loaded.state;
     if hot.loaded.digest == crate::core::sdk_entities::DIGEST {
-        return super::sdk_entity::decide(orchestrator, id, &hot.loaded.name, sorted).await;
+        return super::sdk_entity::decide(orchestrator, id, &hot.loaded.name, sorted, slot).await;
     }
     if hot.loaded.digest == crate::core::sdk_history::DIGEST {
         return Ok(
-            super::sdk_episode::decide(orchestrator, id, hot, state, sorted, parked, now).await,
+            super::sdk_episode::decide(orchestrator, id, hot, sorted, parked, now, slot).await,
         );
     }
     let mut calls = Vec::with_capacity(hot.journal.len());

@@ -12,6 +12,7 @@
 mod agent_session;
 mod answers;
 mod episode;
+mod episode_slot;
 mod hot;
 mod in_flight;
 mod orchestrator;

@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::episode_slot::Slot;
 use super::hot::HotInstances;
 use super::in_flight::{InHand, ResultsInHand, TaskRunning, TasksInFlight};
 use super::tasks::{self, Outcome};
@@ -61,7 +62,7 @@ pub struct Orchestrator {
     results_in_hand: ResultsInHand,
     /// Bounds episodes running at once, so a burst of thousands of instances
     /// queues here rather than in the store's connection pool.
-    pub(super) episodes: tokio::sync::Semaphore,
+    pub(super) episodes: Arc<tokio::sync::Semaphore>,
     wake: Notify,
     pub(super) stopping: CancellationToken,
     tracker: TaskTracker,
@@ -95,7 +96,7 @@ impl Orchestrator {
             config,
             tasks_in_flight: TasksInFlight::default(),
             results_in_hand: ResultsInHand::default(),
-            episodes: tokio::sync::Semaphore::new(MAX_CONCURRENT_EPISODES),
+            episodes: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_EPISODES)),
             wake: Notify::new(),
             stopping: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -268,16 +269,19 @@ impl Orchestrator {
                 // Boxed: an instance queued for a permit then costs a small
                 // task, not the whole episode's state (a burst of 100,000
                 // starts queues 100,000 of them).
-                let ran = match this.episodes.acquire().await {
-                    Ok(_permit) => {
+                let ran = match this.episodes.clone().acquire_owned().await {
+                    Ok(permit) => {
+                        let slot = Slot::held(permit);
                         let mut held = this.results_in_hand.take(&id);
                         match held.len() {
-                            0 => Box::pin(episode::run(&this, &id)).await,
+                            0 => Box::pin(episode::run(&this, &id, &slot)).await,
                             1 => match held.pop() {
-                                Some(one) => Box::pin(episode::run_on_result(&this, &id, one)).await,
+                                Some(one) => {
+                                    Box::pin(episode::run_on_result(&this, &id, one, &slot)).await
+                                }
                                 None => Ok(Applied::default()),
                             },
-                            _ => Box::pin(episode::run_on_results(&this, &id, held)).await,
+                            _ => Box::pin(episode::run_on_results(&this, &id, held, &slot)).await,
                         }
                     }
                     Err(_) => return,
@@ -438,8 +442,8 @@ impl Orchestrator {
         {
             return self.store.raise(id, event, payload, limits).await;
         }
-        let raised = match self.episodes.acquire().await {
-            Ok(_permit) => episode::raise_on(self, id, event, payload).await,
+        let raised = match self.episodes.clone().acquire_owned().await {
+            Ok(permit) => episode::raise_on(self, id, event, payload, &Slot::held(permit)).await,
             Err(_) => self.store.raise(id, event, payload, limits).await,
         };
         // Whatever arrived meanwhile is the instance's worker's.

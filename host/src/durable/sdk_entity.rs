@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use super::agent_session::AgentSession;
+use super::episode_slot::Slot;
 use super::sdk_episode::MESSAGE_LIMIT;
 use super::Orchestrator;
 use crate::core::dafx;
@@ -28,6 +29,7 @@ pub(super) async fn decide(
     id: &str,
     name: &str,
     sorted: Sorted,
+    slot: &Slot,
 ) -> Result<Option<Vec<Effect>>, StoreError> {
     // The state the last batch left (the instance's output).
     let state = orchestrator
@@ -107,6 +109,9 @@ pub(super) async fn decide(
         }
         return Ok(Some(effects));
     }
+    // What remains is a wait for the batch's answer (a model may be asked)
+    // and a commit: other instances' episodes run meanwhile.
+    slot.give_up();
     if let Some(agent) = here {
         let key = sdk_entities::parse_entity_id(id).map_or("", |(_, key)| key);
         let session = AgentSession { agent, key };

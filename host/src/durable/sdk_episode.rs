@@ -4,13 +4,13 @@
 //! as it does a wasm episode's calls (one commit, the same leases, fences,
 //! limits and metrics).
 
+use super::episode_slot::Slot;
 use std::collections::HashSet;
 use std::time::Duration;
 
 use super::hot::HotInstance;
 use super::Orchestrator;
 use crate::core::effects::Effect;
-use crate::core::instance::InstanceState;
 use crate::core::journal::{Call, Entry};
 use crate::core::lifecycle::arrivals::Sorted;
 use crate::core::lifecycle::episode_end::Ending;
@@ -67,11 +67,12 @@ pub(super) async fn decide(
     orchestrator: &Orchestrator,
     id: &str,
     hot: &HotInstance,
-    state: &InstanceState,
     sorted: Sorted,
     parked: &HashSet<i64>,
     now: i64,
+    slot: &Slot,
 ) -> Option<Vec<Effect>> {
+    let state = &hot.loaded.state;
     let name = &hot.loaded.name;
     let started = Started {
         name: name.clone(),
@@ -102,6 +103,9 @@ pub(super) async fn decide(
             carryover: Vec::new(),
         }
     } else {
+        // What remains is a wait for the worker and a commit: other
+        // instances' episodes run meanwhile.
+        slot.give_up();
         let answer = answer_of(orchestrator, id, name, item).await?;
         sdk_actions::decide(&hot.journal, answer)
     };
