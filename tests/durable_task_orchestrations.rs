@@ -197,16 +197,17 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     assert_eq!(step("purged")["after"], json!(true));
     assert_eq!(step("purge unknown")["deleted"], json!(0));
     // A recursive terminate stops the whole tree, SDK and wasm children at
-    // every depth; a recursive purge deletes it.
+    // every depth; a recursive purge deletes it. Each child has the id its
+    // worker named: the code's choice, else the SDK's `{parent}:{task}`.
     let felled = step("tree terminated");
     assert_eq!(felled["tree"]["status"], "TERMINATED", "{felled}");
     assert_eq!(
         felled["below"],
         json!([
-            [0, "sdk_tree", "TERMINATED"],
-            [2, "sdk_nest", "TERMINATED"],
-            [4, "sdk_waiter", "TERMINATED"],
-            [4, "wait_event", "TERMINATED"]
+            ["sdk-tree", "sdk_tree", "TERMINATED"],
+            ["sdk-tree-nest", "sdk_nest", "TERMINATED"],
+            ["sdk-tree-nest:0001", "sdk_waiter", "TERMINATED"],
+            ["sdk-tree-nest:0002", "wait_event", "TERMINATED"]
         ]),
         "{felled}"
     );

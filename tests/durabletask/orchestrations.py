@@ -174,7 +174,8 @@ def sdk_nest(ctx, _):
 
 
 def sdk_tree(ctx, _):
-    yield ctx.call_sub_orchestrator(sdk_nest)
+    # A child whose id the code chose; its own children get the SDK's.
+    yield ctx.call_sub_orchestrator(sdk_nest, instance_id=f"{ctx.instance_id}-nest")
     return "unreachable"
 
 
@@ -337,17 +338,19 @@ purged = c.purge_orchestration(stuck)
 say("purged", deleted=purged.deleted_instance_count, after=c.get_orchestration_state(stuck) is None)
 say("purge unknown", deleted=c.purge_orchestration("sdk-never").deleted_instance_count)
 
-# A tree of sub-orchestrations (SDK and wasm, two deep): a terminate stops
-# them all and a purge deletes them all, recursive as the SDK's defaults.
+# A tree of sub-orchestrations (SDK and wasm, two deep, ids chosen by the
+# code and by the SDK): a terminate stops them all and a purge deletes them
+# all, recursive as the SDK's defaults.
 tree = c.schedule_new_orchestration(sdk_tree, instance_id="sdk-tree")
 deadline = time.time() + 60
 while len(c.get_all_orchestration_states()) and time.time() < deadline:
-    below = [s for s in c.get_all_orchestration_states() if s.instance_id.startswith("sdk-tree:")]
+    below = [s for s in c.get_all_orchestration_states()
+             if s.instance_id.startswith("sdk-tree") and s.instance_id != "sdk-tree"]
     if len(below) == 3 and all(s.runtime_status.name == "RUNNING" for s in below):
         break
     time.sleep(0.1)
 c.terminate_orchestration(tree, output="felled")
-below = lambda: sorted((s.instance_id.count(":"), s.name, s.runtime_status.name)
+below = lambda: sorted((s.instance_id, s.name, s.runtime_status.name)
                        for s in c.get_all_orchestration_states()
                        if s.instance_id.startswith("sdk-tree"))
 say("tree terminated", tree=done(tree), below=below())

@@ -36,6 +36,11 @@ pub enum Call {
     CallOrchestration {
         name: String,
         input: String,
+        /// The child's id when its caller chose it (a Durable Task SDK
+        /// worker does); else the engine's, `{parent}:{execution}:{task}`.
+        /// Absent from journals written before it was.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
     },
     StartTimer {
         fire_at: u64,
@@ -197,7 +202,9 @@ impl Call {
                 context_id,
                 ..
             } => card_url.len() + message.len() + context_id.as_ref().map_or(0, String::len),
-            Call::CallOrchestration { name, input } => name.len() + input.len(),
+            Call::CallOrchestration { name, input, id } => {
+                name.len() + input.len() + id.as_ref().map_or(0, String::len)
+            }
             Call::WaitForEvent { name } => name.len(),
             Call::NewGuid { value } | Call::NewSession { value, .. } => value.len(),
             Call::SetCustomStatus { status } => status.len(),

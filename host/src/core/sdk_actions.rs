@@ -24,6 +24,8 @@ pub enum Action {
         id: i32,
         name: String,
         input: String,
+        /// The child's id, as the worker named it.
+        instance_id: Option<String>,
     },
     /// `call_entity`: its result comes back to the orchestration.
     CallEntity {
@@ -106,9 +108,27 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                     fire_at: u64::try_from(fire_at).unwrap_or(0),
                 });
             }
-            Action::CreateSubOrchestration { id, name, input } => {
+            Action::CreateSubOrchestration {
+                id,
+                name,
+                input,
+                instance_id,
+            } => {
+                if let Some(child) = instance_id.as_deref().filter(|child| {
+                    !super::ids::valid_instance_id(child)
+                        || super::sdk_entities::parse_entity_id(child).is_some()
+                }) {
+                    ending = Ending::Broken(format!(
+                        "the sub-orchestration id '{child}' is not a valid instance id (1 to 256 characters without '/', not an entity's @name@key)"
+                    ));
+                    break;
+                }
                 ids.push(id);
-                calls.push(Call::CallOrchestration { name, input });
+                calls.push(Call::CallOrchestration {
+                    name,
+                    input,
+                    id: instance_id,
+                });
             }
             Action::CallEntity { id, message } | Action::SignalEntity { id, message } => {
                 if super::sdk_entities::parse_entity_id(&message.entity).is_none()
@@ -202,6 +222,33 @@ mod tests {
             },
         );
         assert!(matches!(refused.ending, Ending::Broken(ref why) if why.contains("send-event")));
+    }
+
+    #[test]
+    fn a_sub_orchestration_keeps_the_id_its_worker_named_and_a_bad_one_breaks_the_instance() {
+        let child = |instance_id: &str| Answer {
+            actions: vec![Action::CreateSubOrchestration {
+                id: 0,
+                name: "c".into(),
+                input: "null".into(),
+                instance_id: Some(instance_id.into()),
+            }],
+            custom_status: None,
+        };
+        let named = decide(&[], child("p:0000"));
+        assert!(named.calls.contains(&Call::CallOrchestration {
+            name: "c".into(),
+            input: "null".into(),
+            id: Some("p:0000".into()),
+        }));
+        for bad in ["a/b", "@counter@k", ""] {
+            let refused = decide(&[], child(bad));
+            assert!(
+                matches!(refused.ending, Ending::Broken(ref why) if why.contains("not a valid instance id")),
+                "{bad}: {:?}",
+                refused.ending
+            );
+        }
     }
 
     #[test]

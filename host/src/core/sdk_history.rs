@@ -214,14 +214,16 @@ pub fn past(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEvent> {
                     history.push(event(id, *at, kind));
                 }
             }
-            Call::CallOrchestration { name, input } => {
+            Call::CallOrchestration {
+                name,
+                input,
+                id: chosen,
+            } => {
                 if let Some(id) = ids.next() {
                     let kind = Kind::SubOrchestrationCreated {
-                        instance_id: ids::child_instance(
-                            &instance.instance_id,
-                            instance.execution,
-                            task,
-                        ),
+                        instance_id: chosen.clone().unwrap_or_else(|| {
+                            ids::child_instance(&instance.instance_id, instance.execution, task)
+                        }),
                         name: name.clone(),
                         input: input.clone(),
                     };
@@ -391,6 +393,7 @@ mod tests {
                         id: 3,
                         name: "child".into(),
                         input: "null".into(),
+                        instance_id: None,
                     },
                     Action::Complete(Completion::Completed("\"x\"".into())),
                 ],

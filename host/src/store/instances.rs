@@ -203,18 +203,13 @@ impl Store {
         row.map(|r| instance_from_row(&r)).transpose()
     }
 
-    /// The sub-orchestrations `id` started (any status), by their ids: a
-    /// child's id is `{parent}:{execution}:{task}`, so one walk of the
-    /// primary key finds them, with no index on the parent.
+    /// The sub-orchestrations `id` started (any status), by the parent they
+    /// name (`instances_by_parent`).
     pub async fn children(&self, id: &str) -> Result<Vec<(String, RuntimeStatus)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, status FROM instances WHERE id >= $1 AND id < $2 AND parent_id = $3",
-        )
-        .bind(format!("{id}:"))
-        .bind(format!("{id};"))
-        .bind(id)
-        .fetch_all(self.pool())
-        .await?;
+        let rows = sqlx::query("SELECT id, status FROM instances WHERE parent_id = $1")
+            .bind(id)
+            .fetch_all(self.pool())
+            .await?;
         rows.iter()
             .map(|row| {
                 let status: String = row.try_get("status")?;

@@ -356,6 +356,7 @@ async fn an_episode_whose_instance_moved_on_or_whose_child_exists_is_decided_on_
                 entries: vec![Entry::Call(Call::CallOrchestration {
                     name: "o".into(),
                     input: "null".into(),
+                    id: None,
                 })],
                 at: 2,
             },

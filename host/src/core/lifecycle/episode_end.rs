@@ -142,10 +142,10 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
             Call::CallAgent { .. } | Call::CallActivity { .. } | Call::CallRemoteAgent { .. } => {
                 effects.push(Effect::ScheduleTask { task, call });
             }
-            Call::CallOrchestration { name, input } => {
+            Call::CallOrchestration { name, input, id } => {
                 let digest = child_digests.get(&name).unwrap_or(&digest).clone();
                 effects.push(Effect::Create(NewInstance {
-                    id: ids::child_instance(&state.id, state.execution, task),
+                    id: id.unwrap_or_else(|| ids::child_instance(&state.id, state.execution, task)),
                     name,
                     input,
                     digest,
@@ -371,6 +371,7 @@ mod tests {
             Call::CallOrchestration {
                 name: "c".into(),
                 input: "2".into(),
+                id: None,
             },
             Call::StartTimer { fire_at: 99 },
         ];

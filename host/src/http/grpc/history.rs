@@ -180,6 +180,9 @@ pub(super) fn action_of(action: OrchestratorAction) -> Action {
                     id,
                     name: child.name,
                     input,
+                    // The SDKs name each child (`{parent}:{task:04x}` unless
+                    // the code chose another): that is its id.
+                    instance_id: Some(child.instance_id).filter(|id| !id.is_empty()),
                 },
                 Err(why) => refused(why),
             }

@@ -117,7 +117,13 @@ impl wit::Host for Durable {
     }
 
     fn call_orchestration(&mut self, name: String, input: String) -> wasmtime::Result<u32> {
-        Ok(self.record(Call::CallOrchestration { name, input })?.1)
+        Ok(self
+            .record(Call::CallOrchestration {
+                name,
+                input,
+                id: None,
+            })?
+            .1)
     }
 
     fn start_timer(&mut self, fire_at: u64) -> wasmtime::Result<u32> {
