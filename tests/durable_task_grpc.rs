@@ -330,6 +330,22 @@ async fn what_the_sdks_would_never_send_is_refused_with_its_reason_and_nothing_i
         .unwrap()
         .starts_with("the input is not JSON"));
     assert_eq!(code("bad_id"), "INVALID_ARGUMENT", "{hostile}");
+    // NUL (PostgreSQL's text refuses it) and entity-shaped ids are refused
+    // with the reason before the store is asked; a read of one finds none.
+    for refused in [
+        "nul_id",
+        "nul_name",
+        "entity_shaped",
+        "entity_no_key",
+        "entity_nul",
+    ] {
+        assert_eq!(code(refused), "INVALID_ARGUMENT", "{refused}: {hostile}");
+    }
+    assert!(
+        hostile["nul_read"].is_null() || code("nul_read") == "NOT_FOUND",
+        "{hostile}"
+    );
+    assert_eq!(code("nul_terminate"), "NOT_FOUND", "{hostile}");
     // A payload past the limit reaches the engine, which says which limit;
     // a message past what the server takes at all (32 MiB) is tonic's to
     // refuse.

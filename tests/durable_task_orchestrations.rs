@@ -175,6 +175,16 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         said.starts_with("failed: ") && said.contains("terminated") && said.contains("@sleepy@z1"),
         "{told}"
     );
+    // A batch the worker gives back every time (it cannot parse the id)
+    // fails after ten instead of going round for good, and its caller hears
+    // of it (this SDK then fails the orchestration on that id too).
+    let given = step("given back");
+    assert_eq!(given["status"], "FAILED", "{given}");
+    assert!(
+        host.output()
+            .contains("SDK workers gave the entity's operations back 10 times in a row; the batch fails"),
+        "{given}"
+    );
     // An answer past the payload limit fails its task with the reason.
     let big = step("too large");
     assert_eq!(big["status"], "FAILED", "{big}");

@@ -87,6 +87,17 @@ if mode == "hostile":
     say("hostile",
         not_json=start(name="sequence", input=wrappers_pb2.StringValue(value="{not json")),
         bad_id=start(name="sequence", instanceId="a/b"),
+        # PostgreSQL's text refuses NUL: refused first, never a store error.
+        nul_id=start(name="sequence", instanceId="a\x00b"),
+        nul_name=start(name="sdk\x00thing", instanceId="nul-name"),
+        nul_read=refused(lambda: stub.GetInstance(pb.GetInstanceRequest(instanceId="a\x00b"))),
+        nul_terminate=refused(lambda: stub.TerminateInstance(pb.TerminateRequest(instanceId="a\x00b"))),
+        # An entity's id names no orchestration: its operations would go to it.
+        entity_shaped=start(name="sequence", instanceId="@counter@yy"),
+        entity_no_key=refused(lambda: stub.SignalEntity(pb.SignalEntityRequest(
+            instanceId="@counter@", name="add"))),
+        entity_nul=refused(lambda: stub.SignalEntity(pb.SignalEntityRequest(
+            instanceId="@counter@k\x00", name="add"))),
         too_big=start(name="sequence", input=wrappers_pb2.StringValue(value=big)),
         huge=start(name="sequence", input=wrappers_pb2.StringValue(value=huge)),
         event_not_json=refused(lambda: stub.RaiseEvent(pb.RaiseEventRequest(

@@ -179,6 +179,18 @@ def sdk_tree(ctx, _):
     return "unreachable"
 
 
+def sdk_calls_odd_entity(ctx, _):
+    # A key with '@': the protocol's ids allow it (the .NET SDK makes them),
+    # this SDK's worker cannot parse it and gives every batch back.
+    odd = object.__new__(entities.EntityInstanceId)
+    odd.entity, odd.key = "counter", "x@y"
+    try:
+        yield ctx.call_entity(odd, "add", input=1)
+        return "answered"
+    except task.TaskFailedError as e:
+        return f"failed: {e.details.message}"
+
+
 def py_big(ctx, size):
     return "x" * size
 
@@ -198,7 +210,8 @@ if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
                              sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
-                             sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest):
+                             sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest,
+                             sdk_calls_odd_entity):
             w.add_orchestrator(orchestrator)
         for entity in (Counter, Relay, Sleepy):
             w.add_entity(entity)
@@ -306,6 +319,10 @@ c.terminate_orchestration(str(sleepy), output="closed")
 told = done(caller)
 open(marker, "w").close()
 say("entity terminated", **told)
+
+# A batch its worker gives back every time fails after ten; its caller hears.
+say("given back", **done(c.schedule_new_orchestration(sdk_calls_odd_entity,
+                                                          instance_id="sdk-odd-entity")))
 
 # An activity's result past the payload limit (1 MiB) reaches the host
 # whole and fails its task saying why; it is never run again and again.

@@ -4,9 +4,16 @@
 //! again) never meets the results of an older one.
 
 /// An instance id given by a caller: 1 to 256 characters, no `/` (it is a
-/// path segment of the management API).
+/// path segment of the management API), no NUL (PostgreSQL's text refuses
+/// it, and a write holding one would fail again and again).
 pub fn valid_instance_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 256 && !id.contains('/')
+    !id.is_empty() && id.len() <= 256 && !id.contains(['/', '\0'])
+}
+
+/// A name a caller gives (an orchestration's, one it starts or calls):
+/// 1 to 256 characters, no NUL.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 256 && !name.contains('\0')
 }
 
 /// The run of an agent call: one per instance execution, task and attempt.

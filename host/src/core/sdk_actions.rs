@@ -123,6 +123,13 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                     ));
                     break;
                 }
+                if !super::ids::valid_name(&name) {
+                    ending = Ending::Broken(format!(
+                        "the sub-orchestration name '{}' is not a valid name (1 to 256 characters without NUL)",
+                        name.escape_debug()
+                    ));
+                    break;
+                }
                 ids.push(id);
                 calls.push(Call::CallOrchestration {
                     name,

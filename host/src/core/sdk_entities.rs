@@ -43,11 +43,12 @@ pub struct Caller {
     pub task: u32,
 }
 
-/// The name and key of an entity instance id; `None` when `id` is none.
+/// The name and key of an entity instance id; `None` when `id` is none
+/// (the SDKs refuse an empty name or key).
 pub fn parse_entity_id(id: &str) -> Option<(&str, &str)> {
     let rest = id.strip_prefix('@')?;
     let (name, key) = rest.split_once('@')?;
-    (!name.is_empty()).then_some((name, key))
+    (!name.is_empty() && !key.is_empty()).then_some((name, key))
 }
 
 /// The instance an entity is, created by its first operation.
@@ -332,8 +333,11 @@ fn refusal(result: &BatchResult, limits: BatchLimits<'_>) -> Option<String> {
                     "its operation started an orchestration with the id '{instance_id}', which is not a valid instance id"
                 ));
             }
-            if name.is_empty() {
-                return Some("its operation started an orchestration with no name".into());
+            if !ids::valid_name(name) {
+                return Some(format!(
+                    "its operation started an orchestration named '{}': a name is 1 to 256 characters without NUL",
+                    name.escape_debug()
+                ));
             }
             limits
                 .check_payload("orchestration input", input)
@@ -352,6 +356,7 @@ mod tests {
         assert_eq!(parse_entity_id("@counter@a@b"), Some(("counter", "a@b")));
         assert_eq!(parse_entity_id("counter"), None);
         assert_eq!(parse_entity_id("@@k"), None);
+        assert_eq!(parse_entity_id("@counter@"), None);
         assert!(new_instance("plain").is_none());
         let new = new_instance("@dafx-joker@s1").map(|n| (n.name, n.digest));
         assert_eq!(new, Some(("dafx-joker".into(), DIGEST.into())));

@@ -56,6 +56,7 @@ impl DurableError {
 impl Orchestrator {
     /// The instance `id`; its journal and agent runs with `with_history`.
     pub async fn status(&self, id: &str, with_history: bool) -> Result<InstanceView, DurableError> {
+        never_stored(id)?;
         let instance = self
             .store
             .instance(id)
@@ -137,6 +138,7 @@ impl Orchestrator {
         event: &str,
         payload: &str,
     ) -> Result<(), DurableError> {
+        never_stored(id)?;
         let (change, applied) = self.raise(id, event, payload).await?;
         self.dispatch(applied);
         DurableError::refused(change?, id, false)
@@ -213,6 +215,7 @@ impl Orchestrator {
 
     /// Suspend, resume, terminate or purge an instance.
     pub async fn manage(self: &Arc<Self>, id: &str, op: Operation) -> Result<(), DurableError> {
+        never_stored(id)?;
         // Its state changes outside its episodes: the next one reads it anew.
         self.hot.forget(id);
         let purging = matches!(op, Operation::Purge);
@@ -222,5 +225,17 @@ impl Orchestrator {
         // A resumed instance may have work waiting in its inbox.
         self.notify();
         DurableError::refused(change, id, purging)
+    }
+}
+
+/// An id no instance can have (a NUL, which no start lets in) is answered
+/// as unknown before the store is asked: PostgreSQL's text refuses it, and
+/// the caller would be told the store failed.
+fn never_stored(id: &str) -> Result<(), DurableError> {
+    match id.contains('\0') {
+        true => Err(DurableError::InstanceNotFound(
+            id.escape_debug().to_string(),
+        )),
+        false => Ok(()),
     }
 }

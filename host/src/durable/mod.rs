@@ -13,6 +13,7 @@ mod agent_session;
 mod answers;
 mod episode;
 mod episode_slot;
+mod given_back;
 mod hot;
 mod in_flight;
 mod orchestrator;
@@ -45,8 +46,10 @@ pub enum DurableError {
     AlreadyExists(String),
     #[error(transparent)]
     Limit(#[from] LimitError),
-    #[error("instance id must be 1 to 256 characters without '/'")]
+    #[error("an instance id must be 1 to 256 characters without '/' or NUL, and not an entity's @name@key (those are the entities')")]
     BadInstanceId,
+    #[error("an orchestration's name must be 1 to 256 characters without NUL")]
+    BadName,
     #[error("no instance with id '{0}'")]
     InstanceNotFound(String),
     /// The instance is over: the operation no longer applies.

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::episode_slot::Slot;
+use super::given_back::GivenBack;
 use super::hot::HotInstances;
 use super::in_flight::{InHand, ResultsInHand, TaskRunning, TasksInFlight};
 use super::tasks::{self, Outcome};
@@ -71,6 +72,8 @@ pub struct Orchestrator {
     /// SDK workers connected over gRPC: they run the activities no
     /// component serves.
     pub(super) sdk_workers: Arc<SdkWorkers>,
+    /// Items SDK workers gave back, in a row.
+    pub(super) given_back: GivenBack,
 }
 
 impl Orchestrator {
@@ -102,6 +105,7 @@ impl Orchestrator {
             tracker: TaskTracker::new(),
             works,
             sdk_workers,
+            given_back: GivenBack::default(),
         })
     }
 
@@ -505,6 +509,7 @@ impl Orchestrator {
                     self.registry.current_activity_set(&served.component.name),
                 )
             }
+            None if sdk && !ids::valid_name(name) => return Err(DurableError::BadName),
             None if sdk => (sdk_history::DIGEST.to_string(), None),
             None => {
                 return Err(DurableError::UnknownOrchestration {
@@ -514,7 +519,9 @@ impl Orchestrator {
             }
         };
         let id = instance_id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-        if !ids::valid_instance_id(&id) {
+        // An entity's id starts no orchestration: the entity's operations
+        // would go to it, and be lost.
+        if !ids::valid_instance_id(&id) || sdk_entities::parse_entity_id(&id).is_some() {
             return Err(DurableError::BadInstanceId);
         }
         let new = NewInstance {

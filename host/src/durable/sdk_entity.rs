@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use super::agent_session::AgentSession;
 use super::episode_slot::Slot;
+use super::given_back;
 use super::sdk_episode::MESSAGE_LIMIT;
 use super::Orchestrator;
 use crate::core::dafx;
@@ -131,8 +132,23 @@ pub(super) async fn decide(
         .sdk_workers
         .run_entity(name, item, orchestrator.config.sdk_patience.for_an_answer)
         .await;
+    let key = format!("entity:{id}");
     let result = match answer {
-        Some(EntityAnswer::Done(result)) => result,
+        Some(EntityAnswer::Done(result)) => {
+            orchestrator.given_back.answered(&key);
+            result
+        }
+        Some(EntityAnswer::Abandoned) if orchestrator.given_back.again(&key) => {
+            tracing::warn!(instance_id = %id, entity = name, "SDK workers gave the entity's operations back {} times in a row; the batch fails", given_back::LIMIT);
+            sdk_entities::BatchResult {
+                results: vec![Err(format!(
+                    "SDK workers gave the batch back {} times in a row (each gave it back, went away with it, or did not answer in time): its operations fail",
+                    given_back::LIMIT
+                ))],
+                state: sdk_entities::StateAfter::Unchanged,
+                actions: Vec::new(),
+            }
+        }
         Some(EntityAnswer::Abandoned) => {
             tracing::info!(instance_id = %id, entity = name, "an SDK worker gave the entity's operations back (or went away); they run again");
             return Ok(None);

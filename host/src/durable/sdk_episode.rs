@@ -5,6 +5,7 @@
 //! limits and metrics).
 
 use super::episode_slot::Slot;
+use super::given_back;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -46,8 +47,22 @@ async fn answer_of(
             orchestrator.config.episode_timeout,
         )
         .await;
+    let key = format!("episode:{id}");
     match answer {
-        Some(EpisodeAnswer::Done(answer)) => Some(answer),
+        Some(EpisodeAnswer::Done(answer)) => {
+            orchestrator.given_back.answered(&key);
+            Some(answer)
+        }
+        Some(EpisodeAnswer::Abandoned) if orchestrator.given_back.again(&key) => {
+            tracing::warn!(instance_id = %id, orchestration = %name, "SDK workers gave the episode back {} times in a row; the instance fails", given_back::LIMIT);
+            Some(sdk_actions::Answer {
+                actions: vec![sdk_actions::Action::Invalid(format!(
+                    "SDK workers gave the orchestration's episode back {} times in a row (each gave it back, went away with it, or did not answer within --episode-timeout)",
+                    given_back::LIMIT
+                ))],
+                custom_status: None,
+            })
+        }
         Some(EpisodeAnswer::Abandoned) => {
             tracing::info!(instance_id = %id, orchestration = %name, "an SDK worker gave the episode back (or went away); it runs again");
             None

@@ -2,6 +2,7 @@
 //! the same run queue and session store as HTTP runs. The result goes to the
 //! committer, where the core decides: deliver, retry, or drop as stale.
 
+use super::given_back;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,8 +172,20 @@ async fn sdk_activity(
         .sdk_workers
         .run_activity(name, input, &row.instance_id, task_id)
         .await?;
+    let key = format!(
+        "task:{}:{}:{}:{}",
+        row.instance_id, row.execution, row.task, row.attempt
+    );
     Some(match answer {
+        Answer::Abandoned if orchestrator.given_back.again(&key) => {
+            tracing::warn!(instance_id = %row.instance_id, activity = name, "SDK workers gave the activity back {} times in a row; it fails", given_back::LIMIT);
+            Outcome::Done(Err(format!(
+                "SDK workers gave activity '{name}' back {} times in a row (each gave it back, went away with it, or did not answer within --sdk-activity-timeout; an answer past 32 MiB never reaches the host)",
+                given_back::LIMIT
+            )))
+        }
         Answer::Done(result) => {
+            orchestrator.given_back.answered(&key);
             // Names are the worker's, not declared by a component: no label.
             crate::metrics::activity("unknown", started.elapsed(), result.is_ok());
             Outcome::Done(result)

@@ -189,6 +189,7 @@ impl From<DurableError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "history_full", message)
             }
             DurableError::BadInstanceId => Self::bad_request("invalid_instance_id", message),
+            DurableError::BadName => Self::bad_request("invalid_name", message),
             DurableError::ReservedEvent(_) => Self::bad_request("reserved_event_name", message),
             DurableError::InstanceNotFound(_) => {
                 Self::new(StatusCode::NOT_FOUND, "instance_not_found", message)

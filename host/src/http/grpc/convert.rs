@@ -153,6 +153,7 @@ pub(super) fn refusal(error: DurableError) -> Status {
         }
         DurableError::InputRefused { .. }
         | DurableError::BadInstanceId
+        | DurableError::BadName
         | DurableError::ReservedEvent(_) => Status::invalid_argument(message),
         // A payload past its limit, or an inbox full: the JSON API's 413/429.
         DurableError::Limit(_) => Status::resource_exhausted(message),
