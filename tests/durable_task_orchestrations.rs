@@ -181,8 +181,9 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     let given = step("given back");
     assert_eq!(given["status"], "FAILED", "{given}");
     assert!(
-        host.output()
-            .contains("SDK workers gave the entity's operations back 10 times in a row; the batch fails"),
+        host.output().contains(
+            "SDK workers gave the entity's operations back 10 times in a row; the batch fails"
+        ),
         "{given}"
     );
     // An answer past the payload limit fails its task with the reason.
