@@ -231,9 +231,9 @@ impl SdkWorkers {
 
     /// Sends an episode of orchestration `name` to the least busy worker
     /// that runs it and waits up to `for_an_answer`. Waits at most
-    /// `for_a_worker` for one to connect (an episode holds a permit while
-    /// it waits; the scheduler offers the instance again later); `None`
-    /// when none came.
+    /// `for_a_worker` for one to connect (the scheduler offers the
+    /// instance again later); `None` when none came. The episode gave its
+    /// slot up before it asked (`durable/episode_slot.rs`).
     pub async fn run_episode(
         &self,
         name: &str,
