@@ -9,19 +9,48 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+.PHONY: run test nextest fmt chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
 	./target/release/agenthost serve --components $(COMPONENTS) --store sqlite://agenthost.db --port $(PORT)
 
-## The whole suite: formatting, lints (host and guests) and every test, then
-## the library's tests and the integration suite again on PostgreSQL
-## (PostgreSQL and Redis are started, installed if need be, when they are
-## not up).
-test: components test-components language-components lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
-	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(CARGO) test --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
-	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(CARGO) test -p agenthost --lib --test integration
+## The whole suite: formatting, lints (host and guests) and every test on
+## SQLite, then the library's tests and every integration module whose
+## behaviour depends on the store again on PostgreSQL (PostgreSQL and Redis
+## are started, installed if need be, when they are not up). Each test runs
+## under cargo-nextest with a time limit (.config/nextest.toml): a test that
+## hangs is stopped and named. Per-test times: target/nextest/default/junit.xml.
+## Clippy's lints run inside the builds the tests need (scripts/clippy-rustc),
+## with warnings denied, as `make lint` would find them.
+test: export RUSTC_WORKSPACE_WRAPPER := $(CURDIR)/scripts/clippy-rustc
+test: toolchain fmt components test-components language-components nextest api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(NEXTEST) --workspace $(HOST_ONLY)
+	$(CARGO) test --doc --workspace $(HOST_ONLY)
+	$(CARGO) build --workspace $(HOST_ONLY) --features agenthost/bench --benches
+	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(NEXTEST) --workspace $(HOST_ONLY) -E '$(ON_EVERY_STORE)'
+
+# CI builds from a clean clone once: incremental compilation only costs it.
+ifeq ($(CI),true)
+export CARGO_INCREMENTAL := 0
+endif
+
+# Every cargo call of `test` names the same packages (the workspace less the
+# wasm guests), so that the features of shared dependencies unify alike and
+# nothing is built twice.
+NEXTEST   = $(CARGO) nextest run --no-tests=fail
+HOST_ONLY = $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
+# Integration modules whose behaviour does not depend on the store (guest
+# languages and scaffolds, the dashboard's browser test, component loading,
+# the sandbox, model endpoints, the embedding example): run on SQLite alone.
+# Everything else runs on both stores.
+STORE_FREE := languages scaffold newcomer dashboard hot_reload api_fuzz components_dir sandbox outbound_rules model_endpoints credentials embedding
+ON_EVERY_STORE = package(agenthost) & (kind(lib) | (binary(integration) & not test(/^($(subst $(space),|,$(STORE_FREE)))::/)))
+space := $(subst ,, )
+
+# The test runner, from crates.io when the machine lacks it.
+nextest:
+	@$(CARGO) nextest --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-nextest
 
 ## The fault suite at full size (make test runs it at a smoke size): mixed
 ## load under seeded faults, on SQLite (one host) then on PostgreSQL (a front
@@ -179,8 +208,12 @@ doc-tools:
 	@command -v curl >/dev/null || (apt-get update -qq && apt-get install -y -qq curl)
 	@command -v sqlite3 >/dev/null || (apt-get update -qq && apt-get install -y -qq sqlite3)
 
-lint: toolchain
+fmt: toolchain
 	$(CARGO) fmt --all --check
+
+## Formatting and clippy on every crate, host and guests (make test runs the
+## same lints inside its builds).
+lint: fmt
 	$(CARGO) clippy --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS)) --all-targets -- -D warnings
 	$(CARGO) clippy -p agenthost --features bench --benches -- -D warnings
 	$(CARGO) clippy --target $(WASM_TARGET) $(addprefix -p ,$(SAMPLES) $(TEST_GUESTS)) -- -D warnings

@@ -316,7 +316,7 @@ async fn what_the_sdks_would_never_send_is_refused_with_its_reason_and_nothing_i
         .start();
     // Not gRPC at all, on the gRPC port: refused by the server; the script
     // below runs against the same host after it.
-    let _ = reqwest::Client::new()
+    let _ = client()
         .get(format!("http://{}/", host.grpc_address()))
         .send()
         .await;

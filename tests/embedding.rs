@@ -23,13 +23,16 @@ impl Drop for KillOnDrop {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_example_app_serves_its_own_route_beside_the_agents() {
-    let built = Command::new(env!("CARGO"))
-        .args(["build", "-p", "agenthost", "--example", "embedded"])
-        .status()
-        .unwrap();
-    assert!(built.success(), "the example builds");
+    // `cargo test` (and nextest) build the examples with the tests: no
+    // cargo inside a test (it would wait on the build lock of whatever
+    // else builds, and build the tree as it is now, not as tested).
     let example =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/examples/embedded");
+    assert!(
+        example.is_file(),
+        "{} is built by `cargo test` / `cargo nextest run` with the tests",
+        example.display()
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let components = dir.path().join("components");

@@ -217,6 +217,17 @@ async fn with_keys_every_route_wants_a_key_of_its_scope_and_health_stays_open() 
         .arg("--api-key")
         .arg(&format!("invoke:{INVOKE},invoke:rotated-{INVOKE}"))
         .start();
+    // The host says at start that keys are on, and how many of each scope.
+    let said = host.output();
+    let line = said
+        .lines()
+        .find(|l| l.contains("endpoint keys on"))
+        .unwrap_or_else(|| panic!("no line says the keys are on:\n{said}"));
+    assert!(
+        line.contains("invoke_keys=2") && line.contains("admin_keys=1"),
+        "{line}"
+    );
+    assert!(!line.contains(ADMIN) && !line.contains(INVOKE), "{line}");
     // A run to address the run routes to, and an instance that waits.
     let (status, accepted) = call(
         &host.base,

@@ -370,9 +370,9 @@ fn tool_call(file: &str, tool: &str, args: &str) -> (String, String, bool) {
 }
 
 /// What would trap a component (an exception while converting arguments,
-/// an async function) is a tool error the model is shown instead. Each
-/// `tool call` compiles its component afresh (a private cache): one call per
-/// language keeps the machine free for the timing-sensitive tests beside it.
+/// an async function) is a tool error the model is shown instead. One call
+/// per language keeps the machine free for the timing-sensitive tests
+/// beside it (the first `tool call` of a component compiles it).
 #[test]
 fn tool_errors_in_python_and_javascript_are_reported_not_trapped() {
     let (_, err, ok) = tool_call("python/clock", "checked", r#"{"q": {"n": -1}}"#);

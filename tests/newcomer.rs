@@ -124,6 +124,56 @@ fn tool_call_runs_one_tool_of_a_component_file_and_names_what_is_wrong() {
     );
 }
 
+/// A tool that waits for a human's approval under an agent runs when a
+/// person calls it, and `tool call` says so; the component is compiled
+/// once into the user's cache, and the next call loads it from there.
+#[test]
+fn tool_call_says_when_the_tool_needs_approval_and_compiles_a_component_once() {
+    let cache = tempfile::tempdir().unwrap();
+    let tests = component("orchestration-tests");
+    let call = || {
+        Command::new(env!("CARGO_BIN_EXE_agenthost"))
+            .args(["tool", "call"])
+            .arg(&tests)
+            .args(["refund", r#"{"order": "A1", "amount": 5}"#])
+            .env("AGENTHOST_LOG", "warn")
+            .env("XDG_CACHE_HOME", cache.path())
+            .env_remove("AGENTHOST_CACHE_DIR")
+            .output()
+            .unwrap()
+    };
+    let compiled = || {
+        std::fs::read_dir(cache.path().join("agenthost/compiled"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let first = call();
+    assert!(first.status.success(), "{first:?}");
+    let printed: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(printed, json!({"refunded": "A1", "amount": 5}));
+    assert!(
+        String::from_utf8_lossy(&first.stderr).contains("needs a human's approval"),
+        "{first:?}"
+    );
+    assert_eq!(compiled(), 1, "compiled into the user's cache");
+    let modified = |p: &std::path::Path| std::fs::metadata(p).unwrap().modified().unwrap();
+    let artifact = std::fs::read_dir(cache.path().join("agenthost/compiled"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .unwrap();
+    let before = modified(&artifact);
+    let second = call();
+    assert!(second.status.success(), "{second:?}");
+    assert_eq!(compiled(), 1);
+    assert_eq!(modified(&artifact), before, "loaded, not compiled again");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn serve_makes_a_missing_components_directory_and_says_so() {
     let dir = tempfile::tempdir().unwrap();

@@ -29,14 +29,29 @@ fn path_with_guest_tools() -> std::ffi::OsString {
 }
 
 fn agenthost(dir: &Path, args: &[&str]) -> std::process::Output {
+    agenthost_with_path(dir, args, path_with_guest_tools())
+}
+
+/// `agenthost` with `path` as its PATH.
+fn agenthost_with_path(
+    dir: &Path,
+    args: &[&str],
+    path: std::ffi::OsString,
+) -> std::process::Output {
     let output = Command::new(env!("CARGO_BIN_EXE_agenthost"))
         .current_dir(dir)
         .args(args)
-        .env("PATH", path_with_guest_tools())
+        .env("PATH", path)
         // One target folder for every run of this test: a warm one takes
         // seconds, a cold one (CI) builds the SDK's dependencies once.
         .env("CARGO_TARGET_DIR", workspace().join("target/scaffold"))
         .env("AGENTHOST_LOG", "warn")
+        // What `build` compiles goes where the test hosts look (the
+        // HostBuilder's default cache): a host loads it without compiling.
+        .env(
+            "AGENTHOST_CACHE_DIR",
+            workspace().join("target/test-artifact-cache"),
+        )
         .output()
         .unwrap();
     assert!(
@@ -69,6 +84,20 @@ async fn post_when_served(url: &str, body: &str) -> reqwest::Response {
     }
 }
 
+/// The guest toolchain `make guest-toolchains` installed, linked into a
+/// project where `agenthost build` looks first: `.venv` for Python,
+/// `node_modules` for JavaScript.
+fn toolchain_inside(project: &Path, lang: &str) {
+    let (link, target) = match lang {
+        "python" => (".venv", workspace().join("target/guest-py-venv")),
+        _ => (
+            "node_modules",
+            workspace().join("target/guest-js-tools/node_modules"),
+        ),
+    };
+    std::os::unix::fs::symlink(target, project.join(link)).unwrap();
+}
+
 /// `new` + `build --into` a running host's folder for `lang`: the agent's
 /// tool round trip through the offline model, the orchestration to its
 /// approval and done.
@@ -83,11 +112,28 @@ async fn new_and_build(lang: &str) {
 
     let started = Instant::now();
     let created = agenthost(projects.path(), &["new", "agent", &agent, "--lang", lang]);
-    assert!(String::from_utf8_lossy(&created.stdout).contains(&format!("created {agent}")));
-    let built = agenthost(
-        projects.path(),
-        &["build", &agent, "--into", components.to_str().unwrap()],
-    );
+    let hint = String::from_utf8_lossy(&created.stdout).to_string();
+    assert!(hint.contains(&format!("created {agent}")), "{hint}");
+    // Built exactly as `new` says, from the folder it was made in (a
+    // relative project path), with the language's toolchain inside the
+    // project (`.venv/bin`, `node_modules/.bin`) and none on PATH.
+    let said_build = hint
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("build it: agenthost "))
+        .unwrap_or_else(|| panic!("no build hint: {hint}"))
+        .replace("COMPONENTS_DIR", components.to_str().unwrap());
+    let build_args: Vec<&str> = said_build.split(' ').collect();
+    let built = match lang {
+        "python" | "js" => {
+            toolchain_inside(&projects.path().join(&agent), lang);
+            agenthost_with_path(
+                projects.path(),
+                &build_args,
+                std::env::var_os("PATH").unwrap_or_default(),
+            )
+        }
+        _ => agenthost(projects.path(), &build_args),
+    };
     let said = String::from_utf8_lossy(&built.stdout);
     assert!(
         said.contains(&format!("{agent}.wasm")) && said.contains("tools: word_count"),
@@ -201,6 +247,44 @@ fn a_typescript_app_builds_like_a_javascript_one() {
         said.contains("typed.wasm") && said.contains("tools: word_count"),
         "{said}"
     );
+}
+
+/// Without its toolchain, `build` says the commands that install it where
+/// it looks; the generated app shows how a tool asks for approval.
+#[test]
+fn a_build_without_its_toolchain_says_how_to_install_it_where_build_looks() {
+    let projects = tempfile::tempdir().unwrap();
+    let bare_path = std::env::var_os("PATH").unwrap_or_default();
+    for (lang, file, wanted) in [
+        (
+            "python",
+            "app.py",
+            ".venv/bin/pip install componentize-py==0.25.1",
+        ),
+        (
+            "js",
+            "app.js",
+            "npm install --save-dev @bytecodealliance/componentize-js@0.19.3 rolldown@1.3.2",
+        ),
+    ] {
+        let name = format!("bare-{lang}");
+        agenthost(projects.path(), &["new", "agent", &name, "--lang", lang]);
+        let app = std::fs::read_to_string(projects.path().join(&name).join(file)).unwrap();
+        assert!(app.contains(".approval("), "{file}: {app}");
+        assert!(app.contains("Approval.ALWAYS_REQUIRE"), "{file}: {app}");
+        let build = Command::new(env!("CARGO_BIN_EXE_agenthost"))
+            .current_dir(projects.path())
+            .args(["build", &name])
+            .env("PATH", &bare_path)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&build.stderr);
+        assert!(!build.status.success(), "{said}");
+        assert!(said.contains(wanted), "{lang}: {said}");
+        if lang == "python" {
+            assert!(said.contains("python3 -m venv"), "{said}");
+        }
+    }
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! The rules of the house that the compiler does not check, checked on the
 //! source itself so that they stay true (docs/architecture.md explains them):
 //! the layer table and no import circle (of modules, and of files), the
-//! edge never reads the store, one file picks HTTP statuses, and only the
-//! core interprets effects with a catch-all.
+//! store's own layer table, the edge never reads the store, one file picks
+//! HTTP statuses, and only the core interprets effects with a catch-all.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -229,11 +229,55 @@ fn module_of(relative: &Path) -> Vec<String> {
     parts
 }
 
-/// The files each file of `src` imports through `crate::…` and `super::…`
-/// paths (a `use` group counts each of its members), leaving out imports
-/// between a module and the modules inside it: a parent declares its
-/// children and may re-export them, and a child may use its parent's items.
-fn file_imports() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+/// Code lines of `file` outside its `#[cfg(test)]` items (a test module, a
+/// test-only statement or block). The source is formatted (`cargo fmt`), so
+/// an item that does not end on its first line ends on the next line at its
+/// own indentation that closes it (`}`, `);`, not `) -> T {`).
+fn non_test_code(file: &Path) -> Vec<(usize, String)> {
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let mut kept = Vec::new();
+    let mut lines = code(file).into_iter();
+    while let Some((n, line)) = lines.next() {
+        if line.trim() != "#[cfg(test)]" {
+            kept.push((n, line));
+            continue;
+        }
+        let at = indent(&line);
+        let mut first = true;
+        for (_, item) in lines.by_ref() {
+            let text = item.trim();
+            if first && text.starts_with("#[") {
+                continue; // the item's other attributes
+            }
+            let closes = !first
+                && indent(&item) == at
+                && text.starts_with(['}', ')', ']'])
+                && !text.ends_with('{');
+            let whole = text.ends_with(';')
+                || text.ends_with('}') && text.matches('{').count() == text.matches('}').count();
+            if closes || (first && whole) {
+                break;
+            }
+            first = false;
+        }
+    }
+    kept
+}
+
+/// One file importing another: the importing module, the module imported,
+/// and where.
+struct Import {
+    from: Vec<String>,
+    to: Vec<String>,
+    file: PathBuf,
+    line: usize,
+}
+
+/// Every import of a file of `src` through `crate::…` and `super::…` paths
+/// (`super::super::…` too; a `use` group counts each of its members),
+/// outside `#[cfg(test)]` items, resolved to the file it reaches (the
+/// longest module of the path that is a file; the crate's root left out).
+fn imports() -> Vec<Import> {
     let src = src();
     let mut modules = BTreeSet::new();
     for file in sources(&src) {
@@ -247,22 +291,40 @@ fn file_imports() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
             .map(|n| path[..n].to_vec())
             .find(|candidate| modules.contains(candidate))
     };
-    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    let mut imports = Vec::new();
     for file in sources(&src) {
         let Ok(relative) = file.strip_prefix(&src) else {
             continue;
         };
         let me = module_of(relative);
-        let parent: Vec<String> = me[..me.len().saturating_sub(1)].to_vec();
-        let text: String = code(&file)
-            .into_iter()
-            .take_while(|(_, line)| !line.contains("#[cfg(test)]"))
-            .map(|(_, line)| line + "\n")
-            .collect();
-        let mut paths: Vec<Vec<String>> = Vec::new();
-        for (root, base) in [("crate::", Vec::new()), ("super::", parent.clone())] {
-            for part in text.split(root).skip(1) {
-                let path: String = part
+        let mut text = String::new();
+        let mut starts = Vec::new();
+        for (n, line) in non_test_code(&file) {
+            starts.push((text.len(), n));
+            text.push_str(&line);
+            text.push('\n');
+        }
+        let line_at = |at: usize| {
+            let i = starts.partition_point(|(start, _)| *start <= at);
+            starts[i.saturating_sub(1)].1
+        };
+        let mut paths: Vec<(usize, Vec<String>)> = Vec::new();
+        for root in ["crate::", "super::"] {
+            for (at, _) in text.match_indices(root) {
+                if text[..at].ends_with("super::") || text[..at].ends_with("pub(in ") {
+                    continue; // a link of a `super::super::…` chain, or a visibility
+                }
+                let mut base = Vec::new();
+                let mut rest = &text[at + root.len()..];
+                if root == "super::" {
+                    let mut up = 1;
+                    while let Some(next) = rest.strip_prefix("super::") {
+                        up += 1;
+                        rest = next;
+                    }
+                    base = me[..me.len().saturating_sub(up)].to_vec();
+                }
+                let path: String = rest
                     .chars()
                     .take_while(|c| {
                         c.is_alphanumeric()
@@ -283,7 +345,7 @@ fn file_imports() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
                     .map(|s| s.trim().to_string())
                     .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_'))
                     .collect();
-                let mut prefix = base.clone();
+                let mut prefix = base;
                 prefix.extend(head);
                 match group {
                     Some(group) => {
@@ -295,23 +357,42 @@ fn file_imports() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
                                     .map(|s| s.trim().to_string())
                                     .filter(|s| !s.is_empty()),
                             );
-                            paths.push(full);
+                            paths.push((at, full));
                         }
                     }
-                    None => paths.push(prefix),
+                    None => paths.push((at, prefix)),
                 }
             }
         }
-        for path in paths {
+        for (at, path) in paths {
             let Some(target) = resolve(&path) else {
                 continue;
             };
-            let inside = |a: &[String], b: &[String]| a.len() <= b.len() && b[..a.len()] == *a;
-            if target.is_empty() || inside(&target, &me) || inside(&me, &target) {
+            if target.is_empty() || target == me {
                 continue;
             }
-            edges.entry(me.clone()).or_default().insert(target);
+            imports.push(Import {
+                from: me.clone(),
+                to: target,
+                file: file.clone(),
+                line: line_at(at),
+            });
         }
+    }
+    imports
+}
+
+/// The files each file of `src` imports ([`imports`]), leaving out imports
+/// between a module and the modules inside it: a parent declares its
+/// children and may re-export them, and a child may use its parent's items.
+fn file_imports() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let inside = |a: &[String], b: &[String]| a.len() <= b.len() && b[..a.len()] == *a;
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for import in imports() {
+        if inside(&import.to, &import.from) || inside(&import.from, &import.to) {
+            continue;
+        }
+        edges.entry(import.from).or_default().insert(import.to);
     }
     edges
 }
@@ -326,4 +407,128 @@ fn no_two_files_import_each_other_even_through_others() {
             panic!("files import each other: {}", names.join(" -> "));
         }
     }
+}
+
+/// The layers of `store/`, bottom up (docs/architecture.md describes them):
+/// a file of the store imports files of its own layer or below, never
+/// above. An entry is a file of `store/` (its name without `.rs`) or a
+/// folder, a room taken whole (its files import each other freely, and
+/// `no_two_files_import_each_other_even_through_others` keeps them out of
+/// circles); `mod` is `store/mod.rs`, the store's face to the crate, so a
+/// file below it that imports through it (`crate::store::Store`) imports
+/// above itself.
+const STORE_LAYERS: &[&[&str]] = &[
+    // The ground: the error, the clock, hubs, the rows as host types, the
+    // writer's health.
+    &["error", "clock", "hub", "records", "writer_health"],
+    // The write model: what each write means, against the statements of
+    // `Tx` and `RunTx`.
+    &[
+        "run_tx",
+        "run_writes",
+        "durable_records",
+        "tx",
+        "apply",
+        "writes",
+    ],
+    // The committer's queue, which each dialect's writer loop drains.
+    &["commit_queue"],
+    // The dialects, which never import each other (STORE_DIALECTS).
+    &["sqlite", "postgres"],
+    // The committer, which starts the dialect's writer loop.
+    &["group_commit"],
+    // The store: opened on one database or the other.
+    &["open"],
+    // The store's calls.
+    &[
+        "approvals",
+        "claims",
+        "episodes",
+        "hosts",
+        "instances",
+        "remote_tasks",
+        "retention",
+        "run_control",
+        "run_reads",
+        "sessions",
+        "streams",
+        "tasks",
+        "versions",
+    ],
+    // The face: declares the rest and re-exports what the crate uses.
+    &["mod"],
+    // Tests of the whole store (`#[cfg(test)]`), on both stores.
+    &[
+        "batch_equivalence",
+        "front_runs",
+        "run_batches",
+        "step_writes",
+    ],
+];
+
+/// The folders of one database each: the same layer, and neither imports
+/// the other.
+const STORE_DIALECTS: [&str; 2] = ["sqlite", "postgres"];
+
+/// The entry of [`STORE_LAYERS`] a module belongs to, if it is the store's.
+fn store_room(module: &[String]) -> Option<String> {
+    if module.first().is_none_or(|first| first != "store") {
+        return None;
+    }
+    Some(
+        module
+            .get(1)
+            .map_or_else(|| "mod".to_string(), Clone::clone),
+    )
+}
+
+#[test]
+fn no_file_of_the_store_imports_one_above_it() {
+    let layer_of = |room: &str| STORE_LAYERS.iter().position(|layer| layer.contains(&room));
+    let src = src();
+    let mut broken = Vec::new();
+    let mut rooms = BTreeSet::new();
+    for file in sources(&src.join("store")) {
+        let Some(room) = file
+            .strip_prefix(&src)
+            .ok()
+            .and_then(|relative| store_room(&module_of(relative)))
+        else {
+            continue;
+        };
+        if layer_of(&room).is_none() {
+            broken.push(format!("{} is in no layer of STORE_LAYERS", file.display()));
+        }
+        rooms.insert(room);
+    }
+    for entry in STORE_LAYERS.iter().flat_map(|layer| layer.iter()) {
+        if !rooms.contains(*entry) {
+            broken.push(format!(
+                "STORE_LAYERS names {entry}, no file or folder of store/"
+            ));
+        }
+    }
+    for import in imports() {
+        let (Some(from), Some(to)) = (store_room(&import.from), store_room(&import.to)) else {
+            continue;
+        };
+        if from == to {
+            continue;
+        }
+        let at = format!("{}:{}", import.file.display(), import.line);
+        if let (Some(f), Some(t)) = (layer_of(&from), layer_of(&to)) {
+            if t > f {
+                broken.push(format!(
+                    "{at}: {from} imports {}, a layer above it",
+                    import.to.join("::")
+                ));
+            }
+        }
+        if STORE_DIALECTS.contains(&from.as_str()) && STORE_DIALECTS.contains(&to.as_str()) {
+            broken.push(format!("{at}: {from} imports {to}, the other database's"));
+        }
+    }
+    broken.sort();
+    broken.dedup();
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

@@ -55,6 +55,7 @@ fn handle() -> Option<&'static PrometheusHandle> {
             match ::metrics::set_global_recorder(recorder) {
                 Ok(()) => {
                     describe();
+                    at_zero();
                     keep_up(handle.clone());
                     Some(handle)
                 }
@@ -182,6 +183,27 @@ fn describe() {
         Unit::Seconds,
         "HTTP requests, by route template"
     );
+}
+
+/// Series that would otherwise appear only at their first sample, exported
+/// at zero from the start: a dashboard or an alert on them (`rate()`, "no
+/// take-over in the last hour") then reads 0, not "no data".
+fn at_zero() {
+    counter!(LEASE_RENEWALS).absolute(0);
+    counter!(TAKE_OVERS).absolute(0);
+    gauge!(STREAM_FOLLOWERS).set(0.0);
+    gauge!(WAITING_RUNS).set(0.0);
+}
+
+/// Registers the activity-time series of each activity a loaded component
+/// declares, empty until its first call (a histogram is labelled by
+/// activity, so none can be exported before the activities are known).
+pub(crate) fn activities_served<'a>(names: impl IntoIterator<Item = &'a str>) {
+    for name in names {
+        for ok in [true, false] {
+            let _ = histogram!(ACTIVITY, "activity" => name.to_string(), "outcome" => outcome(ok));
+        }
+    }
 }
 
 pub(crate) fn run_ended(agent: &str, completed: bool) {

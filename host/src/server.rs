@@ -140,22 +140,16 @@ pub(crate) async fn work(mut args: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A runtime for one command on one component file: default limits, and a
-/// throw-away artifact cache (removed by the caller).
-pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, std::path::PathBuf)> {
-    // A new folder of a random name, this user's alone: a folder someone
-    // else made first (a predictable name) could hold compiled code that
-    // would then be run as this user's.
-    let cache =
-        std::env::temp_dir().join(format!("agenthost-local-{}", uuid::Uuid::new_v4().simple()));
-    let mut folder = std::fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut folder, 0o700);
-    folder
-        .create(&cache)
-        .with_context(|| format!("cannot create {}", cache.display()))?;
+/// A runtime for one command on one component file (`build`, `inspect`,
+/// `tool call`): default limits, and a lasting compiled-artifact cache
+/// (`AGENTHOST_CACHE_DIR` as `serve` reads it, else this user's
+/// `$XDG_CACHE_HOME/agenthost/compiled` or `~/.cache/agenthost/compiled`), so a component compiled once (a Python
+/// or JavaScript one takes seconds) is not compiled again by the next
+/// command. Where that folder cannot be had safely, a throw-away one.
+pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, LocalCache)> {
+    let cache = LocalCache::open()?;
     let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: cache.clone(),
+        cache_dir: cache.dir.clone(),
         limits: Limits::default(),
         max_instances: 4,
         describe_timeout: Duration::from_secs(30),
@@ -166,11 +160,97 @@ pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, std::path::PathBuf)> {
     Ok((runtime, cache))
 }
 
+/// The artifact cache of a one-component command.
+pub(crate) struct LocalCache {
+    dir: std::path::PathBuf,
+    throwaway: bool,
+}
+
+impl LocalCache {
+    fn open() -> anyhow::Result<Self> {
+        // A host's own cache, named as `serve` takes it: what `build`
+        // compiles there, a host sharing the folder loads without compiling.
+        if let Some(dir) = std::env::var_os("AGENTHOST_CACHE_DIR").filter(|v| !v.is_empty()) {
+            return Ok(Self {
+                dir: dir.into(),
+                throwaway: false,
+            });
+        }
+        if let Some(dir) = Self::user_dir() {
+            return Ok(Self {
+                dir,
+                throwaway: false,
+            });
+        }
+        // A new folder of a random name, this user's alone: a folder someone
+        // else made first (a predictable name) could hold compiled code that
+        // would then be run as this user's.
+        let dir =
+            std::env::temp_dir().join(format!("agenthost-local-{}", uuid::Uuid::new_v4().simple()));
+        private_folder()
+            .create(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Self {
+            dir,
+            throwaway: true,
+        })
+    }
+
+    /// The user's cache folder, made private if new; only one that this
+    /// user owns and nobody else may write to is used (compiled code is
+    /// loaded from it without a check of its own).
+    fn user_dir() -> Option<std::path::PathBuf> {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|home| std::path::PathBuf::from(home).join(".cache"))
+            })?;
+        let dir = base.join("agenthost").join("compiled");
+        if !dir.is_dir() {
+            private_folder().recursive(true).create(&dir).ok()?;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::metadata(&dir).ok()?;
+            // A file made now is owned by this process's user: the folder
+            // must be owned by the same.
+            let probe = dir.join(format!(".owner-{}", uuid::Uuid::new_v4().simple()));
+            let me = std::fs::File::create_new(&probe)
+                .and_then(|f| f.metadata())
+                .map(|m| m.uid());
+            let _ = std::fs::remove_file(&probe);
+            if me.ok()? != meta.uid() || meta.mode() & 0o022 != 0 {
+                return None;
+            }
+        }
+        Some(dir)
+    }
+
+    /// Removes a throw-away folder; the user's cache is kept.
+    pub(crate) fn done(self) {
+        if self.throwaway {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn private_folder() -> std::fs::DirBuilder {
+    #[allow(unused_mut)]
+    let mut folder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut folder, 0o700);
+    folder
+}
+
 /// `agenthost inspect FILE`: loads one component and prints its description.
 pub(crate) async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
     let (runtime, cache) = local_runtime()?;
     let loaded = runtime.load(file).await;
-    let _ = std::fs::remove_dir_all(&cache);
+    cache.done();
     let component = loaded.with_context(|| format!("{} does not load", file.display()))?;
     println!(
         "{}",
@@ -196,7 +276,15 @@ pub(crate) async fn call_tool(
             .load(file)
             .await
             .with_context(|| format!("{} does not load", file.display()))?;
-        if component.manifest.activity(tool).is_none() {
+        let found = component.manifest.activity(tool);
+        if found.is_some_and(|a| a.approval == crate::wasm::Approval::AlwaysRequire) {
+            // Called by a person at a terminal, the tool runs: that person
+            // is the approval. Said, so nobody takes it for the host's rule.
+            eprintln!(
+                "note: '{tool}' needs a human's approval when an agent calls it; `tool call` runs it now, as you asked"
+            );
+        }
+        if found.is_none() {
             let names: Vec<&str> = component
                 .manifest
                 .activities
@@ -219,7 +307,7 @@ pub(crate) async fn call_tool(
             .with_context(|| format!("tool '{tool}' stopped the component"))
     }
     .await;
-    let _ = std::fs::remove_dir_all(&cache);
+    cache.done();
     match called? {
         Ok(result) => {
             println!("{result}");

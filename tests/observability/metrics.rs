@@ -96,6 +96,47 @@ async fn gauge_reaches(host: &Host, name: &str, expected: f64) {
     }
 }
 
+/// Series that used to appear only at their first sample are exported at
+/// zero, with their HELP, by a host that has done nothing yet: the take-over
+/// and lease counters, the stream followers, and the activity times of each
+/// activity a loaded component declares.
+#[tokio::test(flavor = "multi_thread")]
+async fn quiet_series_are_exported_at_zero_with_their_help_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["orchestration-tests"])
+        .start();
+    let response = client().get(host.url("/metrics")).send().await.unwrap();
+    let text = crate::support::prometheus_text(response).await;
+    for name in [
+        "agenthost_lease_renewals_total",
+        "agenthost_take_overs_total",
+        "agenthost_stream_followers",
+        "agenthost_activity_seconds",
+    ] {
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "no HELP for {name}:\n{text}"
+        );
+    }
+    let scraped = openmetrics_parser::prometheus::parse_prometheus(&text).unwrap();
+    for name in ["agenthost_take_overs_total", "agenthost_stream_followers"] {
+        assert_eq!(value(&scraped, name, &[]), 0.0, "{name}");
+    }
+    // A host on a shared hub renews its lease from its start: counted from 0.
+    let renewals = value(&scraped, "agenthost_lease_renewals_total", &[]);
+    if crate::support::host::test_store().is_none() {
+        assert_eq!(renewals, 0.0, "a SQLite host holds no lease");
+    }
+    // An activity of the component, at zero calls, ok and failed.
+    for outcome in ["ok", "failed"] {
+        let line = format!(
+            "agenthost_activity_seconds_count{{activity=\"instant\",outcome=\"{outcome}\"}} 0"
+        );
+        assert!(text.contains(&line), "no `{line}`:\n{text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_move_by_what_a_known_workload_did() {
     let dir = tempfile::tempdir().unwrap();

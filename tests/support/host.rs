@@ -196,6 +196,8 @@ impl HostBuilder {
             command.env(k, v);
         }
         let mut child = command.spawn().expect("start agenthost");
+        let pid = child.id();
+        let echo = echoes_output();
         let output = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
         let stdout = child.stdout.take().unwrap();
@@ -210,6 +212,9 @@ impl HostBuilder {
             let output = output.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if echo {
+                        eprintln!("[agenthost {pid}] {line}");
+                    }
                     output.lock().unwrap().push(line.clone());
                     if let Some(url) = line.strip_prefix("agenthost listening on ") {
                         let _ = tx.send(Started::Url(url.to_string()));
@@ -395,10 +400,18 @@ impl Host {
     }
 }
 
+/// Whether hosts echo each line they print to the test's own stderr as it
+/// comes: under cargo-nextest, which keeps a test's output and shows it only
+/// when the test fails or is stopped by its time limit (a test killed there
+/// unwinds nothing, so a host's log printed on drop would be lost).
+fn echoes_output() -> bool {
+    std::env::var_os("NEXTEST").is_some()
+}
+
 impl Drop for Host {
     fn drop(&mut self) {
         self.kill();
-        if std::thread::panicking() {
+        if std::thread::panicking() && !echoes_output() {
             eprintln!(
                 "--- agenthost output ---\n{}\n--- end of agenthost output ---",
                 self.output()

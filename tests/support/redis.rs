@@ -35,7 +35,12 @@ impl PrivateRedis {
         };
         for _ in 0..100 {
             if let Ok(client) = redis::Client::open(server.url.as_str()) {
-                if client.get_multiplexed_async_connection().await.is_ok() {
+                let connected = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    client.get_multiplexed_async_connection(),
+                )
+                .await;
+                if matches!(connected, Ok(Ok(_))) {
                     return server;
                 }
             }

@@ -45,7 +45,7 @@ pub(crate) async fn build(dir: &Path, into: Option<&Path>) -> anyhow::Result<()>
     };
     let (runtime, cache) = crate::server::local_runtime()?;
     let loaded = runtime.load(&built).await;
-    let _ = std::fs::remove_dir_all(&cache);
+    cache.done();
     let component = loaded.with_context(|| {
         format!(
             "{} was built but does not load as a component",
@@ -254,11 +254,19 @@ async fn run_tool(program: &Path, args: &[&std::ffi::OsStr], dir: &Path) -> anyh
 /// componentize-py over `app.py`, with the project's folder (its vendored
 /// `agenthost/` SDK) on the module path, against its `wit/`.
 async fn python_build(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    let tool = find_tool(dir, "componentize-py").with_context(|| {
-        format!("componentize-py is not on PATH: pip install {COMPONENTIZE_PY}")
-    })?;
+    // Absolute first: the tools run inside the project's folder, where a
+    // path relative to ours would name another file.
     let dir =
         std::fs::canonicalize(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let tool = find_tool(&dir, "componentize-py").with_context(|| {
+        let venv = dir.join(".venv");
+        format!(
+            "componentize-py is neither in {}/bin nor on PATH; install it where `agenthost build` looks:\n  python3 -m venv {}\n  {}/bin/pip install {COMPONENTIZE_PY}",
+            venv.display(),
+            venv.display(),
+            venv.display()
+        )
+    })?;
     let out = dir.join("build").join(format!("{name}.wasm"));
     std::fs::create_dir_all(dir.join("build")).context("cannot create build/")?;
     let wit = dir.join("wit");
@@ -287,14 +295,18 @@ async fn python_build(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
 /// interfaces stay imports), then componentize-js makes the component, with
 /// WASI's clocks, randomness and stdio (no HTTP).
 async fn js_build(dir: &Path, name: &str, entry: &str) -> anyhow::Result<PathBuf> {
-    let missing = |tool: &str| {
-        format!("{tool} is not in node_modules/.bin or on PATH: npm install {COMPONENTIZE_JS}")
-    };
-    let rolldown = find_tool(dir, "rolldown").with_context(|| missing("rolldown"))?;
-    let componentize =
-        find_tool(dir, "componentize-js").with_context(|| missing("componentize-js"))?;
     let dir =
         std::fs::canonicalize(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let missing = |tool: &str| {
+        format!(
+            "{tool} is neither in {}/node_modules/.bin nor on PATH; install it where `agenthost build` looks:\n  cd {} && npm install --save-dev {COMPONENTIZE_JS}",
+            dir.display(),
+            dir.display()
+        )
+    };
+    let rolldown = find_tool(&dir, "rolldown").with_context(|| missing("rolldown"))?;
+    let componentize =
+        find_tool(&dir, "componentize-js").with_context(|| missing("componentize-js"))?;
     std::fs::create_dir_all(dir.join("build")).context("cannot create build/")?;
     let bundle = dir.join("build/app.bundle.js");
     let out = dir.join("build").join(format!("{name}.wasm"));

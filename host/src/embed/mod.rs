@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agents::{AgentRunner, AgentsSettings};
 use crate::durable::{Orchestrator, OrchestratorConfig};
-use crate::http::{self, ApiKeys, AppState, HttpConfig};
+use crate::http::{self, ApiKeys, AppState, HttpConfig, Scope};
 use crate::model::{ModelClient, ModelSettings};
 use crate::registry::Registry;
 use crate::runs::Runs;
@@ -132,6 +132,17 @@ impl AgentHost {
             .map_err(|e| StartError::Keys(e.into()))?;
         if keys.is_empty() && args.require_keys && !args.worker_only {
             return Err(StartError::KeysRequired);
+        }
+        if !args.worker_only {
+            if keys.is_empty() {
+                tracing::info!("endpoint keys off: every route is open to whoever reaches the port (--api-key SCOPE:KEY turns them on)");
+            } else {
+                tracing::info!(
+                    invoke_keys = keys.count(Scope::Invoke),
+                    admin_keys = keys.count(Scope::Admin),
+                    "endpoint keys on: every route but health, the OpenAPI document and agent cards needs a key (invoke: runs, A2A, MCP, starting orchestrations; admin: everything)"
+                );
+            }
         }
         let settings = ModelSettings::from_env().map_err(|e| StartError::Model(e.into()))?;
         let model = ModelClient::new(settings, args.model_timeout)

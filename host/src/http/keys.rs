@@ -159,6 +159,11 @@ impl ApiKeys {
         Ok(Self { digests, signers })
     }
 
+    /// How many keys of `scope` are configured.
+    pub fn count(&self, scope: Scope) -> usize {
+        self.digests.iter().filter(|(s, _)| *s == scope).count()
+    }
+
     /// True when no key is configured: every route is open.
     pub fn is_empty(&self) -> bool {
         self.digests.is_empty()

@@ -29,7 +29,7 @@ mod spans;
 mod streams;
 
 pub use error::ApiError;
-pub use keys::ApiKeys;
+pub use keys::{ApiKeys, Scope};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -201,6 +201,13 @@ impl Registry {
                 "component loaded"
             );
             crate::metrics::component_loaded(component.load_time, true);
+            crate::metrics::activities_served(
+                component
+                    .manifest
+                    .activities
+                    .iter()
+                    .map(|a| a.name.as_str()),
+            );
             report.loaded.push(component.name.clone());
         }
         for path in &removed {

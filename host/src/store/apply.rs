@@ -2,9 +2,9 @@
 //! The order is the decision's; nothing here chooses anything: where a rule
 //! is needed (a sub-orchestration's id already taken), the core decides.
 
-use super::durable_records::{to_json, Applied, InboxRow, Loaded, Target};
+use super::durable_records::{to_json, Applied, InboxRow, Loaded, Target, TaskRow};
+use super::error::StoreError;
 use super::tx::{NextExecution, RowUpdate, Tx};
-use super::{StoreError, TaskRow};
 use crate::core::effects::Effect;
 use crate::core::instance::{InstanceState, NewInstance, RuntimeStatus, Size};
 use crate::core::journal::{Call, Entry, Event};

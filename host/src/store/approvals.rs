@@ -5,8 +5,11 @@
 use serde::Serialize;
 use sqlx::Row;
 
+use super::clock::now_ms;
+use super::error::StoreError;
+use super::open::Store;
+use super::records::SessionKey;
 use super::sessions::holder_of;
-use super::{now_ms, SessionKey, Store, StoreError};
 use crate::core::fence::{self, SessionFence};
 
 /// A tool call that needs a decision.

@@ -1,5 +1,5 @@
 //! PostgreSQL decides a batch in memory and writes it in one statement
-//! ([`super::postgres_batch`]); SQLite writes statement by statement. The
+//! ([`super::postgres::batch`]); SQLite writes statement by statement. The
 //! same writes, committed together, must leave the same instances behind.
 //! Runs when `AGENTHOST_TEST_STORE` names a PostgreSQL database (`make
 //! test` sets it for its PostgreSQL stage).
@@ -202,7 +202,7 @@ async fn a_planned_batch_leaves_what_the_statement_path_leaves() -> Result<(), S
     let (_dir, sqlite) = crate::store::test_fixtures::sqlite().await?;
     let expected = history(&sqlite).await?;
     let counted = || {
-        use crate::store::postgres_batch::counts;
+        use crate::store::postgres::batch::counts;
         use std::sync::atomic::Ordering::Relaxed;
         (
             counts::PLANNED.load(Relaxed),

@@ -1,13 +1,17 @@
 //! Claims on a hub shared by several hosts: what this host runs now, its
 //! own work and what it takes (new work, and a dead host's), with
 //! `FOR UPDATE SKIP LOCKED` so that hosts claiming at once never wait on
-//! each other and never take the same row. See [`super::shared_hub`].
+//! each other and never take the same row. See [`super::postgres`]'s shared hub.
 
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::shared_hub::SharedHub;
-use super::{now_ms, SessionKey, Store, StoreError, TaskRow};
+use super::clock::now_ms;
+use super::durable_records::TaskRow;
+use super::error::StoreError;
+use super::open::Store;
+use super::postgres::SharedHub;
+use super::records::SessionKey;
 use crate::core::fence::SessionFence;
 
 impl Store {

@@ -1,8 +1,8 @@
 //! The committer's queue as its writer loops see it: the jobs, what a loop
 //! takes at once, and what it reports to (counters, the inbox sink, its
 //! health). Shared by [`super::group_commit`], which owns the queue, and the
-//! two writer loops ([`super::sqlite_commit`], [`super::postgres_commit`]),
-//! which drain it; it uses neither.
+//! two writer loops (in [`super::sqlite`] and [`super::postgres`]), which
+//! drain it; it uses neither.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -10,8 +10,8 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::{mpsc, oneshot};
 
 use super::durable_records::{InboxRow, Read, ReadOut, Write, Written};
+use super::error::StoreError;
 use super::writer_health::WriterHealth;
-use super::StoreError;
 
 /// Writes committed in one transaction at most.
 const MAX_BATCH: usize = 256;

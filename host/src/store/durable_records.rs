@@ -7,17 +7,33 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::error::StoreError;
 use super::run_writes::{RunWrite, RunWritten};
-use super::{StoreError, TaskRow};
 use crate::core::effects::Effect;
 use crate::core::instance::{InstanceState, NewInstance};
-use crate::core::journal::{Entry, Event};
+use crate::core::journal::{Call, Entry, Event};
 use crate::core::lifecycle::arrivals::Arrival;
 pub use crate::core::lifecycle::in_hand::Arriving;
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
 use crate::core::lifecycle::{Operation, TaskFate};
 use crate::core::limits::{LimitError, Limits};
+
+/// A task the worker must run.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub instance_id: String,
+    /// The execution that scheduled it; its result is dropped if the
+    /// instance has moved on.
+    pub execution: i64,
+    /// The orchestration of the instance, whose component runs its activities.
+    pub orchestration: String,
+    /// The component version the instance runs on.
+    pub component_digest: String,
+    pub task: u32,
+    pub call: Call,
+    pub attempt: u32,
+}
 
 /// The instance a decision is about.
 #[derive(Debug, Clone)]
@@ -40,7 +56,7 @@ pub struct Applied {
     /// hot instances once committed, then empties this.
     pub posted: Vec<(String, InboxRow)>,
     /// Instances given something new whose owner may be another host: on a
-    /// shared hub, the others are told (see [`super::shared_hub`]).
+    /// shared hub, the others are told (see [`super::postgres`]'s shared hub).
     pub news: Vec<String>,
     /// Instances this write created, as stored: the host that runs them
     /// starts from these instead of reading them back.

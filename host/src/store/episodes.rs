@@ -6,8 +6,8 @@ use sqlx::Row;
 use super::durable_records::{
     from_json, Applied, Image, InboxRow, Read, ReadOut, Target, Write, Written,
 };
-use super::tx::Tx;
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::open::Store;
 use crate::core::effects::Effect;
 use crate::core::journal::Entry;
 
@@ -111,17 +111,3 @@ impl Store {
 /// starts is spread over the hosts that wake for it, rather than taken
 /// whole by the first.
 const CLAIM_AT_ONCE: usize = 32;
-
-/// State, journal and inbox of an instance, read in one transaction.
-pub(super) async fn image(tx: &mut impl Tx, id: &str) -> Result<Option<Image>, StoreError> {
-    let Some(loaded) = tx.load(id).await? else {
-        return Ok(None);
-    };
-    let inbox = tx.inbox(id).await?;
-    let journal = tx.journal(id).await?;
-    Ok(Some(Image {
-        loaded,
-        journal,
-        inbox,
-    }))
-}

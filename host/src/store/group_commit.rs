@@ -6,8 +6,8 @@
 //! write reads the instance inside the transaction and asks the core what to
 //! do, so a decision never rests on a stale read. The loop that takes the
 //! queue is the database's own: a thread with its own connection for SQLite
-//! ([`super::sqlite_commit`]), a task with its own connection for PostgreSQL
-//! ([`super::postgres_commit`]).
+//! ([`super::sqlite`]), a task with its own connection for PostgreSQL
+//! ([`super::postgres`]).
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -17,8 +17,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::commit_queue::{InboxSink, Job, Shared, Stats};
 use super::durable_records::{Read, ReadOut, Write, Written};
+use super::error::StoreError;
+use super::postgres::{self, SharedHub};
+use super::sqlite;
 use super::writer_health::{WriterCheck, WriterHealth};
-use super::StoreError;
 
 #[derive(Clone)]
 pub struct Committer {
@@ -33,17 +35,17 @@ impl Committer {
     /// file at `path` (its schema already migrated).
     pub fn sqlite(path: &Path) -> Result<Self, StoreError> {
         let (committer, queue) = Self::new();
-        super::sqlite_commit::start(path, queue, committer.shared())?;
+        sqlite::start(path, queue, committer.shared())?;
         Ok(committer)
     }
 
     /// The PostgreSQL writer: a task with its own connection to the hub.
     pub async fn postgres(
         options: sqlx::postgres::PgConnectOptions,
-        hub: Arc<super::shared_hub::SharedHub>,
+        hub: Arc<SharedHub>,
     ) -> Result<Self, StoreError> {
         let (committer, queue) = Self::new();
-        super::postgres_commit::start(options, hub, queue, committer.shared()).await?;
+        postgres::start(options, hub, queue, committer.shared()).await?;
         Ok(committer)
     }
 

@@ -8,7 +8,8 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Any, Row};
 
 use super::durable_records::{Applied, ArrivalWritten, Arriving, Target, Write, Written};
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::open::Store;
 use crate::core::effects::Effect;
 use crate::core::instance::{NewInstance, RuntimeStatus};
 use crate::core::lifecycle::task_done::Attempt;

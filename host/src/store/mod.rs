@@ -4,116 +4,91 @@
 //! The store only stores: it imports the core and nothing above it. Writes of
 //! the durable engine carry out core decisions ([`crate::core::effects`]).
 //! SQLite (WAL) is the embedded default; PostgreSQL lets several hosts share
-//! one task hub. The two differ only in [`tx::Tx`] and in their writer loop.
+//! one task hub. The two differ only in [`tx::Tx`] (and [`run_tx::RunTx`]),
+//! in their writer loop and in how a store is opened, each in its own folder
+//! ([`sqlite`], [`postgres`]).
+//!
+//! The files stand in layers, grouped bottom up below (`STORE_LAYERS` in
+//! `house_rules.rs` checks them): a file imports files of its own layer or
+//! below, never above. This file is the store's face to the rest of the
+//! crate: it declares the rest and re-exports what the crate uses, and no
+//! file of the store below it imports through it (its tests, above it, do).
 
-mod apply;
-mod approvals;
-#[cfg(test)]
-mod batch_equivalence;
-mod claims;
-mod commit_queue;
-mod durable_records;
-mod episodes;
-mod file_lock;
-#[cfg(test)]
-mod front_runs;
-mod group_commit;
+// The ground: the error, the clock, hubs, the rows as host types, the
+// writer's health.
+mod clock;
+mod error;
 mod hub;
-mod instances;
-mod open;
-mod postgres_batch;
-mod postgres_commit;
-mod postgres_flush;
-mod postgres_ids;
-mod postgres_marks;
-mod postgres_run_tx;
-mod postgres_runs;
-mod postgres_statement;
-mod postgres_tx;
 mod records;
-mod remote_tasks;
-mod retention;
-#[cfg(test)]
-mod run_batches;
-mod run_control;
-mod run_reads;
+mod writer_health;
+
+// The write model: what each write means, written once against the
+// statements of `Tx` and `RunTx`.
+mod apply;
+mod durable_records;
 mod run_tx;
 mod run_writes;
+mod tx;
+mod writes;
+
+// The committer's queue, which each dialect's writer loop drains.
+mod commit_queue;
+
+// The dialects.
+mod postgres;
+mod sqlite;
+
+// The committer, then the store.
+mod group_commit;
+mod open;
+
+// The store's calls.
+mod approvals;
+mod claims;
+mod episodes;
+mod hosts;
+mod instances;
+mod remote_tasks;
+mod retention;
+mod run_control;
+mod run_reads;
 mod sessions;
-mod shared_hub;
-mod sqlite_commit;
-mod sqlite_run_tx;
-mod sqlite_tx;
-#[cfg(test)]
-mod step_writes;
 mod streams;
 mod tasks;
-mod tx;
 mod versions;
-mod writer_health;
-mod writes;
 
 pub use crate::core::lifecycle::Operation;
 pub use crate::core::lifecycle::TaskFate;
 pub use approvals::{Decided, Decision, PendingCall};
+pub use clock::now_ms;
+// Named by the crate's docs (`durable/hot.rs`); its code passes a closure.
+#[allow(unused_imports)]
 pub use commit_queue::InboxSink;
-pub use durable_records::{Applied, ArrivalWritten, Arriving, Image, InboxRow, Loaded, Target};
+pub use durable_records::{
+    Applied, ArrivalWritten, Arriving, Image, InboxRow, Loaded, Target, TaskRow,
+};
+pub use error::StoreError;
 pub use hub::{TaskHub, DEFAULT_HUB};
 pub use instances::{InstanceFilter, InstanceRecord};
 pub use open::{Kind, Store};
-pub use records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage, CANCELED};
+pub use postgres::{Assigned, Membership, Role, Wake};
+pub use records::{
+    NewRun, NewStreamRow, RunRecord, RunStatus, SessionKey, StoredMessage, CANCELED,
+};
 pub use run_control::RunFilter;
 pub use sessions::{Deletion, RunOutcome};
-pub use shared_hub::{Assigned, Membership, Role, Wake};
-pub use streams::NewStreamRow;
-pub use tasks::TaskRow;
 pub use versions::VersionInUse;
 pub use writer_health::WriterCheck;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("unsupported store URL '{0}': use sqlite://PATH (e.g. sqlite://agenthost.db) or postgres://USER@HOST:PORT/DATABASE")]
-    UnsupportedUrl(String),
-    #[error("cannot connect to the task hub store at {address}: {source}")]
-    Connect {
-        address: String,
-        source: sqlx::Error,
-    },
-    #[error("could not migrate the store schema: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("store query failed: {0}")]
-    Query(#[from] sqlx::Error),
-    #[error("store write failed: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("store write failed: {0}")]
-    Write(String),
-    #[error("stored data is corrupt: {0}")]
-    Corrupt(String),
-    #[error("the store did not answer {what} within {after:?}: the database is unreachable or its connection went silent")]
-    Deadline {
-        what: &'static str,
-        after: std::time::Duration,
-    },
-    #[error("this host no longer owns session '{session}': another host took it over while this one was paused or cut off, so this host's write was refused and its work on the run dropped")]
-    Fenced { session: String },
-    #[error("this host's lease on the task hub ran out before it could send session '{session}' its next model request: the request was not sent, and the run goes on once the lease is renewed (or on the host that takes the session over)")]
-    LeaseLapsed { session: String },
-    #[error("the SQLite store {path} is already served by another process (pid {holder}): one process serves a SQLite file. Stop that one first, give this one another --store or --taskhub, or use PostgreSQL (--store postgres://…) to run several hosts on one task hub")]
-    Locked { path: String, holder: String },
-}
-
-impl StoreError {
-    /// The database could not be reached at all (as opposed to refusing a
-    /// statement).
-    pub fn is_unreachable(&self) -> bool {
-        matches!(self, StoreError::Connect { .. })
-    }
-}
-
-/// Milliseconds since the Unix epoch, the store's clock.
-pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
+// Tests of the whole store, on both stores and both roads of a batch.
+#[cfg(test)]
+mod batch_equivalence;
+#[cfg(test)]
+mod front_runs;
+#[cfg(test)]
+mod run_batches;
+#[cfg(test)]
+mod step_writes;
 
 #[cfg(test)]
 pub(crate) mod test_fixtures {

@@ -7,7 +7,9 @@
 
 use sqlx::Row;
 
-use super::{now_ms, Store, StoreError};
+use super::clock::now_ms;
+use super::error::StoreError;
+use super::open::Store;
 
 /// What is stored of one remote call (by its correlation id).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,9 @@
 
 use crate::core::instance::RuntimeStatus;
 
+use super::error::StoreError;
 use super::instances::InstanceFilter;
-use super::{Store, StoreError};
+use super::open::Store;
 
 /// Run records deleted in one statement at most.
 const RUN_BATCH: i64 = 500;

@@ -1,6 +1,6 @@
 //! The agent run path's writes of one batch: SQLite writes them statement
 //! by statement, PostgreSQL as parts of the batch's one statement
-//! ([`super::postgres_runs`]). The same batches must answer the same and
+//! ([`super::postgres::runs`]). The same batches must answer the same and
 //! leave the same conversations and streams. Runs on SQLite, and again on
 //! PostgreSQL when `AGENTHOST_TEST_STORE` names one (`make test` does).
 
@@ -228,7 +228,7 @@ async fn two_runs_of_one_session_in_one_batch_queue_in_order() -> Result<(), Sto
 
 /// Batches written as one statement (PostgreSQL).
 fn counted() -> u64 {
-    crate::store::postgres_runs::counts::SET_BASED.load(std::sync::atomic::Ordering::Relaxed)
+    crate::store::postgres::runs::counts::SET_BASED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Another host queues a run for a session after this batch's statement

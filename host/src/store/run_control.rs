@@ -5,8 +5,9 @@
 
 use sqlx::Row;
 
-use super::run_reads::{run_from_row, RUN_COLUMNS};
-use super::{RunRecord, RunStatus, Store, StoreError, CANCELED};
+use super::error::StoreError;
+use super::open::Store;
+use super::records::{run_from_row, RunRecord, RunStatus, CANCELED, RUN_COLUMNS};
 
 /// Which runs of an agent a page lists.
 #[derive(Debug, Clone, Default)]

@@ -2,18 +2,16 @@
 //! instance's, a session's next, the sessions with work left, and a run
 //! another host assigned here. Plain SQL both databases run as written;
 //! a run's record also arrives as JSON in a notification
-//! ([`run_from_array`]).
+//! ([`super::records::run_from_array`]).
 
-use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{now_ms, RunRecord, RunStatus, SessionKey, Store, StoreError};
+use super::clock::now_ms;
+use super::error::StoreError;
+use super::open::Store;
+use super::records::{run_from_row, RunRecord, SessionKey, RUN_COLUMNS};
 use crate::core::fence::SessionFence;
 use crate::core::ids::is_agent_call_of;
-
-pub(super) const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
-                           response, error, error_code, usage, created_at, updated_at, traceparent, \
-                           cancel_requested_at";
 
 impl Store {
     pub async fn run(&self, correlation_id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -26,7 +24,7 @@ impl Store {
     }
 
     /// A run another host queued for a session it gave this one
-    /// ([`super::Assigned`]), with this host's fence of the session, in one
+    /// ([`super::postgres::Assigned`]), with this host's fence of the session, in one
     /// read: `None` when the run is no longer pending or running, or the
     /// session is not this host's (any more).
     pub async fn assigned_run(
@@ -153,74 +151,6 @@ impl Store {
             })
             .collect()
     }
-}
-
-pub(super) fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
-    let status: String = row.try_get("status")?;
-    let error_code: Option<String> = row.try_get("error_code")?;
-    let format: Option<String> = row.try_get("response_format")?;
-    let usage: Option<String> = row.try_get("usage")?;
-    let corrupt =
-        |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("run {what}: {e}"));
-    Ok(RunRecord {
-        correlation_id: row.try_get("correlation_id")?,
-        agent: row.try_get("agent")?,
-        thread_id: row.try_get("session_id")?,
-        message: row.try_get("message")?,
-        status: RunStatus::stored(&status, error_code.as_deref())
-            .ok_or_else(|| StoreError::Corrupt(format!("run status '{status}'")))?,
-        response_format: format
-            .map(|f| serde_json::from_str(&f))
-            .transpose()
-            .map_err(|e| corrupt("format", e))?,
-        response: row.try_get("response")?,
-        error: row.try_get("error")?,
-        error_code,
-        usage: usage
-            .map(|u| serde_json::from_str(&u))
-            .transpose()
-            .map_err(|e| corrupt("usage", e))?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        traceparent: row.try_get("traceparent")?,
-        cancel_requested: row
-            .try_get::<Option<i64>, _>("cancel_requested_at")?
-            .is_some(),
-    })
-}
-
-/// A run's record from a notification's JSON array of its columns, in
-/// [`RUN_COLUMNS`]' order (`response_format` and `usage` as their stored
-/// text); `None` when it is not one.
-pub(super) fn run_from_array(a: &[serde_json::Value]) -> Option<RunRecord> {
-    let text = |i: usize| a.get(i).and_then(|v| v.as_str()).map(str::to_string);
-    let json = |i: usize| -> Option<Option<serde_json::Value>> {
-        match a.get(i)? {
-            serde_json::Value::Null => Some(None),
-            v => serde_json::from_str(v.as_str()?).ok().map(Some),
-        }
-    };
-    let usage = match a.get(9)? {
-        serde_json::Value::Null => None,
-        v => Some(serde_json::from_str(v.as_str()?).ok()?),
-    };
-    Some(RunRecord {
-        correlation_id: text(0)?,
-        agent: text(1)?,
-        thread_id: text(2)?,
-        message: text(3)?,
-        response_format: json(4)?,
-        status: RunStatus::stored(a.get(5)?.as_str()?, a.get(8)?.as_str())?,
-        response: text(6),
-        error: text(7),
-        error_code: text(8),
-        usage,
-        created_at: a.get(10)?.as_i64()?,
-        updated_at: a.get(11)?.as_i64()?,
-        traceparent: text(12),
-        // Sent for ended runs only, whose request no longer matters.
-        cancel_requested: false,
-    })
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@
 
 use std::future::Future;
 
-use super::StoreError;
+use super::error::StoreError;
+use super::records::NewStreamRow;
 use crate::core::fence::{SessionFence, SessionHolder};
 
 /// A run as it is inserted.
@@ -127,7 +128,7 @@ pub(super) trait RunTx {
     /// Response stream entries; their ids.
     fn insert_stream_rows(
         &mut self,
-        rows: &[super::NewStreamRow],
+        rows: &[NewStreamRow],
         now: i64,
         expires_at: i64,
     ) -> impl Future<Output = Result<Vec<i64>, StoreError>>;

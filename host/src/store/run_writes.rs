@@ -7,8 +7,9 @@
 //! its own. Tool rounds store their messages as they happen, so a crash
 //! never runs a tool call twice.
 
+use super::error::StoreError;
+use super::records::{NewRun, NewStreamRow};
 use super::run_tx::{Claimed, FencedEnd, RunEndRow, RunRow, RunTx};
-use super::{NewRun, StoreError};
 use crate::core::fence::{self, SessionFence};
 
 /// A write of the run path.
@@ -38,7 +39,7 @@ pub enum RunWrite {
     },
     /// Response stream entries.
     Stream {
-        rows: Vec<super::NewStreamRow>,
+        rows: Vec<NewStreamRow>,
         expires_at: i64,
     },
 }

@@ -7,11 +7,14 @@ use sqlx::any::AnyRow;
 use sqlx::AnyConnection;
 use sqlx::Row;
 
+use super::clock::now_ms;
 use super::durable_records::to_json;
 use super::durable_records::{Write, Written};
+use super::error::StoreError;
+use super::open::Store;
+use super::records::{NewRun, RunRecord, RunStatus, SessionKey, StoredMessage};
 use super::run_tx::RunEndRow;
 use super::run_writes::{RunWrite, RunWritten};
-use super::{now_ms, NewRun, RunRecord, RunStatus, SessionKey, Store, StoreError, StoredMessage};
 use crate::core::chat::{ChatMessage, Usage};
 use crate::core::fence::{self, SessionFence, SessionHolder};
 

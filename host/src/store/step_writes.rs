@@ -2,7 +2,7 @@
 //! result, a raised event) with the episode run on it
 //! ([`Write::ArrivalAndEpisode`]), and, on PostgreSQL,
 //! episodes written under their fence without a read
-//! ([`super::postgres_batch`]) and the careful retry when a fence or a new
+//! ([`super::postgres::batch`]) and the careful retry when a fence or a new
 //! child's id does not hold. Each test runs on SQLite, and again on
 //! PostgreSQL when `AGENTHOST_TEST_STORE` names one (`make test` does).
 
@@ -444,7 +444,7 @@ async fn an_entity_batch_decided_before_another_committed_is_refused_and_a_start
 
 /// Episodes written under their fence so far (PostgreSQL).
 fn counted() -> u64 {
-    crate::store::postgres_batch::counts::FENCED.load(std::sync::atomic::Ordering::Relaxed)
+    crate::store::postgres::batch::counts::FENCED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// An arrival with its episode sent with another write on its instance in

@@ -4,8 +4,10 @@
 use sqlx::Row;
 
 use super::durable_records::{Write, Written};
+use super::error::StoreError;
+use super::open::Store;
+use super::records::NewStreamRow;
 use super::run_writes::{RunWrite, RunWritten};
-use super::{Store, StoreError};
 
 /// One stored entry of a response stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,17 +19,6 @@ pub struct StreamRow {
     pub created_at: i64,
     /// The run attempt that wrote it.
     pub attempt: i64,
-}
-
-/// An entry to append.
-#[derive(Debug, Clone)]
-pub struct NewStreamRow {
-    pub correlation_id: String,
-    /// The run attempt that writes it (when that execution began, ms).
-    pub attempt: i64,
-    /// `chunk`, `complete` or `failed`.
-    pub kind: &'static str,
-    pub data: String,
 }
 
 impl Store {

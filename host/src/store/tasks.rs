@@ -3,25 +3,9 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::durable_records::from_json;
-use super::{Store, StoreError};
-use crate::core::journal::Call;
-
-/// A task the worker must run.
-#[derive(Debug, Clone)]
-pub struct TaskRow {
-    pub instance_id: String,
-    /// The execution that scheduled it; its result is dropped if the
-    /// instance has moved on.
-    pub execution: i64,
-    /// The orchestration of the instance, whose component runs its activities.
-    pub orchestration: String,
-    /// The component version the instance runs on.
-    pub component_digest: String,
-    pub task: u32,
-    pub call: Call,
-    pub attempt: u32,
-}
+use super::durable_records::{from_json, TaskRow};
+use super::error::StoreError;
+use super::open::{Kind, Store};
 
 impl Store {
     /// Tasks due now that this host should run (on a shared hub: its own
@@ -76,8 +60,8 @@ impl Store {
     /// while any instance runs.
     pub async fn next_due_after(&self, now: i64) -> Result<Option<i64>, StoreError> {
         let timer = match self.kind() {
-            super::Kind::Postgres => "(event::jsonb ->> 'event') = 'timer_fired'",
-            super::Kind::Sqlite => "json_extract(event, '$.event') = 'timer_fired'",
+            Kind::Postgres => "(event::jsonb ->> 'event') = 'timer_fired'",
+            Kind::Sqlite => "json_extract(event, '$.event') = 'timer_fired'",
         };
         let next: Option<i64> = sqlx::query_scalar(&format!(
             "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > $1 AND {timer} \

@@ -4,15 +4,16 @@
 //! effects touch ([`super::apply`]) are written once, against this trait.
 //!
 //! SQLite implements it on the writer thread's own connection (every
-//! statement completes at once, see [`run_now`]); PostgreSQL on the writer's
-//! sqlx connection, with the instance row locked for the transaction.
+//! statement completes at once, see [`super::sqlite`]); PostgreSQL on the
+//! writer's sqlx connection, with the instance row locked for the
+//! transaction.
 
 use std::future::Future;
 
 use super::durable_records::InboxRow;
 use super::durable_records::Loaded;
 use super::durable_records::Target;
-use super::StoreError;
+use super::error::StoreError;
 use crate::core::instance::{NewInstance, RuntimeStatus, Size};
 use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::Attempt;
@@ -131,18 +132,4 @@ pub(super) trait Tx {
     ) -> impl Future<Output = Result<(), StoreError>>;
     /// Deletes the instance and everything of it.
     fn purge(&mut self, id: &str) -> impl Future<Output = Result<(), StoreError>>;
-}
-
-/// Runs a future that cannot wait: SQLite's statements complete inside the
-/// call, so the shared async write code finishes in one poll on the writer
-/// thread, with no runtime under it.
-pub(super) fn run_now<T>(
-    future: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    use futures::FutureExt;
-    future.now_or_never().unwrap_or_else(|| {
-        Err(StoreError::Write(
-            "a SQLite write waited on something: it must complete at once".into(),
-        ))
-    })
 }

@@ -3,7 +3,9 @@
 
 use sqlx::Row;
 
-use super::{now_ms, Store, StoreError};
+use super::clock::now_ms;
+use super::error::StoreError;
+use super::open::Store;
 
 /// A component version as stored.
 pub struct StoredVersion {

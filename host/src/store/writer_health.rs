@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::now_ms;
+use super::clock::now_ms;
 
 // 0: running (the default).
 const CLOSED: u8 = 1;

@@ -5,13 +5,12 @@
 
 use super::apply::{apply, create};
 use super::durable_records::{
-    Applied, ArrivalWritten, Arriving, Loaded, Read, ReadOut, Target, Write, Written,
+    Applied, ArrivalWritten, Arriving, Image, Loaded, Read, ReadOut, Target, Write, Written,
 };
-use super::episodes::image;
+use super::error::StoreError;
 use super::run_tx::RunTx;
 use super::run_writes::write_run;
 use super::tx::Tx;
-use super::StoreError;
 use crate::core::effects::Effect;
 use crate::core::fence::{self, EpisodeFence, InstanceHolder};
 use crate::core::lifecycle::task_done::{self, Attempt};
@@ -301,6 +300,20 @@ pub(super) async fn read_one(tx: &mut impl Tx, read: Read) -> Result<ReadOut, St
     Ok(match read {
         Read::Image(id) => ReadOut::Image(image(tx, &id).await?),
     })
+}
+
+/// State, journal and inbox of an instance, read in one transaction.
+async fn image(tx: &mut impl Tx, id: &str) -> Result<Option<Image>, StoreError> {
+    let Some(loaded) = tx.load(id).await? else {
+        return Ok(None);
+    };
+    let inbox = tx.inbox(id).await?;
+    let journal = tx.journal(id).await?;
+    Ok(Some(Image {
+        loaded,
+        journal,
+        inbox,
+    }))
 }
 
 async fn decide_and_apply(

@@ -47,16 +47,18 @@ impl ArtifactCache {
         bytes: &[u8],
     ) -> Result<(Component, bool), LoadError> {
         let path = self.path_for(digest);
-        if path.exists() {
-            // SAFETY: the cache directory is owned by this host; every file in
-            // it was written by `Component::serialize` below, under a name that
-            // includes the engine's compatibility hash.
-            match unsafe { Component::deserialize_file(engine, &path) } {
-                Ok(component) => return Ok((component, true)),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %error::describe(&e), "discarding unusable cached artifact")
-                }
-            }
+        if let Some(component) = Self::cached(engine, &path) {
+            return Ok((component, true));
+        }
+        // One compile of an artifact at a time across every process sharing
+        // the folder (hosts started together, `build` beside a running
+        // host): the others wait for it and load what it wrote, instead of
+        // each compiling the same bytes (seconds of CPU for a Python or
+        // JavaScript component). Without a lock (a read-only folder, say)
+        // each compiles, as before.
+        let _compiling = Self::lock(&path);
+        if let Some(component) = Self::cached(engine, &path) {
+            return Ok((component, true));
         }
         let component = Component::from_binary(engine, bytes)
             .map_err(|e| LoadError::Compile(error::describe(&e)))?;
@@ -76,5 +78,36 @@ impl ArtifactCache {
             }
         }
         Ok((component, false))
+    }
+
+    /// The artifact at `path`, if it is there and loads.
+    fn cached(engine: &Engine, path: &Path) -> Option<Component> {
+        if !path.exists() {
+            return None;
+        }
+        // SAFETY: the cache directory is owned by this host; every file in
+        // it was written by `Component::serialize` below, under a name that
+        // includes the engine's compatibility hash.
+        match unsafe { Component::deserialize_file(engine, path) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %error::describe(&e), "discarding unusable cached artifact");
+                None
+            }
+        }
+    }
+
+    /// Waits for, then holds, the compile lock of the artifact at `path`
+    /// (released when the file is dropped, or by the kernel if the process
+    /// dies).
+    fn lock(path: &Path) -> Option<std::fs::File> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path.with_extension("lock"))
+            .ok()?;
+        file.lock().ok()?;
+        Some(file)
     }
 }

@@ -91,6 +91,9 @@ app = (
         .instructions("You help with texts. Count words with the word_count tool.")
         .tool("word_count")
     )
+    # A tool that must not run on the model's word alone: add
+    # `.approval(agenthost.Approval.ALWAYS_REQUIRE)`; each call then waits
+    # for POST /api/agents/{name}/runs/{correlation_id}/approvals.
     .tool(Tool("word_count", "Counts the words of a text", word_count))
 )
 
@@ -184,8 +187,8 @@ An [agenthost](https://github.com/) agent in Python with one tool (`word_count`)
     agenthost serve --components /path/to/components
     curl -d 'call word_count with {"text": "one two three"}' localhost:7071/api/agents/{name}/run
 
-`agenthost build` runs componentize-py (`pip install componentize-py==0.25.1`)
-against `wit/`; `agenthost/` is the Python SDK, vendored. With no model
+`agenthost build` runs componentize-py against `wit/`, from `.venv/bin` or
+`PATH` (`python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1`); `agenthost/` is the Python SDK, vendored. With no model
 configured the host's offline model calls the tool a message names
 (`call TOOL with {json}`). `python3 -m unittest` runs the tests natively.
 "#;
@@ -200,6 +203,7 @@ steps, then a human's approval racing a one-day durable timer.
     curl -d '{"topic": "tea"}' localhost:7071/api/{name}/run            # its statusQueryGetUri follows it
     curl -d 'true' localhost:7071/api/{name}/approve/INSTANCE_ID          # approves it
 
-`agenthost build` runs componentize-py (`pip install componentize-py==0.25.1`).
+`agenthost build` runs componentize-py, from `.venv/bin` or `PATH`
+(`python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1`).
 `python3 -m unittest` runs the tests natively.
 "#;

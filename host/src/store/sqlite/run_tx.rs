@@ -2,10 +2,11 @@
 
 use rusqlite::params;
 
-use super::run_tx::{Claimed, FencedEnd, RunEndRow, RunRow, RunTx};
-use super::sqlite_tx::SqliteTx;
-use super::StoreError;
+use super::tx::SqliteTx;
 use crate::core::fence::{self, SessionFence, SessionHolder};
+use crate::store::error::StoreError;
+use crate::store::records::NewStreamRow;
+use crate::store::run_tx::{Claimed, FencedEnd, RunEndRow, RunRow, RunTx};
 
 impl RunTx for SqliteTx<'_> {
     async fn expire_idle_session(
@@ -168,7 +169,7 @@ impl RunTx for SqliteTx<'_> {
 
     async fn insert_stream_rows(
         &mut self,
-        rows: &[super::NewStreamRow],
+        rows: &[NewStreamRow],
         now: i64,
         expires_at: i64,
     ) -> Result<Vec<i64>, StoreError> {

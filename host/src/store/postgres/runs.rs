@@ -1,12 +1,12 @@
 //! The agent run path's writes of one batch on PostgreSQL, as parts of the
-//! batch's one statement ([`super::postgres_statement`]): the runs it
+//! batch's one statement ([`super::statement`]): the runs it
 //! queues (their sessions' expiry with them), the runs it ends, and the
 //! stream entries of every run, each in one part whatever their number. A
 //! statement per run kept the writer's one connection waiting on round
 //! trips: a batch of sixteen runs' starts and ends was some thirty of them.
 //!
 //! Each part is the set form of the statement path's own
-//! ([`super::postgres_run_tx`]) and answers each write as that path would.
+//! ([`super::run_tx`]) and answers each write as that path would.
 //! The parts see one snapshot, so no session may appear twice among the run
 //! writes of a batch (a run queued behind another of its session must see
 //! it, an ended run's messages follow its session's last one): a batch that
@@ -23,10 +23,10 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::postgres_statement::Statement;
-use super::run_writes::{RunWrite, RunWritten};
-use super::shared_hub::{SharedHub, DB_NOW};
-use super::StoreError;
+use super::shared_hub::{SharedHub, DB_NOW, PAYLOAD_MAX};
+use super::statement::Statement;
+use crate::store::error::StoreError;
+use crate::store::run_writes::{RunWrite, RunWritten};
 
 /// Whether every write has a set form and no session is named twice.
 pub(super) fn set_based(writes: &[&RunWrite]) -> bool {
@@ -307,7 +307,7 @@ fn add_starts(
           FROM run_started WHERE owner IS NOT NULL AND NOT run_here) AS assigned) \
          + (SELECT COUNT(pg_notify({channel}, {sessions})) FROM \
          (SELECT 1 FROM run_started WHERE owner IS NULL LIMIT 1) AS elsewhere)",
-        max = super::shared_hub::PAYLOAD_MAX,
+        max = PAYLOAD_MAX,
     ));
     Ok(())
 }
@@ -454,7 +454,7 @@ fn add_ends(
            d.response_format, d.status, d.response, d.error, d.error_code, d.usage, d.created_at, \
            d.updated_at, d.traceparent)::TEXT AS p FROM end_ended d \
            WHERE EXISTS (SELECT 1 FROM hosts h WHERE h.id <> {sender} AND h.expires_at > {DB_NOW})) AS ended)",
-        max = super::shared_hub::PAYLOAD_MAX,
+        max = PAYLOAD_MAX,
     ));
     Ok(())
 }
@@ -502,7 +502,7 @@ fn add_streams(s: &mut Statement, streams: &[&RunWrite]) -> Result<(), StoreErro
 
 /// Batches whose run writes went in their set form, for tests.
 #[cfg(test)]
-pub(super) mod counts {
+pub(in crate::store) mod counts {
     use std::sync::atomic::AtomicU64;
     pub static SET_BASED: AtomicU64 = AtomicU64::new(0);
 }

@@ -4,14 +4,14 @@
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, Connection};
 
-use super::durable_records::InboxRow;
-use super::durable_records::Target;
-use super::durable_records::{from_json, Loaded};
-use super::tx::{NextExecution, RowUpdate, Tx};
-use super::StoreError;
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus, Size};
 use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::Attempt;
+use crate::store::durable_records::InboxRow;
+use crate::store::durable_records::Target;
+use crate::store::durable_records::{from_json, Loaded};
+use crate::store::error::StoreError;
+use crate::store::tx::{NextExecution, RowUpdate, Tx};
 
 /// SQLite accepts at most 32,766 bound parameters per statement; rows are
 /// written in chunks well under it.

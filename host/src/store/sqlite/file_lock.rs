@@ -13,7 +13,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::StoreError;
+use crate::store::error::StoreError;
 
 /// Held for as long as the store is open; dropping it releases the lock.
 #[derive(Debug)]

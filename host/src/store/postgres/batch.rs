@@ -3,7 +3,7 @@
 //! statement, each write is decided in memory on what the batch read and
 //! wrote so far, and every row it writes goes to the database in one
 //! statement of set-based inserts, updates and deletes
-//! ([`super::postgres_flush`]), with
+//! ([`super::flush`]), with
 //! the batch's `NOTIFY`s and its commit mark.
 //!
 //! An episode's write needs no read at all when nothing else in the batch
@@ -17,7 +17,7 @@
 //! and locked first, as the statement path would. A batch of such episodes
 //! and starts alone is one statement and no transaction around it.
 //!
-//! The decisions are the statement path's own code ([`super::writes`]):
+//! The decisions are the statement path's own code ([`crate::store::writes`]):
 //! [`Planned`] is a [`Tx`] whose reads answer from the batch's view of the
 //! rows and whose writes are gathered. Gathered rows are written in a fixed
 //! order by table, which is only right when no two of them touch one row
@@ -33,16 +33,18 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::PgConnection;
 
-use super::durable_records::{ArrivalWritten, Arriving, InboxRow, Loaded, Target, Write, Written};
-use super::postgres_flush::{merge, Created, Fence, Rows, TaskKey};
-use super::postgres_ids::{IdPool, Sequence};
-use super::postgres_tx::{loaded, PgTx};
-use super::tx::{NextExecution, RowUpdate, Tx};
-use super::writes::{write_durable, write_fenced_episode};
-use super::StoreError;
+use super::flush::{merge, Created, Fence, Rows, TaskKey};
+use super::ids::{IdPool, Sequence};
+use super::tx::{loaded, PgTx};
 use crate::core::instance::{InstanceState, NewInstance, RuntimeStatus, Size};
 use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::Attempt;
+use crate::store::durable_records::{
+    ArrivalWritten, Arriving, InboxRow, Loaded, Target, Write, Written,
+};
+use crate::store::error::StoreError;
+use crate::store::tx::{NextExecution, RowUpdate, Tx};
+use crate::store::writes::{write_durable, write_fenced_episode};
 
 /// The SQLSTATE of a statement refused because an episode's fence did not
 /// hold (raised by the hub's `fences_held`, migration 0011).
@@ -635,7 +637,7 @@ SELECT id, name, status, execution, input, component_digest, parent_id, parent_e
 
 /// Batches planned and batches sent down the statement path, for tests.
 #[cfg(test)]
-pub(super) mod counts {
+pub(in crate::store) mod counts {
     use std::sync::atomic::AtomicU64;
     pub static PLANNED: AtomicU64 = AtomicU64::new(0);
     pub static STATEMENTS: AtomicU64 = AtomicU64::new(0);

@@ -1,11 +1,12 @@
 //! [`RunTx`] on the PostgreSQL writer's connection. A host that works
 //! claims a session it enqueues to unless a live host has it.
 
-use super::postgres_tx::PgTx;
-use super::run_tx::{Claimed, FencedEnd, Opened, RunEndRow, RunRow, RunTx};
 use super::shared_hub::SharedHub;
-use super::StoreError;
+use super::tx::PgTx;
 use crate::core::fence::{SessionFence, SessionHolder};
+use crate::store::error::StoreError;
+use crate::store::records::NewStreamRow;
+use crate::store::run_tx::{Claimed, FencedEnd, Opened, RunEndRow, RunRow, RunTx};
 
 impl RunTx for PgTx<'_> {
     async fn expire_idle_session(
@@ -261,7 +262,7 @@ impl RunTx for PgTx<'_> {
 
     async fn insert_stream_rows(
         &mut self,
-        rows: &[super::NewStreamRow],
+        rows: &[NewStreamRow],
         now: i64,
         expires_at: i64,
     ) -> Result<Vec<i64>, StoreError> {

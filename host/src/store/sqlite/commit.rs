@@ -3,24 +3,25 @@
 //! (through sqlx each one is a hand-off to the connection's thread and back,
 //! which dominated a step).
 
+use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::mpsc;
 
-use super::commit_queue::{all_failed, Job, Shared, Taken};
-use super::durable_records::{Write, Written};
-use super::sqlite_tx::SqliteTx;
-use super::tx::run_now;
-use super::writes::{read_one, write_one};
-use super::{now_ms, StoreError};
+use super::tx::SqliteTx;
+use crate::store::clock::now_ms;
+use crate::store::commit_queue::{all_failed, Job, Shared, Taken};
+use crate::store::durable_records::{Write, Written};
+use crate::store::error::StoreError;
+use crate::store::writes::{read_one, write_one};
 
 /// Statements kept prepared on the writer's connection (chunked inserts of
 /// different sizes are distinct statements).
 const PREPARED_STATEMENTS: usize = 64;
 
-pub(super) fn start(
+pub(in crate::store) fn start(
     path: &Path,
     queue: mpsc::UnboundedReceiver<Job>,
     shared: Shared,
@@ -138,4 +139,16 @@ fn write_isolated(
         Ok(()) => results,
         Err(e) => all_failed(count, &e),
     }
+}
+
+/// Runs a future that cannot wait: SQLite's statements complete inside the
+/// call, so the shared async write code finishes in one poll on the writer
+/// thread, with no runtime under it.
+fn run_now<T>(future: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    use futures::FutureExt;
+    future.now_or_never().unwrap_or_else(|| {
+        Err(StoreError::Write(
+            "a SQLite write waited on something: it must complete at once".into(),
+        ))
+    })
 }

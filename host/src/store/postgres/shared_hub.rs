@@ -4,7 +4,7 @@
 //! by a heartbeat; an instance, a session and a task each have at most one
 //! owner among them. Whatever a host owns is run by it alone: its hot
 //! state lives there, and an episode commits only on an instance its host
-//! still owns (the fence in [`super::writes`]). When a host dies its lease
+//! still owns (the fence in [`crate::store::writes`]). When a host dies its lease
 //! expires and the others claim what it owned, with `FOR UPDATE SKIP
 //! LOCKED`, from the log. A host that stops cleanly hands everything back
 //! at once.
@@ -28,8 +28,10 @@ use sqlx::Connection;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use super::{now_ms, RunRecord, SessionKey, Store, StoreError};
 use crate::core::fence::{self, SessionFence};
+use crate::store::clock::now_ms;
+use crate::store::error::StoreError;
+use crate::store::records::{RunRecord, SessionKey};
 
 /// The database's clock, in Unix milliseconds.
 pub(super) const DB_NOW: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
@@ -108,7 +110,7 @@ pub enum Wake {
 }
 
 /// The longest payload sent; PostgreSQL refuses one of 8000 bytes or more.
-pub(super) const PAYLOAD_MAX: usize = payload::MAX;
+pub(in crate::store) const PAYLOAD_MAX: usize = payload::MAX;
 
 /// A run queued for a session another host gave this one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +167,7 @@ mod payload {
     }
 
     /// A run queued for a session `host` owns: written by the statement
-    /// that queues it (`postgres_runs`), as `r <sender> <JSON array>`:
+    /// that queues it (`postgres/runs.rs`), as `r <sender> <JSON array>`:
     /// owner, correlation id, agent, session id, new session, busy. Ids may
     /// hold spaces; the JSON keeps them whole.
     pub const ASSIGNED: &str = "r";
@@ -209,13 +211,13 @@ mod payload {
     }
 
     /// A run ended, with its record: written by the statement that ends
-    /// it (`postgres_runs`), as `f <sender> <JSON array>` of the run's
-    /// columns ([`crate::store::run_reads::run_from_array`]).
+    /// it (`postgres/runs.rs`), as `f <sender> <JSON array>` of the run's
+    /// columns ([`crate::store::records::run_from_array`]).
     pub const ENDED: &str = "f";
 
     fn ended(json: &str) -> Option<Wake> {
         let value: serde_json::Value = serde_json::from_str(json).ok()?;
-        let record = crate::store::run_reads::run_from_array(value.as_array()?)?;
+        let record = crate::store::records::run_from_array(value.as_array()?)?;
         Some(Wake::RunFinished(
             record.correlation_id.clone(),
             Some(std::sync::Arc::new(record)),
@@ -256,7 +258,7 @@ mod payload {
 }
 
 /// This host's identity on a shared hub, its heartbeat and its listener.
-pub(super) struct SharedHub {
+pub(in crate::store) struct SharedHub {
     pub host: String,
     pub role: Role,
     pub channel: String,
@@ -437,6 +439,12 @@ impl SharedHub {
         payload::run_finished(&self.host, correlation_id)
     }
 
+    /// A payload telling the others that a caller asked a run to stop (it
+    /// may not fit: see [`PAYLOAD_MAX`]).
+    pub fn cancel_payload(&self, correlation_id: &str, session: &SessionKey) -> String {
+        payload::cancel(&self.host, correlation_id, session)
+    }
+
     /// Hosts whose lease has not expired, as a subquery.
     pub fn live_hosts() -> String {
         format!("SELECT id FROM hosts WHERE expires_at > {DB_NOW}")
@@ -444,7 +452,7 @@ impl SharedHub {
 }
 
 /// `pg_notify` on `channel`; delivered when the transaction commits.
-pub(super) async fn notify<'e, E>(
+pub(in crate::store) async fn notify<'e, E>(
     executor: E,
     channel: &str,
     payload: &str,
@@ -565,60 +573,6 @@ async fn heartbeat(
         if let Err(e) = renewed {
             tracing::warn!(host = %host, error = %e, "could not renew this host's lease; its work may be taken over");
         }
-    }
-}
-
-impl Store {
-    /// Wake-ups from the other hosts of a shared hub; `None` on a store
-    /// that no other host shares (SQLite).
-    pub fn wakes(&self) -> Option<broadcast::Receiver<Wake>> {
-        self.shared().map(SharedHub::subscribe)
-    }
-
-    /// Tells the other hosts of a shared hub to look at their sessions (a
-    /// run can go on); nothing on a store no other host shares.
-    /// Tells the other hosts that a caller asked a run to stop. One whose
-    /// ids do not fit a notification wakes every host's pass instead (the
-    /// run then stops when its worker next looks, not mid-run).
-    pub async fn announce_cancel(
-        &self,
-        correlation_id: &str,
-        session: &SessionKey,
-    ) -> Result<(), StoreError> {
-        let Some(hub) = self.shared() else {
-            return Ok(());
-        };
-        let sent = payload::cancel(&hub.host, correlation_id, session);
-        match sent.len() <= payload::MAX {
-            true => notify(self.pool(), &hub.channel, &sent).await,
-            false => notify(self.pool(), &hub.channel, &hub.sessions_payload()).await,
-        }
-    }
-
-    pub async fn announce_sessions(&self) -> Result<(), StoreError> {
-        match self.shared() {
-            Some(hub) => notify(self.pool(), &hub.channel, &hub.sessions_payload()).await,
-            None => Ok(()),
-        }
-    }
-
-    /// Why this host may no longer hold its lease on a shared hub (its last
-    /// renewal is older than the lease), if so.
-    pub fn lease_problem(&self) -> Option<String> {
-        let hub = self.shared()?;
-        let age = now_ms() - hub.renewed_at.load(Ordering::Relaxed);
-        (age > hub.lease_ms).then(|| {
-            format!(
-                "this host has not renewed its lease on the task hub for {:.1} s (lease {} ms): other hosts may take its work over",
-                age as f64 / 1000.0,
-                hub.lease_ms
-            )
-        })
-    }
-
-    /// This host's owner id on a shared hub, when it runs work.
-    pub fn owner_id(&self) -> Option<&str> {
-        self.shared().and_then(SharedHub::owner)
     }
 }
 

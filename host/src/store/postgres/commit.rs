@@ -13,25 +13,26 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tokio::sync::mpsc;
 
-use super::commit_queue::{Job, Shared, Taken};
-use super::durable_records::{Read, ReadOut, Write, Written};
-use super::postgres_batch::{fenced, plan, Care, FENCE_REFUSED};
-use super::postgres_flush::{add_rows, Rows};
-use super::postgres_ids::IdPool;
-use super::postgres_marks::{committed_answers, mark, prune_marks, Backend};
-use super::postgres_runs::{add_runs, set_based, RunParts};
-use super::postgres_statement::{send, Statement, Tail};
-use super::postgres_tx::{image, PgTx};
-use super::run_writes::{RunWrite, RunWritten};
+use super::batch::{fenced, plan, Care, FENCE_REFUSED};
+use super::flush::{add_rows, Rows};
+use super::ids::IdPool;
+use super::marks::{committed_answers, mark, prune_marks, Backend};
+use super::runs::{add_runs, set_based, RunParts};
 use super::shared_hub::SharedHub;
-use super::writes::write_one;
-use super::{now_ms, StoreError};
+use super::statement::{send, Statement, Tail};
+use super::tx::{image, PgTx};
+use crate::store::clock::now_ms;
+use crate::store::commit_queue::{Job, Shared, Taken};
+use crate::store::durable_records::{Read, ReadOut, Write, Written};
+use crate::store::error::StoreError;
+use crate::store::run_writes::{RunWrite, RunWritten};
+use crate::store::writes::write_one;
 
 /// How often a write that lost a deadlock or a serialization race to
 /// another host is tried again, alone, before it fails.
 const RETRIES: usize = 5;
 
-pub(super) async fn start(
+pub(in crate::store) async fn start(
     options: PgConnectOptions,
     hub: Arc<SharedHub>,
     queue: mpsc::UnboundedReceiver<Job>,
@@ -377,7 +378,7 @@ impl Writer {
 
     async fn write_alone(&mut self, write: Write) -> Result<Written, StoreError> {
         // The statement path draws ids from the sequences: reserved ones
-        // would now be older than those (see `postgres_ids`).
+        // would now be older than those (see `ids`).
         self.ids.clear();
         let mut tries = 0;
         loop {
@@ -421,7 +422,7 @@ impl Writer {
 }
 
 /// What a commit came to: the statement's answers (see
-/// [`super::postgres_statement`]), or the error that may hide a commit.
+/// [`super::statement`]), or the error that may hide a commit.
 type Committed = Result<Option<String>, sqlx::Error>;
 
 /// A batch's transaction or statement: its commit's outcome, unless it
@@ -470,9 +471,9 @@ struct Batch<'a> {
     prune: bool,
 }
 
-/// A batch's writes, in one statement ([`super::postgres_statement`]): the
-/// agent runs' in their set form ([`super::postgres_runs`]), the durable
-/// engine's planned in memory ([`super::postgres_batch`]), with the
+/// A batch's writes, in one statement ([`super::statement`]): the
+/// agent runs' in their set form ([`super::runs`]), the durable
+/// engine's planned in memory ([`super::batch`]), with the
 /// batch's mark and `NOTIFY`s. A write with no set form (a tool round's
 /// messages) or one that needs the statement path goes statement by
 /// statement before it, which only a transaction allows: outside one

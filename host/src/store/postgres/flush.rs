@@ -1,5 +1,5 @@
-//! The rows a planned batch writes ([`super::postgres_batch`]), and the
-//! parts of the batch's one statement ([`super::postgres_statement`]) that
+//! The rows a planned batch writes ([`super::batch`]), and the
+//! parts of the batch's one statement ([`super::statement`]) that
 //! write them: a data-modifying `WITH` part per kind of row the batch has
 //! (inbox rows deleted, parked and added, journal rows, executions,
 //! instances created and updated, tasks added, finished and settled). Only
@@ -21,10 +21,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::postgres_statement::Statement;
-use super::tx::RowUpdate;
-use super::StoreError;
+use super::statement::Statement;
 use crate::core::instance::{NewInstance, RuntimeStatus};
+use crate::store::error::StoreError;
+use crate::store::tx::RowUpdate;
 
 /// A task's key: instance, execution, task number.
 pub(super) type TaskKey = (String, i64, u32);

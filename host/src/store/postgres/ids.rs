@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use sqlx::PgConnection;
 
-use super::StoreError;
+use crate::store::error::StoreError;
 
 /// The serial-id tables whose ids the writer reserves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

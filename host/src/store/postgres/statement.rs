@@ -1,6 +1,6 @@
 //! The one statement a batch is written by on PostgreSQL: a data-modifying
-//! `WITH` part per kind of row ([`super::postgres_flush`] adds the durable
-//! engine's, [`super::postgres_runs`] the agent runs'), then the batch's
+//! `WITH` part per kind of row ([`super::flush`] adds the durable
+//! engine's, [`super::runs`] the agent runs'), then the batch's
 //! mark, the check that every fenced row held, and the `NOTIFY`s. What the
 //! statement decided itself (the runs' answers) comes back in its one row
 //! and is kept with the mark, so that a batch whose answer is lost with its
@@ -12,7 +12,7 @@
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{Arguments, PgConnection, Row};
 
-use super::StoreError;
+use crate::store::error::StoreError;
 
 /// A batch's statement as it is built: its parts and their arguments,
 /// numbered as they are bound.
@@ -97,7 +97,7 @@ impl Statement {
     }
 
     /// The statement must find `expected` rows, counted by `held`, or it
-    /// is refused whole ([`super::postgres_batch::FENCE_REFUSED`]).
+    /// is refused whole ([`super::batch::FENCE_REFUSED`]).
     pub fn must_hold(&mut self, expected: usize, held: String) {
         self.expected += expected;
         self.held.push(held);

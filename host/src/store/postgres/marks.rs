@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sqlx::{Connection, PgConnection};
 
-use super::StoreError;
+use crate::store::error::StoreError;
 
 /// Batch ids older than this are pruned (an ambiguous commit is resolved
 /// within seconds).

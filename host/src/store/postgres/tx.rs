@@ -7,14 +7,14 @@
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
-use super::durable_records::InboxRow;
-use super::durable_records::Target;
-use super::durable_records::{from_json, Image, Loaded};
-use super::tx::{NextExecution, RowUpdate, Tx};
-use super::StoreError;
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus, Size};
 use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::Attempt;
+use crate::store::durable_records::InboxRow;
+use crate::store::durable_records::Target;
+use crate::store::durable_records::{from_json, Image, Loaded};
+use crate::store::error::StoreError;
+use crate::store::tx::{NextExecution, RowUpdate, Tx};
 
 /// The writer's connection, and the host it writes for when that host runs
 /// episodes (it then owns what it creates, and an episode commits only on

@@ -1,0 +1,21 @@
+//! The SQLite store: one file, served by one process.
+//!
+//! Opening it ([`open`](open())) locks the file for this process
+//! ([`file_lock`]) and migrates it. The statements of
+//! [`crate::store::tx::Tx`] and [`crate::store::run_tx::RunTx`] are [`tx`]
+//! and [`run_tx`], on the connection the writer loop ([`commit`]) keeps on
+//! a thread of its own: every statement completes inside its call, so the
+//! shared async write code finishes in one poll there.
+//!
+//! The rest of the store uses what this file re-exports; this folder uses
+//! the dialect-neutral files below it and never the PostgreSQL one.
+
+mod commit;
+mod file_lock;
+mod open;
+mod run_tx;
+mod tx;
+
+pub(super) use commit::start;
+pub(super) use file_lock::StoreLock;
+pub(super) use open::open;
