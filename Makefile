@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test nextest fmt chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+.PHONY: run test test-ready test-build bench-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -20,15 +20,32 @@ run: components release
 ## behaviour depends on the store again on PostgreSQL (PostgreSQL and Redis
 ## are started, installed if need be, when they are not up). Each test runs
 ## under cargo-nextest with a time limit (.config/nextest.toml): a test that
-## hangs is stopped and named. Per-test times: target/nextest/default/junit.xml.
+## hangs is stopped and named. Per-test times: target/nextest/default/junit.xml
+## (SQLite) and target/nextest/postgres/junit.xml.
 ## Clippy's lints run inside the builds the tests need (scripts/clippy-rustc),
 ## with warnings denied, as `make lint` would find them.
-test: export RUSTC_WORKSPACE_WRAPPER := $(CURDIR)/scripts/clippy-rustc
-test: toolchain fmt components test-components language-components nextest api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
-	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(NEXTEST) --workspace $(HOST_ONLY)
-	$(CARGO) test --doc --workspace $(HOST_ONLY)
-	$(CARGO) build --workspace $(HOST_ONLY) --features agenthost/bench --benches
-	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(NEXTEST) --workspace $(HOST_ONLY) -E '$(ON_EVERY_STORE)'
+test: toolchain
+	$(MAKE) --no-print-directory -j4 test-ready
+	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(LINTED) $(NEXTEST) --workspace $(HOST_ONLY)
+	$(LINTED) timeout 600 $(CARGO) test --doc --workspace $(HOST_ONLY)
+	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(LINTED) $(NEXTEST) --profile postgres --workspace $(HOST_ONLY) -E '$(ON_EVERY_STORE)'
+
+# What the tests need, made side by side (`make test` runs it with -j4): the
+# cargo builds take turns on cargo's lock while the guest-language builds and
+# the package installs (network) run beside them.
+test-ready: fmt components test-components language-components lint-guests test-build bench-build nextest api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+
+# The test binaries (and the examples), linted.
+test-build: nextest
+	$(LINTED) $(NEXTEST) --workspace $(HOST_ONLY) --no-run
+
+# The benchmarks, linted with the bench feature (make lint's second pass).
+bench-build:
+	$(LINTED) $(CARGO) build --workspace $(HOST_ONLY) --features agenthost/bench --benches
+
+# The host's crates compiled by clippy-driver, warnings denied (see
+# scripts/clippy-rustc), in the builds the tests need.
+LINTED = RUSTC_WORKSPACE_WRAPPER=$(CURDIR)/scripts/clippy-rustc
 
 # CI builds from a clean clone once: incremental compilation only costs it.
 ifeq ($(CI),true)
@@ -40,17 +57,20 @@ endif
 # nothing is built twice.
 NEXTEST   = $(CARGO) nextest run --no-tests=fail
 HOST_ONLY = $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
-# Integration modules whose behaviour does not depend on the store (guest
-# languages and scaffolds, the dashboard's browser test, component loading,
-# the sandbox, model endpoints, the embedding example): run on SQLite alone.
-# Everything else runs on both stores.
-STORE_FREE := languages scaffold newcomer dashboard hot_reload api_fuzz components_dir sandbox outbound_rules model_endpoints credentials embedding
+# Integration modules whose behaviour does not depend on the store, run on
+# SQLite alone: guest languages and scaffolds (what they add is the guest's
+# side; the journal, approvals and runs they go through are the host's, run on
+# PostgreSQL by durable_engine, approvals, run_control and the rest), the
+# sandbox and outbound rules, model endpoints and credentials, components
+# directory checks. Everything else, the API fuzzer and hot reload included,
+# runs on both stores.
+STORE_FREE := languages scaffold newcomer sandbox outbound_rules model_endpoints credentials components_dir
 ON_EVERY_STORE = package(agenthost) & (kind(lib) | (binary(integration) & not test(/^($(subst $(space),|,$(STORE_FREE)))::/)))
 space := $(subst ,, )
 
 # The test runner, from crates.io when the machine lacks it.
 nextest:
-	@$(CARGO) nextest --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-nextest
+	@$(CARGO) nextest --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-nextest@0.9.143
 
 ## The fault suite at full size (make test runs it at a smoke size): mixed
 ## load under seeded faults, on SQLite (one host) then on PostgreSQL (a front
@@ -107,20 +127,20 @@ JS_FLAGS        = --wit wit --world-name $(WORLD) --disable http fetch-event
 language-components: guest-toolchains $(foreach s,$(LANG_SAMPLES) clock,target/components-python/$(s).wasm target/components-js/$(s).wasm)
 
 # `clock`, a test guest in each language (tests/guests/python-clock, js-clock).
-target/components-python/clock.wasm: tests/guests/python-clock/app.py $(wildcard guests/python/agenthost/*.py) wit/agenthost.wit
+target/components-python/clock.wasm: tests/guests/python-clock/app.py $(wildcard guests/python/agenthost/*.py) wit/agenthost.wit | guest-toolchains
 	@mkdir -p $(@D)
 	$(PY_COMPONENTIZE) -p $(<D) app -o $@
 
-target/components-js/clock.wasm: tests/guests/js-clock/app.js guests/js/agenthost.js wit/agenthost.wit
+target/components-js/clock.wasm: tests/guests/js-clock/app.js guests/js/agenthost.js wit/agenthost.wit | guest-toolchains
 	@mkdir -p $(@D) target/js-bundles
 	$(ROLLDOWN) $< $(BUNDLE_FLAGS) --file target/js-bundles/clock.js
 	$(COMPONENTIZE_JS) target/js-bundles/clock.js $(JS_FLAGS) -o $@
 
-target/components-python/%.wasm: sample-agents/python/%/app.py $(wildcard guests/python/agenthost/*.py) wit/agenthost.wit
+target/components-python/%.wasm: sample-agents/python/%/app.py $(wildcard guests/python/agenthost/*.py) wit/agenthost.wit | guest-toolchains
 	@mkdir -p $(@D)
 	$(PY_COMPONENTIZE) -p $(<D) app -o $@
 
-target/components-js/%.wasm: sample-agents/js/%/app.js guests/js/agenthost.js wit/agenthost.wit
+target/components-js/%.wasm: sample-agents/js/%/app.js guests/js/agenthost.js wit/agenthost.wit | guest-toolchains
 	@mkdir -p $(@D) target/js-bundles
 	$(ROLLDOWN) $< $(BUNDLE_FLAGS) --file target/js-bundles/$*.js
 	$(COMPONENTIZE_JS) target/js-bundles/$*.js $(JS_FLAGS) -o $@
@@ -129,10 +149,9 @@ target/components-js/%.wasm: sample-agents/js/%/app.js guests/js/agenthost.js wi
 # componentize-py (PyPI) in a virtualenv, and componentize-js with rolldown
 # (npm, guests/js/toolchain's lock file). `agenthost build` finds them on
 # PATH (the tests put these folders there).
-guest-toolchains:
+guest-toolchains: apt-packages
 	@test -x $(GUEST_PY)/bin/python || python3 -m venv $(GUEST_PY)
 	@$(GUEST_PY)/bin/componentize-py --version 2>/dev/null | grep -q '0.25.1' || $(GUEST_PY)/bin/pip install --quiet componentize-py==0.25.1
-	@command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
 	@mkdir -p $(GUEST_JS)
 	@cmp -s guests/js/toolchain/package-lock.json $(GUEST_JS)/package-lock.json && test -x $(GUEST_JS)/node_modules/.bin/componentize-js || \
 		(cp guests/js/toolchain/package.json guests/js/toolchain/package-lock.json $(GUEST_JS)/ && cd $(GUEST_JS) && npm ci --silent --no-audit --no-fund)
@@ -196,26 +215,37 @@ agent-framework-venv:
 # Debian's Chromium and Playwright (npm, pinned by tests/dashboard's lock
 # file, under target/) for the dashboard's browser test (tests/dashboard.rs).
 BROWSER_TOOLS := target/browser-tools
-browser-tools:
-	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
-	@command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+browser-tools: apt-packages
 	@mkdir -p $(BROWSER_TOOLS)
 	@cmp -s tests/dashboard/package-lock.json $(BROWSER_TOOLS)/package-lock.json && test -d $(BROWSER_TOOLS)/node_modules/playwright-core || \
 		(cp tests/dashboard/package.json tests/dashboard/package-lock.json $(BROWSER_TOOLS)/ && cd $(BROWSER_TOOLS) && npm ci --silent --no-audit --no-fund)
 
 # The commands tests/doc_blocks.rs runs as the docs show them (curl, sqlite3).
-doc-tools:
-	@command -v curl >/dev/null || (apt-get update -qq && apt-get install -y -qq curl)
-	@command -v sqlite3 >/dev/null || (apt-get update -qq && apt-get install -y -qq sqlite3)
+doc-tools: apt-packages
+
+# Debian's packages the tests and guest toolchains use, in one apt-get (two at
+# once would fight over dpkg's lock): Chromium (the dashboard's browser test),
+# Node.js and npm (componentize-js, Playwright), curl and sqlite3 (the docs'
+# commands).
+apt-packages:
+	@missing=""; \
+	test -x /usr/bin/chromium || missing="$$missing chromium"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v sqlite3 >/dev/null || missing="$$missing sqlite3"; \
+	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
 
 fmt: toolchain
 	$(CARGO) fmt --all --check
 
 ## Formatting and clippy on every crate, host and guests (make test runs the
 ## same lints inside its builds).
-lint: fmt
+lint: fmt lint-guests
 	$(CARGO) clippy --workspace $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS)) --all-targets -- -D warnings
 	$(CARGO) clippy -p agenthost --features bench --benches -- -D warnings
+
+# Clippy on the wasm guests (samples and test guests), for their target.
+lint-guests: toolchain
 	$(CARGO) clippy --target $(WASM_TARGET) $(addprefix -p ,$(SAMPLES) $(TEST_GUESTS)) -- -D warnings
 
 # rustup does not add the targets of rust-toolchain.toml to a toolchain that is

@@ -270,11 +270,7 @@ async fn a_remote_down_when_the_call_is_sent_gets_it_once_it_is_up() {
     let (dir1, dir2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (model1, model2) = (FakeModel::start().await, FakeModel::start().await);
     // A port nothing listens on yet.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let authority = format!("127.0.0.1:{port}");
     let host1 = caller(dir1.path(), &model1, Some(&authority)).start();
     let card = format!("http://{authority}/a2a/tuned/.well-known/agent-card.json");

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::support::host::test_artifact_cache;
 use crate::support::{client, component, get_json, HostBuilder};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -116,6 +117,7 @@ fn inspect_prints_a_component_or_the_reason_it_does_not_load() {
     let ok = std::process::Command::new(env!("CARGO_BIN_EXE_agenthost"))
         .arg("inspect")
         .arg(component("weather"))
+        .env("AGENTHOST_CACHE_DIR", test_artifact_cache())
         .output()
         .unwrap();
     assert!(
@@ -133,6 +135,7 @@ fn inspect_prints_a_component_or_the_reason_it_does_not_load() {
     let failed = std::process::Command::new(env!("CARGO_BIN_EXE_agenthost"))
         .arg("inspect")
         .arg(&broken)
+        .env("AGENTHOST_CACHE_DIR", test_artifact_cache())
         .output()
         .unwrap();
     assert!(!failed.status.success());

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::process::Command;
 
+use crate::support::free_port;
 use crate::support::host::{hub_for, Host};
 use crate::support::{client, workspace, HostBuilder};
 
@@ -31,14 +32,6 @@ async fn script(host: &Host, args: &[&str]) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-/// A port free now, for a host restarted on the same gRPC address.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
 }
 
 /// Waits until the worker noted `line` in its log.

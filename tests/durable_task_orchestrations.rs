@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::process::Command;
 
+use crate::support::free_port;
 use crate::support::host::Host;
 use crate::support::{client, workspace, HostBuilder};
 
@@ -309,14 +310,6 @@ async fn sdk_orchestrations_survive_a_host_killed_mid_run_and_no_committed_activ
         }
         assert!(runs[&format!("chain-{i}/{last_started}")] <= 2);
     }
-}
-
-/// A port free now, for a host restarted on the same gRPC address.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

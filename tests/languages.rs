@@ -360,6 +360,10 @@ fn tool_call(file: &str, tool: &str, args: &str) -> (String, String, bool) {
         .arg(crate::support::component(file))
         .args([tool, args])
         .env("AGENTHOST_LOG", "warn")
+        .env(
+            "AGENTHOST_CACHE_DIR",
+            crate::support::host::test_artifact_cache(),
+        )
         .output()
         .unwrap();
     (

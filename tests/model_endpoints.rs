@@ -132,11 +132,7 @@ async fn a_403_answers_502_too() {
 async fn an_unreachable_model_answers_502_with_the_address() {
     let dir = tempfile::tempdir().unwrap();
     // A port nothing listens on: bind one, then free it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let host = HostBuilder::new(dir.path())
         .env("OPENAI_BASE_URL", &format!("http://127.0.0.1:{port}/v1"))
         .env("OPENAI_API_KEY", "sk-never-shown")

@@ -83,6 +83,10 @@ fn agenthost(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_agenthost"))
         .args(args)
         .env("AGENTHOST_LOG", "warn")
+        .env(
+            "AGENTHOST_CACHE_DIR",
+            crate::support::host::test_artifact_cache(),
+        )
         .output()
         .unwrap()
 }

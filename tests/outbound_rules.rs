@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use crate::support::free_port;
 use crate::support::host::Host;
 use crate::support::{client, FakeModel, HostBuilder, Reply};
 
@@ -54,13 +55,6 @@ async fn serve_redirector() -> Redirector {
         port,
         elsewhere_hits,
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
 }
 
 /// What the `fetch` tool of the `hostile` guest reported for `url`.

@@ -50,8 +50,11 @@ fn agenthost_with_path(
         // HostBuilder's default cache): a host loads it without compiling.
         .env(
             "AGENTHOST_CACHE_DIR",
-            workspace().join("target/test-artifact-cache"),
+            crate::support::host::test_artifact_cache(),
         )
+        // The Rust projects build with plain rustc, not `make test`'s
+        // linting wrapper (scripts/clippy-rustc).
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .output()
         .unwrap();
     assert!(
@@ -254,7 +257,9 @@ fn a_typescript_app_builds_like_a_javascript_one() {
 #[test]
 fn a_build_without_its_toolchain_says_how_to_install_it_where_build_looks() {
     let projects = tempfile::tempdir().unwrap();
-    let bare_path = std::env::var_os("PATH").unwrap_or_default();
+    // Nothing on PATH: neither toolchain can be found there.
+    let nothing = tempfile::tempdir().unwrap();
+    let bare_path = nothing.path().as_os_str().to_os_string();
     for (lang, file, wanted) in [
         (
             "python",
@@ -270,8 +275,61 @@ fn a_build_without_its_toolchain_says_how_to_install_it_where_build_looks() {
         let name = format!("bare-{lang}");
         agenthost(projects.path(), &["new", "agent", &name, "--lang", lang]);
         let app = std::fs::read_to_string(projects.path().join(&name).join(file)).unwrap();
-        assert!(app.contains(".approval("), "{file}: {app}");
-        assert!(app.contains("Approval.ALWAYS_REQUIRE"), "{file}: {app}");
+        // The commented example, uncommented in place of the line below it,
+        // is code that runs (Python: the app imports natively; JavaScript:
+        // it parses, with Approval imported as the comment says).
+        let (comment, import) = match lang {
+            "python" => ("    # .tool(", None),
+            _ => (
+                "  // .tool(",
+                Some((
+                    "import { Agent, Component, Tool,",
+                    "import { Agent, Approval, Component, Tool,",
+                )),
+            ),
+        };
+        let lines: Vec<&str> = app.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with(comment))
+            .unwrap_or_else(|| panic!("no commented approval example in {file}:\n{app}"));
+        assert!(
+            lines[at].contains("Approval.ALWAYS_REQUIRE"),
+            "{}",
+            lines[at]
+        );
+        let mut enabled: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        enabled[at] = lines[at].replacen(if lang == "python" { "# " } else { "// " }, "", 1);
+        enabled.remove(at + 1);
+        let mut enabled = enabled.join("\n");
+        if let Some((from, to)) = import {
+            assert!(enabled.contains(from), "{enabled}");
+            enabled = enabled.replacen(from, to, 1);
+        }
+        let project = projects.path().join(&name);
+        let original = project.join(file);
+        let variant = project.join(format!("approved.{}", &file[4..]));
+        std::fs::write(&variant, &enabled).unwrap();
+        let checked = match lang {
+            "python" => Command::new("python3")
+                .current_dir(&project)
+                .args(["-c", "import approved"])
+                .output()
+                .unwrap(),
+            _ => Command::new("node")
+                .current_dir(&project)
+                .arg("--check")
+                .arg(&variant)
+                .output()
+                .unwrap(),
+        };
+        assert!(
+            checked.status.success(),
+            "{lang}: the uncommented approval example fails: {}\n{enabled}",
+            String::from_utf8_lossy(&checked.stderr)
+        );
+        std::fs::remove_file(&variant).unwrap();
+        assert!(original.is_file());
         let build = Command::new(env!("CARGO_BIN_EXE_agenthost"))
             .current_dir(projects.path())
             .args(["build", &name])
@@ -335,6 +393,11 @@ async fn dev_serves_the_project_and_builds_it_again_on_save() {
         .current_dir(projects.path())
         .args(["dev", "devbot", "--port", "0"])
         .env("CARGO_TARGET_DIR", workspace().join("target/scaffold"))
+        .env(
+            "AGENTHOST_CACHE_DIR",
+            crate::support::host::test_artifact_cache(),
+        )
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env("AGENTHOST_LOG", "info,sqlx=warn")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());

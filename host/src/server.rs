@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::embed::AgentHost;
 use crate::settings::Settings;
-use crate::wasm::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
+use crate::wasm::{CommandCache, Limits, NetworkPolicy, Runtime, RuntimeConfig};
 
 pub(crate) async fn serve(args: Settings) -> anyhow::Result<()> {
     let grace = args.shutdown_grace;
@@ -141,15 +141,12 @@ pub(crate) async fn work(mut args: Settings) -> anyhow::Result<()> {
 }
 
 /// A runtime for one command on one component file (`build`, `inspect`,
-/// `tool call`): default limits, and a lasting compiled-artifact cache
-/// (`AGENTHOST_CACHE_DIR` as `serve` reads it, else this user's
-/// `$XDG_CACHE_HOME/agenthost/compiled` or `~/.cache/agenthost/compiled`), so a component compiled once (a Python
-/// or JavaScript one takes seconds) is not compiled again by the next
-/// command. Where that folder cannot be had safely, a throw-away one.
-pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, LocalCache)> {
-    let cache = LocalCache::open()?;
+/// `tool call`): default limits, and the lasting artifact cache of
+/// [`CommandCache`] (the user's, or `AGENTHOST_CACHE_DIR`).
+pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, CommandCache)> {
+    let cache = CommandCache::open().context("cannot make a folder for compiled components")?;
     let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: cache.dir.clone(),
+        cache_dir: cache.dir().to_path_buf(),
         limits: Limits::default(),
         max_instances: 4,
         describe_timeout: Duration::from_secs(30),
@@ -158,92 +155,6 @@ pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, LocalCache)> {
     })
     .context("could not start the wasm runtime")?;
     Ok((runtime, cache))
-}
-
-/// The artifact cache of a one-component command.
-pub(crate) struct LocalCache {
-    dir: std::path::PathBuf,
-    throwaway: bool,
-}
-
-impl LocalCache {
-    fn open() -> anyhow::Result<Self> {
-        // A host's own cache, named as `serve` takes it: what `build`
-        // compiles there, a host sharing the folder loads without compiling.
-        if let Some(dir) = std::env::var_os("AGENTHOST_CACHE_DIR").filter(|v| !v.is_empty()) {
-            return Ok(Self {
-                dir: dir.into(),
-                throwaway: false,
-            });
-        }
-        if let Some(dir) = Self::user_dir() {
-            return Ok(Self {
-                dir,
-                throwaway: false,
-            });
-        }
-        // A new folder of a random name, this user's alone: a folder someone
-        // else made first (a predictable name) could hold compiled code that
-        // would then be run as this user's.
-        let dir =
-            std::env::temp_dir().join(format!("agenthost-local-{}", uuid::Uuid::new_v4().simple()));
-        private_folder()
-            .create(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        Ok(Self {
-            dir,
-            throwaway: true,
-        })
-    }
-
-    /// The user's cache folder, made private if new; only one that this
-    /// user owns and nobody else may write to is used (compiled code is
-    /// loaded from it without a check of its own).
-    fn user_dir() -> Option<std::path::PathBuf> {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(std::path::PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|v| !v.is_empty())
-                    .map(|home| std::path::PathBuf::from(home).join(".cache"))
-            })?;
-        let dir = base.join("agenthost").join("compiled");
-        if !dir.is_dir() {
-            private_folder().recursive(true).create(&dir).ok()?;
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            let meta = std::fs::metadata(&dir).ok()?;
-            // A file made now is owned by this process's user: the folder
-            // must be owned by the same.
-            let probe = dir.join(format!(".owner-{}", uuid::Uuid::new_v4().simple()));
-            let me = std::fs::File::create_new(&probe)
-                .and_then(|f| f.metadata())
-                .map(|m| m.uid());
-            let _ = std::fs::remove_file(&probe);
-            if me.ok()? != meta.uid() || meta.mode() & 0o022 != 0 {
-                return None;
-            }
-        }
-        Some(dir)
-    }
-
-    /// Removes a throw-away folder; the user's cache is kept.
-    pub(crate) fn done(self) {
-        if self.throwaway {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-fn private_folder() -> std::fs::DirBuilder {
-    #[allow(unused_mut)]
-    let mut folder = std::fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut folder, 0o700);
-    folder
 }
 
 /// `agenthost inspect FILE`: loads one component and prints its description.

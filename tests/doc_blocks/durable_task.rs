@@ -97,10 +97,7 @@ async fn the_sample_variables_of_stores_and_hubs_md_serve_the_python_worker_and_
         .collect();
     assert_eq!(lines.len(), 2, "{}", shell.text);
     // The variables the doc exports, on a port free here.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap();
+    let port = crate::support::free_port();
     let env: Vec<(String, String)> = lines[0]
         .trim_start_matches("export ")
         .split_whitespace()

@@ -66,7 +66,7 @@ impl HostBuilder {
             components: vec!["writer".into(), "weather".into()],
             env: Vec::new(),
             args: Vec::new(),
-            cache_dir: workspace().join("target/test-artifact-cache"),
+            cache_dir: test_artifact_cache(),
             hub: None,
             connection_string: false,
             store: None,
@@ -248,6 +248,13 @@ impl HostBuilder {
         }
         host
     }
+}
+
+/// The compiled-artifact cache the suite's hosts share, and its commands
+/// (`build`, `inspect`, `tool call`, `dev`) compile into: each component is
+/// compiled once per run, and nothing lands in the user's own cache.
+pub fn test_artifact_cache() -> PathBuf {
+    workspace().join("target/test-artifact-cache")
 }
 
 /// The store a test host uses: SQLite in its directory, or, when

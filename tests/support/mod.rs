@@ -60,6 +60,22 @@ pub fn venv_python(venv: &str) -> PathBuf {
     python
 }
 
+/// A port free now, for a process started later (a host restarted on the
+/// same address, a URL written into a config first). Chosen below the
+/// kernel's ephemeral range (32768 and up on Linux), so that no listener
+/// bound to port 0 and no outgoing connection of another test running at
+/// the same time can take it in between, as one could a port the kernel
+/// handed out.
+pub fn free_port() -> u16 {
+    for _ in 0..1000 {
+        let port = 20_000 + (uuid::Uuid::new_v4().as_u128() % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between 20000 and 32000");
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(60))

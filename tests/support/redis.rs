@@ -11,11 +11,7 @@ pub struct PrivateRedis {
 
 impl PrivateRedis {
     pub async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = super::free_port();
         let child = std::process::Command::new("redis-server")
             .args([
                 "--port",

@@ -11,6 +11,9 @@ use wasmtime::Engine;
 
 use super::{error, LoadError};
 
+/// How long a load waits for another process compiling the same artifact.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
 #[derive(Clone)]
 pub struct ArtifactCache {
     dir: Arc<PathBuf>,
@@ -99,15 +102,34 @@ impl ArtifactCache {
 
     /// Waits for, then holds, the compile lock of the artifact at `path`
     /// (released when the file is dropped, or by the kernel if the process
-    /// dies).
+    /// dies). A holder that does not finish within [`LOCK_WAIT`] (stopped,
+    /// or on a file system whose locks never answer) is waited for no
+    /// longer: this process compiles on its own, as without a lock.
     fn lock(path: &Path) -> Option<std::fs::File> {
+        let lock = path.with_extension("lock");
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(path.with_extension("lock"))
+            .open(&lock)
             .ok()?;
-        file.lock().ok()?;
-        Some(file)
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let mut said = false;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Some(file),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    if !said {
+                        tracing::info!(artifact = %path.display(), "another process is compiling this component; waiting for it");
+                        said = true;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => {
+                    tracing::warn!(lock = %lock.display(), error = %e, "compiling without the compile lock");
+                    return None;
+                }
+            }
+        }
     }
 }

@@ -8,6 +8,7 @@
 
 mod bindings;
 mod cache;
+mod command_cache;
 mod connect;
 mod destinations;
 mod engine;
@@ -21,6 +22,7 @@ mod orchestration_scope;
 mod settings_bindings;
 
 pub use cache::ArtifactCache;
+pub(crate) use command_cache::CommandCache;
 pub use destinations::NetworkPolicy;
 pub use error::{GuestError, LoadError};
 pub use grants::{Ceilings, Grants};

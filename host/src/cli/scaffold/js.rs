@@ -64,9 +64,10 @@ const app = new Component()
       .instructions('You help with texts. Count words with the word_count tool.')
       .tool('word_count'),
   )
-  // A tool that must not run on the model's word alone: add
-  // `.approval(Approval.ALWAYS_REQUIRE)` (imported from './agenthost.js');
-  // each call then waits for POST /api/agents/{name}/runs/{correlation_id}/approvals.
+  // A tool that must not run on the model's word alone (each call then
+  // waits for POST /api/agents/{name}/runs/{correlation_id}/approvals;
+  // import Approval from './agenthost.js' beside Tool):
+  // .tool(new Tool('word_count', 'Counts the words of a text', wordCountSchema, wordCount).approval(Approval.ALWAYS_REQUIRE))
   .tool(new Tool('word_count', 'Counts the words of a text', wordCountSchema, wordCount));
 
 export const { component, agentSettings, orchestrationInputs } = exportComponent(app);

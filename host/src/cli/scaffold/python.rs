@@ -91,9 +91,9 @@ app = (
         .instructions("You help with texts. Count words with the word_count tool.")
         .tool("word_count")
     )
-    # A tool that must not run on the model's word alone: add
-    # `.approval(agenthost.Approval.ALWAYS_REQUIRE)`; each call then waits
-    # for POST /api/agents/{name}/runs/{correlation_id}/approvals.
+    # A tool that must not run on the model's word alone (each call then
+    # waits for POST /api/agents/{name}/runs/{correlation_id}/approvals):
+    # .tool(Tool("word_count", "Counts the words of a text", word_count).approval(agenthost.Approval.ALWAYS_REQUIRE))
     .tool(Tool("word_count", "Counts the words of a text", word_count))
 )
 
