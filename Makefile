@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test test-ready test-build bench-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+.PHONY: run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -26,22 +26,24 @@ run: components release
 ## with warnings denied, as `make lint` would find them.
 test: toolchain
 	$(MAKE) --no-print-directory -j4 test-ready
-	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(LINTED) $(NEXTEST) --workspace $(HOST_ONLY)
-	$(LINTED) timeout 600 $(CARGO) test --doc --workspace $(HOST_ONLY)
-	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(LINTED) $(NEXTEST) --profile postgres --workspace $(HOST_ONLY) -E '$(ON_EVERY_STORE)'
+	redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_REDIS=$$redis $(LINTED) $(NEXTEST) $(HOST_CRATES)
+	$(LINTED) timeout 600 $(CARGO) test --doc $(HOST_CRATES)
+	url=$$(scripts/test-postgres.sh) && redis=$$(scripts/redis-up.sh) && AGENTHOST_TEST_STORE=$$url AGENTHOST_TEST_REDIS=$$redis $(LINTED) $(NEXTEST) --profile postgres $(HOST_CRATES) -E '$(ON_EVERY_STORE)'
 
 # What the tests need, made side by side (`make test` runs it with -j4): the
 # cargo builds take turns on cargo's lock while the guest-language builds and
-# the package installs (network) run beside them.
-test-ready: fmt components test-components language-components lint-guests test-build bench-build nextest api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+# the package installs (network) run beside them. The wasm guests are linted
+# in their own build (GUEST_LINT).
+test-ready: GUEST_LINT = $(LINTED)
+test-ready: fmt components test-components language-components test-build nextest api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
-# The test binaries (and the examples), linted.
+# The test binaries, the examples and the benchmarks, linted. One build of
+# the host's library serves them all: it is built with the `bench` feature
+# (which only makes the wasm runtime public to the benchmarks), so the
+# benchmarks cost their own binaries alone.
 test-build: nextest
-	$(LINTED) $(NEXTEST) --workspace $(HOST_ONLY) --no-run
-
-# The benchmarks, linted with the bench feature (make lint's second pass).
-bench-build:
-	$(LINTED) $(CARGO) build --workspace $(HOST_ONLY) --features agenthost/bench --benches
+	$(LINTED) $(NEXTEST) $(HOST_CRATES) --no-run
+	$(LINTED) $(CARGO) build $(HOST_CRATES) --benches
 
 # The host's crates compiled by clippy-driver, warnings denied (see
 # scripts/clippy-rustc), in the builds the tests need.
@@ -57,6 +59,7 @@ endif
 # nothing is built twice.
 NEXTEST   = $(CARGO) nextest run --no-tests=fail
 HOST_ONLY = $(addprefix --exclude ,$(SAMPLES) $(TEST_GUESTS))
+HOST_CRATES = --workspace $(HOST_ONLY) --features agenthost/bench
 # Integration modules whose behaviour does not depend on the store, run on
 # SQLite alone: guest languages and scaffolds (what they add is the guest's
 # side; the journal, approvals and runs they go through are the host's, run on
@@ -88,7 +91,7 @@ chaos: components test-components
 
 ## One component per sample: target/components/NAME.wasm.
 components: toolchain
-	$(CARGO) build --target $(WASM_TARGET) --release $(addprefix -p ,$(SAMPLES))
+	$(GUEST_LINT) $(CARGO) build --target $(WASM_TARGET) --release $(addprefix -p ,$(SAMPLES))
 	@mkdir -p $(COMPONENTS)
 	@for s in $(SAMPLES); do cp target/$(WASM_TARGET)/release/$$s.wasm $(COMPONENTS)/$$s.wasm; done
 	@ls -l $(COMPONENTS)
@@ -98,7 +101,7 @@ components: toolchain
 # docs/components.md, docs/orchestrations.md and docs/a2a-and-mcp.md
 # (tests/doc_blocks.rs).
 test-components: toolchain
-	$(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned -p hostile -p doc-poet -p doc-review -p doc-remote
+	$(GUEST_LINT) $(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned -p hostile -p doc-poet -p doc-review -p doc-remote
 	@mkdir -p $(TEST_COMPONENTS)
 	cp target/$(WASM_TARGET)/release/orchestration_tests.wasm $(TEST_COMPONENTS)/orchestration-tests.wasm
 	cp target/$(WASM_TARGET)/release/hostile.wasm $(TEST_COMPONENTS)/hostile.wasm
@@ -106,7 +109,7 @@ test-components: toolchain
 	cp target/$(WASM_TARGET)/release/doc_review.wasm $(TEST_COMPONENTS)/doc-review.wasm
 	cp target/$(WASM_TARGET)/release/doc_remote.wasm $(TEST_COMPONENTS)/doc-remote.wasm
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v1.wasm
-	$(CARGO) build --target $(WASM_TARGET) --release -p versioned --features v2
+	$(GUEST_LINT) $(CARGO) build --target $(WASM_TARGET) --release -p versioned --features v2
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v2.wasm
 
 # The Python and JavaScript twins of the `weather` and `approval` samples
