@@ -418,9 +418,16 @@ fn no_two_files_import_each_other_even_through_others() {
 /// file below it that imports through it (`crate::store::Store`) imports
 /// above itself.
 const STORE_LAYERS: &[&[&str]] = &[
-    // The ground: the error, the clock, hubs, the rows as host types, the
-    // writer's health.
-    &["error", "clock", "hub", "records", "writer_health"],
+    // The ground: the error, the clock, hubs, the embedded migrations, the
+    // rows as host types, the writer's health.
+    &[
+        "error",
+        "clock",
+        "hub",
+        "migrations",
+        "records",
+        "writer_health",
+    ],
     // The write model: what each write means, against the statements of
     // `Tx` and `RunTx`.
     &[

@@ -14,11 +14,12 @@
 //! crate: it declares the rest and re-exports what the crate uses, and no
 //! file of the store below it imports through it (its tests, above it, do).
 
-// The ground: the error, the clock, hubs, the rows as host types, the
-// writer's health.
+// The ground: the error, the clock, hubs, the embedded migrations, the rows
+// as host types, the writer's health.
 mod clock;
 mod error;
 mod hub;
+mod migrations;
 mod records;
 mod writer_health;
 

@@ -15,6 +15,7 @@ use sqlx::{AnyPool, Connection, Executor};
 use crate::store::clock::now_ms;
 use crate::store::error::StoreError;
 use crate::store::hub::TaskHub;
+use crate::store::migrations;
 
 /// How long a pooled PostgreSQL connection has to answer a ping before it is
 /// dropped rather than reused (or its slot held for ever by a silent one).
@@ -62,7 +63,9 @@ pub(in crate::store) async fn open(
             .connect_with(migrating)
             .await
             .map_err(connect_error)?;
-        sqlx::migrate!("./migrations-postgres")
+        migrations::POSTGRES
+            .migrator()
+            .await?
             .run(&migrations)
             .await?;
         migrations.close().await;

@@ -13,6 +13,7 @@ use sqlx::{AnyPool, Executor};
 use super::file_lock::{self, StoreLock};
 use crate::store::error::StoreError;
 use crate::store::hub::TaskHub;
+use crate::store::migrations;
 
 /// The pool (of `connections`) on the file that holds task hub `hub` of the
 /// store at `url`, migrated, with the file's path and its lock.
@@ -60,7 +61,11 @@ pub(in crate::store) async fn open(
             .connect_with(options)
             .await
             .map_err(open_error)?;
-        sqlx::migrate!("./migrations").run(&migrations).await?;
+        migrations::SQLITE
+            .migrator()
+            .await?
+            .run(&migrations)
+            .await?;
         migrations.close().await;
     }
     let pool = AnyPoolOptions::new()
