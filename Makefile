@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+.PHONY: durabletask-conformance dt-conformance-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -206,6 +206,27 @@ DT_VENV := target/durabletask-venv
 durabletask-venv:
 	@test -x $(DT_VENV)/bin/python || python3 -m venv $(DT_VENV)
 	@$(DT_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('durabletask') == '1.12.0'" 2>/dev/null || $(DT_VENV)/bin/pip install --quiet durabletask==1.12.0 grpcio==1.85.3 protobuf==7.36.2
+
+## The Durable Task Python SDK's own end-to-end suite, written for the
+## Durable Task Scheduler emulator (microsoft/durabletask-python,
+## tests/durabletask-azuremanaged, marker dts), run unmodified against this
+## host on SQLite, then on PostgreSQL; prints each store's tally (per-test
+## reports and host logs in target/dt-conformance/). DT_SUITE=DIR: a
+## checkout of that repository at the commit docs/stores-and-hubs.md pins.
+DTC_VENV := target/dt-conformance-venv
+DTC_PKGS := durabletask==1.12.0 durabletask-azuremanaged==1.12.0 azure-identity==1.27.0 azure-core==1.41.0 grpcio==1.85.3 protobuf==7.36.2 pytest==9.2.0 pytest-asyncio==1.5.0 pytest-timeout==2.4.0
+durabletask-conformance: release dt-conformance-venv
+	@test -d "$(DT_SUITE)/tests/durabletask-azuremanaged" || { echo "usage: make durabletask-conformance DT_SUITE=<checkout of microsoft/durabletask-python>" >&2; exit 2; }
+	@rm -rf target/dt-conformance && mkdir -p target/dt-conformance
+	@echo "suite at $$(git -C '$(DT_SUITE)' rev-parse HEAD 2>/dev/null || echo '(not a git checkout)')" > target/dt-conformance/tally.txt
+	-@DT_SUITE='$(abspath $(DT_SUITE))' scripts/dt-conformance.sh sqlite "sqlite://$(CURDIR)/target/dt-conformance/agenthost.db"
+	-@url=$$(scripts/test-postgres.sh agenthost_dt_conformance) && DT_SUITE='$(abspath $(DT_SUITE))' scripts/dt-conformance.sh postgres "$$url"
+	@cat target/dt-conformance/tally.txt
+	@! grep -qE "failed|error|did not start" target/dt-conformance/tally.txt
+
+dt-conformance-venv:
+	@test -x $(DTC_VENV)/bin/python || python3 -m venv $(DTC_VENV)
+	@$(DTC_VENV)/bin/python -c "import importlib.metadata as m; assert [m.version(p) for p in ('durabletask', 'durabletask-azuremanaged', 'pytest', 'pytest-asyncio', 'pytest-timeout')] == ['1.12.0', '1.12.0', '9.2.0', '1.5.0', '2.4.0']" 2>/dev/null || $(DTC_VENV)/bin/pip install --quiet $(DTC_PKGS)
 
 # Microsoft Agent Framework's Durable Task hosting (PyPI
 # agent-framework-durabletask, a pre-release) with its OpenAI chat client,

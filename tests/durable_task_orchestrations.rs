@@ -58,10 +58,15 @@ fn runs_of(lines: &[String]) -> HashMap<String, usize> {
 /// The SDK worker serving the script's orchestrations and activities; it
 /// reconnects by itself when the host restarts.
 async fn sdk_worker(host: &Host, log: &std::path::Path) -> tokio::process::Child {
+    script_worker(host, log, "worker").await
+}
+
+/// The script's worker of kind `mode` (`worker`, `narrow`).
+async fn script_worker(host: &Host, log: &std::path::Path, mode: &str) -> tokio::process::Child {
     let connected = host.output().matches("an SDK worker connected").count();
     let child = Command::new(python())
         .arg(script_path())
-        .arg("worker")
+        .arg(mode)
         .arg(host.grpc_address())
         .arg(log)
         .stdout(std::process::Stdio::null())
@@ -136,6 +141,17 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         .unwrap_or_default()
         .to_string();
     assert!(failure.contains("no tea today"), "{failure}");
+    // A caught activity failure: the error's type, message and stack as the
+    // worker reported them (not the host's `Type: message` text).
+    assert_eq!(
+        step("caught")["output"],
+        json!({"type": "builtins.ValueError", "message": "no tea today", "stack": true})
+    );
+    // An absent input and output read back absent (None), not as 'null'.
+    assert_eq!(
+        step("empty"),
+        json!({"step": "empty", "status": "COMPLETED", "input": null, "output": null})
+    );
     // Continue-as-new, three times, then the last execution's output.
     assert_eq!(
         step("continue")["output"],
@@ -394,5 +410,41 @@ async fn two_hosts_on_one_postgresql_hub_each_with_an_sdk_worker_lose_nothing_wh
     assert!(
         lines_of(&second_log).iter().any(|l| l.starts_with("done ")),
         "the survivor's worker ran steps"
+    );
+}
+
+/// A worker that runs two activities at once, and says so, is sent a
+/// fan-out of 50 two-second activities: each runs exactly once, though most
+/// wait far longer than the host's patience for an answer (10 s) before
+/// the worker has room for them. They wait in the host, unsent, not in the
+/// worker where their patience would run out unstarted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_running_two_activities_at_once_runs_each_of_a_50_fan_out_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = grpc_host(dir.path(), 0)
+        .arg("--sdk-activity-timeout")
+        .arg("10s")
+        .start();
+    let log = dir.path().join("activities.log");
+    let _worker = script_worker(&host, &log, "narrow").await;
+    let naps = client_script(&host, &["naps", "50"]).await;
+    assert_eq!(naps["naps"]["status"], "COMPLETED", "{naps:?}");
+    assert_eq!(naps["naps"]["output"], json!(50), "{naps:?}");
+    let lines = lines_of(&log);
+    let started = |i: usize| {
+        lines
+            .iter()
+            .filter(|l| **l == format!("start nap-{i}"))
+            .count()
+    };
+    let twice: Vec<usize> = (0..50).filter(|&i| started(i) != 1).collect();
+    assert!(
+        twice.is_empty(),
+        "not run exactly once: {twice:?}\n{lines:?}"
+    );
+    assert!(
+        !host.output().contains("did not answer in time"),
+        "{}",
+        host.output()
     );
 }

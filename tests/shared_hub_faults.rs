@@ -182,7 +182,14 @@ async fn a_worker_paused_before_its_model_request_left_never_sends_it_after_the_
         first.output(),
         second.output()
     );
-    assert!(first.output().contains("cut short"), "{}", first.output());
+    // Stopped by the send-by gate mid-send; or, on a loaded machine, its
+    // stalled connection timed out during the pause and the retry found the
+    // session gone before it sent. Either way, never sent.
+    let out = first.output();
+    assert!(
+        out.contains("cut short") || out.contains("no longer owns session 'late'"),
+        "{out}"
+    );
     let (roles, session) = crate::support::session_roles(&front.base, "writer", "late").await;
     assert_eq!(roles, ["user", "assistant"], "{session}");
 }

@@ -32,7 +32,7 @@ def say(step, **fields):
 
 # ---- the worker's side -----------------------------------------------------
 
-log = sys.argv[3] if mode == "worker" else None
+log = sys.argv[3] if mode in ("worker", "narrow") else None
 
 
 def note(line):
@@ -92,6 +92,31 @@ def sdk_parent(ctx, n):
 def sdk_failing(ctx, _):
     yield ctx.call_activity(py_fail)
     return "unreachable"
+
+
+def py_nap(ctx, key):
+    note(f"start {key}")
+    time.sleep(2)
+    note(f"done {key}")
+    return 1
+
+
+def sdk_naps(ctx, n):
+    naps = yield task.when_all([ctx.call_activity(py_nap, input=f"nap-{i}") for i in range(n)])
+    return sum(naps)
+
+
+def sdk_catching(ctx, _):
+    try:
+        yield ctx.call_activity(py_fail)
+    except task.TaskFailedError as e:
+        return {"type": e.details.error_type, "message": e.details.message,
+                "stack": bool(e.details.stack_trace)}
+    return "unreachable"
+
+
+def sdk_empty(ctx, _):
+    return None
 
 
 def sdk_continue(ctx, n):
@@ -206,10 +231,22 @@ def sdk_chain(ctx, length):
     return length
 
 
+# A worker that runs two activities at once (it says so to the host) and
+# naps in each: `narrow`.
+if mode == "narrow":
+    narrow = worker.ConcurrencyOptions(maximum_concurrent_activity_work_items=2)
+    with worker.TaskHubGrpcWorker(host_address=address, concurrency_options=narrow) as w:
+        w.add_orchestrator(sdk_naps)
+        w.add_activity(py_nap)
+        w.start()
+        print("worker started", flush=True)
+        while True:
+            time.sleep(1)
+
 if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
-                             sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
+                             sdk_empty, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
                              sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest,
                              sdk_calls_odd_entity):
             w.add_orchestrator(orchestrator)
@@ -244,6 +281,12 @@ if mode == "chains":
     say("chains", started=count)
     sys.exit(0)
 
+if mode == "naps":
+    count = int(sys.argv[3])
+    say("naps", **done(c.schedule_new_orchestration(sdk_naps, input=count, instance_id="sdk-naps"),
+                       timeout=240))
+    sys.exit(0)
+
 if mode == "finish":
     count = int(sys.argv[3])
     say("finish", done={f"chain-{i}": done(f"chain-{i}", timeout=180) for i in range(count)})
@@ -262,6 +305,14 @@ say("timed out", **done(c.schedule_new_orchestration(sdk_approval, input=1,
 
 say("parent", **done(c.schedule_new_orchestration(sdk_parent, input=1, instance_id="sdk-parent")))
 say("failing", **done(c.schedule_new_orchestration(sdk_failing, instance_id="sdk-failing")))
+# No input, no output: absent, as the SDK sent them (not the text 'null').
+empty = c.wait_for_orchestration_completion(
+    c.schedule_new_orchestration(sdk_empty, instance_id="sdk-empty"), timeout=60)
+say("empty", status=empty.runtime_status.name, input=empty.serialized_input,
+    output=empty.serialized_output)
+# A failed activity caught by the code: its error's own type and message,
+# and its stack, as the worker reported them.
+say("caught", **done(c.schedule_new_orchestration(sdk_catching, instance_id="sdk-catching")))
 say("continue", **done(c.schedule_new_orchestration(sdk_continue, input=0,
                                                         instance_id="sdk-continue")))
 

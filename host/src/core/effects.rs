@@ -117,6 +117,7 @@ impl Effect {
                     "sub-orchestration {child} {}: {output}",
                     status.as_str().to_lowercase()
                 ),
+                details: None,
             }
         };
         Effect::NotifyParent { parent, event }

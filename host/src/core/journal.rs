@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::failure::FailureDetails;
 pub use super::retry::RetryPolicy;
 
 /// One call of orchestration code into the host, as journaled. Scheduling
@@ -152,10 +153,25 @@ impl EntityCall {
 // `event_raised` is a stored tag, like `Call`'s.
 #[allow(clippy::enum_variant_names)]
 pub enum Event {
-    TaskCompleted { task: u32, result: String },
-    TaskFailed { task: u32, error: String },
-    TimerFired { task: u32 },
-    EventRaised { name: String, payload: String },
+    TaskCompleted {
+        task: u32,
+        result: String,
+    },
+    TaskFailed {
+        task: u32,
+        error: String,
+        /// An SDK worker's own account of the failure (absent from entries
+        /// written before it was kept, and for every other failure).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Box<FailureDetails>>,
+    },
+    TimerFired {
+        task: u32,
+    },
+    EventRaised {
+        name: String,
+        payload: String,
+    },
 }
 
 /// One row of the journal.
@@ -172,7 +188,9 @@ impl Event {
     pub fn payload_len(&self) -> usize {
         match self {
             Event::TaskCompleted { result, .. } => result.len(),
-            Event::TaskFailed { error, .. } => error.len(),
+            Event::TaskFailed { error, details, .. } => {
+                error.len() + details.as_ref().map_or(0, |d| d.len())
+            }
             Event::TimerFired { .. } => 0,
             Event::EventRaised { name, payload } => name.len() + payload.len(),
         }

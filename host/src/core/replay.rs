@@ -425,6 +425,7 @@ mod tests {
             Event::TaskFailed {
                 task: 0,
                 error: "boom".into(),
+                details: None,
             },
         ];
         let mut r = Replay::new(vec![], events, 0, 0);

@@ -200,7 +200,11 @@ pub fn decide(
         let task = caller.task;
         let event = match outcome {
             Ok(result) => Event::TaskCompleted { task, result },
-            Err(error) => Event::TaskFailed { task, error },
+            Err(error) => Event::TaskFailed {
+                task,
+                error,
+                details: None,
+            },
         };
         effects.push(Effect::NotifyParent {
             parent: ParentRef {
@@ -290,6 +294,7 @@ pub fn callers_of_queued<'a>(
                         "entity '{id}' did not run operation '{}': {why}",
                         operation.operation
                     ),
+                    details: None,
                 },
             })
         })
@@ -475,7 +480,7 @@ mod tests {
         let told = callers_of_queued("@counter@a", &events, "it was terminated");
         assert_eq!(told.len(), 1, "{told:?}");
         assert!(
-            matches!(&told[0], Effect::NotifyParent { parent, event: Event::TaskFailed { task: 3, error } }
+            matches!(&told[0], Effect::NotifyParent { parent, event: Event::TaskFailed { task: 3, error, .. } }
             if parent.id == "o" && error.contains("terminated") && error.contains("'go'"))
         );
     }

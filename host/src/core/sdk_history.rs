@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use super::ids;
-use super::journal::{Call, Entry, Event};
+use super::journal::{Call, Entry, Event, FailureDetails};
 
 /// The component digest of an instance whose code an SDK worker runs:
 /// there is no component version to pin.
@@ -58,6 +58,8 @@ pub enum Kind {
     TaskFailed {
         scheduled: i32,
         error: String,
+        /// The worker's own account, when an SDK worker ran the activity.
+        details: Option<Box<FailureDetails>>,
     },
     SubOrchestrationCreated {
         instance_id: String,
@@ -149,7 +151,11 @@ impl Tasks {
                     result: result.clone(),
                 },
             },
-            Event::TaskFailed { task, error } => match self.0.get(task)? {
+            Event::TaskFailed {
+                task,
+                error,
+                details,
+            } => match self.0.get(task)? {
                 (_, Call::CallEntity(message)) => Kind::EntityOperationFailed {
                     request_id: message.request_id.clone(),
                     error: error.clone(),
@@ -161,6 +167,7 @@ impl Tasks {
                 (id, _) => Kind::TaskFailed {
                     scheduled: *id,
                     error: error.clone(),
+                    details: details.clone(),
                 },
             },
             Event::TimerFired { task } => match self.0.get(task)? {
@@ -487,6 +494,7 @@ mod tests {
         let failed = [Event::TaskFailed {
             task: 1,
             error: "no".into(),
+            details: None,
         }];
         let mut journal = journal_of(&first, &[], 1);
         let again = decide(

@@ -4,6 +4,7 @@
 //! result is then in hand: it waits for its instance's worker, which runs
 //! the next episode on it and stores both at once).
 
+use crate::core::failure::TaskOutcome;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -57,7 +58,7 @@ impl Drop for TaskRunning {
 /// A task's result this host holds and has not stored.
 pub struct InHand {
     pub attempt: Attempt,
-    pub result: Result<String, String>,
+    pub result: TaskOutcome,
     /// Kept until the result is stored: the task is not run again meanwhile.
     pub running: TaskRunning,
 }

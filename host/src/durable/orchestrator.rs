@@ -14,7 +14,7 @@ use super::episode_slot::Slot;
 use super::given_back::GivenBack;
 use super::hot::HotInstances;
 use super::in_flight::{InHand, ResultsInHand, TaskRunning, TasksInFlight};
-use super::tasks::{self, Outcome};
+use super::tasks;
 use super::{episode, DurableError};
 use crate::core::ids;
 use crate::core::instance::NewInstance;
@@ -370,9 +370,8 @@ impl Orchestrator {
     }
 
     async fn run_task(self: &Arc<Self>, row: &TaskRow, running: TaskRunning) {
-        let result = match tasks::run(self, row).await {
-            Outcome::Interrupted => return,
-            Outcome::Done(result) => result,
+        let Some(result) = tasks::run(self, row).await.recorded() else {
+            return;
         };
         let retry = match &row.call {
             Call::CallActivity { retry, .. }

@@ -188,7 +188,10 @@ async fn sdk_activity(
             orchestrator.given_back.answered(&key);
             // Names are the worker's, not declared by a component: no label.
             crate::metrics::activity("unknown", started.elapsed(), result.is_ok());
-            Outcome::Done(result)
+            match result {
+                Ok(result) => Outcome::Done(Ok(result)),
+                Err(error) => Outcome::Reported(error),
+            }
         }
         Answer::Abandoned => {
             tracing::info!(instance_id = %row.instance_id, activity = name, "an SDK worker gave the activity back (or went away); it runs again");

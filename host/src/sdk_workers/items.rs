@@ -2,6 +2,7 @@
 //! activity, an episode, an entity batch), what a worker says it runs, and
 //! what comes back.
 
+use crate::core::failure::TaskOutcome;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -58,13 +59,26 @@ pub struct Runs {
     pub activities: Option<HashSet<String>>,
     pub orchestrations: Option<HashSet<String>>,
     pub entities: Option<HashSet<String>>,
+    /// How many of each it runs at once.
+    pub capacity: Capacity,
+}
+
+/// How many items of each kind a worker runs at once, as it declared
+/// (`GetWorkItemsRequest.maxConcurrent*WorkItems`); `None`: no bound
+/// declared. Items past it would wait inside the worker, where their
+/// patience for an answer would run out unstarted: they wait here instead.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Capacity {
+    pub activities: Option<usize>,
+    pub episodes: Option<usize>,
+    pub entities: Option<usize>,
 }
 
 /// What became of a dispatched activity.
 #[derive(Debug)]
 pub enum Answer {
     /// The worker ran it: its JSON result, or why it failed.
-    Done(Result<String, String>),
+    Done(TaskOutcome),
     /// The worker gave it back, went away or did not answer in time: it
     /// runs again later.
     Abandoned,
@@ -91,7 +105,7 @@ pub enum EntityAnswer {
 /// What a worker sent back for an item.
 #[derive(Debug)]
 pub enum Reply {
-    Activity(Result<String, String>),
+    Activity(TaskOutcome),
     Episode(sdk_actions::Answer),
     Entity(BatchResult),
 }

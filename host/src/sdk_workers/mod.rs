@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, oneshot, Notify};
 mod items;
 
 pub use items::{
-    ActivityItem, Answer, EntityAnswer, EntityItem, EpisodeAnswer, EpisodeItem, Item, Patience,
-    Reply, Runs,
+    ActivityItem, Answer, Capacity, EntityAnswer, EntityItem, EpisodeAnswer, EpisodeItem, Item,
+    Patience, Reply, Runs,
 };
 
 /// A worker's stream of items; dropping it disconnects the worker and gives
@@ -41,6 +41,8 @@ struct Worker {
     items: mpsc::Sender<Item>,
     /// Items sent and not answered: the least busy worker gets the next.
     in_flight: usize,
+    /// The same, by kind ([`Wanted::kind`]), against the worker's capacity.
+    busy: [usize; 3],
     runs: Runs,
 }
 
@@ -53,6 +55,15 @@ enum Wanted<'a> {
 }
 
 impl Wanted<'_> {
+    /// Which of a worker's three capacities the item takes from.
+    fn kind(self) -> usize {
+        match self {
+            Wanted::Activity(_) => 0,
+            Wanted::Orchestration(_) => 1,
+            Wanted::Entity(_) => 2,
+        }
+    }
+
     /// Whether `reply` is the kind of answer this item asks for; one of
     /// another kind gives the item back (it runs again).
     fn answered_by(self, reply: &Reply) -> bool {
@@ -81,10 +92,30 @@ impl Worker {
             .as_ref()
             .is_none_or(|n| n.contains(name) || n.iter().any(|n| n.eq_ignore_ascii_case(name)))
     }
+
+    /// Whether it has room for one more item like `wanted`.
+    fn has_room(&self, wanted: Wanted<'_>) -> bool {
+        let capacity = match wanted {
+            Wanted::Activity(_) => self.runs.capacity.activities,
+            Wanted::Orchestration(_) => self.runs.capacity.episodes,
+            Wanted::Entity(_) => self.runs.capacity.entities,
+        };
+        capacity.is_none_or(|most| self.busy[wanted.kind()] < most)
+    }
+}
+
+/// Where an item can go now.
+enum Choice {
+    Sent(mpsc::Sender<Item>),
+    /// Workers that run it are connected, each at its capacity.
+    Busy,
+    /// No connected worker runs it.
+    Absent,
 }
 
 struct InFlight {
     worker: u64,
+    kind: usize,
     answer: oneshot::Sender<Reply>,
 }
 
@@ -100,8 +131,9 @@ struct Inner {
 /// The connected workers and their items in flight; one per host.
 pub struct SdkWorkers {
     inner: Mutex<Inner>,
-    /// Told when a worker connects, for the activities waiting for one.
-    connected: Notify,
+    /// Told when a worker connects or goes away and when an item is
+    /// settled, for the items waiting for a worker or for room on one.
+    changed: Notify,
     patience: Patience,
 }
 
@@ -126,7 +158,7 @@ impl SdkWorkers {
     pub fn new(patience: Patience) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::default(),
-            connected: Notify::new(),
+            changed: Notify::new(),
             patience,
         })
     }
@@ -151,6 +183,7 @@ impl SdkWorkers {
             Worker {
                 items,
                 in_flight: 0,
+                busy: [0; 3],
                 runs,
             },
         );
@@ -160,7 +193,7 @@ impl SdkWorkers {
             "an SDK worker connected"
         );
         drop(inner);
-        self.connected.notify_waiters();
+        self.changed.notify_waiters();
         Some(Connection {
             items: receiver,
             id,
@@ -180,6 +213,9 @@ impl SdkWorkers {
             workers = inner.workers.len(),
             "an SDK worker disconnected; what it ran runs again"
         );
+        drop(inner);
+        // Items waiting for room on it wait for a worker again.
+        self.changed.notify_waiters();
     }
 
     /// The host stops: every worker's stream ends (so the gRPC server can
@@ -191,7 +227,7 @@ impl SdkWorkers {
         inner.in_flight.clear();
         drop(inner);
         // Activities waiting for a worker give up too.
-        self.connected.notify_waiters();
+        self.changed.notify_waiters();
     }
 
     /// Sends the activity to the least busy connected worker that runs it
@@ -294,24 +330,36 @@ impl SdkWorkers {
         for_a_worker: Duration,
         for_an_answer: Duration,
     ) -> Option<Option<Reply>> {
-        let deadline = tokio::time::Instant::now() + for_a_worker;
         let token = uuid::Uuid::new_v4().simple().to_string();
         let (answer, answered) = oneshot::channel();
         let mut answer = Some(answer);
+        // A worker that runs the item but is at its capacity is busy, not
+        // absent: the item waits for room as long as it takes. The patience
+        // for a worker counts from when none that runs it is connected.
+        let mut absent_since = None;
         let sender = loop {
-            // Listening before looking: a worker that connects in between
-            // is not missed.
-            let connected = self.connected.notified();
-            tokio::pin!(connected);
-            connected.as_mut().enable();
+            // Listening before looking: a change in between is not missed.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             if self.lock().closed {
                 return Some(None);
             }
-            if let Some(sender) = self.choose(wanted, &token, &mut answer) {
-                break sender;
-            }
-            if tokio::time::timeout_at(deadline, connected).await.is_err() {
-                return None;
+            match self.choose(wanted, &token, &mut answer) {
+                Choice::Sent(sender) => break sender,
+                Choice::Busy => {
+                    absent_since = None;
+                    changed.await;
+                }
+                Choice::Absent => {
+                    let since = *absent_since.get_or_insert_with(tokio::time::Instant::now);
+                    if tokio::time::timeout_at(since + for_a_worker, changed)
+                        .await
+                        .is_err()
+                    {
+                        return None;
+                    }
+                }
             }
         };
         let _booked = Booked {
@@ -342,30 +390,49 @@ impl SdkWorkers {
         }
     }
 
-    /// Books `token` on the least busy worker that runs `wanted`; its
-    /// stream, or `None` when no such worker is connected (`answer` is then
-    /// left for the next try).
+    /// Books `token` on the least busy worker that runs `wanted` and has
+    /// room for it: its stream. Otherwise (`answer` is then left for the
+    /// next try) whether such workers are busy or absent.
     fn choose(
         &self,
         wanted: Wanted<'_>,
         token: &str,
         answer: &mut Option<oneshot::Sender<Reply>>,
-    ) -> Option<mpsc::Sender<Item>> {
+    ) -> Choice {
         let mut inner = self.lock();
-        let worker = inner
+        let runs_it = inner.workers.values().any(|w| w.runs(wanted));
+        let free = inner
             .workers
             .iter()
-            .filter(|(_, w)| w.runs(wanted))
+            .filter(|(_, w)| w.runs(wanted) && w.has_room(wanted))
             .min_by_key(|(_, w)| w.in_flight)
-            .map(|(id, _)| *id)?;
-        let answer = answer.take()?;
-        let chosen = inner.workers.get_mut(&worker)?;
+            .map(|(id, _)| *id);
+        let Some(worker) = free else {
+            return if runs_it {
+                Choice::Busy
+            } else {
+                Choice::Absent
+            };
+        };
+        let Some(answer) = answer.take() else {
+            return Choice::Absent;
+        };
+        let kind = wanted.kind();
+        let Some(chosen) = inner.workers.get_mut(&worker) else {
+            return Choice::Absent;
+        };
         chosen.in_flight += 1;
+        chosen.busy[kind] += 1;
         let sender = chosen.items.clone();
-        inner
-            .in_flight
-            .insert(token.to_string(), InFlight { worker, answer });
-        Some(sender)
+        inner.in_flight.insert(
+            token.to_string(),
+            InFlight {
+                worker,
+                kind,
+                answer,
+            },
+        );
+        Choice::Sent(sender)
     }
 
     /// Takes the item `token` off the books; its sender, if it was still there.
@@ -374,7 +441,11 @@ impl SdkWorkers {
         let item = inner.in_flight.remove(token)?;
         if let Some(worker) = inner.workers.get_mut(&item.worker) {
             worker.in_flight = worker.in_flight.saturating_sub(1);
+            worker.busy[item.kind] = worker.busy[item.kind].saturating_sub(1);
         }
+        drop(inner);
+        // Room on its worker for an item waiting.
+        self.changed.notify_waiters();
         Some(item.answer)
     }
 
@@ -451,6 +522,69 @@ mod tests {
         let answer = asked.await.expect("joined");
         assert!(matches!(answer, Some(Answer::Done(Ok(ref s))) if s == "\"hi\""));
         assert_eq!(workers.in_flight(), 0);
+    }
+
+    /// A worker that runs one activity at once is sent the next when it
+    /// answers the first: the second waits here, unsent, however long the
+    /// first takes (past its patience for a worker and for an answer), and
+    /// the worker's patience for it starts when it is sent.
+    #[tokio::test]
+    async fn a_worker_is_sent_no_more_than_it_runs_at_once() {
+        let workers = patient(Duration::from_millis(20), Duration::from_millis(300));
+        let runs = Runs {
+            capacity: Capacity {
+                activities: Some(1),
+                ..Capacity::default()
+            },
+            ..Runs::default()
+        };
+        let mut connection = workers.connect(runs).expect("open");
+        let first = asking(&workers, "one");
+        let second = asking(&workers, "two");
+        let item = connection
+            .items
+            .recv()
+            .await
+            .and_then(activity)
+            .expect("an item");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(connection.items.try_recv().is_err(), "one at a time");
+        assert!(workers.answer(&item.token, Reply::Activity(Ok("1".into()))));
+        let next = connection
+            .items
+            .recv()
+            .await
+            .and_then(activity)
+            .expect("the next once the first is answered");
+        assert_ne!(next.token, item.token);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(workers.answer(&next.token, Reply::Activity(Ok("2".into()))));
+        for asked in [first, second] {
+            assert!(matches!(
+                asked.await.expect("joined"),
+                Some(Answer::Done(Ok(_)))
+            ));
+        }
+        // A full kind does not hold another back.
+        let _busy = asking(&workers, "three");
+        let held = connection.items.recv().await.and_then(activity);
+        assert!(held.is_some(), "sent");
+        let episode = EpisodeItem {
+            token: String::new(),
+            instance_id: "i".into(),
+            execution: 1,
+            past: vec![],
+            new: vec![],
+        };
+        let episodes = workers.clone();
+        let _episode = tokio::spawn(async move {
+            let wait = Duration::from_secs(5);
+            episodes.run_episode("o", episode, wait, wait).await
+        });
+        assert!(
+            matches!(connection.items.recv().await, Some(Item::Episode(_))),
+            "an episode goes to a worker whose activities are full"
+        );
     }
 
     #[tokio::test]

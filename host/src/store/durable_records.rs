@@ -3,6 +3,7 @@
 //! is asked to write or read, and what it answers. Types only, so the files
 //! that read, decide and write can all use them without using each other.
 
+use crate::core::failure::TaskOutcome;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -156,7 +157,7 @@ pub enum Write {
     TaskDone {
         instance: String,
         attempt: Attempt,
-        result: Result<String, String>,
+        result: TaskOutcome,
         limits: Arc<Limits>,
     },
     /// What arrived for an instance (a task's result, a raised event) with

@@ -1,6 +1,7 @@
 //! Orchestration instances: their rows, the state a decision reads, and the
 //! writes that carry out management operations (through the committer).
 
+use crate::core::failure::TaskOutcome;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -120,7 +121,7 @@ impl Store {
         &self,
         instance: &str,
         attempt: Attempt,
-        result: Result<String, String>,
+        result: TaskOutcome,
         limits: Arc<Limits>,
     ) -> Result<(TaskFate, Applied), StoreError> {
         let write = Write::TaskDone {
@@ -140,7 +141,7 @@ impl Store {
     pub async fn tasks_done(
         &self,
         instance: &str,
-        results: Vec<(Attempt, Result<String, String>)>,
+        results: Vec<(Attempt, TaskOutcome)>,
         limits: Arc<Limits>,
     ) -> Vec<Result<(TaskFate, Applied), StoreError>> {
         let writes = results

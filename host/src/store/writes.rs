@@ -12,6 +12,7 @@ use super::run_tx::RunTx;
 use super::run_writes::write_run;
 use super::tx::Tx;
 use crate::core::effects::Effect;
+use crate::core::failure::TaskOutcome;
 use crate::core::fence::{self, EpisodeFence, InstanceHolder};
 use crate::core::lifecycle::task_done::{self, Attempt};
 use crate::core::lifecycle::{self, Change, Command, Decision, Reply, TaskFate};
@@ -203,7 +204,7 @@ async fn task_done(
     tx: &mut impl Tx,
     instance: String,
     attempt: Attempt,
-    result: Result<String, String>,
+    result: TaskOutcome,
     limits: &Limits,
     now: i64,
 ) -> Result<(TaskFate, Applied), StoreError> {

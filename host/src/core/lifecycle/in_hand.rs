@@ -7,6 +7,7 @@
 //! yet), or the instance would not take it now, it is stored as any other.
 
 use crate::core::effects::Effect;
+use crate::core::failure::TaskOutcome;
 use crate::core::instance::{InstanceState, RuntimeStatus, Size};
 use crate::core::journal::Event;
 use crate::core::lifecycle::raise;
@@ -20,7 +21,7 @@ pub enum Arriving {
     /// A task's attempt ended.
     Result {
         attempt: Attempt,
-        result: Result<String, String>,
+        result: TaskOutcome,
     },
     /// An event was raised at the instance.
     Event { name: String, payload: String },
@@ -88,6 +89,7 @@ pub fn as_stored(effects: Vec<Effect>) -> Vec<Effect> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::failure::TaskError;
     use crate::core::lifecycle::fixtures::instance;
     use crate::core::retry::RetryPolicy;
 
@@ -99,7 +101,7 @@ mod tests {
                 attempt,
                 retry,
             },
-            result: result.map(str::to_string).map_err(str::to_string),
+            result: result.map(str::to_string).map_err(TaskError::from),
         }
     }
 

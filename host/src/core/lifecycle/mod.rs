@@ -26,6 +26,7 @@ pub mod terminate;
 use super::effects::Effect;
 use super::instance::{InstanceState, Size};
 use super::limits::{LimitError, Limits};
+use crate::core::failure::TaskOutcome;
 use episode_end::Episode;
 use evolve::{evolve, Evolved};
 use task_done::{Attempt, Settled};
@@ -47,7 +48,7 @@ pub enum Command<'a> {
     TaskDone {
         pending: bool,
         attempt: &'a Attempt,
-        result: Result<String, String>,
+        result: TaskOutcome,
         now: i64,
         limits: &'a Limits,
     },

@@ -321,7 +321,7 @@ fn a_failed_attempt_with_a_policy_is_retried_then_its_last_failure_delivered() {
         last.effects.iter().any(|e| matches!(
             e,
             Effect::Deliver {
-                event: Event::TaskFailed { task: 1, error },
+                event: Event::TaskFailed { task: 1, error, .. },
                 ..
             } if error.contains("gave up after 2 attempts")
         )),

@@ -33,6 +33,7 @@ pub fn collision(new: &NewInstance) -> Option<(&ParentRef, Event)> {
     let event = Event::TaskFailed {
         task: parent.task,
         error: format!("instance {} already exists", new.id),
+        details: None,
     };
     Some((parent, event))
 }
@@ -74,7 +75,8 @@ mod tests {
             event,
             Event::TaskFailed {
                 task: 5,
-                error: "instance i already exists".into()
+                error: "instance i already exists".into(),
+                details: None,
             }
         );
     }

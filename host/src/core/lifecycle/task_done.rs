@@ -4,6 +4,7 @@
 //! longer current, or for a task no longer pending, is dropped.
 
 use crate::core::effects::Effect;
+use crate::core::failure::TaskOutcome;
 use crate::core::instance::InstanceState;
 use crate::core::journal::Event;
 use crate::core::limits::Limits;
@@ -35,7 +36,7 @@ pub fn decide(
     state: Option<&InstanceState>,
     pending: bool,
     attempt: &Attempt,
-    result: Result<String, String>,
+    result: TaskOutcome,
     now: i64,
     limits: &Limits,
 ) -> Settled {
@@ -59,13 +60,16 @@ pub fn decide(
     let result = result.and_then(
         |output| match limits.check_payload("task result", &output) {
             Ok(()) => Ok(output),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.to_string().into()),
         },
     );
     match result {
         Ok(result) => deliver(Event::TaskCompleted { task, result }),
         Err(error) => {
-            let policy = attempt.retry.map(|p| p.bounded(&limits.retry));
+            let policy = attempt
+                .retry
+                .filter(|_| error.retriable())
+                .map(|p| p.bounded(&limits.retry));
             match policy.and_then(|p| p.delay_after(attempt.attempt)) {
                 Some(delay) => Settled::Retrying(vec![Effect::RetryTask {
                     task,
@@ -74,12 +78,16 @@ pub fn decide(
                 }]),
                 None => {
                     let attempts = attempt.attempt.saturating_add(1);
-                    let error = if attempts > 1 {
-                        format!("{error} (gave up after {attempts} attempts)")
+                    let text = if attempts > 1 {
+                        format!("{} (gave up after {attempts} attempts)", error.text)
                     } else {
-                        error
+                        error.text
                     };
-                    deliver(Event::TaskFailed { task, error })
+                    deliver(Event::TaskFailed {
+                        task,
+                        error: text,
+                        details: error.details,
+                    })
                 }
             }
         }

@@ -53,7 +53,7 @@ mod tests {
             ("p", 3, 2)
         );
         assert!(
-            matches!(event, Event::TaskFailed { task: 2, error } if error.contains("terminated"))
+            matches!(event, Event::TaskFailed { task: 2, error, .. } if error.contains("terminated"))
         );
     }
 

@@ -6,6 +6,7 @@ use prost_types::Timestamp;
 use tonic::Status;
 
 use super::proto::{OrchestrationState, OrchestrationStatus, TaskFailureDetails};
+use crate::core::failure::FailureDetails;
 use crate::core::instance::RuntimeStatus;
 use crate::durable::{DurableError, InstanceRecord};
 
@@ -81,15 +82,58 @@ pub(super) fn state_of(instance: &InstanceRecord, payloads: bool) -> Orchestrati
             .status
             .is_finished()
             .then(|| timestamp(instance.updated_at)),
-        input: payloads.then(|| instance.input.clone()),
+        input: payloads.then(|| present(&instance.input)).flatten(),
         output: (payloads && !failed)
-            .then(|| instance.output.clone())
+            .then(|| instance.output.as_deref().and_then(present))
             .flatten(),
         custom_status: instance.custom_status.clone(),
         failure_details,
         execution_id: Some(instance.execution.to_string()),
         ..OrchestrationState::default()
     }
+}
+
+/// Causes kept below a failure: the SDKs nest one or two; a worker's deeper
+/// chain is cut there.
+const INNER_FAILURES: usize = 8;
+
+/// A worker's failure details as the journal keeps them.
+pub(super) fn failure_of(details: TaskFailureDetails) -> FailureDetails {
+    fn kept(details: TaskFailureDetails, depth: usize) -> FailureDetails {
+        FailureDetails {
+            error_type: details.error_type,
+            message: details.error_message,
+            stack_trace: details.stack_trace,
+            inner: details
+                .inner_failure
+                .filter(|_| depth < INNER_FAILURES)
+                .map(|inner| Box::new(kept(*inner, depth + 1))),
+            non_retriable: details.is_non_retriable,
+        }
+    }
+    kept(details, 0)
+}
+
+/// Failure details kept in the journal, as the worker sent them.
+pub(super) fn details_of(failure: &FailureDetails) -> TaskFailureDetails {
+    TaskFailureDetails {
+        error_type: failure.error_type.clone(),
+        error_message: failure.message.clone(),
+        stack_trace: failure.stack_trace.clone(),
+        inner_failure: failure
+            .inner
+            .as_deref()
+            .map(|inner| Box::new(details_of(inner))),
+        is_non_retriable: failure.non_retriable,
+        ..TaskFailureDetails::default()
+    }
+}
+
+/// A payload as the SDKs read it: the engine keeps an absent one as JSON
+/// `null`, which the SDKs send as no payload at all and read back as `None`
+/// (a `'null'` string would be their input).
+fn present(payload: &str) -> Option<String> {
+    (payload != "null").then(|| payload.to_string())
 }
 
 /// The caller's deadline from its `grpc-timeout` header (`<digits><unit>`,
@@ -172,6 +216,39 @@ pub(super) fn refusal(error: DurableError) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workers_failure_details_come_back_as_it_sent_them_with_a_bounded_chain_of_causes() {
+        let leaf = TaskFailureDetails {
+            error_type: "builtins.OSError".into(),
+            error_message: "kettle".into(),
+            ..TaskFailureDetails::default()
+        };
+        let sent = TaskFailureDetails {
+            error_type: "builtins.ValueError".into(),
+            error_message: "no tea today".into(),
+            stack_trace: Some("Traceback …".into()),
+            inner_failure: Some(Box::new(leaf)),
+            is_non_retriable: true,
+            ..TaskFailureDetails::default()
+        };
+        assert_eq!(details_of(&failure_of(sent.clone())), sent);
+        let mut deep = TaskFailureDetails::default();
+        for i in 0..50 {
+            deep = TaskFailureDetails {
+                error_message: format!("{i}"),
+                inner_failure: Some(Box::new(deep)),
+                ..TaskFailureDetails::default()
+            };
+        }
+        let mut kept = failure_of(deep);
+        let mut depth = 0;
+        while let Some(inner) = kept.inner {
+            kept = *inner;
+            depth += 1;
+        }
+        assert_eq!(depth, INNER_FAILURES);
+    }
 
     #[test]
     fn times_round_trip_to_the_millisecond_before_and_after_1970() {

@@ -59,9 +59,18 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
             task_scheduled_id: scheduled,
             result: Some(result),
         }),
-        Kind::TaskFailed { scheduled, error } => EventType::TaskFailed(TaskFailedEvent {
+        // An SDK worker's failure as it reported it; any other (a wasm
+        // activity's, a limit's, a retry's end) in the engine's words.
+        Kind::TaskFailed {
+            scheduled,
+            error,
+            details,
+        } => EventType::TaskFailed(TaskFailedEvent {
             task_scheduled_id: scheduled,
-            failure_details: failure(error),
+            failure_details: match details {
+                Some(details) => Some(super::convert::details_of(&details)),
+                None => failure(error),
+            },
         }),
         Kind::SubOrchestrationCreated {
             instance_id,

@@ -10,16 +10,18 @@ use std::time::Duration;
 use futures::Stream;
 use tonic::Status;
 
+use super::convert::failure_of;
 use super::history::{action_of, event_of};
 use super::proto::{
     operation_result, work_item, ActivityRequest, ActivityResponse, EntityBatchRequest,
     EntityBatchResult, GetWorkItemsRequest, HealthPing, OperationRequest, OrchestrationInstance,
     OrchestratorRequest, OrchestratorResponse, TaskFailureDetails, WorkItem,
 };
+use crate::core::failure::TaskError;
 use crate::core::sdk_actions;
 use crate::core::sdk_entities::{BatchResult, StateAfter};
 use crate::sdk_workers::{
-    ActivityItem, Connection, EntityItem, EpisodeItem, Item, Reply, Runs, SdkWorkers,
+    ActivityItem, Capacity, Connection, EntityItem, EpisodeItem, Item, Reply, Runs, SdkWorkers,
 };
 
 pub(super) type WorkItems = Pin<Box<dyn Stream<Item = Result<WorkItem, Status>> + Send + 'static>>;
@@ -29,13 +31,26 @@ pub(super) type WorkItems = Pin<Box<dyn Stream<Item = Result<WorkItem, Status>> 
 const PING: Duration = Duration::from_secs(15);
 
 /// What a worker said it runs (the SDK's work item filters; without them,
-/// anything): a worker is sent only what it runs, where the SDKs would
-/// fail an activity or an orchestration they do not know for good.
+/// anything) and how many at once (its `maxConcurrent*WorkItems`): a
+/// worker is sent only what it runs, where the SDKs would fail an activity
+/// or an orchestration they do not know for good, and no more than it runs
+/// at once.
 pub(super) fn runs_of(request: &GetWorkItemsRequest) -> Runs {
+    // What it runs at once, where it says (0 or less: no bound said).
+    let most = |n: i32| usize::try_from(n).ok().filter(|&n| n > 0);
+    let capacity = Capacity {
+        activities: most(request.max_concurrent_activity_work_items),
+        episodes: most(request.max_concurrent_orchestration_work_items),
+        entities: most(request.max_concurrent_entity_work_items),
+    };
     let Some(filters) = request.work_item_filters.as_ref() else {
-        return Runs::default();
+        return Runs {
+            capacity,
+            ..Runs::default()
+        };
     };
     Runs {
+        capacity,
         activities: Some(filters.activities.iter().map(|a| a.name.clone()).collect()),
         orchestrations: Some(
             filters
@@ -140,15 +155,11 @@ fn activity_item(item: ActivityItem) -> WorkItem {
 /// (the item was given back meanwhile and runs again).
 pub(super) fn complete(workers: &SdkWorkers, response: ActivityResponse) {
     let outcome = match (response.failure_details, response.result) {
-        (Some(failure), _) => Err(if failure.error_type.is_empty() {
-            failure.error_message
-        } else {
-            format!("{}: {}", failure.error_type, failure.error_message)
-        }),
+        (Some(failure), _) => Err(TaskError::reported(failure_of(failure))),
         (None, None) => Ok("null".to_string()),
         (None, Some(result)) => match serde_json::from_str::<serde::de::IgnoredAny>(&result) {
             Ok(_) => Ok(result),
-            Err(e) => Err(format!("the SDK worker's result is not JSON: {e}")),
+            Err(e) => Err(format!("the SDK worker's result is not JSON: {e}").into()),
         },
     };
     if !workers.answer(&response.completion_token, Reply::Activity(outcome)) {
