@@ -241,6 +241,11 @@ const CLAIMS: &[Claim] = &[
     // docs/stores-and-hubs.md
     Claim {
         file: "docs/stores-and-hubs.md",
+        first_line: "git clone https://github.com/microsoft/durabletask-python",
+        check: "the_make_lines_name_targets_and_variables_the_makefile_has",
+    },
+    Claim {
+        file: "docs/stores-and-hubs.md",
         first_line: "agenthost serve --store postgres://",
         check: "the_serve_line_with_a_postgres_store_and_a_taskhub_serves",
     },
