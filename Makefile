@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: durabletask-conformance dt-conformance-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+.PHONY: durabletask-conformance dt-suite-given dt-conformance-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -215,14 +215,16 @@ durabletask-venv:
 ## checkout of that repository at the commit docs/stores-and-hubs.md pins.
 DTC_VENV := target/dt-conformance-venv
 DTC_PKGS := durabletask==1.12.0 durabletask-azuremanaged==1.12.0 azure-identity==1.27.0 azure-core==1.41.0 grpcio==1.85.3 protobuf==7.36.2 pytest==9.2.0 pytest-asyncio==1.5.0 pytest-timeout==2.4.0
-durabletask-conformance: release dt-conformance-venv
-	@test -d "$(DT_SUITE)/tests/durabletask-azuremanaged" || { echo "usage: make durabletask-conformance DT_SUITE=<checkout of microsoft/durabletask-python>" >&2; exit 2; }
+durabletask-conformance: dt-suite-given release dt-conformance-venv
 	@rm -rf target/dt-conformance && mkdir -p target/dt-conformance
 	@echo "suite at $$(git -C '$(DT_SUITE)' rev-parse HEAD 2>/dev/null || echo '(not a git checkout)')" > target/dt-conformance/tally.txt
 	-@DT_SUITE='$(abspath $(DT_SUITE))' scripts/dt-conformance.sh sqlite "sqlite://$(CURDIR)/target/dt-conformance/agenthost.db"
-	-@url=$$(scripts/test-postgres.sh agenthost_dt_conformance) && DT_SUITE='$(abspath $(DT_SUITE))' scripts/dt-conformance.sh postgres "$$url"
+	-@url=$$(scripts/test-postgres.sh agenthost_dt_conformance) && DT_SUITE='$(abspath $(DT_SUITE))' scripts/dt-conformance.sh postgres "$$url" || echo "postgres: the pass did not run to its end" >> target/dt-conformance/tally.txt
 	@cat target/dt-conformance/tally.txt
-	@! grep -qE "failed|error|did not start" target/dt-conformance/tally.txt
+	@! grep -qE "exit [1-9]|did not" target/dt-conformance/tally.txt
+
+dt-suite-given:
+	@test -d "$(DT_SUITE)/tests/durabletask-azuremanaged" || { echo "usage: make durabletask-conformance DT_SUITE=<checkout of microsoft/durabletask-python>" >&2; exit 2; }
 
 dt-conformance-venv:
 	@test -x $(DTC_VENV)/bin/python || python3 -m venv $(DTC_VENV)

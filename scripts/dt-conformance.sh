@@ -19,6 +19,7 @@ out=$root/target/dt-conformance
 venv=${DTC_VENV:-$root/target/dt-conformance-venv}
 bin=${AGENTHOST:-$root/target/release/agenthost}
 : "${DT_SUITE:?DT_SUITE names a checkout of microsoft/durabletask-python}"
+DT_SUITE=$(cd "$DT_SUITE" && pwd)
 mkdir -p "$out/$name/components"
 log=$out/$name.host.log
 
@@ -56,5 +57,8 @@ ENDPOINT=$endpoint TASKHUB=default NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0
     --import-mode=importlib -p no:cacheprovider --timeout=300 -q -rfE \
     --junitxml="$name.xml" | tee "$name.pytest.txt"
 status=${PIPESTATUS[0]}
-echo "$name: $(grep -E '[0-9]+ (passed|failed)' "$name.pytest.txt" | tail -1 | tr -d '=' | sed 's/^ *//')" >>"$out/tally.txt"
+summary=$(grep -E '[0-9]+ (passed|failed|errors?)|no tests ran' "$name.pytest.txt" | tail -1 | tr -d '=' | sed 's/^ *//')
+# pytest's exit status too: a run killed by the timeout, or one that
+# collected nothing, must not read as a clean tally.
+echo "$name: exit $status, ${summary:-no pytest summary (see $name.pytest.txt)}" >>"$out/tally.txt"
 exit "$status"

@@ -304,8 +304,10 @@ pub fn payload_bytes(events: &[HistoryEvent]) -> usize {
                     Kind::TaskScheduled { name, input } => name.len() + input.len(),
                     Kind::TaskCompleted { result, .. }
                     | Kind::SubOrchestrationCompleted { result, .. } => result.len(),
-                    Kind::TaskFailed { error, .. }
-                    | Kind::SubOrchestrationFailed { error, .. }
+                    Kind::TaskFailed { error, details, .. } => {
+                        error.len() + details.as_ref().map_or(0, |d| d.len())
+                    }
+                    Kind::SubOrchestrationFailed { error, .. }
                     | Kind::EntityOperationFailed { error, .. } => error.len(),
                     Kind::SubOrchestrationCreated {
                         instance_id,

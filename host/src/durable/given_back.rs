@@ -16,8 +16,11 @@ use lru::LruCache;
 /// Gives-back in a row after which an item fails.
 pub(super) const LIMIT: u32 = 10;
 
-/// Items whose count is kept; forgetting one only delays its end.
-const KEPT: NonZeroUsize = NonZeroUsize::new(4096).expect("not zero");
+/// Items whose count is kept; forgetting one only delays its end. Past this
+/// many items given back in turn (a fan-out wider than it, every item given
+/// back round-robin), counts are forgotten before they reach the limit:
+/// such items run again rather than fail.
+const KEPT: NonZeroUsize = NonZeroUsize::new(65_536).expect("not zero");
 
 pub(super) struct GivenBack(Mutex<LruCache<String, u32>>);
 

@@ -233,7 +233,8 @@ impl SdkWorkers {
     /// Sends the activity to the least busy connected worker that runs it
     /// and waits for its answer, up to the patience for one. With no such
     /// worker connected it waits for one to connect, up to the patience for
-    /// that; `None` when none came.
+    /// that; `None` when none came. Workers that run it but are at their
+    /// declared capacity are waited for without bound (busy, not absent).
     pub async fn run_activity(
         &self,
         name: &str,
@@ -319,8 +320,9 @@ impl SdkWorkers {
         })
     }
 
-    /// Books an item on the least busy worker that runs `wanted` (waiting
-    /// up to `for_a_worker` for one to connect; `None` when none came),
+    /// Books an item on the least busy worker that runs `wanted` and has
+    /// room for it (waiting up to `for_a_worker` for one to connect, `None`
+    /// when none came; for room on one, without bound),
     /// sends it and waits up to `for_an_answer` for the reply; `Some(None)`
     /// when it was given back, its worker went away or the time ran out.
     async fn dispatch(
@@ -415,11 +417,11 @@ impl SdkWorkers {
             };
         };
         let Some(answer) = answer.take() else {
-            return Choice::Absent;
+            return Choice::Busy;
         };
         let kind = wanted.kind();
         let Some(chosen) = inner.workers.get_mut(&worker) else {
-            return Choice::Absent;
+            return Choice::Busy;
         };
         chosen.in_flight += 1;
         chosen.busy[kind] += 1;
@@ -530,7 +532,7 @@ mod tests {
     /// the worker's patience for it starts when it is sent.
     #[tokio::test]
     async fn a_worker_is_sent_no_more_than_it_runs_at_once() {
-        let workers = patient(Duration::from_millis(20), Duration::from_millis(300));
+        let workers = patient(Duration::from_millis(20), Duration::from_millis(1500));
         let runs = Runs {
             capacity: Capacity {
                 activities: Some(1),
@@ -547,7 +549,7 @@ mod tests {
             .await
             .and_then(activity)
             .expect("an item");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(900)).await;
         assert!(connection.items.try_recv().is_err(), "one at a time");
         assert!(workers.answer(&item.token, Reply::Activity(Ok("1".into()))));
         let next = connection
@@ -557,7 +559,7 @@ mod tests {
             .and_then(activity)
             .expect("the next once the first is answered");
         assert_ne!(next.token, item.token);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(900)).await;
         assert!(workers.answer(&next.token, Reply::Activity(Ok("2".into()))));
         for asked in [first, second] {
             assert!(matches!(

@@ -97,13 +97,31 @@ pub(super) fn state_of(instance: &InstanceRecord, payloads: bool) -> Orchestrati
 /// chain is cut there.
 const INNER_FAILURES: usize = 8;
 
+/// Bytes of a failure's message, and of its stack, kept at each level: a
+/// worker's answer may be 32 MiB, which the journal would carry into every
+/// episode's history.
+const FAILURE_TEXT: usize = 16 << 10;
+
+/// `text` cut to at most [`FAILURE_TEXT`] bytes, on a character boundary.
+fn cut(mut text: String) -> String {
+    if text.len() > FAILURE_TEXT {
+        let mut end = FAILURE_TEXT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(" …(cut)");
+    }
+    text
+}
+
 /// A worker's failure details as the journal keeps them.
 pub(super) fn failure_of(details: TaskFailureDetails) -> FailureDetails {
     fn kept(details: TaskFailureDetails, depth: usize) -> FailureDetails {
         FailureDetails {
-            error_type: details.error_type,
-            message: details.error_message,
-            stack_trace: details.stack_trace,
+            error_type: cut(details.error_type),
+            message: cut(details.error_message),
+            stack_trace: details.stack_trace.map(cut),
             inner: details
                 .inner_failure
                 .filter(|_| depth < INNER_FAILURES)
@@ -248,6 +266,16 @@ mod tests {
             depth += 1;
         }
         assert_eq!(depth, INNER_FAILURES);
+        let huge = TaskFailureDetails {
+            error_message: "é".repeat(FAILURE_TEXT),
+            stack_trace: Some("s".repeat(4 * FAILURE_TEXT)),
+            ..TaskFailureDetails::default()
+        };
+        let kept = failure_of(huge);
+        assert!(kept.message.len() < FAILURE_TEXT + 16 && kept.message.ends_with("(cut)"));
+        assert!(kept
+            .stack_trace
+            .is_some_and(|s| s.len() < FAILURE_TEXT + 16));
     }
 
     #[test]
