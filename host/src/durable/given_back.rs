@@ -20,7 +20,7 @@ pub(super) const LIMIT: u32 = 10;
 /// many items given back in turn (a fan-out wider than it, every item given
 /// back round-robin), counts are forgotten before they reach the limit:
 /// such items run again rather than fail.
-const KEPT: NonZeroUsize = NonZeroUsize::new(65_536).expect("not zero");
+const KEPT: NonZeroUsize = NonZeroUsize::MIN.saturating_add(65_535);
 
 pub(super) struct GivenBack(Mutex<LruCache<String, u32>>);
 
