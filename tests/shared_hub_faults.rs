@@ -287,6 +287,178 @@ async fn a_worker_paused_past_its_lease_mid_activity_commits_nothing_after_the_t
     assert_eq!(steps.iter().filter(|s| **s == 2).count(), 1, "{steps:?}");
 }
 
+/// A worker paused past its lease after its activity began but before the
+/// activity's HTTP request left loses the task to another worker, which runs
+/// the whole orchestration to its end. When the paused worker wakes, the
+/// activity's request is held back (the task is no longer its own): a
+/// request sent then would repeat a step after the next one had run, an
+/// effect no refused write can take back. PostgreSQL only.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_paused_before_its_activity_request_left_never_sends_it_after_the_take_over() {
+    use crate::support::durable::{start_with_id, wait_for, wait_for_within};
+    use crate::support::run_log::RunLog;
+    if test_store().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = RunLog::serve().await;
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(
+        components.join("orchestration-tests.toml"),
+        format!("allowed_hosts = [\"127.0.0.1:{}\"]\n", log.port),
+    )
+    .unwrap();
+    let builder = || {
+        HostBuilder::new(dir.path())
+            .components(&["orchestration-tests"])
+            .arg("--lease")
+            .arg("2s")
+    };
+    let front = builder().arg("--no-worker").start();
+    let first = builder().start_worker();
+    let id = "paused-before-request";
+    let url = format!("http://127.0.0.1:{}/{id}", log.port);
+    // Each step waits 2 s before its request: the pause lands in that wait.
+    start_with_id(
+        &front,
+        "counted",
+        id,
+        &serde_json::json!({"n": 2, "url": url, "wait_ms": 2000}),
+    )
+    .await;
+    wait_for(&front, id, &["Running"]).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(log.runs().is_empty(), "step 0 left before the pause");
+    first.pause();
+    let second = builder().start_worker();
+    let done = wait_for_within(
+        &front,
+        id,
+        &["Completed", "Failed"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    assert_eq!(done["output"], 2, "{done}");
+    // The paused worker wakes with its wait over: its request would leave
+    // at once.
+    first.resume();
+    let resumed = Instant::now();
+    while !first.output().contains("held back") && resumed.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let runs = log.runs();
+    let steps: Vec<u32> = runs.iter().map(|(_, step)| *step).collect();
+    assert_eq!(
+        steps,
+        [0, 1],
+        "--- paused worker ---\n{}\n--- other worker ---\n{}",
+        first.output(),
+        second.output()
+    );
+    assert!(
+        first.output().contains("held back"),
+        "the paused worker's request was not held back:\n{}",
+        first.output()
+    );
+}
+
+/// As above, for a tool of an agent run: the worker is paused inside the
+/// tool, before its request left; the other worker takes the session over
+/// and runs the tool (its request arrives once) and the run to its end. On
+/// waking, the paused worker's request is held back by the session's
+/// send-by check. PostgreSQL only.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_paused_inside_a_tool_never_sends_its_request_after_the_take_over() {
+    use crate::support::run_log::RunLog;
+    use crate::support::Reply;
+    if test_store().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = RunLog::serve().await;
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(
+        components.join("orchestration-tests.toml"),
+        format!("allowed_hosts = [\"127.0.0.1:{}\"]\n", log.port),
+    )
+    .unwrap();
+    let model = FakeModel::start().await;
+    let url = format!("http://127.0.0.1:{}/tool/0", log.port);
+    model.respond_with(std::sync::Arc::new(move |request| {
+        let last = request.messages().last().cloned().unwrap_or_default();
+        if last["role"] == "tool" {
+            Reply::Text("fetched".into())
+        } else {
+            Reply::ToolCall(
+                "late_hit".into(),
+                serde_json::json!({"url": url, "wait_ms": 2000}),
+            )
+        }
+    }));
+    let builder = || {
+        HostBuilder::new(dir.path())
+            .components(&["orchestration-tests"])
+            .openai(&model, "sk")
+            .arg("--lease")
+            .arg("2s")
+    };
+    let front = builder().arg("--no-worker").start();
+    let first = builder().start_worker();
+    let queued = client()
+        .post(front.url("/api/agents/fetcher/run"))
+        .json(&serde_json::json!({"message": "fetch it", "sessionId": "slow-tool", "waitForResponse": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(queued.status(), 202);
+    let body: Value = queued.json().await.unwrap();
+    let id = body["correlationId"].as_str().unwrap().to_string();
+    // The model asked for the tool: the first worker is inside its wait.
+    let began = Instant::now();
+    while model.requests().is_empty() {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the model was never asked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        log.runs().is_empty(),
+        "the tool's request left before the pause"
+    );
+    first.pause();
+    let second = builder().start_worker();
+    let run =
+        crate::support::wait_run_finished(&front.url(&format!("/api/agents/fetcher/runs/{id}")))
+            .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["response"], "fetched", "{run}");
+    first.resume();
+    let resumed = Instant::now();
+    while !first.output().contains("held back") && resumed.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        log.runs().len(),
+        1,
+        "the tool's request arrived {:?}\n--- paused worker ---\n{}\n--- other worker ---\n{}",
+        log.runs(),
+        first.output(),
+        second.output()
+    );
+    assert!(
+        first.output().contains("held back"),
+        "the paused worker's request was not held back:\n{}",
+        first.output()
+    );
+}
+
 /// The answer to a commit lost with its connection: the writer asks the
 /// database whether the batch committed instead of writing it again. Two
 /// answers are lost: that of a raised event the waiting instance's episode

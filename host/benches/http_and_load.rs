@@ -109,7 +109,7 @@ async fn component_loading(components: &Path) -> anyhow::Result<String> {
     for _ in 0..TOOL_CALLS {
         let start = Instant::now();
         let result = rt
-            .invoke_activity(&weather, "get_weather", r#"{"city":"Paris"}"#)
+            .invoke_activity(&weather, "get_weather", r#"{"city":"Paris"}"#, None)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         calls.push(start.elapsed());
@@ -314,7 +314,7 @@ async fn guest_languages() -> anyhow::Result<String> {
         for _ in 0..LANG_CALLS {
             let start = Instant::now();
             let result = rt
-                .invoke_activity(&loaded, "get_weather", r#"{"city":"Paris"}"#)
+                .invoke_activity(&loaded, "get_weather", r#"{"city":"Paris"}"#, None)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             calls.push(start.elapsed());

@@ -213,7 +213,7 @@ pub(crate) async fn call_tool(
             );
         }
         runtime
-            .invoke_activity(&component, tool, arguments)
+            .invoke_activity(&component, tool, arguments, None)
             .await
             .with_context(|| format!("tool '{tool}' stopped the component"))
     }

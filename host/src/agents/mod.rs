@@ -377,7 +377,7 @@ impl AgentRunner {
                 held.clone(),
                 failed.clone(),
             );
-            Box::new(
+            Arc::new(
                 move || -> futures::future::BoxFuture<'static, Option<i64>> {
                     let (store, session, held, failed) =
                         (store.clone(), session.clone(), held.clone(), failed.clone());
@@ -391,7 +391,7 @@ impl AgentRunner {
                         }
                     })
                 },
-            ) as Box<SendBy>
+            ) as Arc<SendBy>
         });
         SendCheck { check, failed }
     }
@@ -427,18 +427,7 @@ impl AgentRunner {
                 );
             }
             match answer {
-                Err(ModelError::NotSent) => {
-                    let failed = sending
-                        .failed
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .take();
-                    return Err(failed
-                        .unwrap_or_else(|| StoreError::Fenced {
-                            session: session.session_id.clone(),
-                        })
-                        .into());
-                }
+                Err(ModelError::NotSent) => return Err(sending.refusal(session).into()),
                 Err(ModelError::Late { late_ms }) => {
                     late_tries += 1;
                     if late_tries >= LATE_TRIES {
@@ -539,6 +528,18 @@ fn canceled(turn: &Turn<'_>) -> AgentError {
 /// See [`AgentRunner::send_check`]: the check a run's model requests carry,
 /// and why it last refused when the store failed (else it was the fence).
 struct SendCheck {
-    check: Option<Box<SendBy>>,
+    /// Shared with the tools a run calls ([`crate::wasm::SendGate`]).
+    check: Option<Arc<SendBy>>,
     failed: Arc<std::sync::Mutex<Option<StoreError>>>,
+}
+
+impl SendCheck {
+    /// Why the check refused a request of `session`: the store's error
+    /// when it could not be asked, else the fence.
+    fn refusal(&self, session: &SessionKey) -> StoreError {
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        failed.unwrap_or_else(|| StoreError::Fenced {
+            session: session.session_id.clone(),
+        })
+    }
 }

@@ -17,7 +17,7 @@ use crate::core::chat::{ChatMessage, Role, ToolCall};
 use crate::core::fence::SessionFence;
 use crate::registry::ServedAgent;
 use crate::store::{Decision, PendingCall, SessionKey, StoreError, StoredMessage};
-use crate::wasm::Approval;
+use crate::wasm::{Approval, GuestError};
 
 impl AgentRunner {
     /// Runs the calls of the last assistant message that have no result
@@ -77,7 +77,9 @@ impl AgentRunner {
             }
             let content = if needs_approval(call) {
                 match decisions.get(&call.id) {
-                    Some(Decision { approved: true, .. }) => self.call_tool(agent, call).await?,
+                    Some(Decision { approved: true, .. }) => {
+                        self.call_tool(agent, call, session, fence).await?
+                    }
                     Some(Decision {
                         approved: false,
                         reason,
@@ -101,7 +103,7 @@ impl AgentRunner {
                     }
                 }
             } else {
-                self.call_tool(agent, call).await?
+                self.call_tool(agent, call, session, fence).await?
             };
             turn.push(ChatMessage::tool_result(call.id.clone(), content));
             turn.save(&self.store, session, fence).await?;
@@ -110,8 +112,17 @@ impl AgentRunner {
     }
 
     /// A tool's failure is told to the model (it may recover); a guest that
-    /// traps or runs out of time fails the run.
-    async fn call_tool(&self, agent: &ServedAgent, call: &ToolCall) -> Result<String, AgentError> {
+    /// traps or runs out of time fails the run. On a shared hub the tool's
+    /// outbound requests carry the session's send-by check, as the run's
+    /// model requests do: a host paused inside the tool past its lease does
+    /// not send on waking what the session's new owner may have sent.
+    async fn call_tool(
+        &self,
+        agent: &ServedAgent,
+        call: &ToolCall,
+        session: &SessionKey,
+        fence: Option<&SessionFence>,
+    ) -> Result<String, AgentError> {
         let name = &call.function.name;
         let Some(_) = approval_of(agent, name) else {
             return Ok(tool_error(&format!("there is no tool named '{name}'")));
@@ -123,14 +134,18 @@ impl AgentRunner {
             &call.function.arguments
         };
         let started = std::time::Instant::now();
+        let sending = self.send_check(session, fence);
         let called = self
             .runtime
-            .invoke_activity(&agent.component, name, arguments)
+            .invoke_activity(&agent.component, name, arguments, sending.check.clone())
             .instrument(crate::telemetry::traced(
                 || tracing::info_span!("tool.call", tool = %name),
             ))
             .await;
         crate::metrics::tool_call(name, started.elapsed(), matches!(called, Ok(Ok(_))));
+        if let Err(GuestError::HeldBack { .. }) = called {
+            return Err(sending.refusal(session).into());
+        }
         match called? {
             Ok(result) => Ok(result),
             Err(failure) => Ok(tool_error(&failure.to_string())),

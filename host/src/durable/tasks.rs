@@ -16,7 +16,7 @@ use crate::core::sdk_history;
 use crate::registry::ActivityLookup;
 use crate::sdk_workers::Answer;
 use crate::store::{NewRun, RunStatus, SessionKey, StoreError, TaskRow};
-use crate::wasm::{ActivityFailure, LoadedComponent};
+use crate::wasm::{ActivityFailure, GuestError, LoadedComponent, SendGate};
 
 pub use super::task_outcome::Outcome;
 
@@ -136,7 +136,7 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
     let started = std::time::Instant::now();
     let ran = orchestrator
         .runtime
-        .invoke_activity(&component, name, input)
+        .invoke_activity(&component, name, input, send_gate(orchestrator, row))
         .instrument(crate::telemetry::traced(|| {
             tracing::info_span!("activity", activity = name)
         }))
@@ -147,6 +147,12 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
         None => "unknown",
     };
     crate::metrics::activity(label, started.elapsed(), matches!(ran, Ok(Ok(_))));
+    if let Err(GuestError::HeldBack { .. }) = ran {
+        // Not the activity's failure: the task is another host's now, or
+        // this one's again once its lease holds.
+        tracing::warn!(instance_id = %row.instance_id, task = row.task, activity = name, "the activity's request was held back: the task may have been taken over; its result is not kept");
+        return Outcome::Interrupted;
+    }
     Outcome::Done(match ran {
         Ok(Ok(output)) => Ok(output),
         Ok(Err(ActivityFailure::NotFound(_))) => Err(format!(
@@ -156,6 +162,26 @@ async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input:
         Ok(Err(failure)) => Err(format!("activity '{name}' failed: {failure}")),
         Err(guest) => Err(guest.to_string()),
     })
+}
+
+/// On a shared hub, what an activity's outbound requests ask first: whether
+/// the task is still this host's, and until when its lease lets a request
+/// leave ([`crate::store::Store::task_send_by`]). A host paused past its
+/// lease mid-activity may have lost the task to another host, which ran it
+/// and the steps after it: a request sent on waking would repeat a
+/// completed step. `None` on a store no other host shares.
+fn send_gate(orchestrator: &Orchestrator, row: &TaskRow) -> Option<SendGate> {
+    orchestrator.store.owner_id()?;
+    let (store, row) = (orchestrator.store.clone(), row.clone());
+    Some(Arc::new(move || {
+        let (store, row) = (store.clone(), row.clone());
+        Box::pin(async move {
+            store.task_send_by(&row).await.unwrap_or_else(|e| {
+                tracing::warn!(instance_id = %row.instance_id, task = row.task, error = %e, "whether the task is still this host's could not be read; its request is held back");
+                None
+            })
+        })
+    }))
 }
 
 /// An activity no component serves, run by a connected Durable Task SDK

@@ -6,6 +6,7 @@ use sqlx::Row;
 use super::durable_records::{from_json, TaskRow};
 use super::error::StoreError;
 use super::open::{Kind, Store};
+use crate::core::fence;
 
 impl Store {
     /// Tasks due now that this host should run (on a shared hub: its own
@@ -49,6 +50,34 @@ impl Store {
         .fetch_optional(self.pool())
         .await?;
         Ok(found.is_some())
+    }
+
+    /// Until when (ms, [`super::now_ms`]'s clock) this host may let a
+    /// request of the task's activity leave, by the rule of
+    /// [`fence::send_by`]; `None` when this attempt is no longer this
+    /// host's (another host took it over after this one's lease ran out,
+    /// and may have run it and the steps after it). The lease is read
+    /// before the owner: the row proves the task was this host's while that
+    /// lease ran, and no longer. No deadline on a store no other host
+    /// shares.
+    pub async fn task_send_by(&self, row: &TaskRow) -> Result<Option<i64>, StoreError> {
+        let Some(hub) = self.shared() else {
+            return Ok(Some(i64::MAX));
+        };
+        let (renewed_at, lease_ms) = hub.lease();
+        let owner: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT owner FROM tasks WHERE instance_id = $1 AND execution = $2 AND task = $3 AND attempt = $4",
+        )
+        .bind(&row.instance_id)
+        .bind(row.execution)
+        .bind(i64::from(row.task))
+        .bind(i64::from(row.attempt))
+        .fetch_optional(self.pool())
+        .await?;
+        let mine = owner
+            .flatten()
+            .is_some_and(|owner| Some(owner.as_str()) == hub.owner());
+        Ok(mine.then(|| fence::send_by(renewed_at, lease_ms)))
     }
 
     /// The earliest time after `now` at which a timer fires or a failed

@@ -64,6 +64,11 @@ pub enum GuestError {
     Memory { component: String, reason: String },
     #[error("component '{component}' trapped: {reason}")]
     Trap { component: String, reason: String },
+    /// The call's work stopped being this host's while it ran (its lease
+    /// ran out): a request it made was held back, and what it returned is
+    /// not the host's to keep.
+    #[error("component '{component}' was stopped short: the work it did is no longer this host's (its lease ran out), and its outbound request was held back")]
+    HeldBack { component: String },
 }
 
 impl GuestError {

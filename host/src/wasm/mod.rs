@@ -26,6 +26,7 @@ pub(crate) use command_cache::CommandCache;
 pub use destinations::NetworkPolicy;
 pub use error::{GuestError, LoadError};
 pub use grants::{Ceilings, Grants};
+pub use host::SendGate;
 pub use manifest::{AgentOptions, AgentSpec, Approval, Manifest, OrchestrationSpec};
 
 use std::path::{Path, PathBuf};
@@ -325,14 +326,19 @@ impl Runtime {
     ///
     /// `Ok(Err(_))` is the guest saying the activity failed; `Err(_)` is the
     /// guest itself failing (trap, deadline, memory).
+    /// With `gate`, each outbound request asks it first (see [`SendGate`]);
+    /// a call one of whose requests it held back ends in
+    /// [`GuestError::HeldBack`], whatever the guest made of the refusal.
     pub async fn invoke_activity(
         &self,
         component: &LoadedComponent,
         name: &str,
         arguments: &str,
+        gate: Option<SendGate>,
     ) -> Result<Result<String, ActivityFailure>, GuestError> {
         let _slot = self.slot(component).await?;
         let (mut store, instance) = self.instantiate(component).await?;
+        let held_back = gate.map(|gate| store.data_mut().gate_outbound(gate));
         // CPU time is bounded by epochs; time spent waiting in host calls
         // (outbound HTTP) is bounded here, so no call holds a slot forever.
         let limit = component
@@ -351,8 +357,13 @@ impl Runtime {
             })?
             .map_err(|e| {
                 GuestError::from_call(&component.name, &e, store.data().hit_memory_limit())
-            })?;
-        Ok(result.map_err(|e| match e {
+            });
+        if held_back.is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed)) {
+            return Err(GuestError::HeldBack {
+                component: component.name.clone(),
+            });
+        }
+        Ok(result?.map_err(|e| match e {
             bindings::ActivityError::NotFound(m) => ActivityFailure::NotFound(m),
             bindings::ActivityError::InvalidArguments(m) => ActivityFailure::InvalidArguments(m),
             bindings::ActivityError::Failed(m) => ActivityFailure::Failed(m),

@@ -35,6 +35,7 @@ use super::orchestration_scope::{OrchestrationScope, StepClock};
 use super::{error, LoadError};
 use crate::core::replay::Replay;
 use outbound_http::OutboundHttp;
+pub use outbound_http::SendGate;
 
 /// The state of one store: one field per capability, and the resource
 /// table WASI and `wasi:http` share.
@@ -50,6 +51,15 @@ pub struct GuestState {
 impl GuestState {
     pub fn hit_memory_limit(&self) -> bool {
         self.memory.was_hit()
+    }
+
+    /// Gates the store's outbound requests (see [`outbound_http`]); the
+    /// flag says whether one was held back.
+    pub(super) fn gate_outbound(
+        &mut self,
+        gate: outbound_http::SendGate,
+    ) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.http.hooks.gate(gate)
     }
 
     /// The orchestration the store ran, once its episode is over.

@@ -3,10 +3,20 @@
 //! `HTTP-request-denied` and never leaves the machine; one to a granted name
 //! that resolves inside the host's network fails with
 //! `destination-IP-prohibited` ([`crate::wasm::destinations`]).
+//!
+//! A call made for work a shared hub hands out (a durable activity, an agent
+//! run's tool) carries a [`SendGate`]: on a host paused past its lease, the
+//! work may have been taken over and done, the steps after it too, by
+//! another host; a request sent on waking would repeat an effect no refused
+//! write can take back. So each request leaves only while the gate says the
+//! work is still this host's, and no later than the moment it names.
 
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures::future::BoxFuture;
 
 use wasmtime::component::Linker;
 use wasmtime_wasi_http::{
@@ -15,7 +25,7 @@ use wasmtime_wasi_http::{
 };
 
 use super::GuestState;
-use crate::wasm::connect::{self, Timeouts};
+use crate::wasm::connect::{self, SendBy, Timeouts};
 use crate::wasm::destinations::Refusal;
 use crate::wasm::grants::Grants;
 
@@ -40,11 +50,20 @@ pub(super) fn link(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
 }
 
+/// Asked before each outbound request of a call: until when (ms since the
+/// Unix epoch) the request may leave, or `None` when the work the call does
+/// is no longer this host's.
+pub type SendGate = Arc<dyn Fn() -> BoxFuture<'static, Option<i64>> + Send + Sync>;
+
 /// The `wasi:http` hooks of one guest instance.
 pub struct OutboundHttp {
     component: Arc<str>,
     /// `None`: every request is refused (orchestrations, which must replay).
     grants: Option<Arc<Grants>>,
+    gate: Option<SendGate>,
+    /// Set when the gate held a request back: the call's result is then
+    /// not the host's to keep.
+    held_back: Arc<AtomicBool>,
 }
 
 /// Longest a guest may wait to connect, or for a response byte. Waiting costs
@@ -77,6 +96,8 @@ impl OutboundHttp {
         Self {
             component: component.into(),
             grants: Some(grants),
+            gate: None,
+            held_back: Arc::default(),
         }
     }
 
@@ -84,8 +105,40 @@ impl OutboundHttp {
         Self {
             component: component.into(),
             grants: None,
+            gate: None,
+            held_back: Arc::default(),
         }
     }
+
+    /// Makes every later request ask `gate` first; the flag returned says
+    /// whether one was held back.
+    pub(super) fn gate(&mut self, gate: SendGate) -> Arc<AtomicBool> {
+        self.gate = Some(gate);
+        self.held_back.clone()
+    }
+}
+
+/// Whether a request may leave now: `Ok(None)` without a gate, the moment
+/// it must have left by with one; `Err` (and `held_back` set) when the
+/// work is no longer this host's or the moment has passed.
+async fn ask(
+    gate: Option<SendGate>,
+    held_back: &Arc<AtomicBool>,
+    component: &str,
+    uri: &http::Uri,
+) -> Result<Option<SendBy>, HttpError> {
+    let Some(gate) = gate else {
+        return Ok(None);
+    };
+    let send_by = SendBy {
+        moment: gate().await.unwrap_or(i64::MIN),
+        held_back: held_back.clone(),
+    };
+    if let Err(e) = send_by.check() {
+        tracing::warn!(%component, %uri, "outbound HTTP held back: the work this call does is no longer this host's (its lease ran out), or it cannot leave before another host may take the work over");
+        return Err(e);
+    }
+    Ok(Some(send_by))
 }
 
 /// The request's host and port (the scheme's when it names none).
@@ -107,6 +160,7 @@ impl WasiHttpHooks for OutboundHttp {
         _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn Future<Output = SendResult> + Send> {
         let component = self.component.clone();
+        let (gate, held_back) = (self.gate.clone(), self.held_back.clone());
         let granted = self.grants.as_ref().and_then(|grants| {
             let (host, port) = destination(&request)?;
             let allowed = grants.allows(&host, port)?;
@@ -123,6 +177,7 @@ impl WasiHttpHooks for OutboundHttp {
             between_bytes: options.between_bytes_timeout.unwrap_or(MAX_WAIT),
         };
         Box::new(async move {
+            let send_by = ask(gate, &held_back, &component, request.uri()).await?;
             let addresses = network
                 .addresses(&host, port, allowed.names_inside, timeouts.connect)
                 .await
@@ -137,7 +192,7 @@ impl WasiHttpHooks for OutboundHttp {
                     }
                 })?;
             tracing::debug!(%component, uri = %request.uri(), ?addresses, "outbound HTTP");
-            connect::send(request, &addresses, &host, timeouts).await
+            connect::send(request, &addresses, &host, timeouts, send_by).await
         })
     }
 }

@@ -81,6 +81,17 @@ struct Counted {
     n: u32,
     /// Each step GETs `{url}/{step}`: a test server counts the runs.
     url: String,
+    /// Each step first waits this long (`late_hit`): a test can pause its
+    /// host before the request leaves.
+    #[serde(default)]
+    wait_ms: Option<u64>,
+}
+
+/// Arguments of `late_hit`.
+#[derive(Deserialize, JsonSchema)]
+struct LateHit {
+    url: String,
+    wait_ms: u64,
 }
 
 /// `n` activities one after the other, each reporting that it ran: step
@@ -89,7 +100,12 @@ struct Counted {
 fn counted(ctx: &Context, input: Counted) -> Result<u32, String> {
     for step in 0..input.n {
         let url = format!("{}/{step}", input.url);
-        ctx.call_activity("hit", &url).wait::<u16>()?;
+        match input.wait_ms {
+            None => ctx.call_activity("hit", &url).wait::<u16>()?,
+            Some(wait_ms) => ctx
+                .call_activity("late_hit", &json!({"url": url, "wait_ms": wait_ms}))
+                .wait::<u16>()?,
+        };
     }
     Ok(input.n)
 }
@@ -302,6 +318,14 @@ fn component() -> Component {
                 .instructions("Refund orders when asked.")
                 .tool("refund"),
         )
+        .agent(
+            // Fetches what it is asked with a tool that waits before its
+            // request: a test can pause its host inside the tool.
+            Agent::new("fetcher")
+                .description("Fetches URLs, slowly")
+                .instructions("Fetch what you are asked to.")
+                .tool("late_hit"),
+        )
         .tool(
             Tool::new("refund", "Refunds an order", |r: Refund| {
                 Ok::<_, String>(json!({"refunded": r.order, "amount": r.amount}))
@@ -320,6 +344,14 @@ fn component() -> Component {
             "hit",
             "GETs a URL, returns the status",
             |url: String| agenthost_guest::http::get(&url).map(|r| r.status),
+        ))
+        .tool(Tool::new(
+            "late_hit",
+            "Waits, then GETs a URL; returns the status",
+            |hit: LateHit| {
+                std::thread::sleep(Duration::from_millis(hit.wait_ms));
+                agenthost_guest::http::get(&hit.url).map(|r| r.status)
+            },
         ))
         .tool(Tool::new("fail", "Always fails", |_: Anything| {
             Err::<Value, _>("this activity always fails")
