@@ -141,6 +141,14 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         .unwrap_or_default()
         .to_string();
     assert!(failure.contains("no tea today"), "{failure}");
+    // Its failure details are the worker's own: the error's type apart
+    // from its message, as the emulator gives them back.
+    assert_eq!(
+        step("failing")["error_type"],
+        "durabletask.task.TaskFailedError",
+        "{steps:?}"
+    );
+    assert!(!failure.contains("TaskFailedError"), "{failure}");
     // A caught activity failure: the error's type, message and stack as the
     // worker reported them (not the host's `Type: message` text).
     assert_eq!(
@@ -152,6 +160,8 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         step("empty"),
         json!({"step": "empty", "status": "COMPLETED", "input": null, "output": null})
     );
+    // The version the client started the instance with reaches its code.
+    assert_eq!(step("version")["output"], json!("2.5.0"), "{steps:?}");
     // Continue-as-new, three times, then the last execution's output.
     assert_eq!(
         step("continue")["output"],

@@ -119,6 +119,10 @@ def sdk_empty(ctx, _):
     return None
 
 
+def sdk_version(ctx, _):
+    return ctx.version
+
+
 def sdk_continue(ctx, n):
     square = yield ctx.call_activity(py_square, input=n)
     if n < 3:
@@ -246,7 +250,7 @@ if mode == "narrow":
 if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
-                             sdk_empty, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
+                             sdk_empty, sdk_version, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
                              sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest,
                              sdk_calls_odd_entity):
             w.add_orchestrator(orchestrator)
@@ -270,6 +274,7 @@ def done(id, timeout=90):
         "status": state.runtime_status.name,
         "output": json.loads(state.serialized_output) if state.serialized_output else None,
         "failure": state.failure_details.message if state.failure_details else None,
+        "error_type": state.failure_details.error_type if state.failure_details else None,
         "name": state.name,
     }
 
@@ -313,6 +318,9 @@ say("empty", status=empty.runtime_status.name, input=empty.serialized_input,
 # A failed activity caught by the code: its error's own type and message,
 # and its stack, as the worker reported them.
 say("caught", **done(c.schedule_new_orchestration(sdk_catching, instance_id="sdk-catching")))
+# The orchestration version the client started it with reaches its code.
+say("version", **done(c.schedule_new_orchestration(sdk_version, instance_id="sdk-version",
+                                                       version="2.5.0")))
 say("continue", **done(c.schedule_new_orchestration(sdk_continue, input=0,
                                                         instance_id="sdk-continue")))
 

@@ -3,7 +3,7 @@
 //! its own; the dispatcher then runs the tasks and wakes the instances named.
 
 use super::instance::{NewInstance, ParentRef, RuntimeStatus};
-use super::journal::{Call, Entry, Event};
+use super::journal::{Call, Entry, Event, FailureDetails};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
@@ -94,6 +94,20 @@ impl Effect {
             } => output.as_deref(),
             _ => None,
         })
+    }
+
+    /// Gives the failure its child reports to its parent the details an SDK
+    /// worker reported with it.
+    pub fn with_reported_failure(effects: &mut [Effect], reported: Box<FailureDetails>) {
+        for effect in effects {
+            if let Effect::NotifyParent {
+                event: Event::TaskFailed { details, .. },
+                ..
+            } = effect
+            {
+                *details = Some(reported.clone());
+            }
+        }
     }
 
     /// The event a parent gets when its child ends with `status`.

@@ -75,6 +75,12 @@ pub enum Call {
     /// the scheduling calls journaled after it, in order.
     SdkEpisode {
         ids: Vec<i32>,
+        /// The worker's own account of the orchestration's failure, when
+        /// the episode ended it so (its type and message apart, its stack,
+        /// its cause): the SDKs read it back as the instance's failure
+        /// details.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<Box<FailureDetails>>,
     },
 }
 
@@ -227,7 +233,9 @@ impl Call {
             Call::NewGuid { value } | Call::NewSession { value, .. } => value.len(),
             Call::SetCustomStatus { status } => status.len(),
             Call::ContinueAsNew { input } => input.len(),
-            Call::SdkEpisode { ids } => ids.len() * 4,
+            Call::SdkEpisode { ids, failure } => {
+                ids.len() * 4 + failure.as_ref().map_or(0, |f| f.len())
+            }
             Call::CallEntity(m) | Call::SignalEntity(m) => m.payload_len(),
             Call::StartTimer { .. } | Call::Now { .. } => 0,
         }

@@ -4,6 +4,7 @@
 //! episode ends. The history the worker is sent is
 //! [`super::sdk_history`]'s.
 
+use super::failure::TaskError;
 use super::journal::{Call, Entry, Event};
 use super::lifecycle::episode_end::Ending;
 use super::sdk_history::EntityMessage;
@@ -49,7 +50,8 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Completion {
     Completed(String),
-    Failed(String),
+    /// With the worker's own failure details when it gave them.
+    Failed(TaskError),
     /// With the raised events it had not taken, to deliver to the next one.
     ContinuedAsNew {
         input: String,
@@ -90,6 +92,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
     let mut calls = Vec::new();
     let mut ending = Ending::Waiting;
     let mut carryover = Vec::new();
+    let mut failure = None;
     for action in answer.actions {
         // An entity call's result comes back to the orchestration.
         let awaited = matches!(action, Action::CallEntity { .. });
@@ -158,7 +161,8 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                 ending = Ending::Returned(Ok(output));
             }
             Action::Complete(Completion::Failed(error)) => {
-                ending = Ending::Returned(Err(error));
+                ending = Ending::Returned(Err(error.text));
+                failure = error.details;
             }
             Action::Complete(Completion::ContinuedAsNew {
                 input,
@@ -187,7 +191,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
             calls.push(Call::SetCustomStatus { status });
         }
     }
-    calls.insert(0, Call::SdkEpisode { ids });
+    calls.insert(0, Call::SdkEpisode { ids, failure });
     Decided {
         calls,
         ending,
@@ -198,6 +202,38 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::failure::FailureDetails;
+
+    #[test]
+    fn a_failure_the_worker_reported_ends_the_instance_and_is_journaled_whole() {
+        let details = FailureDetails {
+            error_type: "durabletask.task.TaskFailedError".into(),
+            message: "no tea today".into(),
+            stack_trace: Some("at brew()".into()),
+            inner: None,
+            non_retriable: false,
+        };
+        let decided = decide(
+            &[],
+            Answer {
+                actions: vec![Action::Complete(Completion::Failed(TaskError::reported(
+                    details.clone(),
+                )))],
+                custom_status: None,
+            },
+        );
+        assert_eq!(
+            decided.ending,
+            Ending::Returned(Err("durabletask.task.TaskFailedError: no tea today".into()))
+        );
+        assert_eq!(
+            decided.calls,
+            vec![Call::SdkEpisode {
+                ids: Vec::new(),
+                failure: Some(Box::new(details))
+            }]
+        );
+    }
 
     #[test]
     fn continue_as_new_carries_events_and_what_is_not_served_breaks_the_instance() {
@@ -273,6 +309,12 @@ mod tests {
                 custom_status: Some("\"s\"".into()),
             },
         );
-        assert_eq!(same.calls, vec![Call::SdkEpisode { ids: Vec::new() }]);
+        assert_eq!(
+            same.calls,
+            vec![Call::SdkEpisode {
+                ids: Vec::new(),
+                failure: None
+            }]
+        );
     }
 }

@@ -17,8 +17,33 @@ use super::ids;
 use super::journal::{Call, Entry, Event, FailureDetails};
 
 /// The component digest of an instance whose code an SDK worker runs:
-/// there is no component version to pin.
+/// there is no component version to pin. An instance started with an
+/// orchestration version (the protocol's `version`) pins that instead:
+/// `durabletask-sdk@{version}` ([`digest_of`]).
 pub const DIGEST: &str = "durabletask-sdk";
+
+/// The digest of an SDK instance started with `version`.
+pub fn digest_of(version: Option<&str>) -> String {
+    match version.filter(|v| !v.is_empty()) {
+        Some(version) => format!("{DIGEST}@{version}"),
+        None => DIGEST.to_string(),
+    }
+}
+
+/// Whether an instance of `digest` runs in an SDK worker.
+pub fn is_sdk(digest: &str) -> bool {
+    digest
+        .strip_prefix(DIGEST)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('@'))
+}
+
+/// The orchestration version an SDK instance of `digest` was started with.
+pub fn version_of(digest: &str) -> Option<&str> {
+    digest
+        .strip_prefix(DIGEST)?
+        .strip_prefix('@')
+        .filter(|v| !v.is_empty())
+}
 
 /// One history event of the protocol, in the protocol's order.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,6 +66,8 @@ pub struct Started {
     pub execution: i64,
     /// The parent's instance id and the task that started this one.
     pub parent: Option<(String, u32)>,
+    /// The orchestration version it was started with.
+    pub version: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +100,8 @@ pub enum Kind {
     SubOrchestrationFailed {
         scheduled: i32,
         error: String,
+        /// The child's own account, when an SDK worker ran it.
+        details: Option<Box<FailureDetails>>,
     },
     TimerCreated {
         fire_at: i64,
@@ -112,7 +141,7 @@ impl Tasks {
         for (entry, _) in journal {
             let Entry::Call(call) = entry else { continue };
             match call {
-                Call::SdkEpisode { ids: these } => ids = these.clone().into_iter(),
+                Call::SdkEpisode { ids: these, .. } => ids = these.clone().into_iter(),
                 Call::CallActivity { .. }
                 | Call::CallOrchestration { .. }
                 | Call::StartTimer { .. }
@@ -163,6 +192,7 @@ impl Tasks {
                 (id, Call::CallOrchestration { .. }) => Kind::SubOrchestrationFailed {
                     scheduled: *id,
                     error: error.clone(),
+                    details: details.clone(),
                 },
                 (id, _) => Kind::TaskFailed {
                     scheduled: *id,
@@ -201,7 +231,7 @@ pub fn past(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEvent> {
             Entry::Call(call) => call,
         };
         match call {
-            Call::SdkEpisode { ids: these } => {
+            Call::SdkEpisode { ids: these, .. } => {
                 ids = these.clone().into_iter();
                 history.push(event(-1, *at, Kind::OrchestratorStarted));
                 if !started {
@@ -307,8 +337,10 @@ pub fn payload_bytes(events: &[HistoryEvent]) -> usize {
                     Kind::TaskFailed { error, details, .. } => {
                         error.len() + details.as_ref().map_or(0, |d| d.len())
                     }
-                    Kind::SubOrchestrationFailed { error, .. }
-                    | Kind::EntityOperationFailed { error, .. } => error.len(),
+                    Kind::SubOrchestrationFailed { error, details, .. } => {
+                        error.len() + details.as_ref().map_or(0, |d| d.len())
+                    }
+                    Kind::EntityOperationFailed { error, .. } => error.len(),
                     Kind::SubOrchestrationCreated {
                         instance_id,
                         name,
@@ -346,7 +378,19 @@ mod tests {
             instance_id: "i".into(),
             execution: 1,
             parent: None,
+            version: None,
         }
+    }
+
+    #[test]
+    fn an_sdk_digest_carries_the_version_it_was_started_with() {
+        assert_eq!(digest_of(None), DIGEST);
+        assert_eq!(digest_of(Some("")), DIGEST);
+        assert_eq!(digest_of(Some("2.5.0")), "durabletask-sdk@2.5.0");
+        assert_eq!(version_of(&digest_of(Some("2.5.0"))), Some("2.5.0"));
+        assert_eq!(version_of(DIGEST), None);
+        assert!(is_sdk(DIGEST) && is_sdk("durabletask-sdk@1"));
+        assert!(!is_sdk("durabletask-sdkx") && !is_sdk("sha256:ab"));
     }
 
     fn journal_of(decided: &Decided, arrived: &[Event], at: i64) -> Vec<(Entry, i64)> {

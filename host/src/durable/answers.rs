@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use super::{DurableError, Orchestrator};
+use crate::core::failure::FailureDetails;
 use crate::core::instance::RuntimeStatus;
-use crate::core::journal::Entry;
+use crate::core::journal::{Call, Entry};
 use crate::core::lifecycle::Change;
+use crate::core::sdk_history;
 use crate::store::{
     InstanceFilter, InstanceRecord, Operation, PendingCall, RunRecord, VersionInUse,
 };
@@ -75,6 +77,29 @@ impl Orchestrator {
             None
         };
         Ok(InstanceView { instance, history })
+    }
+
+    /// How a Durable Task SDK worker reported the failure of `instance`, a
+    /// failed instance it ran: kept in the journal with the episode that
+    /// ended it. `None` for any other instance (its failure is its output's
+    /// text), read without touching the store.
+    pub async fn reported_failure(
+        &self,
+        instance: &InstanceRecord,
+    ) -> Result<Option<FailureDetails>, DurableError> {
+        if instance.status != RuntimeStatus::Failed
+            || !sdk_history::is_sdk(&instance.component_digest)
+        {
+            return Ok(None);
+        }
+        let journal = self.store.journal(&instance.id).await?;
+        Ok(journal
+            .into_iter()
+            .rev()
+            .find_map(|(entry, _)| match entry {
+                Entry::Call(Call::SdkEpisode { failure, .. }) => failure.map(|f| *f),
+                _ => None,
+            }))
     }
 
     /// Up to `top` instances matching `filter`, after the `(created_at, id)`

@@ -387,7 +387,7 @@ async fn decide_by_code(
     if hot.loaded.digest == crate::core::sdk_entities::DIGEST {
         return super::sdk_entity::decide(orchestrator, id, &hot.loaded.name, sorted, slot).await;
     }
-    if hot.loaded.digest == crate::core::sdk_history::DIGEST {
+    if crate::core::sdk_history::is_sdk(&hot.loaded.digest) {
         return Ok(
             super::sdk_episode::decide(orchestrator, id, hot, sorted, parked, now, slot).await,
         );

@@ -76,6 +76,16 @@ pub struct Orchestrator {
     pub(super) given_back: GivenBack,
 }
 
+/// What a start does with a name no component serves.
+#[derive(Clone, Copy)]
+enum Unserved<'a> {
+    /// Refuses it: the HTTP API starts only what components serve.
+    Refused,
+    /// Starts an instance for a Durable Task SDK worker (the protocol takes
+    /// any name), pinning the orchestration version the caller gave.
+    SdkWorker { version: Option<&'a str> },
+}
+
 impl Orchestrator {
     pub fn new(
         store: Store,
@@ -463,20 +473,26 @@ impl Orchestrator {
         instance_id: Option<String>,
         input: String,
     ) -> Result<String, DurableError> {
-        self.start_named(name, instance_id, input, false).await
+        self.start_named(name, instance_id, input, Unserved::Refused)
+            .await
     }
 
     /// Starts an instance as the Durable Task protocol does: a name no
     /// component serves is an orchestration a connected SDK worker runs
     /// (the instance waits for one), as any scheduler of that protocol
     /// takes any name.
+    /// An SDK instance pins `version` (the protocol's orchestration
+    /// version, sent to its worker); a component's instance pins the
+    /// component's version instead.
     pub async fn start_instance_or_sdk(
         self: &Arc<Self>,
         name: &str,
         instance_id: Option<String>,
         input: String,
+        version: Option<&str>,
     ) -> Result<String, DurableError> {
-        self.start_named(name, instance_id, input, true).await
+        self.start_named(name, instance_id, input, Unserved::SdkWorker { version })
+            .await
     }
 
     async fn start_named(
@@ -484,7 +500,7 @@ impl Orchestrator {
         name: &str,
         instance_id: Option<String>,
         input: String,
-        sdk: bool,
+        unserved: Unserved<'_>,
     ) -> Result<String, DurableError> {
         self.config.limits.check_payload("input", &input)?;
         let (digest, activity_set) = match self.registry.orchestration(name) {
@@ -508,14 +524,18 @@ impl Orchestrator {
                     self.registry.current_activity_set(&served.component.name),
                 )
             }
-            None if sdk && !ids::valid_name(name) => return Err(DurableError::BadName),
-            None if sdk => (sdk_history::DIGEST.to_string(), None),
-            None => {
-                return Err(DurableError::UnknownOrchestration {
-                    name: name.to_string(),
-                    registered: self.registry.orchestration_names(),
-                })
-            }
+            None => match unserved {
+                Unserved::SdkWorker { .. } if !ids::valid_name(name) => {
+                    return Err(DurableError::BadName)
+                }
+                Unserved::SdkWorker { version } => (sdk_history::digest_of(version), None),
+                Unserved::Refused => {
+                    return Err(DurableError::UnknownOrchestration {
+                        name: name.to_string(),
+                        registered: self.registry.orchestration_names(),
+                    })
+                }
+            },
         };
         let id = instance_id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
         // An entity's id starts no orchestration: the entity's operations

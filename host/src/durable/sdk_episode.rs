@@ -36,12 +36,14 @@ async fn answer_of(
     orchestrator: &Orchestrator,
     id: &str,
     name: &str,
+    version: Option<&str>,
     item: EpisodeItem,
 ) -> Option<sdk_actions::Answer> {
     let answer = orchestrator
         .sdk_workers
         .run_episode(
             name,
+            version,
             item,
             FOR_A_WORKER,
             orchestrator.config.episode_timeout,
@@ -95,6 +97,7 @@ pub(super) async fn decide(
         instance_id: id.to_string(),
         execution: state.execution,
         parent: state.parent.as_ref().map(|p| (p.id.clone(), p.task)),
+        version: sdk_history::version_of(&hot.loaded.digest).map(str::to_string),
     };
     let arrived: Vec<_> = sorted.taken.iter().map(|(_, e)| e.clone()).collect();
     let item = EpisodeItem {
@@ -109,7 +112,7 @@ pub(super) async fn decide(
         // The SDKs take 4 MiB a message: a history past it would break the
         // worker's stream, and be sent again, forever.
         sdk_actions::Decided {
-            calls: vec![Call::SdkEpisode { ids: Vec::new() }],
+            calls: vec![Call::SdkEpisode { ids: Vec::new(), failure: None }],
             ending: Ending::Broken(format!(
                 "the instance's history ({} KiB) is past what a Durable Task SDK worker takes in one message (4 MiB): \
                  keep payloads small, or continue as new",
@@ -121,7 +124,7 @@ pub(super) async fn decide(
         // What remains is a wait for the worker and a commit: other
         // instances' episodes run meanwhile.
         slot.give_up();
-        let answer = answer_of(orchestrator, id, name, item).await?;
+        let answer = answer_of(orchestrator, id, name, started.version.as_deref(), item).await?;
         sdk_actions::decide(&hot.journal, answer)
     };
     let first_task = hot
@@ -147,7 +150,8 @@ pub(super) async fn decide(
         first_task: u32::try_from(first_task).unwrap_or(u32::MAX),
         ending: decided.ending,
         untaken: decided.carryover,
-        digest: sdk_history::DIGEST.to_string(),
+        // A next execution (continue-as-new) keeps the version.
+        digest: hot.loaded.digest.clone(),
         child_digests,
         activity_set: None,
         own_activity_set: hot.loaded.activity_set.clone(),

@@ -87,7 +87,7 @@ async fn run_task(orchestrator: &Orchestrator, row: &TaskRow) -> Outcome {
 async fn activity(orchestrator: &Orchestrator, row: &TaskRow, name: &str, input: &str) -> Outcome {
     // Activities run in the instance's own version of the component; an
     // SDK worker's orchestration has none, and calls activities by name.
-    let own = if row.component_digest == sdk_history::DIGEST {
+    let own = if sdk_history::is_sdk(&row.component_digest) {
         None
     } else {
         match super::task_outcome::instance_component(orchestrator, row, "the activity").await {

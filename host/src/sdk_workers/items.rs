@@ -3,7 +3,7 @@
 //! what comes back.
 
 use crate::core::failure::TaskOutcome;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::core::sdk_actions;
@@ -57,7 +57,8 @@ pub enum Item {
 #[derive(Debug, Clone, Default)]
 pub struct Runs {
     pub activities: Option<HashSet<String>>,
-    pub orchestrations: Option<HashSet<String>>,
+    /// By name, each with the versions it runs (none listed: any).
+    pub orchestrations: Option<HashMap<String, Vec<String>>>,
     pub entities: Option<HashSet<String>>,
     /// How many of each it runs at once.
     pub capacity: Capacity,

@@ -50,7 +50,11 @@ struct Worker {
 #[derive(Clone, Copy)]
 enum Wanted<'a> {
     Activity(&'a str),
-    Orchestration(&'a str),
+    /// An episode of the orchestration `name`, of the instance's `version`.
+    Orchestration {
+        name: &'a str,
+        version: Option<&'a str>,
+    },
     Entity(&'a str),
 }
 
@@ -59,7 +63,7 @@ impl Wanted<'_> {
     fn kind(self) -> usize {
         match self {
             Wanted::Activity(_) => 0,
-            Wanted::Orchestration(_) => 1,
+            Wanted::Orchestration { .. } => 1,
             Wanted::Entity(_) => 2,
         }
     }
@@ -70,7 +74,7 @@ impl Wanted<'_> {
         let fits = matches!(
             (self, reply),
             (Wanted::Activity(_), Reply::Activity(_))
-                | (Wanted::Orchestration(_), Reply::Episode(_))
+                | (Wanted::Orchestration { .. }, Reply::Episode(_))
                 | (Wanted::Entity(_), Reply::Entity(_))
         );
         if !fits {
@@ -84,7 +88,20 @@ impl Worker {
     fn runs(&self, wanted: Wanted<'_>) -> bool {
         let (names, name) = match wanted {
             Wanted::Activity(name) => (&self.runs.activities, name),
-            Wanted::Orchestration(name) => (&self.runs.orchestrations, name),
+            Wanted::Orchestration { name, version } => {
+                // A filter that lists versions runs those alone: an
+                // instance of another version, or of none, waits for a
+                // worker that runs it (the protocol's strict matching).
+                return self.runs.orchestrations.as_ref().is_none_or(|filters| {
+                    filters
+                        .iter()
+                        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                        .any(|(_, versions)| {
+                            versions.is_empty()
+                                || version.is_some_and(|v| versions.iter().any(|w| w == v))
+                        })
+                });
+            }
             Wanted::Entity(name) => (&self.runs.entities, name),
         };
         // The SDKs register entity names in lower case.
@@ -97,7 +114,7 @@ impl Worker {
     fn has_room(&self, wanted: Wanted<'_>) -> bool {
         let capacity = match wanted {
             Wanted::Activity(_) => self.runs.capacity.activities,
-            Wanted::Orchestration(_) => self.runs.capacity.episodes,
+            Wanted::Orchestration { .. } => self.runs.capacity.episodes,
             Wanted::Entity(_) => self.runs.capacity.entities,
         };
         capacity.is_none_or(|most| self.busy[wanted.kind()] < most)
@@ -266,14 +283,16 @@ impl SdkWorkers {
         })
     }
 
-    /// Sends an episode of orchestration `name` to the least busy worker
-    /// that runs it and waits up to `for_an_answer`. Waits at most
+    /// Sends an episode of orchestration `name` (of the instance's
+    /// `version`) to the least busy worker that runs it and waits up to
+    /// `for_an_answer`. Waits at most
     /// `for_a_worker` for one to connect (the scheduler offers the
     /// instance again later); `None` when none came. The episode gave its
     /// slot up before it asked (`durable/episode_slot.rs`).
     pub async fn run_episode(
         &self,
         name: &str,
+        version: Option<&str>,
         item: EpisodeItem,
         for_a_worker: Duration,
         for_an_answer: Duration,
@@ -285,7 +304,7 @@ impl SdkWorkers {
         };
         let replied = self
             .dispatch(
-                Wanted::Orchestration(name),
+                Wanted::Orchestration { name, version },
                 build,
                 for_a_worker,
                 for_an_answer,
@@ -383,7 +402,7 @@ impl SdkWorkers {
             Err(_) => {
                 let what = match wanted {
                     Wanted::Activity(name) => format!("activity '{name}'"),
-                    Wanted::Orchestration(name) => format!("an episode of '{name}'"),
+                    Wanted::Orchestration { name, .. } => format!("an episode of '{name}'"),
                     Wanted::Entity(name) => format!("operations on entity '{name}'"),
                 };
                 tracing::warn!(patience = ?for_an_answer, "an SDK worker did not answer in time ({what}); it is taken back and runs again");

@@ -2,7 +2,7 @@
 //! worker is a connection whose item stream the test reads.
 
 use super::*;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 fn patient(for_a_worker: Duration, for_an_answer: Duration) -> Arc<SdkWorkers> {
     SdkWorkers::new(Patience {
@@ -105,7 +105,7 @@ async fn a_worker_is_sent_no_more_than_it_runs_at_once() {
     let episodes = workers.clone();
     let _episode = tokio::spawn(async move {
         let wait = Duration::from_secs(5);
-        episodes.run_episode("o", episode, wait, wait).await
+        episodes.run_episode("o", None, episode, wait, wait).await
     });
     assert!(
         matches!(connection.items.recv().await, Some(Item::Episode(_))),
@@ -242,7 +242,7 @@ async fn episodes_and_entity_batches_go_only_to_workers_that_run_them() {
     let workers = workers();
     let mut orchestrations = workers
         .connect(Runs {
-            orchestrations: Some(HashSet::from(["seq".to_string()])),
+            orchestrations: Some(HashMap::from([("seq".to_string(), Vec::new())])),
             entities: Some(HashSet::from(["counter".to_string()])),
             ..Runs::default()
         })
@@ -258,7 +258,7 @@ async fn episodes_and_entity_batches_go_only_to_workers_that_run_them() {
                 new: Vec::new(),
             };
             workers
-                .run_episode(name, item, Duration::ZERO, Duration::from_secs(60))
+                .run_episode(name, None, item, Duration::ZERO, Duration::from_secs(60))
                 .await
         })
     };
@@ -314,4 +314,43 @@ async fn a_wait_dropped_midway_leaves_nothing_booked() {
     asked.abort();
     let _ = asked.await;
     assert_eq!(workers.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn a_filter_that_lists_versions_runs_those_versions_alone() {
+    let workers = workers();
+    let mut strict = workers
+        .connect(Runs {
+            orchestrations: Some(HashMap::from([("o".to_string(), vec!["2.0".to_string()])])),
+            ..Runs::default()
+        })
+        .expect("open");
+    let episode = |version: Option<&'static str>| {
+        let workers = workers.clone();
+        tokio::spawn(async move {
+            let item = EpisodeItem {
+                token: String::new(),
+                instance_id: "i".into(),
+                execution: 1,
+                past: Vec::new(),
+                new: Vec::new(),
+            };
+            workers
+                .run_episode("o", version, item, Duration::ZERO, Duration::from_secs(60))
+                .await
+        })
+    };
+    // Another version, or none: no worker runs it; the instance waits.
+    assert!(episode(Some("1.0")).await.expect("joined").is_none());
+    assert!(episode(None).await.expect("joined").is_none());
+    let asked = episode(Some("2.0"));
+    let Some(Item::Episode(item)) = strict.items.recv().await else {
+        panic!("an episode");
+    };
+    let answer = crate::core::sdk_actions::Answer::default();
+    assert!(workers.answer(&item.token, Reply::Episode(answer)));
+    assert!(matches!(
+        asked.await.expect("joined"),
+        Some(EpisodeAnswer::Done(_))
+    ));
 }

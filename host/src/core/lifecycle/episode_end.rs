@@ -121,6 +121,12 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
     if !park.is_empty() {
         effects.push(Effect::ParkInbox(park));
     }
+    // An SDK worker's own account of the failure it ended the instance
+    // with: the parent is told it as the worker reported it.
+    let reported = calls.iter().find_map(|c| match c {
+        Call::SdkEpisode { failure, .. } => failure.clone(),
+        _ => None,
+    });
     let custom_status = calls.iter().rev().find_map(|c| match c {
         Call::SetCustomStatus { status } => Some(status.clone()),
         _ => None,
@@ -232,7 +238,13 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                 Err(e) => fail(state, effects, e.to_string()),
             },
         },
-        Ending::Returned(Err(error)) => fail(state, effects, error),
+        Ending::Returned(Err(error)) => {
+            let mut effects = fail(state, effects, error);
+            if let Some(reported) = reported {
+                Effect::with_reported_failure(&mut effects, reported);
+            }
+            effects
+        }
         Ending::Broken(reason) => fail(state, effects, reason),
     }
 }
@@ -409,6 +421,34 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_child_an_sdk_worker_failed_reports_the_workers_own_failure_to_its_parent() {
+        let reported = crate::core::failure::FailureDetails {
+            error_type: "durabletask.task.TaskFailedError".into(),
+            message: "Activity task #1 failed: boom".into(),
+            stack_trace: None,
+            inner: None,
+            non_retriable: false,
+        };
+        let calls = vec![Call::SdkEpisode {
+            ids: Vec::new(),
+            failure: Some(Box::new(reported.clone())),
+        }];
+        let effects = decide(
+            &child(RuntimeStatus::Running),
+            episode(calls, Ending::Returned(Err(reported.text()))),
+            &Limits::default(),
+        );
+        let told = effects.iter().find_map(|e| match e {
+            Effect::NotifyParent {
+                event: Event::TaskFailed { details, .. },
+                ..
+            } => Some(details.clone()),
+            _ => None,
+        });
+        assert_eq!(told, Some(Some(Box::new(reported))), "{effects:?}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use super::proto::{
 };
 use super::{entities, listing, waits, work_items};
 use crate::core::instance::RuntimeStatus;
+use crate::core::sdk_history;
 use crate::durable::{Operation, Orchestrator};
 use crate::http::AppState;
 use crate::sdk_workers::SdkWorkers;
@@ -119,7 +120,7 @@ impl TaskHubSidecarService for Sidecar {
         let id = (!request.instance_id.is_empty()).then_some(request.instance_id);
         let instance_id = self
             .orchestrator
-            .start_instance_or_sdk(&request.name, id, input)
+            .start_instance_or_sdk(&request.name, id, input, request.version.as_deref())
             .await
             .map_err(refusal)?;
         Ok(Response::new(CreateInstanceResponse { instance_id }))
@@ -132,7 +133,14 @@ impl TaskHubSidecarService for Sidecar {
         let request = request.into_inner();
         Ok(Response::new(
             match waits::instance(&self.orchestrator, &request.instance_id).await? {
-                Some(instance) => waits::found(&instance, request.get_inputs_and_outputs),
+                Some(instance) => {
+                    waits::found(
+                        &self.orchestrator,
+                        &instance,
+                        request.get_inputs_and_outputs,
+                    )
+                    .await?
+                }
                 None => GetInstanceResponse::default(),
             },
         ))
@@ -228,7 +236,12 @@ impl TaskHubSidecarService for Sidecar {
         let id = (!request.restart_with_new_instance_id).then_some(instance.id);
         let instance_id = self
             .orchestrator
-            .start_instance_or_sdk(&instance.name, id, instance.input)
+            .start_instance_or_sdk(
+                &instance.name,
+                id,
+                instance.input,
+                sdk_history::version_of(&instance.component_digest),
+            )
             .await
             .map_err(refusal)?;
         Ok(Response::new(RestartInstanceResponse { instance_id }))

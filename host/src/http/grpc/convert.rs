@@ -8,6 +8,7 @@ use tonic::Status;
 use super::proto::{OrchestrationState, OrchestrationStatus, TaskFailureDetails};
 use crate::core::failure::FailureDetails;
 use crate::core::instance::RuntimeStatus;
+use crate::core::sdk_history;
 use crate::durable::{DurableError, InstanceRecord};
 
 pub(super) fn status_of(status: RuntimeStatus) -> OrchestrationStatus {
@@ -64,17 +65,26 @@ pub(super) fn millis(at: &Timestamp) -> i64 {
 }
 
 /// An instance as `OrchestrationState`: payloads with `payloads`; a failed
-/// instance's reason (its output, a JSON string) as its failure details.
-pub(super) fn state_of(instance: &InstanceRecord, payloads: bool) -> OrchestrationState {
+/// instance's failure details as its SDK worker reported them (`reported`),
+/// else its reason (its output, a JSON string).
+pub(super) fn state_of(
+    instance: &InstanceRecord,
+    payloads: bool,
+    reported: Option<&FailureDetails>,
+) -> OrchestrationState {
     let failed = instance.status == RuntimeStatus::Failed;
-    let failure_details = failed.then(|| TaskFailureDetails {
-        error_type: "OrchestrationFailed".to_string(),
-        error_message: instance.output.as_deref().map(text_of).unwrap_or_default(),
-        ..TaskFailureDetails::default()
+    let failure_details = failed.then(|| match reported {
+        Some(reported) => details_of(reported),
+        None => TaskFailureDetails {
+            error_type: "OrchestrationFailed".to_string(),
+            error_message: instance.output.as_deref().map(text_of).unwrap_or_default(),
+            ..TaskFailureDetails::default()
+        },
     });
     OrchestrationState {
         instance_id: instance.id.clone(),
         name: instance.name.clone(),
+        version: sdk_history::version_of(&instance.component_digest).map(str::to_string),
         orchestration_status: status_of(instance.status) as i32,
         created_timestamp: Some(timestamp(instance.created_at)),
         last_updated_timestamp: Some(timestamp(instance.updated_at)),

@@ -13,6 +13,7 @@ use super::proto::{
     SubOrchestrationInstanceFailedEvent, TaskCompletedEvent, TaskFailedEvent, TaskFailureDetails,
     TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
 };
+use crate::core::failure::TaskError;
 use crate::core::journal::EntityCall;
 use crate::core::sdk_actions::{Action, Completion};
 use crate::core::sdk_entities::EntityAction;
@@ -35,6 +36,7 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
         Kind::OrchestratorStarted => EventType::OrchestratorStarted(OrchestratorStartedEvent {}),
         Kind::ExecutionStarted(started) => EventType::ExecutionStarted(ExecutionStartedEvent {
             name: started.name,
+            version: started.version,
             input: Some(started.input),
             orchestration_instance: Some(OrchestrationInstance {
                 instance_id: started.instance_id,
@@ -88,12 +90,20 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
                 result: Some(result),
             })
         }
-        Kind::SubOrchestrationFailed { scheduled, error } => {
-            // The engine's reason for a failed child is its output, a
-            // JSON string.
+        Kind::SubOrchestrationFailed {
+            scheduled,
+            error,
+            details,
+        } => {
+            // A child an SDK worker ran fails as the worker reported it;
+            // the engine's reason for any other is its output, a JSON
+            // string.
             EventType::SubOrchestrationInstanceFailed(SubOrchestrationInstanceFailedEvent {
                 task_scheduled_id: scheduled,
-                failure_details: failure(super::convert::text_of(&error)),
+                failure_details: match details {
+                    Some(details) => Some(super::convert::details_of(&details)),
+                    None => failure(super::convert::text_of(&error)),
+                },
             })
         }
         Kind::TimerCreated { fire_at } => EventType::TimerCreated(TimerCreatedEvent {
@@ -158,10 +168,11 @@ fn json(what: &str, value: Option<String>) -> Result<String, String> {
     }
 }
 
-fn failure_text(failure: Option<TaskFailureDetails>) -> String {
+/// The orchestration's failure as the worker reported it (kept whole, cut
+/// as a task's is), or a text of the host's when it gave no details.
+fn failure_reported(failure: Option<TaskFailureDetails>) -> TaskError {
     match failure {
-        Some(f) if f.error_type.is_empty() => f.error_message,
-        Some(f) => format!("{}: {}", f.error_type, f.error_message),
+        Some(details) => TaskError::reported(super::convert::failure_of(details)),
         None => "the orchestration failed (the SDK worker gave no details)".into(),
     }
 }
@@ -314,7 +325,7 @@ fn completion_of(done: CompleteOrchestrationAction) -> Action {
     let completion = match status {
         OrchestrationStatus::Completed => match json("output", done.result) {
             Ok(output) => Completion::Completed(output),
-            Err(why) => Completion::Failed(why),
+            Err(why) => Completion::Failed(why.into()),
         },
         OrchestrationStatus::ContinuedAsNew => match json("continue-as-new input", done.result) {
             Ok(input) => Completion::ContinuedAsNew {
@@ -331,9 +342,9 @@ fn completion_of(done: CompleteOrchestrationAction) -> Action {
                     })
                     .collect(),
             },
-            Err(why) => Completion::Failed(why),
+            Err(why) => Completion::Failed(why.into()),
         },
-        _ => Completion::Failed(failure_text(done.failure_details)),
+        _ => Completion::Failed(failure_reported(done.failure_details)),
     };
     Action::Complete(completion)
 }

@@ -54,7 +54,11 @@ pub(super) async fn query(
     let mut states = Vec::with_capacity(page.len());
     let mut bytes = 0;
     for instance in &page {
-        let state = state_of(instance, query.fetch_inputs_and_outputs);
+        let reported = orchestrator
+            .reported_failure(instance)
+            .await
+            .map_err(refusal)?;
+        let state = state_of(instance, query.fetch_inputs_and_outputs, reported.as_ref());
         bytes += prost::Message::encoded_len(&state);
         if bytes > PAGE_BYTES && !states.is_empty() {
             more = true;

@@ -77,10 +77,9 @@ async fn look_until(
         match instance(orchestrator, &request.instance_id).await? {
             None => return Ok(Response::new(GetInstanceResponse::default())),
             Some(instance) if done(instance.status) => {
-                return Ok(Response::new(found(
-                    &instance,
-                    request.get_inputs_and_outputs,
-                )))
+                return Ok(Response::new(
+                    found(orchestrator, &instance, request.get_inputs_and_outputs).await?,
+                ))
             }
             Some(_) => {}
         }
@@ -89,9 +88,17 @@ async fn look_until(
     }
 }
 
-pub(super) fn found(instance: &InstanceRecord, payloads: bool) -> GetInstanceResponse {
-    GetInstanceResponse {
+pub(super) async fn found(
+    orchestrator: &Orchestrator,
+    instance: &InstanceRecord,
+    payloads: bool,
+) -> Result<GetInstanceResponse, Status> {
+    let reported = orchestrator
+        .reported_failure(instance)
+        .await
+        .map_err(refusal)?;
+    Ok(GetInstanceResponse {
         exists: true,
-        orchestration_state: Some(state_of(instance, payloads)),
-    }
+        orchestration_state: Some(state_of(instance, payloads, reported.as_ref())),
+    })
 }

@@ -56,7 +56,7 @@ pub(super) fn runs_of(request: &GetWorkItemsRequest) -> Runs {
             filters
                 .orchestrations
                 .iter()
-                .map(|o| o.name.clone())
+                .map(|o| (o.name.clone(), o.versions.clone()))
                 .collect(),
         ),
         entities: Some(filters.entities.iter().map(|e| e.name.clone()).collect()),
