@@ -160,6 +160,14 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         step("empty"),
         json!({"step": "empty", "status": "COMPLETED", "input": null, "output": null})
     );
+    // A child called under the same SDK-derived id by every execution of a
+    // parent that continues as new: each execution's child runs (the last
+    // one's result is the parent's), the finished one before it replaced.
+    assert_eq!(
+        step("continue with child"),
+        json!({"step": "continue with child", "status": "COMPLETED", "output": {"n": 3, "child": 6}, "failure": null, "error_type": null, "name": "sdk_continue_with_child"}),
+        "{steps:?}"
+    );
     // The version the client started the instance with reaches its code.
     assert_eq!(step("version")["output"], json!("2.5.0"), "{steps:?}");
     // Continue-as-new, three times, then the last execution's output.
@@ -231,6 +239,9 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     assert!(step("query")["ids"]
         .as_array()
         .is_some_and(|ids| ids.contains(&json!("sdk-seq")) && ids.contains(&json!("sdk-stuck"))));
+    // Entities are instances of the hub, but the protocol lists
+    // orchestrations alone (entities have their own query).
+    assert_eq!(step("query")["entities"], json!([]), "{steps:?}");
     assert_eq!(step("purged")["deleted"], json!(1));
     assert_eq!(step("purged")["after"], json!(true));
     assert_eq!(step("purge unknown")["deleted"], json!(0));

@@ -131,6 +131,16 @@ def sdk_continue(ctx, n):
     return {"n": n, "square": square, "started": ctx.current_utc_datetime.year > 2000}
 
 
+def sdk_continue_with_child(ctx, n):
+    # Each execution calls a child under the id the SDK derives from the
+    # parent's id and the task's number: the same id every execution.
+    child = yield ctx.call_sub_orchestrator(sdk_sequence, input=n)
+    if n < 3:
+        ctx.continue_as_new(n + 1)
+        return None
+    return {"n": n, "child": child}
+
+
 def sdk_waiter(ctx, _):
     ctx.set_custom_status("waiting")
     value = yield ctx.wait_for_external_event("go")
@@ -250,7 +260,7 @@ if mode == "narrow":
 if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
-                             sdk_empty, sdk_version, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
+                             sdk_empty, sdk_version, sdk_continue_with_child, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
                              sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest,
                              sdk_calls_odd_entity):
             w.add_orchestrator(orchestrator)
@@ -323,6 +333,8 @@ say("version", **done(c.schedule_new_orchestration(sdk_version, instance_id="sdk
                                                        version="2.5.0")))
 say("continue", **done(c.schedule_new_orchestration(sdk_continue, input=0,
                                                         instance_id="sdk-continue")))
+say("continue with child", **done(c.schedule_new_orchestration(
+    sdk_continue_with_child, input=0, instance_id="sdk-continue-child")))
 
 # A counter entity: signalled by the client, then called by an orchestration.
 counter = entities.EntityInstanceId("counter", "c1")
@@ -409,7 +421,8 @@ c.terminate_orchestration(stuck, output="enough")
 say("terminated", **done(stuck))
 states = c.get_all_orchestration_states()
 say("query", ids=sorted(s.instance_id for s in states if s.instance_id.startswith("sdk-")),
-    names=sorted({s.name for s in states if s.instance_id.startswith("sdk-")}))
+    names=sorted({s.name for s in states if s.instance_id.startswith("sdk-")}),
+    entities=sorted(s.instance_id for s in states if s.instance_id.startswith("@")))
 purged = c.purge_orchestration(stuck)
 say("purged", deleted=purged.deleted_instance_count, after=c.get_orchestration_state(stuck) is None)
 say("purge unknown", deleted=c.purge_orchestration("sdk-never").deleted_instance_count)

@@ -18,6 +18,7 @@ use crate::core::lifecycle::Change;
 use crate::core::lifecycle::Operation;
 use crate::core::lifecycle::TaskFate;
 use crate::core::limits::{LimitError, Limits};
+use crate::core::sdk_entities;
 
 const FINISHED: &str = "('Completed', 'Failed', 'Terminated')";
 
@@ -48,6 +49,10 @@ pub struct InstanceFilter {
     pub updated_to: Option<i64>,
     /// List the newest first (pages then go back in time); a purge ignores it.
     pub newest_first: bool,
+    /// Leave durable entities out: they are instances of the hub too, but
+    /// the Durable Task protocol lists orchestrations alone (entities have
+    /// `QueryEntities`).
+    pub orchestrations_only: bool,
 }
 
 fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord, StoreError> {
@@ -421,6 +426,12 @@ fn filter_clause(filter: &InstanceFilter) -> (String, Vec<Bind>) {
         clauses.push(format!(
             "name = {}",
             mark(&mut binds, Bind::Text(name.clone()))
+        ));
+    }
+    if filter.orchestrations_only {
+        clauses.push(format!(
+            "component_digest <> {}",
+            mark(&mut binds, Bind::Text(sdk_entities::DIGEST.to_string()))
         ));
     }
     if let Some(prefix) = &filter.id_prefix {

@@ -40,6 +40,7 @@ pub(super) async fn query(
         statuses,
     );
     filter.id_prefix = query.instance_id_prefix.filter(|p| !p.is_empty());
+    filter.orchestrations_only = true;
     let top = usize::try_from(query.max_instance_count)
         .ok()
         .filter(|n| *n > 0)
