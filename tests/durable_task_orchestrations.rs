@@ -201,6 +201,16 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         .filter(|l| l.as_str() == "start sdk-from-entity/4")
         .count();
     assert_eq!(started_twice, 1, "the started orchestration ran once");
+    // Signals scheduled 3 s ahead, by the client and by an orchestration:
+    // unseen a second in, carried out after their time.
+    for name in ["client signal later", "orchestration signal later"] {
+        let later = step(name);
+        assert_eq!(later["early"], Value::Null, "{name}: {later}");
+        let wanted = if name.starts_with("client") { 5 } else { 7 };
+        assert_eq!(later["state"], json!(wanted), "{name}: {later}");
+        let waited = later["waited"].as_f64().unwrap_or_default();
+        assert!(waited >= 2.5, "{name}: carried out after {waited} s");
+    }
     // An entity terminated with a call queued at it: the caller is told
     // why, and goes on.
     let told = step("entity terminated");

@@ -18,7 +18,7 @@ import os
 import sys
 import tempfile
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from durabletask import client as dt
 from durabletask import entities, task, worker
@@ -167,6 +167,14 @@ def sdk_counting(ctx, key):
     return after
 
 
+def sdk_signals_later(ctx, key):
+    # A signal scheduled three seconds after the episode's time.
+    counter = entities.EntityInstanceId("counter", key)
+    ctx.signal_entity(counter, "add", input=7,
+                      signal_time=ctx.current_utc_datetime + timedelta(seconds=3))
+    return "sent"
+
+
 class Relay(entities.DurableEntity):
     """Passes an amount on: a signal to a counter, and an SDK and a wasm
     orchestration started, with the batch."""
@@ -260,7 +268,7 @@ if mode == "narrow":
 if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
-                             sdk_empty, sdk_version, sdk_continue_with_child, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
+                             sdk_empty, sdk_version, sdk_continue_with_child, sdk_signals_later, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
                              sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest,
                              sdk_calls_odd_entity):
             w.add_orchestrator(orchestrator)
@@ -376,6 +384,26 @@ def state_of(entity, wanted, timeout=60):
 
 say("entity actions", sdk=started("sdk-from-entity"), wasm=started("wasm-from-entity"),
     relayed=state_of(entities.EntityInstanceId("counter", "relayed"), 4))
+
+# Signals scheduled for later, by the client and by an orchestration: not
+# seen before their time, carried out after it.
+later = entities.EntityInstanceId("counter", "later")
+sent_at = time.time()
+c.signal_entity(later, "add", input=5,
+                signal_time=datetime.now(timezone.utc) + timedelta(seconds=3))
+time.sleep(1)
+early = c.get_entity(later)
+say("client signal later", early=early.get_state(int) if early is not None else None,
+    state=state_of(later, 5), waited=round(time.time() - sent_at, 1))
+later_too = entities.EntityInstanceId("counter", "later-too")
+sent_at = time.time()
+sent = done(c.schedule_new_orchestration(sdk_signals_later, input="later-too",
+                                         instance_id="sdk-signals-later"))
+time.sleep(0.5)
+early = c.get_entity(later_too)
+say("orchestration signal later", sent=sent["output"],
+    early=early.get_state(int) if early is not None else None,
+    state=state_of(later_too, 7), waited=round(time.time() - sent_at, 1))
 
 # An entity terminated with a call queued behind a long batch: the caller
 # is told, not left waiting.

@@ -24,11 +24,14 @@ pub enum Effect {
     Create(NewInstance),
     /// A durable timer: an inbox row that becomes visible at `fire_at`.
     ArmTimer { task: u32, fire_at: i64 },
-    /// Put an event in an instance's inbox, addressed to one execution.
+    /// Put an event in an instance's inbox, addressed to one execution;
+    /// with `visible_at` (ms), unseen until then (an operation signalled to
+    /// an entity for later).
     Deliver {
         instance: String,
         execution: i64,
         event: Event,
+        visible_at: Option<i64>,
     },
     /// Set the status; `None` fields keep their value.
     SetStatus {
@@ -61,8 +64,14 @@ pub enum Effect {
     /// Delete the instance and everything it holds.
     Purge,
     /// Queue an operation on a durable entity, creating the entity (an
-    /// instance of its own) if it has none yet.
-    EntityOperation { entity: NewInstance, event: Event },
+    /// instance of its own) if it has none yet; at `due_at` (ms) when it
+    /// is scheduled for later (its inbox row is invisible until then, as a
+    /// timer's is).
+    EntityOperation {
+        entity: NewInstance,
+        event: Event,
+        due_at: Option<i64>,
+    },
     /// Count one more step of an instance that journals none (an entity's
     /// batch): its history count grows by one with no row written, so that
     /// an episode decided before this one (on a host paused past its lease

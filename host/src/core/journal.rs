@@ -142,6 +142,10 @@ pub struct EntityCall {
     /// JSON text; `None` for no input.
     pub input: Option<String>,
     pub request_id: String,
+    /// A signal scheduled for later: when (ms since the epoch) the
+    /// operation is queued at the entity. `None`: at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<i64>,
 }
 
 impl EntityCall {

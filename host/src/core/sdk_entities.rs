@@ -225,7 +225,11 @@ pub fn decide(
                     caller: None,
                 });
                 if let Some(entity) = new_instance(&call.entity) {
-                    effects.push(Effect::EntityOperation { entity, event });
+                    effects.push(Effect::EntityOperation {
+                        entity,
+                        event,
+                        due_at: call.due_at,
+                    });
                 }
             }
             EntityAction::Start {
@@ -460,6 +464,7 @@ mod tests {
             operation: "add".into(),
             input: Some("1".into()),
             request_id: "s1".into(),
+            due_at: None,
         })
     }
 
@@ -511,7 +516,7 @@ mod tests {
             &starts,
             limits(&Limits::default()),
         );
-        let Effect::EntityOperation { entity, event } = &effects[3] else {
+        let Effect::EntityOperation { entity, event, .. } = &effects[3] else {
             panic!("a signal: {effects:?}")
         };
         assert_eq!(entity.id, "@other@b");

@@ -43,7 +43,7 @@ pub struct Purged {
 impl DurableError {
     /// The refusal a management operation's [`Change`] stands for.
     /// A purge refused is refused because the instance has not finished.
-    fn refused(change: Change, id: &str, purging: bool) -> Result<(), Self> {
+    pub(super) fn refused(change: Change, id: &str, purging: bool) -> Result<(), Self> {
         let id = id.to_string();
         match change {
             Change::Done => Ok(()),

@@ -564,13 +564,15 @@ impl Orchestrator {
     }
 
     /// Queues `operation` on durable entity `entity` (`@name@key`), which
-    /// its first operation creates.
+    /// its first operation creates; at `due_at` (ms) when it is scheduled
+    /// for later.
     pub async fn signal_entity(
         self: &Arc<Self>,
         entity: &str,
         operation: &str,
         input: Option<String>,
         request_id: &str,
+        due_at: Option<i64>,
     ) -> Result<(), DurableError> {
         let new = sdk_entities::new_instance(entity)
             .filter(|_| ids::valid_instance_id(entity))
@@ -592,7 +594,20 @@ impl Orchestrator {
         let crate::core::journal::Event::EventRaised { name, payload } = queued else {
             return Err(DurableError::InvalidState(entity.to_string()));
         };
-        self.raise_unchecked(entity, &name, &payload).await
+        match due_at.filter(|at| *at > now_ms()) {
+            None => self.raise_unchecked(entity, &name, &payload).await,
+            // Not to the entity's episode in hand: stored, unseen until
+            // its time.
+            Some(at) => {
+                let limits = self.config.limits.clone();
+                let (change, applied) = self
+                    .store
+                    .raise_at(entity, &name, &payload, Some(at), limits)
+                    .await?;
+                self.dispatch(applied);
+                DurableError::refused(change?, entity, false)
+            }
+        }
     }
 
     /// The version each sub-orchestration in `calls` starts on: the parent's

@@ -101,8 +101,10 @@ pub(super) async fn apply(
                 instance,
                 execution,
                 event,
+                visible_at,
             } => {
-                push_inbox(tx, &mut applied, &instance, execution, event, now).await?;
+                let visible_at = visible_at.map_or(now, |at| at.max(now));
+                push_inbox(tx, &mut applied, &instance, execution, event, visible_at).await?;
                 applied.wake.push(instance);
             }
             Effect::SetStatus {
@@ -155,7 +157,11 @@ pub(super) async fn apply(
                 row = PendingRow::default();
                 tx.purge(&target.id).await?
             }
-            Effect::EntityOperation { entity, event } => {
+            Effect::EntityOperation {
+                entity,
+                event,
+                due_at,
+            } => {
                 // The entity is created by its first operation; one that
                 // exists takes it in its current execution.
                 // Not seeded hot as a created instance is: its image would
@@ -173,7 +179,10 @@ pub(super) async fn apply(
                         }
                     },
                 };
-                push_inbox(tx, &mut applied, &entity.id, execution, event, now).await?;
+                // One scheduled for later waits in the inbox, unseen,
+                // until its time: the scheduler's pass finds it then.
+                let visible_at = due_at.map_or(now, |at| at.max(now));
+                push_inbox(tx, &mut applied, &entity.id, execution, event, visible_at).await?;
                 applied.wake.push(entity.id);
             }
         }

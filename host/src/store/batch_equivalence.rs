@@ -33,6 +33,7 @@ fn raise(id: &str, name: &str) -> Write {
         name: name.into(),
         payload: format!("\"{name}\""),
         limits: Arc::new(Limits::default()),
+        due_at: None,
     }
 }
 

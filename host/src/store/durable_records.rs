@@ -183,6 +183,8 @@ pub enum Write {
         name: String,
         payload: String,
         limits: Arc<Limits>,
+        /// Unseen until then (ms): an operation signalled for later.
+        due_at: Option<i64>,
     },
     Manage {
         instance: String,

@@ -93,11 +93,26 @@ impl Store {
         payload: &str,
         limits: Arc<Limits>,
     ) -> Result<(Result<Change, LimitError>, Applied), StoreError> {
+        self.raise_at(instance, name, payload, None, limits).await
+    }
+
+    /// As [`Self::raise`]; with `due_at` (ms), the event waits in the
+    /// inbox, unseen, until then (an operation signalled to an entity for
+    /// later): the scheduler's pass finds it once it is due.
+    pub async fn raise_at(
+        &self,
+        instance: &str,
+        name: &str,
+        payload: &str,
+        due_at: Option<i64>,
+        limits: Arc<Limits>,
+    ) -> Result<(Result<Change, LimitError>, Applied), StoreError> {
         let write = Write::Raise {
             instance: instance.to_string(),
             name: name.to_string(),
             payload: payload.to_string(),
             limits,
+            due_at,
         };
         match self.committer().commit(write).await? {
             Written::Raise(change, applied) => Ok((change, applied)),

@@ -462,6 +462,7 @@ async fn a_result_and_a_raise_on_one_instance_in_one_batch_are_decided_in_order(
                     name: "go".into(),
                     payload: "1".into(),
                     limits: Arc::new(Limits::default()),
+                    due_at: None,
                 },
                 Write::ArrivalAndEpisode {
                     arriving: Arriving::Result {

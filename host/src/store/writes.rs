@@ -125,6 +125,7 @@ pub(super) async fn write_durable(
                                     payload: &payload,
                                     waiting,
                                     limits: &limits,
+                                    due_at: None,
                                 },
                             );
                             decision.reply == Reply::Change(Change::Done)
@@ -134,8 +135,13 @@ pub(super) async fn write_durable(
                     if accepted {
                         None
                     } else {
+                        let event = Raised {
+                            name: &name,
+                            payload: &payload,
+                            due_at: None,
+                        };
                         let (change, applied) =
-                            raise(tx, target.id.clone(), &name, &payload, &limits, now).await?;
+                            raise(tx, target.id.clone(), event, &limits, now).await?;
                         Some(ArrivalWritten::Event(change, applied))
                     }
                 }
@@ -171,8 +177,14 @@ pub(super) async fn write_durable(
             name,
             payload,
             limits,
+            due_at,
         } => {
-            let (change, applied) = raise(tx, instance, &name, &payload, &limits, now).await?;
+            let event = Raised {
+                name: &name,
+                payload: &payload,
+                due_at,
+            };
+            let (change, applied) = raise(tx, instance, event, &limits, now).await?;
             Ok(Written::Raise(change, applied))
         }
         Write::Manage { instance, op } => {
@@ -239,12 +251,22 @@ async fn task_done(
     Ok((outcome, with_news(applied, &target.id, mine)))
 }
 
+/// An event to raise, and when it is seen (`None`: at once).
+struct Raised<'a> {
+    name: &'a str,
+    payload: &'a str,
+    due_at: Option<i64>,
+}
+
 /// An event raised at an instance, decided on the instance as stored.
 async fn raise(
     tx: &mut impl Tx,
     instance: String,
-    name: &str,
-    payload: &str,
+    Raised {
+        name,
+        payload,
+        due_at,
+    }: Raised<'_>,
     limits: &Limits,
     now: i64,
 ) -> Result<(Result<Change, LimitError>, Applied), StoreError> {
@@ -260,6 +282,7 @@ async fn raise(
             payload,
             waiting,
             limits,
+            due_at,
         },
     );
     match decision.reply {

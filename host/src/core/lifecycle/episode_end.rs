@@ -179,6 +179,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                     operation,
                     input,
                     request_id,
+                    due_at,
                 } = message;
                 let operation = Operation {
                     request_id,
@@ -190,6 +191,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                     Some(new) => effects.push(Effect::EntityOperation {
                         entity: new,
                         event: sdk_entities::operation_event(&operation),
+                        due_at,
                     }),
                     None => {
                         return fail(

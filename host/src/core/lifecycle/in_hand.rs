@@ -53,7 +53,7 @@ pub fn delivers(
             }
         }
         Arriving::Event { name, payload } => {
-            match raise::decide(Some(state), name, payload, waiting, limits) {
+            match raise::decide(Some(state), name, payload, waiting, limits, None) {
                 Ok(changed) if changed.change == Change::Done => changed.effects,
                 Ok(_) | Err(_) => return None,
             }

@@ -40,6 +40,8 @@ pub enum Command<'a> {
         payload: &'a str,
         waiting: Size,
         limits: &'a Limits,
+        /// Unseen until then (ms): an operation signalled for later.
+        due_at: Option<i64>,
     },
     /// Suspend, resume, terminate or purge.
     Manage(&'a Operation),
@@ -106,7 +108,8 @@ pub fn decide(state: Option<&InstanceState>, command: Command) -> Decision {
             payload,
             waiting,
             limits,
-        } => match raise::decide(state, name, payload, waiting, limits) {
+            due_at,
+        } => match raise::decide(state, name, payload, waiting, limits, due_at) {
             Ok(changed) => (Reply::Change(changed.change), changed.effects),
             Err(refused) => (Reply::Refused(refused), Vec::new()),
         },

@@ -8,13 +8,15 @@ use crate::core::journal::Event;
 use crate::core::limits::{LimitError, Limits};
 
 /// `waiting` is what the inbox holds now. A full inbox is an error the caller
-/// answers with 429: nothing is written.
+/// answers with 429: nothing is written. `due_at`: the event is unseen
+/// until then (ms).
 pub fn decide(
     state: Option<&InstanceState>,
     name: &str,
     payload: &str,
     waiting: Size,
     limits: &Limits,
+    due_at: Option<i64>,
 ) -> Result<Changed, LimitError> {
     let state = match refuse_missing_or_finished(state) {
         Ok(s) => s,
@@ -30,6 +32,7 @@ pub fn decide(
         instance: state.id.clone(),
         execution: state.execution,
         event,
+        visible_at: due_at,
     }]))
 }
 
@@ -43,7 +46,14 @@ mod tests {
     #[test]
     fn an_event_is_addressed_to_the_current_execution() -> Result<(), LimitError> {
         let state = instance(RuntimeStatus::Suspended);
-        let decision = decide(Some(&state), "go", "1", Size::default(), &Limits::default())?;
+        let decision = decide(
+            Some(&state),
+            "go",
+            "1",
+            Size::default(),
+            &Limits::default(),
+            None,
+        )?;
         assert_eq!(decision.change, Change::Done);
         assert!(matches!(
             decision.effects.as_slice(),
@@ -57,11 +67,11 @@ mod tests {
         let done = instance(RuntimeStatus::Completed);
         let limits = Limits::default();
         assert_eq!(
-            decide(Some(&done), "go", "1", Size::default(), &limits)?.change,
+            decide(Some(&done), "go", "1", Size::default(), &limits, None)?.change,
             Change::Finished
         );
         assert_eq!(
-            decide(None, "go", "1", Size::default(), &limits)?.change,
+            decide(None, "go", "1", Size::default(), &limits, None)?.change,
             Change::NotFound
         );
         Ok(())
@@ -79,7 +89,7 @@ mod tests {
             bytes: 3,
         };
         assert!(matches!(
-            decide(Some(&state), "go", "1", full, &limits),
+            decide(Some(&state), "go", "1", full, &limits, None),
             Err(LimitError::Inbox { .. })
         ));
     }

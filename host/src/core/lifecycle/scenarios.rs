@@ -166,6 +166,7 @@ fn an_event_raised_while_suspended_waits_in_the_inbox_until_resume() {
             payload: "true",
             waiting: Size::default(),
             limits: &limits,
+            due_at: None,
         },
     );
     assert_eq!(raised.reply, Reply::Change(Change::Done));
@@ -232,6 +233,7 @@ fn after_a_terminate_late_results_are_dropped_and_operations_refused() {
             payload: "1",
             waiting: Size::default(),
             limits: &limits,
+            due_at: None,
         },
     ] {
         let refused = decide(Some(&over), command);
@@ -265,6 +267,7 @@ fn a_full_inbox_refuses_a_raise_and_writes_nothing() {
             payload: "1",
             waiting: full,
             limits: &limits,
+            due_at: None,
         },
     );
     assert!(matches!(

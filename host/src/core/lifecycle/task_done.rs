@@ -54,6 +54,7 @@ pub fn decide(
                 instance: state.id.clone(),
                 execution: state.execution,
                 event,
+                visible_at: None,
             },
         ])
     };

@@ -23,11 +23,6 @@ pub(super) async fn signal(
     orchestrator: &Arc<Orchestrator>,
     request: SignalEntityRequest,
 ) -> Result<Response<SignalEntityResponse>, Status> {
-    if request.scheduled_time.is_some() {
-        return Err(Status::unimplemented(
-            "scheduled signals are not served: signal the entity when the operation is due",
-        ));
-    }
     if sdk_entities::parse_entity_id(&request.instance_id).is_none() {
         return Err(Status::invalid_argument(format!(
             "'{}' is not an entity id (@name@key)",
@@ -49,7 +44,13 @@ pub(super) async fn signal(
         request.request_id
     };
     orchestrator
-        .signal_entity(&request.instance_id, &request.name, input, &request_id)
+        .signal_entity(
+            &request.instance_id,
+            &request.name,
+            input,
+            &request_id,
+            request.scheduled_time.as_ref().map(millis),
+        )
         .await
         .map_err(refusal)?;
     Ok(Response::new(SignalEntityResponse {}))

@@ -220,7 +220,6 @@ pub(super) fn action_of(action: OrchestratorAction) -> Action {
 
 fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> Action {
     use send_entity_message_action::EntityMessageType as Message;
-    let later = later_than_now();
     let input = |input: Option<String>| match json("entity operation input", input) {
         Ok(text) if text == "null" => Ok(None),
         Ok(text) => Ok(Some(text)),
@@ -235,13 +234,13 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
                     operation: call.operation,
                     input,
                     request_id: call.request_id,
+                    due_at: None,
                 },
             },
             Err(why) => Action::Invalid(why),
         },
-        Some(Message::EntityOperationSignaled(signal)) if later(signal.scheduled_time.as_ref()) => {
-            Action::Unsupported("a scheduled entity signal".into())
-        }
+        // A signal scheduled for later is queued at its time (a time
+        // already past: at once).
         Some(Message::EntityOperationSignaled(signal)) => match input(signal.input) {
             Ok(input) => Action::SignalEntity {
                 id,
@@ -250,6 +249,7 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
                     operation: signal.operation,
                     input,
                     request_id: signal.request_id,
+                    due_at: signal.scheduled_time.as_ref().map(millis),
                 },
             },
             Err(why) => Action::Invalid(why),
@@ -262,27 +262,23 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
 }
 
 /// What an entity batch's operations asked for besides their results, in
-/// the engine's terms. A signal or start this host cannot carry out (one
-/// scheduled for later, an input that is not JSON) is kept as invalid:
-/// the batch then fails as a whole, its callers told why.
+/// the engine's terms (a signal scheduled for later is queued at its time).
+/// A signal or start this host cannot carry out (a start scheduled for
+/// later, an input that is not JSON) is kept as invalid: the batch then
+/// fails as a whole, its callers told why.
 pub(super) fn entity_actions_of(actions: Vec<OperationAction>) -> Vec<EntityAction> {
     use operation_action::OperationActionType as Type;
     let later = later_than_now();
     actions
         .into_iter()
         .map(|action| match action.operation_action_type {
-            Some(Type::SendSignal(signal)) if later(signal.scheduled_time.as_ref()) => {
-                EntityAction::Invalid(format!(
-                    "its operation signalled '{}' for later: scheduled signals are not served",
-                    signal.instance_id
-                ))
-            }
             Some(Type::SendSignal(signal)) => match json("entity operation input", signal.input) {
                 Ok(input) => EntityAction::Signal(EntityCall {
                     entity: signal.instance_id,
                     operation: signal.name,
                     input: (input != "null").then_some(input),
                     request_id: uuid::Uuid::new_v4().to_string(),
+                    due_at: signal.scheduled_time.as_ref().map(millis),
                 }),
                 Err(why) => EntityAction::Invalid(why),
             },
