@@ -118,13 +118,7 @@ async fn chaos_mixed_load_under_seeded_faults_loses_nothing_and_repeats_nothing(
         }
     }));
     let run_log = RunLog::serve().await;
-    let components = dir.path().join("components");
-    std::fs::create_dir_all(&components).unwrap();
-    std::fs::write(
-        components.join("orchestration-tests.toml"),
-        format!("allowed_hosts = [\"127.0.0.1:{}\"]\n", run_log.port),
-    )
-    .unwrap();
+    run_log.grant(dir.path());
     let mut redis = PrivateRedis::start().await;
     let proxy = match &store {
         Some(_) => Some(TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await),

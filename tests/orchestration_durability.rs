@@ -139,13 +139,7 @@ async fn kill_9_at_random_moments_over_a_mixed_load_loses_nothing_and_repeats_no
     }
     // The `counted` sequences report each activity run to a local server.
     let run_log = RunLog::serve().await;
-    let components = dir.path().join("components");
-    std::fs::create_dir_all(&components).unwrap();
-    std::fs::write(
-        components.join("orchestration-tests.toml"),
-        format!("allowed_hosts = [\"127.0.0.1:{}\"]\n", run_log.port),
-    )
-    .unwrap();
+    run_log.grant(dir.path());
     const STEPS: u32 = 60;
     let mut host = builder.start();
     let mut expected: Vec<(String, serde_json::Value)> = Vec::new();

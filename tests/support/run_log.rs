@@ -46,6 +46,19 @@ impl RunLog {
         Self { port, runs }
     }
 
+    /// Grants the `orchestration-tests` component of the host whose
+    /// directory is `dir` the log's address (its activities and tools may
+    /// reach it and nothing else).
+    pub fn grant(&self, dir: &std::path::Path) {
+        let components = dir.join("components");
+        std::fs::create_dir_all(&components).unwrap();
+        std::fs::write(
+            components.join("orchestration-tests.toml"),
+            format!("allowed_hosts = [\"127.0.0.1:{}\"]\n", self.port),
+        )
+        .unwrap();
+    }
+
     pub fn runs(&self) -> Vec<(String, u32)> {
         self.runs.lock().unwrap().clone()
     }
