@@ -170,6 +170,13 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     );
     // The version the client started the instance with reaches its code.
     assert_eq!(step("version")["output"], json!("2.5.0"), "{steps:?}");
+    // A child runs on the version its call names (none: none), not on the
+    // parent's.
+    assert_eq!(
+        step("child versions")["output"],
+        json!({"own": "2.5.0", "named": "1.0.0", "unnamed": null}),
+        "{steps:?}"
+    );
     // Continue-as-new, three times, then the last execution's output.
     assert_eq!(
         step("continue")["output"],

@@ -123,6 +123,13 @@ def sdk_version(ctx, _):
     return ctx.version
 
 
+def sdk_versioned_parent(ctx, _):
+    # A child runs on the version its call names, not on its parent's.
+    named = yield ctx.call_sub_orchestrator(sdk_version, version="1.0.0")
+    unnamed = yield ctx.call_sub_orchestrator(sdk_version)
+    return {"own": ctx.version, "named": named, "unnamed": unnamed}
+
+
 def sdk_continue(ctx, n):
     square = yield ctx.call_activity(py_square, input=n)
     if n < 3:
@@ -268,7 +275,7 @@ if mode == "narrow":
 if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
-                             sdk_empty, sdk_version, sdk_continue_with_child, sdk_signals_later, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
+                             sdk_empty, sdk_version, sdk_versioned_parent, sdk_continue_with_child, sdk_signals_later, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
                              sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest,
                              sdk_calls_odd_entity):
             w.add_orchestrator(orchestrator)
@@ -339,6 +346,8 @@ say("caught", **done(c.schedule_new_orchestration(sdk_catching, instance_id="sdk
 # The orchestration version the client started it with reaches its code.
 say("version", **done(c.schedule_new_orchestration(sdk_version, instance_id="sdk-version",
                                                        version="2.5.0")))
+say("child versions", **done(c.schedule_new_orchestration(
+    sdk_versioned_parent, instance_id="sdk-versioned-parent", version="2.5.0")))
 say("continue", **done(c.schedule_new_orchestration(sdk_continue, input=0,
                                                         instance_id="sdk-continue")))
 say("continue with child", **done(c.schedule_new_orchestration(

@@ -17,7 +17,7 @@ use crate::core::chat::{ChatMessage, Role, ToolCall};
 use crate::core::fence::SessionFence;
 use crate::registry::ServedAgent;
 use crate::store::{Decision, PendingCall, SessionKey, StoreError, StoredMessage};
-use crate::wasm::{Approval, GuestError};
+use crate::wasm::{Approval, GuestError, HeldBack};
 
 impl AgentRunner {
     /// Runs the calls of the last assistant message that have no result
@@ -143,8 +143,17 @@ impl AgentRunner {
             ))
             .await;
         crate::metrics::tool_call(name, started.elapsed(), matches!(called, Ok(Ok(_))));
-        if let Err(GuestError::HeldBack { .. }) = called {
-            return Err(sending.refusal(session).into());
+        // As a model request held back: the session is another host's (the
+        // run stops, fenced), or this host's lease ran out (the run waits
+        // for it and runs again).
+        if let Err(GuestError::HeldBack { why, .. }) = called {
+            return Err(match why {
+                HeldBack::Lost => sending.refusal(session),
+                HeldBack::Late => StoreError::LeaseLapsed {
+                    session: session.session_id.clone(),
+                },
+            }
+            .into());
         }
         match called? {
             Ok(result) => Ok(result),

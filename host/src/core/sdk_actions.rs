@@ -27,6 +27,9 @@ pub enum Action {
         input: String,
         /// The child's id, as the worker named it.
         instance_id: Option<String>,
+        /// The orchestration version the child starts with (the SDKs send
+        /// the worker's default when the code names none).
+        version: Option<String>,
     },
     /// `call_entity`: its result comes back to the orchestration.
     CallEntity {
@@ -75,6 +78,8 @@ pub struct Decided {
     pub ending: Ending,
     /// Raised events the next execution receives (continue-as-new).
     pub carryover: Vec<Event>,
+    /// The version each sub-orchestration it calls starts with, by name.
+    pub child_versions: Vec<(String, Option<String>)>,
 }
 
 /// The custom status the journal last set, to journal a new one only when
@@ -93,6 +98,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
     let mut ending = Ending::Waiting;
     let mut carryover = Vec::new();
     let mut failure = None;
+    let mut child_versions = Vec::new();
     for action in answer.actions {
         // An entity call's result comes back to the orchestration.
         let awaited = matches!(action, Action::CallEntity { .. });
@@ -116,6 +122,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                 name,
                 input,
                 instance_id,
+                version,
             } => {
                 if let Some(child) = instance_id.as_deref().filter(|child| {
                     !super::ids::valid_instance_id(child)
@@ -134,6 +141,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                     break;
                 }
                 ids.push(id);
+                child_versions.push((name.clone(), version));
                 calls.push(Call::CallOrchestration {
                     name,
                     input,
@@ -196,6 +204,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
         calls,
         ending,
         carryover,
+        child_versions,
     }
 }
 
@@ -275,6 +284,7 @@ mod tests {
                 name: "c".into(),
                 input: "null".into(),
                 instance_id: Some(instance_id.into()),
+                version: None,
             }],
             custom_status: None,
         };

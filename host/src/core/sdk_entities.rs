@@ -104,6 +104,9 @@ pub enum EntityAction {
         name: String,
         /// JSON text.
         input: String,
+        /// The orchestration version it starts with, when an SDK worker
+        /// runs it.
+        version: Option<String>,
     },
     /// An action this host cannot carry out, and why: the batch fails as a
     /// whole rather than half of it taking effect.
@@ -236,12 +239,13 @@ pub fn decide(
                 instance_id,
                 name,
                 input,
+                version,
             } => {
                 let on = starts.get(&name);
                 effects.push(Effect::Start(NewInstance {
                     id: instance_id,
                     digest: on.map_or_else(
-                        || super::sdk_history::DIGEST.to_string(),
+                        || super::sdk_history::digest_of(version.as_deref()),
                         |on| on.digest.clone(),
                     ),
                     activity_set: on.and_then(|on| on.activity_set.clone()),
@@ -336,6 +340,7 @@ fn refusal(result: &BatchResult, limits: BatchLimits<'_>) -> Option<String> {
             instance_id,
             name,
             input,
+            ..
         } => {
             if !ids::valid_instance_id(instance_id) || parse_entity_id(instance_id).is_some() {
                 return Some(format!(
@@ -503,6 +508,7 @@ mod tests {
             instance_id: format!("started-{name}"),
             name: name.into(),
             input: "3".into(),
+            version: None,
         };
         let (effects, _) = decide(
             "@counter@a",

@@ -447,6 +447,7 @@ mod tests {
                         name: "child".into(),
                         input: "null".into(),
                         instance_id: None,
+                        version: None,
                     },
                     Action::Complete(Completion::Completed("\"x\"".into())),
                 ],

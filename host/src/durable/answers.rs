@@ -14,6 +14,10 @@ use crate::store::{
     InstanceFilter, InstanceRecord, Operation, PendingCall, RunRecord, VersionInUse,
 };
 
+/// Journal entries read from its end to find the episode that ended a
+/// failed SDK instance (what arrived for that episode precedes its marker).
+const ENDING_TAIL: usize = 256;
+
 /// Most sub-orchestrations one recursive terminate or purge walks.
 const TREE: usize = 10_000;
 
@@ -92,14 +96,16 @@ impl Orchestrator {
         {
             return Ok(None);
         }
-        let journal = self.store.journal(&instance.id).await?;
-        Ok(journal
+        // The episode that ended it is the last: its marker is among the
+        // journal's last entries (what arrived for it, then its calls).
+        let tail = self.store.journal_tail(&instance.id, ENDING_TAIL).await?;
+        Ok(tail
             .into_iter()
-            .rev()
-            .find_map(|(entry, _)| match entry {
-                Entry::Call(Call::SdkEpisode { failure, .. }) => failure.map(|f| *f),
+            .find_map(|entry| match entry {
+                Entry::Call(Call::SdkEpisode { failure, .. }) => Some(failure.map(|f| *f)),
                 _ => None,
-            }))
+            })
+            .flatten())
     }
 
     /// Up to `top` instances matching `filter`, after the `(created_at, id)`

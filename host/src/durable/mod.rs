@@ -20,6 +20,7 @@ mod orchestrator;
 mod remote_call;
 mod sdk_entity;
 mod sdk_episode;
+mod starts;
 mod task_outcome;
 mod tasks;
 

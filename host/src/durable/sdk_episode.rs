@@ -119,6 +119,7 @@ pub(super) async fn decide(
                 bytes / 1024
             )),
             carryover: Vec::new(),
+            child_versions: Vec::new(),
         }
     } else {
         // What remains is a wait for the worker and a commit: other
@@ -132,7 +133,14 @@ pub(super) async fn decide(
         .iter()
         .filter(|(entry, _)| matches!(entry, Entry::Call(_)))
         .count();
-    let child_digests = orchestrator.child_digests(None, &decided.calls);
+    let mut child_digests = orchestrator.child_digests(None, &decided.calls);
+    // A child no component serves runs in an SDK worker, on the version
+    // its call named (not the parent's).
+    for (name, version) in &decided.child_versions {
+        child_digests
+            .entry(name.clone())
+            .or_insert_with(|| sdk_history::digest_of(version.as_deref()));
+    }
     let episode = Episode {
         stale: sorted.stale,
         // The worker keeps raised events no wait took itself: all are heard.

@@ -32,6 +32,21 @@ impl Store {
             .collect()
     }
 
+    /// The last `n` entries of the instance's journal, newest first (its
+    /// end, read on the key without the rest).
+    pub async fn journal_tail(&self, id: &str, n: usize) -> Result<Vec<Entry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT entry FROM journal WHERE instance_id = $1 ORDER BY seq DESC LIMIT $2",
+        )
+        .bind(id)
+        .bind(i64::try_from(n).unwrap_or(i64::MAX))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| from_json(&r.try_get::<String, _>("entry")?, "journal entry"))
+            .collect()
+    }
+
     /// Everything an episode needs of a cold instance, read at one moment:
     /// its state, its journal and its whole inbox (timers not yet due too).
     pub async fn image(&self, id: &str) -> Result<Option<Image>, StoreError> {

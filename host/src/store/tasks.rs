@@ -86,7 +86,9 @@ impl Store {
     /// dispatched by whoever wrote it (or told by a notification). Written a
     /// moment after the caller read its clock, they would look a
     /// millisecond ahead and keep its scheduler passing every millisecond
-    /// while any instance runs.
+    /// while any instance runs. (An entity operation signalled for later
+    /// is not counted either: the scheduler's pass, a second apart at
+    /// most, finds it once it is due.)
     pub async fn next_due_after(&self, now: i64) -> Result<Option<i64>, StoreError> {
         let timer = match self.kind() {
             Kind::Postgres => "(event::jsonb ->> 'event') = 'timer_fired'",

@@ -11,7 +11,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -22,30 +21,14 @@ use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 
+use super::send_gate::Gate;
+
 /// How long each phase may take, after the guest's options were capped.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timeouts {
     pub connect: Duration,
     pub first_byte: Duration,
     pub between_bytes: Duration,
-}
-
-/// The moment a gated request must have left by (ms since the Unix epoch),
-/// and the flag that records a request held back.
-pub(crate) struct SendBy {
-    pub moment: i64,
-    pub held_back: Arc<AtomicBool>,
-}
-
-impl SendBy {
-    /// Refuses (and records it) once the moment has passed.
-    pub(crate) fn check(&self) -> Result<(), HttpError> {
-        if chrono::Utc::now().timestamp_millis() <= self.moment {
-            return Ok(());
-        }
-        self.held_back.store(true, Ordering::Relaxed);
-        Err(HttpError::HttpRequestDenied)
-    }
 }
 
 /// What the `wasi:http` hook hands back: the response, and the connection's
@@ -56,17 +39,15 @@ pub(crate) type Sent = (
 );
 
 /// Connects to the first of `addresses` that answers, speaks TLS for
-/// `https` with `server_name`, and sends `request`; with `send_by`, only
-/// if its moment has not passed once connected, and each piece of its body
-/// only before it (a connection cut mid-body leaves a request no server
-/// acts on). What remains is the moment between the last check and the
-/// write, inside one poll of the connection.
+/// `https` with `server_name`, and sends `request`; behind `gate`, only if
+/// the gate still lets it once connected, its body piece by piece (see
+/// [`super::send_gate`]).
 pub(crate) async fn send(
     mut request: http::Request<WasiBody>,
     addresses: &[SocketAddr],
     server_name: &str,
     timeouts: Timeouts,
-    send_by: Option<SendBy>,
+    gate: Option<Gate>,
 ) -> Result<Sent, HttpError> {
     let tls = request.uri().scheme() == Some(&http::uri::Scheme::HTTPS);
     let stream = connect_any(addresses, timeouts.connect).await?;
@@ -103,9 +84,9 @@ pub(crate) async fn send(
         .map_or("/", |p| p.as_str())
         .to_string();
     *request.uri_mut() = path.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    if let Some(send_by) = send_by {
-        send_by.check()?;
-        request = request.map(|body| GatedBody { body, send_by }.boxed_unsync());
+    if let Some(mut gate) = gate {
+        gate.pass().await?;
+        request = request.map(|body| gate.body(body).boxed_unsync());
     }
     let response = tokio::time::timeout(timeouts.first_byte, sender.send_request(request))
         .await
@@ -163,36 +144,6 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, HttpError> {
         .map_err(|e| HttpError::InternalError(Some(format!("TLS configuration: {e}"))))
 }
 
-/// A request body whose every piece is produced only before its send-by
-/// moment.
-struct GatedBody {
-    body: WasiBody,
-    send_by: SendBy,
-}
-
-impl http_body::Body for GatedBody {
-    type Data = Bytes;
-    type Error = HttpError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
-        match Pin::new(&mut self.body).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(self.send_by.check().map(|()| frame))),
-            other => other,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
 /// A response body that fails when no byte comes for `between_bytes`.
 struct Watched {
     incoming: hyper::body::Incoming,
@@ -229,53 +180,5 @@ impl http_body::Body for Watched {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.incoming.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::{BodyExt, Full};
-
-    fn send_by(moment: i64) -> SendBy {
-        SendBy {
-            moment,
-            held_back: Arc::default(),
-        }
-    }
-
-    fn body(bytes: &'static [u8]) -> WasiBody {
-        Full::new(Bytes::from_static(bytes))
-            .map_err(|never| match never {})
-            .boxed_unsync()
-    }
-
-    #[test]
-    fn a_check_past_its_moment_refuses_and_records_it() {
-        let now = chrono::Utc::now().timestamp_millis();
-        let in_time = send_by(now + 60_000);
-        assert!(in_time.check().is_ok());
-        assert!(!in_time.held_back.load(Ordering::Relaxed));
-        let late = send_by(now - 1);
-        assert!(matches!(late.check(), Err(HttpError::HttpRequestDenied)));
-        assert!(late.held_back.load(Ordering::Relaxed));
-    }
-
-    #[tokio::test]
-    async fn a_gated_body_yields_its_pieces_only_before_the_moment() {
-        let now = chrono::Utc::now().timestamp_millis();
-        let in_time = GatedBody {
-            body: body(b"whole"),
-            send_by: send_by(now + 60_000),
-        };
-        let collected = in_time.collect().await.map(|c| c.to_bytes());
-        assert_eq!(collected.ok().as_deref(), Some(&b"whole"[..]));
-        let late = GatedBody {
-            body: body(b"late"),
-            send_by: send_by(now - 1),
-        };
-        let flag = late.send_by.held_back.clone();
-        assert!(late.collect().await.is_err());
-        assert!(flag.load(Ordering::Relaxed));
     }
 }

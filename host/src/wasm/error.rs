@@ -67,8 +67,11 @@ pub enum GuestError {
     /// The call's work stopped being this host's while it ran (its lease
     /// ran out): a request it made was held back, and what it returned is
     /// not the host's to keep.
-    #[error("component '{component}' was stopped short: the work it did is no longer this host's (its lease ran out), and its outbound request was held back")]
-    HeldBack { component: String },
+    #[error("component '{component}' was stopped short: its outbound request was held back ({why:?}: the work it did is no longer this host's, or this host's lease had run out)")]
+    HeldBack {
+        component: String,
+        why: super::send_gate::HeldBack,
+    },
 }
 
 impl GuestError {

@@ -19,6 +19,7 @@ mod host;
 mod inputs_bindings;
 mod manifest;
 mod orchestration_scope;
+mod send_gate;
 mod settings_bindings;
 
 pub use cache::ArtifactCache;
@@ -26,8 +27,8 @@ pub(crate) use command_cache::CommandCache;
 pub use destinations::NetworkPolicy;
 pub use error::{GuestError, LoadError};
 pub use grants::{Ceilings, Grants};
-pub use host::SendGate;
 pub use manifest::{AgentOptions, AgentSpec, Approval, Manifest, OrchestrationSpec};
+pub use send_gate::{HeldBack, SendGate};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -349,21 +350,24 @@ impl Runtime {
         let call = instance
             .agenthost_host_component()
             .call_invoke_activity(&mut store, name, arguments);
-        let result = tokio::time::timeout(limit, call)
-            .await
+        let timed = tokio::time::timeout(limit, call).await;
+        // Held back first: a call whose request was held back and that then
+        // ran out of time or trapped did not fail on its own account.
+        if let Some(why) = held_back.and_then(|flag| flag.get()) {
+            return Err(GuestError::HeldBack {
+                component: component.name.clone(),
+                why,
+            });
+        }
+        let result = timed
             .map_err(|_| GuestError::WallClock {
                 component: component.name.clone(),
                 limit,
             })?
             .map_err(|e| {
                 GuestError::from_call(&component.name, &e, store.data().hit_memory_limit())
-            });
-        if held_back.is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed)) {
-            return Err(GuestError::HeldBack {
-                component: component.name.clone(),
-            });
-        }
-        Ok(result?.map_err(|e| match e {
+            })?;
+        Ok(result.map_err(|e| match e {
             bindings::ActivityError::NotFound(m) => ActivityFailure::NotFound(m),
             bindings::ActivityError::InvalidArguments(m) => ActivityFailure::InvalidArguments(m),
             bindings::ActivityError::Failed(m) => ActivityFailure::Failed(m),

@@ -203,6 +203,7 @@ pub(super) fn action_of(action: OrchestratorAction) -> Action {
                     // The SDKs name each child (`{parent}:{task:04x}` unless
                     // the code chose another): that is its id.
                     instance_id: Some(child.instance_id).filter(|id| !id.is_empty()),
+                    version: child.version.filter(|v| !v.is_empty()),
                 },
                 Err(why) => refused(why),
             }
@@ -297,6 +298,7 @@ pub(super) fn entity_actions_of(actions: Vec<OperationAction>) -> Vec<EntityActi
                         },
                         name: start.name,
                         input,
+                        version: start.version.filter(|v| !v.is_empty()),
                     },
                     Err(why) => EntityAction::Invalid(why),
                 }

@@ -4,6 +4,8 @@
 //! Workers run the episodes of SDK orchestrations, activities and batches
 //! of entity operations.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -14,8 +16,8 @@ use super::convert::failure_of;
 use super::history::{action_of, event_of};
 use super::proto::{
     operation_result, work_item, ActivityRequest, ActivityResponse, EntityBatchRequest,
-    EntityBatchResult, GetWorkItemsRequest, HealthPing, OperationRequest, OrchestrationInstance,
-    OrchestratorRequest, OrchestratorResponse, TaskFailureDetails, WorkItem,
+    EntityBatchResult, GetWorkItemsRequest, HealthPing, OperationRequest, OrchestrationFilter,
+    OrchestrationInstance, OrchestratorRequest, OrchestratorResponse, TaskFailureDetails, WorkItem,
 };
 use crate::core::failure::TaskError;
 use crate::core::sdk_actions;
@@ -52,15 +54,31 @@ pub(super) fn runs_of(request: &GetWorkItemsRequest) -> Runs {
     Runs {
         capacity,
         activities: Some(filters.activities.iter().map(|a| a.name.clone()).collect()),
-        orchestrations: Some(
-            filters
-                .orchestrations
-                .iter()
-                .map(|o| (o.name.clone(), o.versions.clone()))
-                .collect(),
-        ),
+        orchestrations: Some(versions_by_name(&filters.orchestrations)),
         entities: Some(filters.entities.iter().map(|e| e.name.clone()).collect()),
     }
+}
+
+/// The versions each filtered orchestration name runs: filters that name it
+/// twice run what either lists, and one that lists none runs any.
+fn versions_by_name(filters: &[OrchestrationFilter]) -> HashMap<String, Vec<String>> {
+    let mut by_name: HashMap<String, Vec<String>> = HashMap::new();
+    for filter in filters {
+        match by_name.entry(filter.name.clone()) {
+            Entry::Vacant(entry) => {
+                entry.insert(filter.versions.clone());
+            }
+            Entry::Occupied(mut entry) => {
+                let versions = entry.get_mut();
+                if versions.is_empty() || filter.versions.is_empty() {
+                    versions.clear();
+                } else {
+                    versions.extend(filter.versions.iter().cloned());
+                }
+            }
+        }
+    }
+    by_name
 }
 
 /// The worker's stream: its activities as they are dispatched, a ping when
@@ -234,4 +252,28 @@ pub(super) fn complete_entities(workers: &SdkWorkers, result: EntityBatchResult)
 /// The worker gives an item back: it runs again.
 pub(super) fn abandon(workers: &SdkWorkers, token: &str) {
     workers.abandon(token);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter(name: &str, versions: &[&str]) -> OrchestrationFilter {
+        OrchestrationFilter {
+            name: name.into(),
+            versions: versions.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn filters_naming_an_orchestration_twice_run_what_either_lists() {
+        let merged = versions_by_name(&[
+            filter("a", &["1"]),
+            filter("a", &["2"]),
+            filter("b", &["1"]),
+            filter("b", &[]),
+        ]);
+        assert_eq!(merged["a"], ["1", "2"]);
+        assert!(merged["b"].is_empty(), "a filter with no versions runs any");
+    }
 }

@@ -32,10 +32,10 @@ use super::bindings::agenthost::host::types;
 use super::engine_tick::TICK;
 use super::grants::Grants;
 use super::orchestration_scope::{OrchestrationScope, StepClock};
+use super::send_gate::{HeldFlag, SendGate};
 use super::{error, LoadError};
 use crate::core::replay::Replay;
 use outbound_http::OutboundHttp;
-pub use outbound_http::SendGate;
 
 /// The state of one store: one field per capability, and the resource
 /// table WASI and `wasi:http` share.
@@ -55,10 +55,7 @@ impl GuestState {
 
     /// Gates the store's outbound requests (see [`outbound_http`]); the
     /// flag says whether one was held back.
-    pub(super) fn gate_outbound(
-        &mut self,
-        gate: outbound_http::SendGate,
-    ) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    pub(super) fn gate_outbound(&mut self, gate: SendGate) -> HeldFlag {
         self.http.hooks.gate(gate)
     }
 

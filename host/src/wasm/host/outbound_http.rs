@@ -5,18 +5,11 @@
 //! `destination-IP-prohibited` ([`crate::wasm::destinations`]).
 //!
 //! A call made for work a shared hub hands out (a durable activity, an agent
-//! run's tool) carries a [`SendGate`]: on a host paused past its lease, the
-//! work may have been taken over and done, the steps after it too, by
-//! another host; a request sent on waking would repeat an effect no refused
-//! write can take back. So each request leaves only while the gate says the
-//! work is still this host's, and no later than the moment it names.
+//! run's tool) carries a [`SendGate`] ([`crate::wasm::send_gate`]).
 
 use std::future::Future;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
-
-use futures::future::BoxFuture;
 
 use wasmtime::component::Linker;
 use wasmtime_wasi_http::{
@@ -25,9 +18,10 @@ use wasmtime_wasi_http::{
 };
 
 use super::GuestState;
-use crate::wasm::connect::{self, SendBy, Timeouts};
+use crate::wasm::connect::{self, Timeouts};
 use crate::wasm::destinations::Refusal;
 use crate::wasm::grants::Grants;
+use crate::wasm::send_gate::{Gate, HeldFlag, SendGate};
 
 /// The guest's `wasi:http` context and the hooks that decide, per request,
 /// whether it may leave the machine.
@@ -50,20 +44,15 @@ pub(super) fn link(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
 }
 
-/// Asked before each outbound request of a call: until when (ms since the
-/// Unix epoch) the request may leave, or `None` when the work the call does
-/// is no longer this host's.
-pub type SendGate = Arc<dyn Fn() -> BoxFuture<'static, Option<i64>> + Send + Sync>;
-
 /// The `wasi:http` hooks of one guest instance.
 pub struct OutboundHttp {
     component: Arc<str>,
     /// `None`: every request is refused (orchestrations, which must replay).
     grants: Option<Arc<Grants>>,
     gate: Option<SendGate>,
-    /// Set when the gate held a request back: the call's result is then
-    /// not the host's to keep.
-    held_back: Arc<AtomicBool>,
+    /// Why the gate held a request back, if it did: the call's result is
+    /// then not the host's to keep.
+    held_back: HeldFlag,
 }
 
 /// Longest a guest may wait to connect, or for a response byte. Waiting costs
@@ -97,7 +86,7 @@ impl OutboundHttp {
             component: component.into(),
             grants: Some(grants),
             gate: None,
-            held_back: Arc::default(),
+            held_back: HeldFlag::default(),
         }
     }
 
@@ -106,39 +95,36 @@ impl OutboundHttp {
             component: component.into(),
             grants: None,
             gate: None,
-            held_back: Arc::default(),
+            held_back: HeldFlag::default(),
         }
     }
 
     /// Makes every later request ask `gate` first; the flag returned says
-    /// whether one was held back.
-    pub(super) fn gate(&mut self, gate: SendGate) -> Arc<AtomicBool> {
+    /// whether one was held back, and why.
+    pub(super) fn gate(&mut self, gate: SendGate) -> HeldFlag {
         self.gate = Some(gate);
         self.held_back.clone()
     }
 }
 
-/// Whether a request may leave now: `Ok(None)` without a gate, the moment
-/// it must have left by with one; `Err` (and `held_back` set) when the
-/// work is no longer this host's or the moment has passed.
-async fn ask(
+/// The request's gate, once it let the request begin; `Ok(None)` without
+/// one.
+async fn open(
     gate: Option<SendGate>,
-    held_back: &Arc<AtomicBool>,
+    held_back: &HeldFlag,
     component: &str,
     uri: &http::Uri,
-) -> Result<Option<SendBy>, HttpError> {
+) -> Result<Option<Gate>, HttpError> {
     let Some(gate) = gate else {
         return Ok(None);
     };
-    let send_by = SendBy {
-        moment: gate().await.unwrap_or(i64::MIN),
-        held_back: held_back.clone(),
-    };
-    if let Err(e) = send_by.check() {
-        tracing::warn!(%component, %uri, "outbound HTTP held back: the work this call does is no longer this host's (its lease ran out), or it cannot leave before another host may take the work over");
-        return Err(e);
+    match Gate::open(gate, held_back.clone()).await {
+        Ok(gate) => Ok(Some(gate)),
+        Err(e) => {
+            tracing::warn!(%component, %uri, why = ?held_back.get(), "outbound HTTP held back: the work this call does is no longer this host's, or its lease ran out before the request could leave");
+            Err(e)
+        }
     }
-    Ok(Some(send_by))
 }
 
 /// The request's host and port (the scheme's when it names none).
@@ -177,7 +163,7 @@ impl WasiHttpHooks for OutboundHttp {
             between_bytes: options.between_bytes_timeout.unwrap_or(MAX_WAIT),
         };
         Box::new(async move {
-            let send_by = ask(gate, &held_back, &component, request.uri()).await?;
+            let gate = open(gate, &held_back, &component, request.uri()).await?;
             let addresses = network
                 .addresses(&host, port, allowed.names_inside, timeouts.connect)
                 .await
@@ -192,7 +178,7 @@ impl WasiHttpHooks for OutboundHttp {
                     }
                 })?;
             tracing::debug!(%component, uri = %request.uri(), ?addresses, "outbound HTTP");
-            connect::send(request, &addresses, &host, timeouts, send_by).await
+            connect::send(request, &addresses, &host, timeouts, gate).await
         })
     }
 }
