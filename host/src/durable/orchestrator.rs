@@ -355,10 +355,17 @@ impl Orchestrator {
         self.tracker.spawn(async move {
             let store = &this.store;
             let still_due = fresh
-                || store
+                || match store
                     .within("a task's state", store.task_still_due(&row))
                     .await
-                    .unwrap_or(false);
+                {
+                    Ok(due) => due,
+                    // Looked at again on the scheduler's next pass.
+                    Err(e) => {
+                        tracing::warn!(instance_id = %row.instance_id, task = row.task, error = %e, "whether a task is still due could not be read; it is looked at again later");
+                        false
+                    }
+                };
             if still_due {
                 this.run_task(&row, running).await;
             }

@@ -95,13 +95,7 @@ async fn a_worker_is_sent_no_more_than_it_runs_at_once() {
     let _busy = asking(&workers, "three");
     let held = connection.items.recv().await.and_then(activity);
     assert!(held.is_some(), "sent");
-    let episode = EpisodeItem {
-        token: String::new(),
-        instance_id: "i".into(),
-        execution: 1,
-        past: vec![],
-        new: vec![],
-    };
+    let episode = episode_item();
     let episodes = workers.clone();
     let _episode = tokio::spawn(async move {
         let wait = Duration::from_secs(5);
@@ -250,13 +244,7 @@ async fn episodes_and_entity_batches_go_only_to_workers_that_run_them() {
     let episode = |name: &'static str| {
         let workers = workers.clone();
         tokio::spawn(async move {
-            let item = EpisodeItem {
-                token: String::new(),
-                instance_id: "i".into(),
-                execution: 1,
-                past: Vec::new(),
-                new: Vec::new(),
-            };
+            let item = episode_item();
             workers
                 .run_episode(name, None, item, Duration::ZERO, Duration::from_secs(60))
                 .await
@@ -328,13 +316,7 @@ async fn a_filter_that_lists_versions_runs_those_versions_alone() {
     let episode = |version: Option<&'static str>| {
         let workers = workers.clone();
         tokio::spawn(async move {
-            let item = EpisodeItem {
-                token: String::new(),
-                instance_id: "i".into(),
-                execution: 1,
-                past: Vec::new(),
-                new: Vec::new(),
-            };
+            let item = episode_item();
             workers
                 .run_episode("o", version, item, Duration::ZERO, Duration::from_secs(60))
                 .await
@@ -353,4 +335,15 @@ async fn a_filter_that_lists_versions_runs_those_versions_alone() {
         asked.await.expect("joined"),
         Some(EpisodeAnswer::Done(_))
     ));
+}
+
+/// An episode with no history, of instance `i`.
+fn episode_item() -> EpisodeItem {
+    EpisodeItem {
+        token: String::new(),
+        instance_id: "i".into(),
+        execution: 1,
+        past: Vec::new(),
+        new: Vec::new(),
+    }
 }
