@@ -256,6 +256,25 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     assert!(step("query")["ids"]
         .as_array()
         .is_some_and(|ids| ids.contains(&json!("sdk-seq")) && ids.contains(&json!("sdk-stuck"))));
+    // The ids of ended orchestrations, in pages of two with the key to the
+    // next: each once, no entity, no running one.
+    let listed = step("instance ids");
+    let completed = listed["completed"].as_array().cloned().unwrap_or_default();
+    assert!(
+        completed.contains(&json!("sdk-seq")) && !completed.contains(&json!("sdk-failing")),
+        "{listed}"
+    );
+    assert!(listed["pages"].as_u64().unwrap_or_default() > 1, "{listed}");
+    assert_eq!(listed["unique"], true, "{listed}");
+    assert_eq!(listed["entities"], json!([]), "{listed}");
+    assert!(
+        listed["failed"]
+            .as_array()
+            .is_some_and(|f| f.contains(&json!("sdk-failing"))),
+        "{listed}"
+    );
+    assert_eq!(listed["running"], json!([]), "{listed}");
+    assert_eq!(listed["terminated"], true, "{listed}");
     // Entities are instances of the hub, but the protocol lists
     // orchestrations alone (entities have their own query).
     assert_eq!(step("query")["entities"], json!([]), "{steps:?}");

@@ -460,6 +460,22 @@ states = c.get_all_orchestration_states()
 say("query", ids=sorted(s.instance_id for s in states if s.instance_id.startswith("sdk-")),
     names=sorted({s.name for s in states if s.instance_id.startswith("sdk-")}),
     entities=sorted(s.instance_id for s in states if s.instance_id.startswith("@")))
+# The ids of ended orchestrations, two a page, following the key.
+ids, token, pages = [], None, 0
+while pages < 100:
+    page = c.list_instance_ids(runtime_status=[dt.OrchestrationStatus.COMPLETED],
+                               page_size=2, continuation_token=token)
+    ids += page.items
+    pages += 1
+    token = page.continuation_token
+    if token is None:
+        break
+failed_ids = c.list_instance_ids(runtime_status=[dt.OrchestrationStatus.FAILED]).items
+running_ids = c.list_instance_ids(runtime_status=[dt.OrchestrationStatus.RUNNING]).items
+say("instance ids", completed=sorted(i for i in ids if i.startswith("sdk-")), pages=pages,
+    unique=len(ids) == len(set(ids)), entities=[i for i in ids if i.startswith("@")],
+    failed=sorted(i for i in failed_ids if i.startswith("sdk-")), running=running_ids,
+    terminated="sdk-stuck" in c.list_instance_ids().items)
 purged = c.purge_orchestration(stuck)
 say("purged", deleted=purged.deleted_instance_count, after=c.get_orchestration_state(stuck) is None)
 say("purge unknown", deleted=c.purge_orchestration("sdk-never").deleted_instance_count)

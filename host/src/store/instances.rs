@@ -47,6 +47,8 @@ pub struct InstanceFilter {
     pub name: Option<String>,
     /// Last changed at or before (ms): what retention purges.
     pub updated_to: Option<i64>,
+    /// Last changed at or after (ms): a finished instance's end.
+    pub updated_from: Option<i64>,
     /// List the newest first (pages then go back in time); a purge ignores it.
     pub newest_first: bool,
     /// Leave durable entities out: they are instances of the hub too, but
@@ -433,6 +435,12 @@ fn filter_clause(filter: &InstanceFilter) -> (String, Vec<Bind>) {
     }
     if let Some(to) = filter.created_to {
         clauses.push(format!("created_at <= {}", mark(&mut binds, Bind::Int(to))));
+    }
+    if let Some(from) = filter.updated_from {
+        clauses.push(format!(
+            "updated_at >= {}",
+            mark(&mut binds, Bind::Int(from))
+        ));
     }
     if let Some(to) = filter.updated_to {
         clauses.push(format!("updated_at <= {}", mark(&mut binds, Bind::Int(to))));

@@ -34,7 +34,6 @@ use tonic::codegen::BoxStream;
 /// Why a call of the contract is not served: each says what is instead.
 const GRACEFUL_TERMINATIONS: &str =
     "graceful terminations are not served: TerminateInstance ends an instance at once";
-const LIST_IDS: &str = "ListInstanceIds is not served: QueryInstances (get_all_orchestration_states) lists instances with filters and pages";
 const REWIND: &str = "rewind is not served: restart the failed instance (RestartInstance) instead";
 const TASK_HUBS: &str = "task hubs are created by the host (--taskhub), not over this protocol";
 const HISTORY: &str = "the history of this host's instances is its journal: GET /runtime/webhooks/durabletask/instances/{id}?showHistory=true";
@@ -322,9 +321,9 @@ impl TaskHubSidecarService for Sidecar {
 
     async fn list_instance_ids(
         &self,
-        _: Request<ListInstanceIdsRequest>,
+        request: Request<ListInstanceIdsRequest>,
     ) -> Result<Response<ListInstanceIdsResponse>, Status> {
-        Err(Status::unimplemented(LIST_IDS))
+        listing::instance_ids(&self.orchestrator, request.into_inner()).await
     }
 
     async fn rewind_instance(

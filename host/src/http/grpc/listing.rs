@@ -8,7 +8,8 @@ use tonic::{Response, Status};
 use super::convert::{millis, page_after, refusal, state_of, statuses};
 use super::proto::purge_instances_request::Request as PurgeTarget;
 use super::proto::{
-    PurgeInstancesRequest, PurgeInstancesResponse, QueryInstancesRequest, QueryInstancesResponse,
+    ListInstanceIdsRequest, ListInstanceIdsResponse, PurgeInstancesRequest, PurgeInstancesResponse,
+    QueryInstancesRequest, QueryInstancesResponse,
 };
 use crate::core::instance::RuntimeStatus;
 use crate::durable::{DurableError, InstanceFilter, Operation, Orchestrator};
@@ -148,6 +149,58 @@ async fn purge_one(
 }
 
 /// The created-time bounds of a query or purge, as the engine's filter.
+/// A page of the ids of ended orchestrations (completed, failed,
+/// terminated: those asked for among them), by when they ended, oldest
+/// started first, with the key to ask for the next page after when more
+/// match.
+pub(super) async fn instance_ids(
+    orchestrator: &Arc<Orchestrator>,
+    request: ListInstanceIdsRequest,
+) -> Result<Response<ListInstanceIdsResponse>, Status> {
+    let Some(asked) = statuses(&request.runtime_status)? else {
+        return Ok(Response::new(ListInstanceIdsResponse::default()));
+    };
+    let ended = [
+        RuntimeStatus::Completed,
+        RuntimeStatus::Failed,
+        RuntimeStatus::Terminated,
+    ];
+    let statuses: Vec<RuntimeStatus> = if asked.is_empty() {
+        ended.to_vec()
+    } else {
+        asked.into_iter().filter(|s| ended.contains(s)).collect()
+    };
+    if statuses.is_empty() {
+        return Ok(Response::new(ListInstanceIdsResponse::default()));
+    }
+    let filter = InstanceFilter {
+        statuses,
+        updated_from: request.completed_time_from.as_ref().map(millis),
+        updated_to: request.completed_time_to.as_ref().map(millis),
+        orchestrations_only: true,
+        ..InstanceFilter::default()
+    };
+    let top = usize::try_from(request.page_size)
+        .ok()
+        .filter(|n| *n > 0)
+        .map_or(PAGE, |n| n.min(PAGE));
+    let after = page_after(request.last_instance_key.as_deref())?;
+    let mut page = orchestrator
+        .list(&filter, top + 1, after)
+        .await
+        .map_err(refusal)?;
+    let more = page.len() > top;
+    page.truncate(top);
+    let last_instance_key = more
+        .then(|| page.last())
+        .flatten()
+        .map(|last| format!("{}:{}", last.created_at, last.id));
+    Ok(Response::new(ListInstanceIdsResponse {
+        instance_ids: page.into_iter().map(|i| i.id).collect(),
+        last_instance_key,
+    }))
+}
+
 fn created_filter(
     from: Option<&prost_types::Timestamp>,
     to: Option<&prost_types::Timestamp>,
