@@ -8,6 +8,10 @@ use super::error::StoreError;
 use super::open::{Kind, Store};
 use crate::core::fence;
 
+/// One attempt of a task, by its key (bound in this order: instance,
+/// execution, task, attempt).
+const ATTEMPT: &str = "instance_id = $1 AND execution = $2 AND task = $3 AND attempt = $4";
+
 impl Store {
     /// Tasks due now that this host should run (on a shared hub: its own
     /// and those no live host owns, which it claims), `limit` of them
@@ -40,15 +44,14 @@ impl Store {
     /// Whether this attempt of the task is still waiting to run: a task read
     /// by an earlier scheduler pass may have finished since.
     pub async fn task_still_due(&self, row: &TaskRow) -> Result<bool, StoreError> {
-        let found: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM tasks WHERE instance_id = $1 AND execution = $2 AND task = $3 AND attempt = $4",
-        )
-        .bind(&row.instance_id)
-        .bind(row.execution)
-        .bind(i64::from(row.task))
-        .bind(i64::from(row.attempt))
-        .fetch_optional(self.pool())
-        .await?;
+        let found: Option<i64> =
+            sqlx::query_scalar(&format!("SELECT 1 FROM tasks WHERE {ATTEMPT}"))
+                .bind(&row.instance_id)
+                .bind(row.execution)
+                .bind(i64::from(row.task))
+                .bind(i64::from(row.attempt))
+                .fetch_optional(self.pool())
+                .await?;
         Ok(found.is_some())
     }
 
@@ -65,15 +68,14 @@ impl Store {
             return Ok(Some(i64::MAX));
         };
         let (renewed_at, lease_ms) = hub.lease();
-        let owner: Option<Option<String>> = sqlx::query_scalar(
-            "SELECT owner FROM tasks WHERE instance_id = $1 AND execution = $2 AND task = $3 AND attempt = $4",
-        )
-        .bind(&row.instance_id)
-        .bind(row.execution)
-        .bind(i64::from(row.task))
-        .bind(i64::from(row.attempt))
-        .fetch_optional(self.pool())
-        .await?;
+        let owner: Option<Option<String>> =
+            sqlx::query_scalar(&format!("SELECT owner FROM tasks WHERE {ATTEMPT}"))
+                .bind(&row.instance_id)
+                .bind(row.execution)
+                .bind(i64::from(row.task))
+                .bind(i64::from(row.attempt))
+                .fetch_optional(self.pool())
+                .await?;
         let mine = owner
             .flatten()
             .is_some_and(|owner| Some(owner.as_str()) == hub.owner());

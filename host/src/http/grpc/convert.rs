@@ -9,7 +9,7 @@ use super::proto::{OrchestrationState, OrchestrationStatus, TaskFailureDetails};
 use crate::core::failure::FailureDetails;
 use crate::core::instance::RuntimeStatus;
 use crate::core::sdk_history;
-use crate::durable::{DurableError, InstanceRecord};
+use crate::durable::{DurableError, InstanceFilter, InstanceRecord, Orchestrator};
 
 pub(super) fn status_of(status: RuntimeStatus) -> OrchestrationStatus {
     match status {
@@ -203,6 +203,35 @@ pub(super) fn page_after(token: Option<&str>) -> Result<Option<(i64, String)>, S
                 Status::invalid_argument("the continuation token is not one this host issued")
             }),
     }
+}
+
+/// A page of the instances `filter` matches after the one `token` names:
+/// `asked` of them (none or fewer than one: `most`, never more), and
+/// whether more match.
+pub(super) async fn page_of(
+    orchestrator: &Orchestrator,
+    filter: &InstanceFilter,
+    asked: i64,
+    most: usize,
+    token: Option<&str>,
+) -> Result<(Vec<InstanceRecord>, bool), Status> {
+    let top = usize::try_from(asked)
+        .ok()
+        .filter(|n| *n > 0)
+        .map_or(most, |n| n.min(most));
+    let after = page_after(token)?;
+    let mut page = orchestrator
+        .list(filter, top + 1, after)
+        .await
+        .map_err(refusal)?;
+    let more = page.len() > top;
+    page.truncate(top);
+    Ok((page, more))
+}
+
+/// The token of the page after `last` ([`page_after`] reads it).
+pub(super) fn token_after(last: &InstanceRecord) -> String {
+    format!("{}:{}", last.created_at, last.id)
 }
 
 /// A payload as the engine takes it: JSON text, `null` when absent.

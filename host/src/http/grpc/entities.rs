@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tonic::{Response, Status};
 
-use super::convert::{millis, page_after, refusal, timestamp};
+use super::convert::{millis, page_of, refusal, timestamp, token_after};
 use super::proto::{
     CleanEntityStorageRequest, CleanEntityStorageResponse, EntityMetadata, GetEntityRequest,
     GetEntityResponse, QueryEntitiesRequest, QueryEntitiesResponse, SignalEntityRequest,
@@ -106,24 +106,17 @@ pub(super) async fn query(
         id_prefix: Some(prefix),
         ..InstanceFilter::default()
     };
-    let top = query
-        .page_size
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|n| *n > 0)
-        .map_or(PAGE, |n| n.min(PAGE));
-    let after = page_after(query.continuation_token.as_deref())?;
     let from = query.last_modified_from.as_ref().map(millis);
     let to = query.last_modified_to.as_ref().map(millis);
-    let mut page = orchestrator
-        .list(&filter, top + 1, after)
-        .await
-        .map_err(refusal)?;
-    let more = page.len() > top;
-    page.truncate(top);
-    let continuation_token = more
-        .then(|| page.last())
-        .flatten()
-        .map(|last| format!("{}:{}", last.created_at, last.id));
+    let (page, more) = page_of(
+        orchestrator,
+        &filter,
+        query.page_size.map_or(0, i64::from),
+        PAGE,
+        query.continuation_token.as_deref(),
+    )
+    .await?;
+    let continuation_token = more.then(|| page.last()).flatten().map(token_after);
     let entities = page
         .iter()
         .filter(|r| from.is_none_or(|f| r.updated_at >= f) && to.is_none_or(|t| r.updated_at <= t))

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Response, Status};
 
-use super::convert::{millis, page_after, refusal, state_of, statuses};
+use super::convert::{millis, page_of, refusal, state_of, statuses, token_after};
 use super::proto::purge_instances_request::Request as PurgeTarget;
 use super::proto::{
     ListInstanceIdsRequest, ListInstanceIdsResponse, PurgeInstancesRequest, PurgeInstancesResponse,
@@ -42,17 +42,14 @@ pub(super) async fn query(
     );
     filter.id_prefix = query.instance_id_prefix.filter(|p| !p.is_empty());
     filter.orchestrations_only = true;
-    let top = usize::try_from(query.max_instance_count)
-        .ok()
-        .filter(|n| *n > 0)
-        .map_or(PAGE, |n| n.min(PAGE));
-    let after = page_after(query.continuation_token.as_deref())?;
-    let mut page = orchestrator
-        .list(&filter, top + 1, after)
-        .await
-        .map_err(refusal)?;
-    let mut more = page.len() > top;
-    page.truncate(top);
+    let (page, mut more) = page_of(
+        orchestrator,
+        &filter,
+        i64::from(query.max_instance_count),
+        PAGE,
+        query.continuation_token.as_deref(),
+    )
+    .await?;
     let mut states = Vec::with_capacity(page.len());
     let mut bytes = 0;
     for instance in &page {
@@ -71,7 +68,7 @@ pub(super) async fn query(
     let continuation_token = more
         .then(|| page.get(states.len().checked_sub(1)?))
         .flatten()
-        .map(|last| format!("{}:{}", last.created_at, last.id));
+        .map(token_after);
     Ok(Response::new(QueryInstancesResponse {
         orchestration_state: states,
         continuation_token,
@@ -180,21 +177,15 @@ pub(super) async fn instance_ids(
         orchestrations_only: true,
         ..InstanceFilter::default()
     };
-    let top = usize::try_from(request.page_size)
-        .ok()
-        .filter(|n| *n > 0)
-        .map_or(PAGE, |n| n.min(PAGE));
-    let after = page_after(request.last_instance_key.as_deref())?;
-    let mut page = orchestrator
-        .list(&filter, top + 1, after)
-        .await
-        .map_err(refusal)?;
-    let more = page.len() > top;
-    page.truncate(top);
-    let last_instance_key = more
-        .then(|| page.last())
-        .flatten()
-        .map(|last| format!("{}:{}", last.created_at, last.id));
+    let (page, more) = page_of(
+        orchestrator,
+        &filter,
+        i64::from(request.page_size),
+        PAGE,
+        request.last_instance_key.as_deref(),
+    )
+    .await?;
+    let last_instance_key = more.then(|| page.last()).flatten().map(token_after);
     Ok(Response::new(ListInstanceIdsResponse {
         instance_ids: page.into_iter().map(|i| i.id).collect(),
         last_instance_key,
