@@ -70,6 +70,16 @@ pub enum Call {
     CallEntity(EntityCall),
     /// An operation on a durable entity, not awaited.
     SignalEntity(EntityCall),
+    /// A critical section begun: locks on every entity of the set, taken
+    /// in its order (see [`super::entity_locks`]); the task completes once
+    /// the last is held.
+    LockEntities {
+        section: String,
+        /// `@name@key` ids, sorted, without duplicates (the SDKs send them so).
+        entities: Vec<String>,
+    },
+    /// One entity of a critical section released.
+    UnlockEntity { section: String, entity: String },
     /// The start of an episode of an orchestration a Durable Task SDK
     /// worker runs (see [`super::sdk_history`]): the ids the worker gave
     /// the scheduling calls journaled after it, in order.
@@ -109,6 +119,7 @@ impl Call {
                 | Call::StartTimer { .. }
                 | Call::WaitForEvent { .. }
                 | Call::CallEntity { .. }
+                | Call::LockEntities { .. }
         )
     }
 
@@ -129,6 +140,8 @@ impl Call {
             Call::SdkEpisode { .. } => "sdk-episode()".into(),
             Call::CallEntity(m) => format!("call-entity({}, {})", m.entity, m.operation),
             Call::SignalEntity(m) => format!("signal-entity({}, {})", m.entity, m.operation),
+            Call::LockEntities { entities, .. } => format!("lock-entities({})", entities.join(", ")),
+            Call::UnlockEntity { entity, .. } => format!("unlock-entity({entity})"),
         }
     }
 }
@@ -241,6 +254,10 @@ impl Call {
                 ids.len() * 4 + failure.as_ref().map_or(0, |f| f.len())
             }
             Call::CallEntity(m) | Call::SignalEntity(m) => m.payload_len(),
+            Call::LockEntities { section, entities } => {
+                section.len() + entities.iter().map(String::len).sum::<usize>()
+            }
+            Call::UnlockEntity { section, entity } => section.len() + entity.len(),
             Call::StartTimer { .. } | Call::Now { .. } => 0,
         }
     }

@@ -11,6 +11,7 @@
 pub mod chat;
 pub mod dafx;
 pub mod effects;
+pub mod entity_locks;
 pub mod failure;
 pub mod fence;
 pub mod history_window;

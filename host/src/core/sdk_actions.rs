@@ -40,6 +40,19 @@ pub enum Action {
         id: i32,
         message: EntityMessage,
     },
+    /// `lock_entities`: a critical section on the entities, in the order
+    /// given; granted as the action's task completes.
+    LockEntities {
+        id: i32,
+        section: String,
+        entities: Vec<String>,
+    },
+    /// The end of a critical section on one of its entities.
+    UnlockEntity {
+        id: i32,
+        section: String,
+        entity: String,
+    },
     Complete(Completion),
     /// An action the engine does not carry out (sending an event, entity
     /// messages, terminating another instance): the instance fails saying so.
@@ -89,6 +102,11 @@ fn custom_status(journal: &[(Entry, i64)]) -> Option<&str> {
         Entry::Call(Call::SetCustomStatus { status }) => Some(status.as_str()),
         _ => None,
     })
+}
+
+/// Whether `id` is an entity's (`@name@key`, a valid instance id).
+fn is_entity(id: &str) -> bool {
+    super::sdk_entities::parse_entity_id(id).is_some() && super::ids::valid_instance_id(id)
 }
 
 /// The calls and the ending of the worker's answer.
@@ -149,9 +167,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                 });
             }
             Action::CallEntity { id, message } | Action::SignalEntity { id, message } => {
-                if super::sdk_entities::parse_entity_id(&message.entity).is_none()
-                    || !super::ids::valid_instance_id(&message.entity)
-                {
+                if !is_entity(&message.entity) {
                     ending = Ending::Broken(format!(
                         "the Durable Task SDK worker named '{}', which is not an entity id (@name@key)",
                         message.entity
@@ -164,6 +180,40 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                 } else {
                     Call::SignalEntity(message)
                 });
+            }
+            Action::LockEntities {
+                id,
+                section,
+                entities,
+            } => {
+                if let Some(bad) = entities.iter().find(|e| !is_entity(e)) {
+                    ending = Ending::Broken(format!(
+                        "the Durable Task SDK worker asked to lock '{bad}', which is not an entity id (@name@key)"
+                    ));
+                    break;
+                }
+                if entities.is_empty() {
+                    ending = Ending::Broken(
+                        "the Durable Task SDK worker asked to lock no entity".to_string(),
+                    );
+                    break;
+                }
+                ids.push(id);
+                calls.push(Call::LockEntities { section, entities });
+            }
+            Action::UnlockEntity {
+                id,
+                section,
+                entity,
+            } => {
+                if !is_entity(&entity) {
+                    ending = Ending::Broken(format!(
+                        "the Durable Task SDK worker asked to unlock '{entity}', which is not an entity id (@name@key)"
+                    ));
+                    break;
+                }
+                ids.push(id);
+                calls.push(Call::UnlockEntity { section, entity });
             }
             Action::Complete(Completion::Completed(output)) => {
                 ending = Ending::Returned(Ok(output));

@@ -124,6 +124,17 @@ pub enum Kind {
         request_id: String,
         error: String,
     },
+    EntityLockRequested {
+        section: String,
+        lock_set: Vec<String>,
+    },
+    EntityUnlockSent {
+        section: String,
+        entity: String,
+    },
+    EntityLockGranted {
+        section: String,
+    },
 }
 
 /// An operation an orchestration sends an entity, as journaled.
@@ -146,7 +157,9 @@ impl Tasks {
                 | Call::CallOrchestration { .. }
                 | Call::StartTimer { .. }
                 | Call::CallEntity(_)
-                | Call::SignalEntity(_) => {
+                | Call::SignalEntity(_)
+                | Call::LockEntities { .. }
+                | Call::UnlockEntity { .. } => {
                     if let Some(id) = ids.next() {
                         tasks.insert(task, (id, call.clone()));
                     }
@@ -167,6 +180,9 @@ impl Tasks {
                 input: payload.clone(),
             },
             Event::TaskCompleted { task, result } => match self.0.get(task)? {
+                (_, Call::LockEntities { section, .. }) => Kind::EntityLockGranted {
+                    section: section.clone(),
+                },
                 (_, Call::CallEntity(message)) => Kind::EntityOperationCompleted {
                     request_id: message.request_id.clone(),
                     output: result.clone(),
@@ -283,6 +299,24 @@ pub fn past(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEvent> {
                     history.push(event(id, *at, kind));
                 }
             }
+            Call::LockEntities { section, entities } => {
+                if let Some(id) = ids.next() {
+                    let kind = Kind::EntityLockRequested {
+                        section: section.clone(),
+                        lock_set: entities.clone(),
+                    };
+                    history.push(event(id, *at, kind));
+                }
+            }
+            Call::UnlockEntity { section, entity } => {
+                if let Some(id) = ids.next() {
+                    let kind = Kind::EntityUnlockSent {
+                        section: section.clone(),
+                        entity: entity.clone(),
+                    };
+                    history.push(event(id, *at, kind));
+                }
+            }
             _ => {}
         }
         task = task.saturating_add(1);
@@ -356,6 +390,11 @@ pub fn payload_bytes(events: &[HistoryEvent]) -> usize {
                     Kind::EntityOperationCompleted { request_id, output } => {
                         request_id.len() + output.len()
                     }
+                    Kind::EntityLockRequested { section, lock_set } => {
+                        section.len() + lock_set.iter().map(String::len).sum::<usize>()
+                    }
+                    Kind::EntityUnlockSent { section, entity } => section.len() + entity.len(),
+                    Kind::EntityLockGranted { section } => section.len(),
                 }
         })
         .sum()

@@ -385,7 +385,8 @@ async fn decide_by_code(
 ) -> Result<Option<Vec<Effect>>, StoreError> {
     let state = &hot.loaded.state;
     if hot.loaded.digest == crate::core::sdk_entities::DIGEST {
-        return super::sdk_entity::decide(orchestrator, id, &hot.loaded.name, sorted, slot).await;
+        return super::sdk_entity::decide(orchestrator, id, &hot.loaded.name, sorted, parked, slot)
+            .await;
     }
     if crate::core::sdk_history::is_sdk(&hot.loaded.digest) {
         return Ok(

@@ -4,7 +4,7 @@
 //! worker's results and new state are committed in one write with the
 //! rows they consumed, and each call's result goes back to its caller.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::agent_session::AgentSession;
 use super::episode_slot::Slot;
@@ -14,6 +14,7 @@ use super::Orchestrator;
 use crate::core::dafx;
 use crate::core::effects::Effect;
 use crate::core::lifecycle::arrivals::Sorted;
+use crate::core::entity_locks::{self, Admit};
 use crate::core::sdk_entities;
 use crate::sdk_workers::{EntityAnswer, EntityItem};
 use crate::store::StoreError;
@@ -30,15 +31,17 @@ pub(super) async fn decide(
     id: &str,
     name: &str,
     sorted: Sorted,
+    parked: &HashSet<i64>,
     slot: &Slot,
 ) -> Result<Option<Vec<Effect>>, StoreError> {
-    // The state the last batch left (the instance's output).
-    let state = orchestrator
-        .store
-        .instance(id)
-        .await?
-        .and_then(|record| record.output)
+    // The state the last batch left (the instance's output), and who holds
+    // the entity (its custom status).
+    let record = orchestrator.store.instance(id).await?;
+    let state = record
+        .as_ref()
+        .and_then(|record| record.output.clone())
         .filter(|state| state != sdk_entities::NO_STATE);
+    let lock = entity_locks::lock_of(record.as_ref().and_then(|r| r.custom_status.as_deref()));
     // An Agent Framework session of a wasm agent served here runs here, with
     // no message to a worker to fit in.
     let here = wasm_agent(orchestrator, name);
@@ -46,60 +49,69 @@ pub(super) async fn decide(
         Some(_) => usize::MAX,
         None => MESSAGE_LIMIT,
     };
-    let mut rows = sorted.stale;
-    let mut operations = Vec::with_capacity(sorted.taken.len().min(BATCH));
-    let mut bytes = state.as_ref().map_or(0, String::len);
     // A batch is bounded, in operations and in bytes (what a worker takes
     // in one message): the rest stays queued for the next one, so a
     // backlog never makes one batch too long to answer in time.
-    for (row, event) in sorted.taken.into_iter().take(BATCH) {
-        match sdk_entities::operation_of(&event) {
-            Some(operation) => {
-                let size =
-                    operation.input.as_ref().map_or(0, String::len) + operation.operation.len();
-                if bytes.saturating_add(size) > fits {
-                    if operations.is_empty() {
-                        // Alone with the state it is past what a worker
-                        // takes: it fails, rather than break the worker's
-                        // stream again and again.
-                        let why = format!(
-                            "operation '{}' and the entity's state are {} bytes, past what a Durable Task SDK worker takes in one message (4 MiB)",
-                            operation.operation,
-                            bytes.saturating_add(size)
-                        );
-                        rows.push(row);
-                        let failed = sdk_entities::BatchResult {
-                            results: vec![Err(why)],
-                            state: sdk_entities::StateAfter::Unchanged,
-                            actions: Vec::new(),
-                        };
-                        return Ok(Some(decided(
-                            orchestrator,
-                            id,
-                            &rows,
-                            &[operation],
-                            failed,
-                            fits,
-                        )));
-                    }
-                    break;
-                }
-                bytes = bytes.saturating_add(size);
-                rows.push(row);
-                operations.push(operation);
-            }
-            // Anything else raised at an entity (the management API's raise)
-            // means nothing to it: consumed, with a word.
-            None => {
-                rows.push(row);
-                tracing::warn!(instance_id = %id, "an event that is no entity operation was raised at an entity; dropped")
-            }
+    let mut bytes = state.as_ref().map_or(0, String::len);
+    let mut count = 0;
+    let mut oversized = None;
+    let sorted_under_lock = entity_locks::sort(id, lock, sorted.taken, parked, |operation| {
+        let size = operation.input.as_ref().map_or(0, String::len) + operation.operation.len();
+        if count >= BATCH {
+            return Admit::Stop;
         }
+        count += 1;
+        if bytes.saturating_add(size) > fits {
+            if count > 1 {
+                return Admit::Stop;
+            }
+            // Alone with the state it is past what a worker takes: it
+            // fails, rather than break the worker's stream again and again.
+            oversized = Some(bytes.saturating_add(size));
+            return Admit::TakeLast;
+        }
+        bytes = bytes.saturating_add(size);
+        Admit::Take
+    });
+    let entity_locks::Sorted {
+        operations,
+        consumed,
+        park,
+        lock,
+        lock_changed,
+        effects: lock_effects,
+        dropped,
+    } = sorted_under_lock;
+    if dropped > 0 {
+        // Anything else raised at an entity (the management API's raise)
+        // means nothing to it: consumed, with a word.
+        tracing::warn!(instance_id = %id, dropped, "events that are no entity operation were raised at an entity; dropped");
+    }
+    let locking = Locking {
+        park,
+        status: lock_changed.then(|| entity_locks::status_of(lock.as_ref())),
+        effects: lock_effects,
+    };
+    let mut rows = sorted.stale;
+    rows.extend(consumed);
+    if let Some(bytes) = oversized {
+        let why = format!(
+            "operation '{}' and the entity's state are {bytes} bytes, past what a Durable Task SDK worker takes in one message (4 MiB)",
+            operations.first().map_or("", |o| o.operation.as_str()),
+        );
+        let failed = sdk_entities::BatchResult {
+            results: vec![Err(why)],
+            state: sdk_entities::StateAfter::Unchanged,
+            actions: Vec::new(),
+        };
+        let effects = decided(orchestrator, id, &rows, &operations, failed, fits);
+        return Ok(Some(locking.joined(effects)));
     }
     if operations.is_empty() {
-        // Nothing to run (an entity created by an operation lost before it
-        // was queued): it rests as an entity does, not as a new instance
-        // the scheduler looks at every second.
+        // Nothing to run (lock requests and releases only, or an entity
+        // created by an operation lost before it was queued): it rests as
+        // an entity does, not as a new instance the scheduler looks at
+        // every second.
         let mut effects = vec![Effect::SetStatus {
             status: crate::core::instance::RuntimeStatus::Running,
             output: None,
@@ -108,7 +120,10 @@ pub(super) async fn decide(
         if !rows.is_empty() {
             effects.insert(0, Effect::ConsumeInbox(rows));
         }
-        return Ok(Some(effects));
+        if locking.changes_anything() {
+            effects.push(Effect::Stepped);
+        }
+        return Ok(Some(locking.joined(effects)));
     }
     // What remains is a wait for the batch's answer (a model may be asked)
     // and a commit: other instances' episodes run meanwhile.
@@ -119,7 +134,8 @@ pub(super) async fn decide(
         return Ok(session
             .run(orchestrator, state, &operations)
             .await
-            .map(|result| decided(orchestrator, id, &rows, &operations, result, fits)));
+            .map(|result| decided(orchestrator, id, &rows, &operations, result, fits))
+            .map(|effects| locking.joined(effects)));
     }
     let item = EntityItem {
         token: String::new(),
@@ -158,14 +174,45 @@ pub(super) async fn decide(
             return Ok(None);
         }
     };
-    Ok(Some(decided(
-        orchestrator,
-        id,
-        &rows,
-        &operations,
-        result,
-        fits,
-    )))
+    let effects = decided(orchestrator, id, &rows, &operations, result, fits);
+    Ok(Some(locking.joined(effects)))
+}
+
+/// What a batch changes of the entity's lock, written with it whatever its
+/// operations made of the state: rows left waiting for the lock parked,
+/// the lock kept, requests passed on and grants sent.
+struct Locking {
+    park: Vec<i64>,
+    /// The new custom status, when the lock changed.
+    status: Option<String>,
+    effects: Vec<Effect>,
+}
+
+impl Locking {
+    fn changes_anything(&self) -> bool {
+        !self.park.is_empty() || self.status.is_some() || !self.effects.is_empty()
+    }
+
+    fn joined(self, mut effects: Vec<Effect>) -> Vec<Effect> {
+        if let Some(status) = self.status {
+            for effect in &mut effects {
+                if let Effect::SetStatus { custom_status, .. } = effect {
+                    *custom_status = Some(status.clone());
+                }
+            }
+        }
+        // The batch's fence stays its last effect.
+        let at = match effects.last() {
+            Some(Effect::Stepped) => effects.len() - 1,
+            _ => effects.len(),
+        };
+        let mut added = self.effects;
+        if !self.park.is_empty() {
+            added.insert(0, Effect::ParkInbox(self.park));
+        }
+        effects.splice(at..at, added);
+        effects
+    }
 }
 
 /// The effects of the batch's result, the orchestrations it starts on the

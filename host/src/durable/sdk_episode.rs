@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::hot::HotInstance;
 use super::Orchestrator;
 use crate::core::effects::Effect;
+use crate::core::entity_locks;
 use crate::core::journal::{Call, Entry};
 use crate::core::lifecycle::arrivals::Sorted;
 use crate::core::lifecycle::episode_end::Ending;
@@ -141,6 +142,16 @@ pub(super) async fn decide(
             .entry(name.clone())
             .or_insert_with(|| sdk_history::digest_of(version.as_deref()));
     }
+    // The entities the execution still holds once it ends.
+    let held = entity_locks::held(
+        hot.journal
+            .iter()
+            .filter_map(|(entry, _)| match entry {
+                Entry::Call(call) => Some(call),
+                Entry::Event(_) => None,
+            })
+            .chain(&decided.calls),
+    );
     let episode = Episode {
         stale: sorted.stale,
         // The worker keeps raised events no wait took itself: all are heard.
@@ -166,7 +177,7 @@ pub(super) async fn decide(
         continue_on: None,
         at: now,
     };
-    let effects = lifecycle::decide(
+    let mut effects = lifecycle::decide(
         Some(state),
         Command::EndEpisode {
             episode: Box::new(episode),
@@ -174,6 +185,15 @@ pub(super) async fn decide(
         },
     )
     .effects;
+    // An execution that ends holding entities (its code broke, or it was
+    // ended for it before its worker released them) lets them go.
+    let ends = Effect::final_status(&effects).is_some()
+        || effects
+            .iter()
+            .any(|e| matches!(e, Effect::NewExecution { .. }));
+    if ends && !held.is_empty() {
+        effects.extend(entity_locks::releases(id, held));
+    }
     if let Some(reason) = Effect::failure(&effects) {
         tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }

@@ -17,7 +17,10 @@ use crate::core::fence::{self, EpisodeFence, InstanceHolder};
 use crate::core::lifecycle::task_done::{self, Attempt};
 use crate::core::lifecycle::{self, Change, Command, Decision, Reply, TaskFate};
 use crate::core::limits::{LimitError, Limits};
+use crate::core::entity_locks;
+use crate::core::journal::Entry;
 use crate::core::sdk_entities;
+use crate::core::sdk_history;
 
 pub(super) async fn write_one(
     tx: &mut (impl Tx + RunTx),
@@ -191,12 +194,26 @@ pub(super) async fn write_durable(
             let current = tx.load(&instance).await?;
             let state = current.as_ref().map(|c| &c.state);
             let mut decision = lifecycle::decide(state, Command::Manage(&op));
+            let ended = matches!(op, lifecycle::Operation::Terminate { .. })
+                && decision.reply == Reply::Change(Change::Done);
+            // An SDK orchestration that ends holding entities lets them go.
+            if let Some(sdk) = current
+                .as_ref()
+                .filter(|c| ended && sdk_history::is_sdk(&c.digest))
+            {
+                let journal = tx.journal(&instance).await?;
+                let held = entity_locks::held(journal.iter().filter_map(|(entry, _)| match entry {
+                    Entry::Call(call) => Some(call),
+                    Entry::Event(_) => None,
+                }));
+                decision
+                    .effects
+                    .extend(entity_locks::releases(&sdk.state.id, held));
+            }
             // An entity that ends tells the callers of the operations
             // still queued at it: none is left waiting for a result.
-            if let (Some(entity), lifecycle::Operation::Terminate { .. }) = (&current, &op) {
-                if entity.digest == sdk_entities::DIGEST
-                    && decision.reply == Reply::Change(Change::Done)
-                {
+            if let Some(entity) = &current {
+                if ended && entity.digest == sdk_entities::DIGEST {
                     let queued = tx.inbox(&instance).await?;
                     decision.effects.extend(sdk_entities::callers_of_queued(
                         &instance,

@@ -11,6 +11,7 @@ use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus
 use crate::core::journal::{Call, EntityCall, Entry, Event};
 use crate::core::limits::Limits;
 use crate::core::replay::Replay;
+use crate::core::entity_locks;
 use crate::core::sdk_entities::{self, Caller, Operation};
 
 /// How the guest's code stopped.
@@ -200,6 +201,46 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                             format!("'{entity}' is not an entity id (@name@key)"),
                         )
                     }
+                }
+            }
+            Call::LockEntities { section, entities } => {
+                let request = entity_locks::LockRequest {
+                    section,
+                    lock_set: entities,
+                    position: 0,
+                    owner: Caller {
+                        id: state.id.clone(),
+                        execution: state.execution,
+                        task,
+                    },
+                };
+                let first = request.lock_set.first();
+                match first.and_then(|first| sdk_entities::new_instance(first)) {
+                    Some(entity) => effects.push(Effect::EntityOperation {
+                        entity,
+                        event: entity_locks::lock_event(&request),
+                        due_at: None,
+                    }),
+                    None => {
+                        return fail(
+                            state,
+                            effects,
+                            "a lock request names no entity".to_string(),
+                        )
+                    }
+                }
+            }
+            Call::UnlockEntity { section, entity } => {
+                let unlock = entity_locks::Unlock {
+                    section,
+                    owner: state.id.clone(),
+                };
+                if let Some(entity) = sdk_entities::new_instance(&entity) {
+                    effects.push(Effect::EntityOperation {
+                        entity,
+                        event: entity_locks::unlock_event(&unlock),
+                        due_at: None,
+                    });
                 }
             }
             _ => {}

@@ -5,7 +5,8 @@
 use super::convert::{millis, timestamp};
 use super::proto::{
     history_event, operation_action, orchestrator_action, send_entity_message_action,
-    CompleteOrchestrationAction, EntityOperationCalledEvent, EntityOperationCompletedEvent,
+    CompleteOrchestrationAction, EntityLockGrantedEvent, EntityLockRequestedEvent,
+    EntityOperationCalledEvent, EntityUnlockSentEvent, EntityOperationCompletedEvent,
     EntityOperationFailedEvent, EntityOperationSignaledEvent, EventRaisedEvent,
     ExecutionStartedEvent, HistoryEvent, OperationAction, OrchestrationInstance,
     OrchestrationStatus, OrchestratorAction, OrchestratorStartedEvent, ParentInstanceInfo,
@@ -141,6 +142,26 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
                 output: Some(output),
             })
         }
+        Kind::EntityLockRequested { section, lock_set } => {
+            EventType::EntityLockRequested(EntityLockRequestedEvent {
+                critical_section_id: section,
+                lock_set,
+                position: 0,
+                parent_instance_id: None,
+            })
+        }
+        Kind::EntityUnlockSent { section, entity } => {
+            EventType::EntityUnlockSent(EntityUnlockSentEvent {
+                critical_section_id: section,
+                parent_instance_id: None,
+                target_instance_id: Some(entity),
+            })
+        }
+        Kind::EntityLockGranted { section } => {
+            EventType::EntityLockGranted(EntityLockGrantedEvent {
+                critical_section_id: section,
+            })
+        }
         Kind::EntityOperationFailed { request_id, error } => {
             EventType::EntityOperationFailed(EntityOperationFailedEvent {
                 request_id,
@@ -255,9 +276,24 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
             },
             Err(why) => Action::Invalid(why),
         },
-        Some(Message::EntityLockRequested(_) | Message::EntityUnlockSent(_)) => {
-            Action::Unsupported("entity locks (critical sections)".into())
+        // The SDKs send a section's request to the first entity of its
+        // sorted set; the host passes it along the rest.
+        Some(Message::EntityLockRequested(request)) if request.position == 0 => {
+            Action::LockEntities {
+                id,
+                section: request.critical_section_id,
+                entities: request.lock_set,
+            }
         }
+        Some(Message::EntityLockRequested(request)) => Action::Invalid(format!(
+            "the SDK worker's lock request starts at position {} of its set, not at its first entity",
+            request.position
+        )),
+        Some(Message::EntityUnlockSent(unlock)) => Action::UnlockEntity {
+            id,
+            section: unlock.critical_section_id,
+            entity: unlock.target_instance_id.unwrap_or_default(),
+        },
         None => Action::Unsupported("an entity message of a kind this host does not know".into()),
     }
 }

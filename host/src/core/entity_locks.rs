@@ -1,0 +1,322 @@
+//! Critical sections on durable entities, as the Durable Task protocol
+//! defines them: an orchestration locks a set of entities (the SDKs sort it,
+//! so that two sections never wait on each other), one after the other:
+//! each entity, once free, is held by the section and passes the request on
+//! to the next; the last tells the orchestration, whose lock task then
+//! completes. While held, an entity runs only its owner's calls; whatever
+//! else arrives waits, in order, until the owner releases it.
+//!
+//! The lock is kept in the entity instance's custom status (the entity's
+//! state is its output), so that it changes in the same write as the batch
+//! that takes or releases it. What waits stays in the entity's inbox,
+//! parked: it is kept in arrival order, and does not wake the entity
+//! until a release does.
+
+use std::collections::{HashSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::effects::Effect;
+use super::instance::ParentRef;
+use super::journal::{Call, Event};
+use super::sdk_entities::{self, Caller, Operation};
+
+/// The inbox event a lock request travels in.
+pub const LOCK_EVENT: &str = "entity-lock";
+/// The inbox event a release travels in.
+pub const UNLOCK_EVENT: &str = "entity-unlock";
+/// An event an entity sends itself when a batch left waiting rows behind
+/// that nothing else would wake it for.
+pub const WAKE_EVENT: &str = "entity-wake";
+
+/// Who holds an entity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lock {
+    /// The owning orchestration's instance id (the protocol's `lockedBy`).
+    #[serde(rename = "lockedBy")]
+    pub owner: String,
+    #[serde(rename = "criticalSectionId")]
+    pub section: String,
+}
+
+/// The lock a custom status holds; `None` for a free entity.
+pub fn lock_of(custom_status: Option<&str>) -> Option<Lock> {
+    serde_json::from_str(custom_status?).ok()
+}
+
+/// The custom status that keeps `lock` (JSON `null` for none: a `None`
+/// custom status would leave the last one as it was).
+pub fn status_of(lock: Option<&Lock>) -> String {
+    lock.and_then(|lock| serde_json::to_string(lock).ok())
+        .unwrap_or_else(|| "null".to_string())
+}
+
+/// A section's request for the entity at `position` of its set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockRequest {
+    pub section: String,
+    pub lock_set: Vec<String>,
+    pub position: usize,
+    /// The orchestration task the grant completes.
+    pub owner: Caller,
+}
+
+/// A section's release of one entity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unlock {
+    pub section: String,
+    pub owner: String,
+}
+
+fn raised(name: &str, payload: &impl Serialize) -> Event {
+    Event::EventRaised {
+        name: name.to_string(),
+        payload: serde_json::to_string(payload).unwrap_or_default(),
+    }
+}
+
+pub fn lock_event(request: &LockRequest) -> Event {
+    raised(LOCK_EVENT, request)
+}
+
+pub fn unlock_event(unlock: &Unlock) -> Event {
+    raised(UNLOCK_EVENT, unlock)
+}
+
+/// What an entity's inbox row carries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Operation(Operation),
+    Lock(LockRequest),
+    Unlock(Unlock),
+    Wake,
+    /// Anything else raised at an entity (the management API's raise):
+    /// it means nothing to it.
+    Other,
+}
+
+pub fn message_of(event: &Event) -> Message {
+    let Event::EventRaised { name, payload } = event else {
+        return Message::Other;
+    };
+    let parsed = match name.as_str() {
+        sdk_entities::OPERATION_EVENT => serde_json::from_str(payload).map(Message::Operation),
+        LOCK_EVENT => serde_json::from_str(payload).map(Message::Lock),
+        UNLOCK_EVENT => serde_json::from_str(payload).map(Message::Unlock),
+        WAKE_EVENT => return Message::Wake,
+        _ => return Message::Other,
+    };
+    parsed.unwrap_or(Message::Other)
+}
+
+/// Whether a batch takes one more operation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Admit {
+    Take,
+    /// Take it, and nothing after it.
+    TakeLast,
+    /// The batch is full: it and what follows wait for the next.
+    Stop,
+}
+
+/// An entity's inbox sorted under its lock: what the batch runs, what it
+/// consumes, what keeps waiting, and the lock after it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Sorted {
+    /// The operations the batch runs, in order.
+    pub operations: Vec<Operation>,
+    /// Every row the batch is done with (its operations' among them).
+    pub consumed: Vec<i64>,
+    /// Rows that wait for the lock and were not parked yet.
+    pub park: Vec<i64>,
+    pub lock: Option<Lock>,
+    /// Whether `lock` differs from the one the entity had.
+    pub lock_changed: bool,
+    /// Lock requests passed on, grants sent, and a wake when rows that
+    /// were parked are left for the next batch.
+    pub effects: Vec<Effect>,
+    /// Rows consumed that meant nothing to the entity.
+    pub dropped: usize,
+}
+
+/// Sorts `rows` (in arrival order) for entity `id`, held by `lock`.
+/// `parked` names the rows an earlier batch left waiting.
+pub fn sort(
+    id: &str,
+    lock: Option<Lock>,
+    rows: Vec<(i64, Event)>,
+    parked: &HashSet<i64>,
+    mut admit: impl FnMut(&Operation) -> Admit,
+) -> Sorted {
+    let before = lock.clone();
+    let mut sorted = Sorted {
+        lock,
+        ..Sorted::default()
+    };
+    let mut pending: VecDeque<(i64, Message)> = rows
+        .into_iter()
+        .map(|(row, event)| (row, message_of(&event)))
+        .collect();
+    let mut waiting: Vec<(i64, Message)> = Vec::new();
+    while let Some((row, message)) = pending.pop_front() {
+        match message {
+            Message::Unlock(unlock) => {
+                sorted.consumed.push(row);
+                // A release of a section that does not hold the entity is
+                // late (its owner released it twice, or ended meanwhile):
+                // it changes nothing.
+                let held = sorted
+                    .lock
+                    .as_ref()
+                    .is_some_and(|l| l.section == unlock.section && l.owner == unlock.owner);
+                if held {
+                    sorted.lock = None;
+                    // What waited goes first, in its order.
+                    for waited in waiting.drain(..).rev() {
+                        pending.push_front(waited);
+                    }
+                }
+            }
+            Message::Lock(request) if sorted.lock.is_some() => {
+                waiting.push((row, Message::Lock(request)))
+            }
+            Message::Lock(request) => {
+                sorted.consumed.push(row);
+                sorted.lock = Some(Lock {
+                    owner: request.owner.id.clone(),
+                    section: request.section.clone(),
+                });
+                sorted.effects.extend(next_step(request));
+            }
+            Message::Operation(operation) => {
+                let owned = |lock: &Lock| {
+                    operation
+                        .caller
+                        .as_ref()
+                        .is_some_and(|caller| caller.id == lock.owner)
+                };
+                if sorted.lock.as_ref().is_some_and(|lock| !owned(lock)) {
+                    waiting.push((row, Message::Operation(operation)));
+                    continue;
+                }
+                match admit(&operation) {
+                    Admit::Take => {
+                        sorted.consumed.push(row);
+                        sorted.operations.push(operation);
+                    }
+                    Admit::TakeLast => {
+                        sorted.consumed.push(row);
+                        sorted.operations.push(operation);
+                        break;
+                    }
+                    Admit::Stop => {
+                        pending.push_front((row, Message::Operation(operation)));
+                        break;
+                    }
+                }
+            }
+            Message::Wake => sorted.consumed.push(row),
+            Message::Other => {
+                sorted.consumed.push(row);
+                sorted.dropped += 1;
+            }
+        }
+    }
+    // Rows a full batch left for the next that were parked would wake
+    // nobody. (What still waits for the lock is woken by its release.)
+    let unwoken = pending.iter().any(|(row, _)| parked.contains(row));
+    if unwoken {
+        if let Some(entity) = sdk_entities::new_instance(id) {
+            sorted.effects.push(Effect::EntityOperation {
+                entity,
+                event: raised(WAKE_EVENT, &()),
+                due_at: None,
+            });
+        }
+    }
+    sorted.park = waiting
+        .iter()
+        .map(|(row, _)| *row)
+        .filter(|row| !parked.contains(row))
+        .collect();
+    sorted.lock_changed = sorted.lock != before;
+    sorted
+}
+
+/// A request granted at one entity: passed on to the next of its set, or,
+/// at the last, the owner's lock task completes.
+fn next_step(request: LockRequest) -> Option<Effect> {
+    let next = request.position.saturating_add(1);
+    match request.lock_set.get(next) {
+        Some(entity) => {
+            let entity = sdk_entities::new_instance(entity)?;
+            Some(Effect::EntityOperation {
+                entity,
+                event: lock_event(&LockRequest {
+                    position: next,
+                    ..request
+                }),
+                due_at: None,
+            })
+        }
+        None => {
+            let Caller {
+                id,
+                execution,
+                task,
+            } = request.owner;
+            Some(Effect::NotifyParent {
+                parent: ParentRef {
+                    id,
+                    execution,
+                    task,
+                },
+                event: Event::TaskCompleted {
+                    task,
+                    result: "null".to_string(),
+                },
+            })
+        }
+    }
+}
+
+/// The entities `calls` (an execution's, in order) locked and did not
+/// release, with their sections.
+pub fn held<'a>(calls: impl IntoIterator<Item = &'a Call>) -> Vec<(String, String)> {
+    let mut held: Vec<(String, String)> = Vec::new();
+    for call in calls {
+        match call {
+            Call::LockEntities { section, entities } => held.extend(
+                entities
+                    .iter()
+                    .map(|entity| (section.clone(), entity.clone())),
+            ),
+            Call::UnlockEntity { section, entity } => {
+                held.retain(|(s, e)| !(s == section && e == entity))
+            }
+            _ => {}
+        }
+    }
+    held
+}
+
+/// The releases an orchestration that ends owes the entities it holds.
+/// One sent to an entity its request has not reached yet changes nothing
+/// there; `CleanEntityStorage` releases a lock so orphaned.
+pub fn releases(owner: &str, held: Vec<(String, String)>) -> Vec<Effect> {
+    held.into_iter()
+        .filter_map(|(section, entity)| {
+            Some(Effect::EntityOperation {
+                entity: sdk_entities::new_instance(&entity)?,
+                event: unlock_event(&Unlock {
+                    section,
+                    owner: owner.to_string(),
+                }),
+                due_at: None,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
