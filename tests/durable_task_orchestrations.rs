@@ -27,17 +27,22 @@ fn script_path() -> std::path::PathBuf {
 
 /// Runs the client side of the script; its JSON lines by step.
 async fn client_script(host: &Host, args: &[&str]) -> HashMap<String, Value> {
+    client_of(&script_path(), host, args).await
+}
+
+/// Runs the client side of `script` (`MODE ADDRESS ARGS…`); its JSON lines
+/// by step.
+pub(crate) async fn client_of(
+    script: &std::path::Path,
+    host: &Host,
+    args: &[&str],
+) -> HashMap<String, Value> {
     let address = host.grpc_address();
     let mut all = vec![args[0], address.as_str()];
     all.extend_from_slice(&args[1..]);
-    let stdout = crate::support::python_script(
-        &python(),
-        &script_path(),
-        &all,
-        host,
-        Duration::from_secs(300),
-    )
-    .await;
+    let stdout =
+        crate::support::python_script(&python(), script, &all, host, Duration::from_secs(300))
+            .await;
     stdout
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -63,9 +68,20 @@ async fn sdk_worker(host: &Host, log: &std::path::Path) -> tokio::process::Child
 
 /// The script's worker of kind `mode` (`worker`, `narrow`).
 async fn script_worker(host: &Host, log: &std::path::Path, mode: &str) -> tokio::process::Child {
+    worker_of(&script_path(), host, log, mode).await
+}
+
+/// `script`'s worker of kind `mode`, connected; it reconnects by itself
+/// when the host restarts.
+pub(crate) async fn worker_of(
+    script: &std::path::Path,
+    host: &Host,
+    log: &std::path::Path,
+    mode: &str,
+) -> tokio::process::Child {
     let connected = host.output().matches("an SDK worker connected").count();
     let child = Command::new(python())
-        .arg(script_path())
+        .arg(script)
         .arg(mode)
         .arg(host.grpc_address())
         .arg(log)
@@ -78,7 +94,7 @@ async fn script_worker(host: &Host, log: &std::path::Path, mode: &str) -> tokio:
     child
 }
 
-fn grpc_host(dir: &std::path::Path, port: u16) -> HostBuilder {
+pub(crate) fn grpc_host(dir: &std::path::Path, port: u16) -> HostBuilder {
     HostBuilder::new(dir)
         .components(&["orchestration-tests"])
         .arg("--grpc")
@@ -86,7 +102,7 @@ fn grpc_host(dir: &std::path::Path, port: u16) -> HostBuilder {
         .arg(&port.to_string())
 }
 
-fn lines_of(log: &std::path::Path) -> Vec<String> {
+pub(crate) fn lines_of(log: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()

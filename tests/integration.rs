@@ -20,6 +20,7 @@ mod determinism;
 mod doc_blocks;
 mod durable_engine;
 mod durable_task_grpc;
+mod durable_task_locks;
 mod durable_task_orchestrations;
 mod embedding;
 mod endpoint_keys;

@@ -13,6 +13,7 @@ use super::proto::{
     GetEntityResponse, QueryEntitiesRequest, QueryEntitiesResponse, SignalEntityRequest,
     SignalEntityResponse,
 };
+use crate::core::entity_locks;
 use crate::core::sdk_entities;
 use crate::durable::{DurableError, InstanceFilter, InstanceRecord, Orchestrator};
 
@@ -70,6 +71,7 @@ fn metadata(record: &InstanceRecord, with_state: bool) -> Option<EntityMetadata>
         instance_id: record.id.clone(),
         last_modified_time: Some(timestamp(record.updated_at)),
         serialized_state: with_state.then_some(state),
+        locked_by: entity_locks::lock_of(record.custom_status.as_deref()).map(|lock| lock.owner),
         ..EntityMetadata::default()
     })
 }
