@@ -70,6 +70,28 @@ async fn critical_sections_keep_two_accounts_whole_and_what_waits_for_a_lock_run
     assert_eq!(held["waiter"]["output"], json!(101), "{held}");
     assert_eq!(held["balance"], json!(111), "{held}");
     assert_eq!(held["after"], Value::Null, "{held}");
+
+    // Terminated while its request waited at the second of its accounts:
+    // the first is free at once, and the second, granted to it after its
+    // holder ended, is let go rather than held for good.
+    let abandoned = step("abandoned");
+    assert_eq!(
+        abandoned["waiting_at"],
+        json!({"p1": "pair-waits", "p2": "holds-p2"}),
+        "{abandoned}"
+    );
+    assert_eq!(abandoned["p1_next"]["output"], json!(100), "{abandoned}");
+    assert_eq!(abandoned["p2_next"]["output"], json!(100), "{abandoned}");
+    assert_eq!(abandoned["after"], json!([null, null]), "{abandoned}");
+    assert_eq!(abandoned["balances"], json!([100, 100]), "{abandoned}");
+
+    // An entity left without state removes itself; a later operation
+    // creates it again.
+    assert_eq!(step("removed"), json!({"step": "removed", "removed": true, "again": 5}));
+    assert_eq!(
+        step("cleaned"),
+        json!({"step": "cleaned", "removed": 0, "released": 0})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -102,10 +102,15 @@ def locks_then_calls(ctx, key):
         return (yield ctx.call_entity(account(key), "add", input=100))
 
 
+def locks_pair(ctx, keys):
+    with (yield ctx.lock_entities([account(k) for k in keys])):
+        return (yield task.when_all([ctx.call_entity(account(k), "add", input=1) for k in keys]))
+
+
 if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (transfers, forgets_to_release, throws_inside, holds_until_told,
-                             locks_then_calls):
+                             locks_then_calls, locks_pair):
             w.add_orchestrator(orchestrator)
         w.add_entity(Account)
         w.start()
@@ -210,3 +215,43 @@ c.terminate_orchestration(holding, output="enough")
 waited = done(waiter)
 say("held", holder=held_by, while_held=while_held, waiter=waited,
     balance=reaches("h", 111), after=holder("h"))
+
+# An orchestration terminated while its request waits at the second account
+# (another holds it): the first is released at once; the second, granted
+# to it once the holder lets go, is released too rather than kept by an
+# orchestration that will never release it.
+for key in ("p1", "p2"):
+    c.signal_entity(account(key), "add", input=0)
+    reaches(key, 0)
+holder_of_p2 = c.schedule_new_orchestration(holds_until_told, input="p2", instance_id="holds-p2")
+deadline = time.time() + 60
+while holder("p2") is None and time.time() < deadline:
+    time.sleep(0.05)
+pair = c.schedule_new_orchestration(locks_pair, input=["p1", "p2"], instance_id="pair-waits")
+deadline = time.time() + 60
+while holder("p1") is None and time.time() < deadline:
+    time.sleep(0.05)
+waiting_at = {"p1": holder("p1"), "p2": holder("p2")}
+c.terminate_orchestration(pair, output="gave up")
+p1_next = done(c.schedule_new_orchestration(locks_then_calls, input="p1", instance_id="p1-next"))
+c.terminate_orchestration(holder_of_p2, output="enough")
+p2_next = done(c.schedule_new_orchestration(locks_then_calls, input="p2", instance_id="p2-next"))
+say("abandoned", waiting_at=waiting_at, p1_next=p1_next, p2_next=p2_next,
+    after=[holder("p1"), holder("p2")], balances=[reaches("p1", 100), reaches("p2", 100)])
+
+# An entity whose state is deleted removes itself, its instance with it; an
+# operation after creates it afresh.
+gone = account("gone")
+c.signal_entity(gone, "add", input=1)
+reaches("gone", 1)
+c.signal_entity(gone, "delete")
+deadline = time.time() + 60
+while c.get_orchestration_state(str(gone)) is not None and time.time() < deadline:
+    time.sleep(0.05)
+removed = c.get_orchestration_state(str(gone)) is None
+c.signal_entity(gone, "add", input=5)
+say("removed", removed=removed, again=reaches("gone", 5))
+
+# Nothing is left to clean: no orphaned lock, no empty entity.
+cleaned = c.clean_entity_storage(remove_empty_entities=True, release_orphaned_locks=True)
+say("cleaned", removed=cleaned.empty_entities_removed, released=cleaned.orphaned_locks_released)

@@ -63,6 +63,10 @@ pub enum Effect {
     },
     /// Delete the instance and everything it holds.
     Purge,
+    /// Delete the instance if its inbox is empty once this write consumed
+    /// what it took: an entity its batch left with no state, no lock and
+    /// nothing waiting. An operation that arrived meanwhile keeps it.
+    PurgeIfIdle,
     /// Queue an operation on a durable entity, creating the entity (an
     /// instance of its own) if it has none yet; at `due_at` (ms) when it
     /// is scheduled for later (its inbox row is invisible until then, as a

@@ -83,6 +83,12 @@ pub fn unlock_event(unlock: &Unlock) -> Event {
     raised(UNLOCK_EVENT, unlock)
 }
 
+/// An event that asks an entity for a batch and nothing else: one with no
+/// state, no lock and nothing queued then removes itself.
+pub fn wake_event() -> Event {
+    raised(WAKE_EVENT, &())
+}
+
 /// What an entity's inbox row carries.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
@@ -132,9 +138,13 @@ pub struct Sorted {
     pub lock: Option<Lock>,
     /// Whether `lock` differs from the one the entity had.
     pub lock_changed: bool,
-    /// Lock requests passed on, grants sent, and a wake when rows that
-    /// were parked are left for the next batch.
+    /// Lock requests passed on, and a wake when rows that were parked are
+    /// left for the next batch.
     pub effects: Vec<Effect>,
+    /// Requests this entity, the last of their set, completed: each owner
+    /// is granted its section ([`grant`]), or, when it no longer runs, the
+    /// set is let go ([`abandon`]).
+    pub granted: Vec<LockRequest>,
     /// Rows consumed that meant nothing to the entity.
     pub dropped: usize,
 }
@@ -186,7 +196,11 @@ pub fn sort(
                     owner: request.owner.id.clone(),
                     section: request.section.clone(),
                 });
-                sorted.effects.extend(next_step(request));
+                match next_step(request) {
+                    Step::Pass(effect) => sorted.effects.push(effect),
+                    Step::Granted(request) => sorted.granted.push(request),
+                    Step::Nowhere => {}
+                }
             }
             Message::Operation(operation) => {
                 let owned = |lock: &Lock| {
@@ -229,7 +243,7 @@ pub fn sort(
         if let Some(entity) = sdk_entities::new_instance(id) {
             sorted.effects.push(Effect::EntityOperation {
                 entity,
-                event: raised(WAKE_EVENT, &()),
+                event: wake_event(),
                 due_at: None,
             });
         }
@@ -243,41 +257,67 @@ pub fn sort(
     sorted
 }
 
-/// A request granted at one entity: passed on to the next of its set, or,
-/// at the last, the owner's lock task completes.
-fn next_step(request: LockRequest) -> Option<Effect> {
+enum Step {
+    /// On to the next entity of the set.
+    Pass(Effect),
+    /// Every entity of the set is held.
+    Granted(LockRequest),
+    /// The next entity's id is none (the orchestration's set was checked
+    /// when it asked: not met).
+    Nowhere,
+}
+
+/// A request granted at one entity: passed on to the next of its set, or
+/// granted at the last.
+fn next_step(request: LockRequest) -> Step {
     let next = request.position.saturating_add(1);
     match request.lock_set.get(next) {
-        Some(entity) => {
-            let entity = sdk_entities::new_instance(entity)?;
-            Some(Effect::EntityOperation {
+        Some(entity) => match sdk_entities::new_instance(entity) {
+            Some(entity) => Step::Pass(Effect::EntityOperation {
                 entity,
                 event: lock_event(&LockRequest {
                     position: next,
                     ..request
                 }),
                 due_at: None,
-            })
-        }
-        None => {
-            let Caller {
-                id,
-                execution,
-                task,
-            } = request.owner;
-            Some(Effect::NotifyParent {
-                parent: ParentRef {
-                    id,
-                    execution,
-                    task,
-                },
-                event: Event::TaskCompleted {
-                    task,
-                    result: "null".to_string(),
-                },
-            })
-        }
+            }),
+            None => Step::Nowhere,
+        },
+        None => Step::Granted(request),
     }
+}
+
+/// The owner's lock task completes: its section holds every entity.
+pub fn grant(request: LockRequest) -> Effect {
+    let Caller {
+        id,
+        execution,
+        task,
+    } = request.owner;
+    Effect::NotifyParent {
+        parent: ParentRef {
+            id,
+            execution,
+            task,
+        },
+        event: Event::TaskCompleted {
+            task,
+            result: "null".to_string(),
+        },
+    }
+}
+
+/// A section whose owner ended (or moved to a new execution) before its
+/// request got every entity: each entity of the set is released, so that
+/// none stays held by an orchestration that will never release it.
+pub fn abandon(request: LockRequest) -> Vec<Effect> {
+    let section = request.section;
+    let held = request
+        .lock_set
+        .into_iter()
+        .map(|entity| (section.clone(), entity))
+        .collect();
+    releases(&request.owner.id, held)
 }
 
 /// The entities `calls` (an execution's, in order) locked and did not

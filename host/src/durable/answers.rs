@@ -60,6 +60,12 @@ impl DurableError {
 }
 
 impl Orchestrator {
+    /// Whether instance `id`'s inbox holds nothing (a scheduled row not yet
+    /// due counts).
+    pub async fn inbox_empty(&self, id: &str) -> Result<bool, DurableError> {
+        Ok(self.store.inbox(id).await?.is_empty())
+    }
+
     /// The instance `id`; its journal and agent runs with `with_history`.
     pub async fn status(&self, id: &str, with_history: bool) -> Result<InstanceView, DurableError> {
         never_stored(id)?;

@@ -79,9 +79,13 @@ pub(super) async fn decide(
         park,
         lock,
         lock_changed,
-        effects: lock_effects,
+        effects: mut lock_effects,
+        granted,
         dropped,
     } = sorted_under_lock;
+    for request in granted {
+        lock_effects.extend(granted_to(orchestrator, request).await?);
+    }
     if dropped > 0 {
         // Anything else raised at an entity (the management API's raise)
         // means nothing to it: consumed, with a word.
@@ -91,7 +95,9 @@ pub(super) async fn decide(
         park,
         status: lock_changed.then(|| entity_locks::status_of(lock.as_ref())),
         effects: lock_effects,
+        free: lock.is_none(),
     };
+    let had_state = state.is_some();
     let mut rows = sorted.stale;
     rows.extend(consumed);
     if let Some(bytes) = oversized {
@@ -105,7 +111,7 @@ pub(super) async fn decide(
             actions: Vec::new(),
         };
         let effects = decided(orchestrator, id, &rows, &operations, failed, fits);
-        return Ok(Some(locking.joined(effects)));
+        return Ok(Some(locking.joined(effects, !had_state)));
     }
     if operations.is_empty() {
         // Nothing to run (lock requests and releases only, or an entity
@@ -120,10 +126,10 @@ pub(super) async fn decide(
         if !rows.is_empty() {
             effects.insert(0, Effect::ConsumeInbox(rows));
         }
-        if locking.changes_anything() {
+        if locking.changes_anything() || !had_state {
             effects.push(Effect::Stepped);
         }
-        return Ok(Some(locking.joined(effects)));
+        return Ok(Some(locking.joined(effects, !had_state)));
     }
     // What remains is a wait for the batch's answer (a model may be asked)
     // and a commit: other instances' episodes run meanwhile.
@@ -134,8 +140,11 @@ pub(super) async fn decide(
         return Ok(session
             .run(orchestrator, state, &operations)
             .await
-            .map(|result| decided(orchestrator, id, &rows, &operations, result, fits))
-            .map(|effects| locking.joined(effects)));
+            .map(|result| {
+                let stateless = result.state.leaves_none(had_state);
+                let effects = decided(orchestrator, id, &rows, &operations, result, fits);
+                locking.joined(effects, stateless)
+            }));
     }
     let item = EntityItem {
         token: String::new(),
@@ -174,8 +183,29 @@ pub(super) async fn decide(
             return Ok(None);
         }
     };
+    let stateless = result.state.leaves_none(had_state);
     let effects = decided(orchestrator, id, &rows, &operations, result, fits);
-    Ok(Some(locking.joined(effects)))
+    Ok(Some(locking.joined(effects, stateless)))
+}
+
+/// A section granted at its last entity: its owner's lock task completes,
+/// or, when the owner ended or continued as new before (a terminate while
+/// it waited for the lock), every entity of the set is released. An owner
+/// that ends after this look releases the set itself as it ends.
+async fn granted_to(
+    orchestrator: &Orchestrator,
+    request: entity_locks::LockRequest,
+) -> Result<Vec<Effect>, StoreError> {
+    let owner = orchestrator.store.instance(&request.owner.id).await?;
+    let runs = owner.is_some_and(|owner| {
+        !owner.status.is_finished() && owner.execution == request.owner.execution
+    });
+    Ok(if runs {
+        vec![entity_locks::grant(request)]
+    } else {
+        tracing::info!(owner = %request.owner.id, section = %request.section, "a lock was granted after its orchestration ended; its entities are released");
+        entity_locks::abandon(request)
+    })
 }
 
 /// What a batch changes of the entity's lock, written with it whatever its
@@ -186,6 +216,8 @@ struct Locking {
     /// The new custom status, when the lock changed.
     status: Option<String>,
     effects: Vec<Effect>,
+    /// No section holds the entity after the batch.
+    free: bool,
 }
 
 impl Locking {
@@ -193,7 +225,10 @@ impl Locking {
         !self.park.is_empty() || self.status.is_some() || !self.effects.is_empty()
     }
 
-    fn joined(self, mut effects: Vec<Effect>) -> Vec<Effect> {
+    /// The batch's `effects` with the lock's joined; an entity the batch
+    /// leaves `stateless` and free is removed (the instance, its row), as
+    /// the managed service removes it, unless an operation arrived since.
+    fn joined(self, mut effects: Vec<Effect>, stateless: bool) -> Vec<Effect> {
         if let Some(status) = self.status {
             for effect in &mut effects {
                 if let Effect::SetStatus { custom_status, .. } = effect {
@@ -211,6 +246,9 @@ impl Locking {
             added.insert(0, Effect::ParkInbox(self.park));
         }
         effects.splice(at..at, added);
+        if stateless && self.free {
+            effects.push(Effect::PurgeIfIdle);
+        }
         effects
     }
 }

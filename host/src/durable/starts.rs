@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::{DurableError, Orchestrator};
 use crate::core::ids;
 use crate::core::instance::NewInstance;
-use crate::core::journal::Call;
+use crate::core::journal::{Call, Event};
 use crate::core::{sdk_entities, sdk_history};
 use crate::store::now_ms;
 use crate::wasm::LoadedComponent;
@@ -140,30 +140,52 @@ impl Orchestrator {
                 .limits
                 .check_payload("entity operation input", input)?;
         }
-        if let Some(applied) = self.store.start(new).await? {
-            self.dispatch(applied);
-        }
         let queued = sdk_entities::operation_event(&sdk_entities::Operation {
             request_id: request_id.to_string(),
             operation: operation.to_string(),
             input,
             caller: None,
         });
-        let crate::core::journal::Event::EventRaised { name, payload } = queued else {
-            return Err(DurableError::InvalidState(entity.to_string()));
+        self.queue_at_entity(new, queued, due_at).await
+    }
+
+    /// Queues `event` in the inbox of entity `new`, created if it has no
+    /// instance; at `due_at` (ms) when later than now. An entity that
+    /// removed itself (no state, nothing queued) between its creation here
+    /// and the queueing is created again.
+    pub(crate) async fn queue_at_entity(
+        self: &Arc<Self>,
+        new: NewInstance,
+        event: Event,
+        due_at: Option<i64>,
+    ) -> Result<(), DurableError> {
+        let Event::EventRaised { name, payload } = event else {
+            return Err(DurableError::InvalidState(new.id));
         };
-        match due_at.filter(|at| *at > now_ms()) {
-            None => self.raise_unchecked(entity, &name, &payload).await,
-            // Not to the entity's episode in hand: stored, unseen until
-            // its time.
-            Some(at) => {
-                let limits = self.config.limits.clone();
-                let (change, applied) = self
-                    .store
-                    .raise_at(entity, &name, &payload, Some(at), limits)
-                    .await?;
+        let entity = new.id.clone();
+        let mut tries = 0;
+        loop {
+            if let Some(applied) = self.store.start(new.clone()).await? {
                 self.dispatch(applied);
-                DurableError::refused(change?, entity, false)
+            }
+            let queued = match due_at.filter(|at| *at > now_ms()) {
+                None => self.raise_unchecked(&entity, &name, &payload).await,
+                // Not to the entity's episode in hand: stored, unseen until
+                // its time.
+                Some(at) => {
+                    let limits = self.config.limits.clone();
+                    let (change, applied) = self
+                        .store
+                        .raise_at(&entity, &name, &payload, Some(at), limits)
+                        .await?;
+                    self.dispatch(applied);
+                    DurableError::refused(change?, &entity, false)
+                }
+            };
+            tries += 1;
+            match queued {
+                Err(DurableError::InstanceNotFound(_)) if tries < 3 => continue,
+                queued => return queued,
             }
         }
     }

@@ -157,6 +157,14 @@ pub(super) async fn apply(
                 row = PendingRow::default();
                 tx.purge(&target.id).await?
             }
+            Effect::PurgeIfIdle => {
+                // Read under the instance's lock, after this write's own
+                // consumption: a row another write queued is still here.
+                if tx.inbox(&target.id).await?.is_empty() {
+                    row = PendingRow::default();
+                    tx.purge(&target.id).await?
+                }
+            }
             Effect::EntityOperation {
                 entity,
                 event,

@@ -82,10 +82,25 @@ fn a_request_passes_along_the_set_and_the_last_entity_grants_it() {
     assert_eq!(entity.id, "@e@b");
     assert!(matches!(message_of(event), Message::Lock(r) if r.position == 1 && r.section == "s"));
     let last = sort("@e@b", None, rows(vec![lock("o", "s", &set, 1)]), &HashSet::new(), take_all);
+    assert!(last.effects.is_empty());
+    let [granted] = last.granted.as_slice() else {
+        panic!("granted: {last:?}")
+    };
     assert!(matches!(
-        last.effects.as_slice(),
-        [Effect::NotifyParent { parent, event: Event::TaskCompleted { task: 3, .. } }] if parent.id == "o"
+        grant(granted.clone()),
+        Effect::NotifyParent { parent, event: Event::TaskCompleted { task: 3, .. } } if parent.id == "o"
     ));
+    // An owner gone before its grant: the whole set is released.
+    let released = abandon(granted.clone());
+    let targets: Vec<_> = released
+        .iter()
+        .map(|e| match e {
+            Effect::EntityOperation { entity, event, .. } => (entity.id.clone(), message_of(event)),
+            other => panic!("a release: {other:?}"),
+        })
+        .collect();
+    let unlock = || Message::Unlock(Unlock { section: "s".into(), owner: "o".into() });
+    assert_eq!(targets, vec![("@e@a".into(), unlock()), ("@e@b".into(), unlock())]);
 }
 
 #[test]
@@ -131,10 +146,7 @@ fn a_release_lets_what_waited_run_first_then_the_next_section_take_the_lock() {
     assert_eq!(sorted.lock, held_by("y", "t"));
     assert_eq!(sorted.consumed, vec![4, 5, 1, 2]);
     assert_eq!(sorted.park, vec![6], "row 3 is parked already");
-    assert!(matches!(
-        sorted.effects.as_slice(),
-        [Effect::NotifyParent { parent, .. }] if parent.id == "y"
-    ));
+    assert!(matches!(sorted.granted.as_slice(), [granted] if granted.owner.id == "y"));
 }
 
 #[test]

@@ -49,7 +49,12 @@ pub fn evolve<'a>(state: &mut InstanceState, effect: &'a Effect) -> Evolved<'a> 
             state.history = state.history.plus(1, 0);
             Evolved::Unchanged
         }
-        Effect::NewExecution { .. } | Effect::Purge | Effect::DropPending => Evolved::Over,
+        // Whether an idle purge happens is the store's to say: the image in
+        // memory is let go either way, and read again when needed.
+        Effect::NewExecution { .. }
+        | Effect::Purge
+        | Effect::PurgeIfIdle
+        | Effect::DropPending => Evolved::Over,
         Effect::ScheduleTask { .. }
         | Effect::Create(_)
         | Effect::Start(_)

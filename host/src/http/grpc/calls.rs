@@ -301,7 +301,7 @@ impl TaskHubSidecarService for Sidecar {
         &self,
         request: Request<CleanEntityStorageRequest>,
     ) -> Result<Response<CleanEntityStorageResponse>, Status> {
-        Ok(entities::clean(request.into_inner()))
+        entities::clean(&self.orchestrator, request.into_inner()).await
     }
 
     async fn abandon_task_orchestrator_work_item(

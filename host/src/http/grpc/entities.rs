@@ -130,8 +130,86 @@ pub(super) async fn query(
     }))
 }
 
-/// Entities keep no locks here and an entity without state holds nothing
-/// but its row: nothing to clean.
-pub(super) fn clean(_: CleanEntityStorageRequest) -> Response<CleanEntityStorageResponse> {
-    Response::new(CleanEntityStorageResponse::default())
+/// Tidies a page of entities: a lock whose owner no longer runs (ended,
+/// purged) is released, and an entity with no state and no lock is asked
+/// to remove itself. Both go through the entity's inbox, so that its own
+/// batch decides with what arrived since: a release is ignored once the
+/// owner let go, a removal is dropped when an operation came. An entity
+/// left without state removes itself anyway at the end of its batch: this
+/// finds only what was kept before that, or what a release just left empty
+/// (removed on a later call).
+pub(super) async fn clean(
+    orchestrator: &Arc<Orchestrator>,
+    request: CleanEntityStorageRequest,
+) -> Result<Response<CleanEntityStorageResponse>, Status> {
+    let filter = InstanceFilter {
+        id_prefix: Some("@".into()),
+        ..InstanceFilter::default()
+    };
+    let (page, more) = page_of(
+        orchestrator,
+        &filter,
+        0,
+        PAGE,
+        request.continuation_token.as_deref(),
+    )
+    .await?;
+    let mut released = 0;
+    let mut removed = 0;
+    let live_entities = page
+        .iter()
+        .filter(|r| r.component_digest == sdk_entities::DIGEST && !r.status.is_finished());
+    for record in live_entities {
+        let Some(new) = sdk_entities::new_instance(&record.id) else {
+            continue;
+        };
+        let stateless = record
+            .output
+            .as_deref()
+            .is_none_or(|state| state == sdk_entities::NO_STATE);
+        let event = match entity_locks::lock_of(record.custom_status.as_deref()) {
+            Some(lock) if request.release_orphaned_locks => {
+                if owner_runs(orchestrator, &lock.owner).await? {
+                    continue;
+                }
+                released += 1;
+                entity_locks::unlock_event(&entity_locks::Unlock {
+                    section: lock.section,
+                    owner: lock.owner,
+                })
+            }
+            // Operations still queued (waiting for a worker, or for their
+            // time) keep it.
+            None if request.remove_empty_entities && stateless => {
+                if !orchestrator
+                    .inbox_empty(&record.id)
+                    .await
+                    .map_err(refusal)?
+                {
+                    continue;
+                }
+                removed += 1;
+                entity_locks::wake_event()
+            }
+            _ => continue,
+        };
+        orchestrator
+            .queue_at_entity(new, event, None)
+            .await
+            .map_err(refusal)?;
+    }
+    Ok(Response::new(CleanEntityStorageResponse {
+        continuation_token: more.then(|| page.last()).flatten().map(token_after),
+        empty_entities_removed: removed,
+        orphaned_locks_released: released,
+    }))
+}
+
+/// Whether the orchestration `owner` still runs (a suspended one too).
+async fn owner_runs(orchestrator: &Arc<Orchestrator>, owner: &str) -> Result<bool, Status> {
+    match orchestrator.status(owner, false).await {
+        Ok(view) => Ok(!view.instance.status.is_finished()),
+        Err(DurableError::InstanceNotFound(_)) => Ok(false),
+        Err(e) => Err(refusal(e)),
+    }
 }
