@@ -8,7 +8,8 @@
 #
 # DT_SUITE: a checkout of that repository. AGENTHOST: the binary (default
 # target/release/agenthost). DTC_VENV: the virtualenv with the SDK, its
-# azure-managed client and pytest (`make dt-conformance-venv`).
+# azure-managed client and pytest (`make dt-conformance-venv`). DT_SELECT:
+# a pytest -k expression, to run a part of the suite while working on it.
 # Appends "NAME: <pytest's tally>" to target/dt-conformance/tally.txt; the
 # per-test report is target/dt-conformance/NAME.xml, the host's log
 # NAME.host.log. Exits with pytest's status.
@@ -55,7 +56,7 @@ cd "$out"
 ENDPOINT=$endpoint TASKHUB=default NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost \
     timeout 1800 "$venv/bin/pytest" "$DT_SUITE/tests/durabletask-azuremanaged" -m dts \
     --import-mode=importlib -p no:cacheprovider --timeout=300 -q -rfE \
-    --junitxml="$name.xml" | tee "$name.pytest.txt"
+    ${DT_SELECT:+-k "$DT_SELECT"} --junitxml="$name.xml" | tee "$name.pytest.txt"
 status=${PIPESTATUS[0]}
 summary=$(grep -E '[0-9]+ (passed|failed|errors?)|no tests ran' "$name.pytest.txt" | tail -1 | tr -d '=' | sed 's/^ *//')
 # pytest's exit status too: a run killed by the timeout, or one that

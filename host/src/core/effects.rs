@@ -63,6 +63,9 @@ pub enum Effect {
     },
     /// Delete the instance and everything it holds.
     Purge,
+    /// Empty the execution's journal (its history counted from nothing, its
+    /// output cleared), for a rewind that writes it again.
+    ResetJournal,
     /// Delete the instance if its inbox is empty once this write consumed
     /// what it took: an entity its batch left with no state, no lock and
     /// nothing waiting. An operation that arrived meanwhile keeps it.

@@ -132,4 +132,7 @@ pub(super) trait Tx {
     ) -> impl Future<Output = Result<(), StoreError>>;
     /// Deletes the instance and everything of it.
     fn purge(&mut self, id: &str) -> impl Future<Output = Result<(), StoreError>>;
+    /// Empties the journal of `id` and counts its history from nothing,
+    /// its output cleared (a rewind writes the journal again).
+    fn reset_journal(&mut self, id: &str) -> impl Future<Output = Result<(), StoreError>>;
 }

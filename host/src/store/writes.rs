@@ -190,6 +190,13 @@ pub(super) async fn write_durable(
             let (change, applied) = raise(tx, instance, event, &limits, now).await?;
             Ok(Written::Raise(change, applied))
         }
+        Write::Manage {
+            instance,
+            op: lifecycle::Operation::Rewind { .. },
+        } => {
+            let (change, applied) = rewind_tree(tx, &instance, now).await?;
+            Ok(Written::Manage(change, applied))
+        }
         Write::Manage { instance, op } => {
             let current = tx.load(&instance).await?;
             let state = current.as_ref().map(|c| &c.state);
@@ -226,6 +233,72 @@ pub(super) async fn write_durable(
             Ok(Written::Manage(change, applied))
         }
     }
+}
+
+/// Most instances one rewind reaches: the instance, its failed
+/// sub-orchestrations, theirs.
+const REWIND_REACH: usize = 256;
+
+/// Rewinds `id` and, in the same transaction, each failed sub-orchestration
+/// under it: one that can be rewound is (it reports to its parent as
+/// before), one that cannot (gone, ended otherwise, or failed in its own
+/// code) is created again under its parent.
+async fn rewind_tree(
+    tx: &mut impl Tx,
+    id: &str,
+    now: i64,
+) -> Result<(Change, Applied), StoreError> {
+    let (current, rewinding) = rewind_plan(tx, id).await?;
+    let change = rewinding.changed.change;
+    let mut queue = vec![(current, rewinding)];
+    let mut all = Applied::default();
+    let mut reached = 1;
+    while let Some((current, rewinding)) = queue.pop() {
+        let mut effects = rewinding.changed.effects;
+        for child in rewinding.children {
+            let (loaded, planned) = rewind_plan(tx, &child.id).await?;
+            let runs = loaded
+                .as_ref()
+                .is_some_and(|c| !c.state.status.is_finished());
+            if planned.changed.change == Change::Done && reached < REWIND_REACH {
+                reached += 1;
+                queue.push((loaded, planned));
+            } else if !runs {
+                effects.push(Effect::Create(child.again));
+            }
+        }
+        let decision = Decision {
+            reply: Reply::Change(rewinding.changed.change),
+            effects,
+            next: None,
+        };
+        let (_, applied) = decide_and_apply(tx, current, decision, now).await?;
+        all.tasks.extend(applied.tasks);
+        all.wake.extend(applied.wake);
+        all.posted.extend(applied.posted);
+        all.news.extend(applied.news);
+        all.created.extend(applied.created);
+    }
+    Ok((change, all))
+}
+
+/// What rewinding `id` as it stands means.
+async fn rewind_plan(
+    tx: &mut impl Tx,
+    id: &str,
+) -> Result<(Option<Loaded>, lifecycle::rewind::Rewinding), StoreError> {
+    let current = tx.load(id).await?;
+    let journal = match &current {
+        Some(_) => tx.journal(id).await?,
+        None => Vec::new(),
+    };
+    let rewinding = lifecycle::rewind::decide(
+        current.as_ref().map(|c| &c.state),
+        &journal,
+        current.as_ref().map_or("", |c| c.digest.as_str()),
+        current.as_ref().and_then(|c| c.activity_set.as_deref()),
+    );
+    Ok((current, rewinding))
 }
 
 /// A task's result, decided on the instance and the task as stored.

@@ -54,6 +54,7 @@ pub fn evolve<'a>(state: &mut InstanceState, effect: &'a Effect) -> Evolved<'a> 
         Effect::NewExecution { .. }
         | Effect::Purge
         | Effect::PurgeIfIdle
+        | Effect::ResetJournal
         | Effect::DropPending => Evolved::Over,
         Effect::ScheduleTask { .. }
         | Effect::Create(_)

@@ -16,6 +16,7 @@ pub mod in_hand;
 pub mod purge;
 pub mod raise;
 pub mod resume;
+pub mod rewind;
 #[cfg(test)]
 mod scenarios;
 pub mod start;
@@ -195,6 +196,9 @@ pub enum Operation {
     Resume,
     Terminate { reason: String },
     Purge,
+    /// Run what failed again ([`rewind`]); decided on the instance's
+    /// journal, which the store reads for it.
+    Rewind { reason: Option<String> },
 }
 
 /// What a management operation on the instance as it stands means.
@@ -204,6 +208,8 @@ fn manage(state: Option<&InstanceState>, op: &Operation) -> Changed {
         Operation::Resume => resume::decide(state),
         Operation::Terminate { reason } => terminate::decide(state, reason),
         Operation::Purge => purge::decide(state),
+        // Decided by `rewind::decide`, with the journal.
+        Operation::Rewind { .. } => Changed::only(Change::NotApplicable),
     }
 }
 

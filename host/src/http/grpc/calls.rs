@@ -26,7 +26,7 @@ use super::proto::{
 use super::{entities, listing, waits, work_items};
 use crate::core::instance::RuntimeStatus;
 use crate::core::sdk_history;
-use crate::durable::{Operation, Orchestrator};
+use crate::durable::{DurableError, Operation, Orchestrator};
 use crate::http::AppState;
 use crate::sdk_workers::SdkWorkers;
 use tonic::codegen::BoxStream;
@@ -34,7 +34,6 @@ use tonic::codegen::BoxStream;
 /// Why a call of the contract is not served: each says what is instead.
 const GRACEFUL_TERMINATIONS: &str =
     "graceful terminations are not served: TerminateInstance ends an instance at once";
-const REWIND: &str = "rewind is not served: restart the failed instance (RestartInstance) instead";
 const TASK_HUBS: &str = "task hubs are created by the host (--taskhub), not over this protocol";
 const HISTORY: &str = "the history of this host's instances is its journal: GET /runtime/webhooks/durabletask/instances/{id}?showHistory=true";
 
@@ -328,9 +327,25 @@ impl TaskHubSidecarService for Sidecar {
 
     async fn rewind_instance(
         &self,
-        _: Request<RewindInstanceRequest>,
+        request: Request<RewindInstanceRequest>,
     ) -> Result<Response<RewindInstanceResponse>, Status> {
-        Err(Status::unimplemented(REWIND))
+        let request = request.into_inner();
+        let reason = request.reason.filter(|r| !r.is_empty());
+        let rewind = Operation::Rewind {
+            reason: reason.clone(),
+        };
+        match self.orchestrator.manage(&request.instance_id, rewind).await {
+            Ok(()) => {
+                tracing::info!(instance_id = %request.instance_id, reason = reason.as_deref().unwrap_or(""), "instance rewound: what failed runs again");
+                Ok(Response::new(RewindInstanceResponse {}))
+            }
+            Err(DurableError::InvalidState(id)) => Err(Status::failed_precondition(format!(
+                "instance '{id}' cannot be rewound: only a failed instance whose activities or \
+                 sub-orchestrations failed is (one that failed in its own code has nothing to run \
+                 again: restart it)"
+            ))),
+            Err(e) => Err(refusal(e)),
+        }
     }
 
     async fn create_task_hub(

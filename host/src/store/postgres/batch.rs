@@ -620,6 +620,10 @@ impl Tx for Planned<'_> {
     async fn purge(&mut self, _id: &str) -> Result<(), StoreError> {
         self.fallback("a purge")
     }
+
+    async fn reset_journal(&mut self, _id: &str) -> Result<(), StoreError> {
+        self.fallback("a rewind")
+    }
 }
 
 /// The statement a planned batch begins with, when it has instances to read.

@@ -416,6 +416,16 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
+    async fn reset_journal(&mut self, id: &str) -> Result<(), StoreError> {
+        for sql in [
+            "DELETE FROM journal WHERE instance_id = $1",
+            "UPDATE instances SET history_events = 0, history_bytes = 0, output = NULL WHERE id = $1",
+        ] {
+            sqlx::query(sql).bind(id).execute(&mut *self.0).await?;
+        }
+        Ok(())
+    }
+
     async fn purge(&mut self, id: &str) -> Result<(), StoreError> {
         for sql in [
             "DELETE FROM instances WHERE id = $1",

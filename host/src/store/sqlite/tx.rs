@@ -300,6 +300,18 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    async fn reset_journal(&mut self, id: &str) -> Result<(), StoreError> {
+        self.0
+            .prepare_cached("DELETE FROM journal WHERE instance_id = ?")?
+            .execute([id])?;
+        self.0
+            .prepare_cached(
+                "UPDATE instances SET history_events = 0, history_bytes = 0, output = NULL WHERE id = ?",
+            )?
+            .execute([id])?;
+        Ok(())
+    }
+
     async fn clear_pending(&mut self, id: &str) -> Result<(), StoreError> {
         for sql in [
             "DELETE FROM inbox WHERE instance_id = ?",

@@ -1,0 +1,144 @@
+use super::*;
+use crate::core::lifecycle::fixtures::instance;
+
+fn activity(name: &str) -> Call {
+    Call::CallActivity {
+        name: name.into(),
+        input: "1".into(),
+        retry: None,
+    }
+}
+
+fn failed(task: u32) -> Entry {
+    Entry::Event(Event::TaskFailed {
+        task,
+        error: "boom".into(),
+        details: None,
+    })
+}
+
+#[test]
+fn failed_activities_run_again_and_what_succeeded_is_kept() {
+    let journal = vec![
+        (Entry::Call(Call::SdkEpisode { ids: vec![0], failure: None }), 10),
+        (Entry::Call(activity("first")), 10),
+        (
+            Entry::Event(Event::TaskCompleted {
+                task: 1,
+                result: "\"ok\"".into(),
+            }),
+            20,
+        ),
+        (Entry::Call(Call::SdkEpisode { ids: vec![1], failure: None }), 20),
+        (Entry::Call(activity("second")), 20),
+        (failed(3), 30),
+        (
+            Entry::Call(Call::SdkEpisode {
+                ids: Vec::new(),
+                failure: Some(Box::new(crate::core::journal::FailureDetails {
+                    error_type: "E".into(),
+                    message: "boom".into(),
+                    stack_trace: None,
+                    inner: None,
+                    non_retriable: false,
+                })),
+            }),
+            30,
+        ),
+    ];
+    let rewound = decide(
+        Some(&instance(RuntimeStatus::Failed)),
+        &journal,
+        "durabletask-sdk",
+        None,
+    );
+    assert_eq!(rewound.changed.change, Change::Done);
+    assert!(rewound.children.is_empty());
+    let effects = &rewound.changed.effects;
+    assert_eq!(effects[0], Effect::ResetJournal);
+    let appended: Vec<(usize, i64)> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Append { entries, at } => Some((entries.len(), *at)),
+            _ => None,
+        })
+        .collect();
+    // Each entry keeps its time; the failure and the worker's account of it
+    // are gone.
+    assert_eq!(appended, vec![(2, 10), (3, 20), (1, 30)]);
+    assert!(effects.contains(&Effect::Append {
+        entries: vec![Entry::Call(Call::SdkEpisode {
+            ids: Vec::new(),
+            failure: None
+        })],
+        at: 30
+    }));
+    assert!(effects.contains(&Effect::ScheduleTask {
+        task: 3,
+        call: activity("second")
+    }));
+    assert!(matches!(
+        effects.last(),
+        Some(Effect::SetStatus {
+            status: RuntimeStatus::Running,
+            output: None,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_failed_child_is_named_for_its_own_rewind_or_its_creation_again() {
+    let journal = vec![
+        (
+            Entry::Call(Call::CallOrchestration {
+                name: "child".into(),
+                input: "2".into(),
+                id: None,
+            }),
+            1,
+        ),
+        (
+            Entry::Call(Call::CallOrchestration {
+                name: "named".into(),
+                input: "3".into(),
+                id: Some("chosen".into()),
+            }),
+            1,
+        ),
+        (failed(0), 2),
+        (failed(1), 2),
+    ];
+    let rewound = decide(Some(&instance(RuntimeStatus::Failed)), &journal, "sha256:x", Some("set"));
+    let ids: Vec<_> = rewound.children.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, vec!["i:7:0", "chosen"]);
+    let again = &rewound.children[0].again;
+    assert_eq!(
+        (again.name.as_str(), again.digest.as_str(), again.activity_set.as_deref()),
+        ("child", "sha256:x", Some("set"))
+    );
+    assert_eq!(again.parent.as_ref().map(|p| (p.execution, p.task)), Some((7, 0)));
+    assert!(!rewound
+        .changed
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ScheduleTask { .. })));
+}
+
+#[test]
+fn only_a_failed_instance_with_something_failed_is_rewound() {
+    let journal = vec![(Entry::Call(activity("a")), 1), (failed(0), 2)];
+    for status in [RuntimeStatus::Completed, RuntimeStatus::Running, RuntimeStatus::Terminated] {
+        let rewound = decide(Some(&instance(status)), &journal, "d", None);
+        assert_eq!(rewound.changed.change, Change::NotApplicable, "{status:?}");
+    }
+    assert_eq!(decide(None, &journal, "d", None).changed.change, Change::NotFound);
+    // Failed in its own code: nothing to run again.
+    let own = decide(
+        Some(&instance(RuntimeStatus::Failed)),
+        &[(Entry::Call(activity("a")), 1)],
+        "d",
+        None,
+    );
+    assert_eq!(own.changed.change, Change::NotApplicable);
+}
