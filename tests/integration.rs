@@ -22,6 +22,7 @@ mod durable_engine;
 mod durable_task_grpc;
 mod durable_task_locks;
 mod durable_task_orchestrations;
+mod durable_task_rewind;
 mod embedding;
 mod endpoint_keys;
 mod hostile_input;
