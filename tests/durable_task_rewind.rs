@@ -53,6 +53,11 @@ async fn a_rewound_orchestration_runs_what_failed_again_and_keeps_what_succeeded
     assert_eq!(purged["rewound"]["output"], json!("parent:flaky:d"), "{purged}");
     assert_eq!(purged["flaky"], json!(2));
 
+    let wasm = step("wasm");
+    assert_eq!(wasm["failed"], "FAILED", "{wasm}");
+    assert_eq!(wasm["rewound"]["status"], "COMPLETED", "{wasm}");
+    assert_eq!(wasm["flaky"], json!(2));
+
     let refused = step("refused");
     assert_eq!(refused["own"], "FAILED");
     assert_eq!(refused["own_rewind"]["code"], "FAILED_PRECONDITION", "{refused}");

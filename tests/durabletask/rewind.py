@@ -138,6 +138,15 @@ c.rewind_orchestration(id)
 say("purged child", failed=failed["status"], purged=purged, rewound=done(id),
     flaky=runs("flaky", "d"))
 
+# A wasm orchestration of the host (`call_activity_of`, in the test guest)
+# whose activity, the worker's, failed: rewound the same way.
+id = c.schedule_new_orchestration("call_activity_of", instance_id="rw-wasm",
+                                  input={"activity": "flaky", "strict": True,
+                                         "input": {"key": "e", "failures": 1}})
+failed = done(id)
+c.rewind_orchestration(id)
+say("wasm", failed=failed["status"], rewound=done(id), flaky=runs("flaky", "e"))
+
 # What cannot be rewound says why.
 own = c.schedule_new_orchestration(fails_by_itself, instance_id="rw-own")
 own_state = done(own)

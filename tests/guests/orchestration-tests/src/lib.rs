@@ -293,8 +293,13 @@ fn call_activity_of(ctx: &Context, call: Value) -> Result<Value, String> {
         ctx.continue_as_new(&json!({"activity": name, "input": call["input"]}));
         return Ok(Value::Null);
     }
+    let called = ctx.call_activity(name, &call["input"]).wait::<Value>();
+    // `"strict": true` fails the orchestration with the activity's failure.
+    if call["strict"] == json!(true) {
+        return Ok(json!({ "ok": called.map_err(|e| e.to_string())? }));
+    }
     Ok(
-        match ctx.call_activity(name, &call["input"]).wait::<Value>() {
+        match called {
             Ok(result) => json!({ "ok": result }),
             Err(e) => json!({ "error": e.to_string() }),
         },
