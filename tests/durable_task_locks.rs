@@ -87,7 +87,15 @@ async fn critical_sections_keep_two_accounts_whole_and_what_waits_for_a_lock_run
 
     // An entity left without state removes itself; a later operation
     // creates it again.
-    assert_eq!(step("removed"), json!({"step": "removed", "removed": true, "again": 5}));
+    assert_eq!(
+        step("removed"),
+        json!({"step": "removed", "removed": true, "again": 5})
+    );
+    // A raise cannot forge the host's own messages to an entity.
+    assert_eq!(
+        step("forged"),
+        json!({"step": "forged", "codes": ["INVALID_ARGUMENT", "INVALID_ARGUMENT", "INVALID_ARGUMENT", "INVALID_ARGUMENT"], "holder": null, "balance": 111})
+    );
     assert_eq!(
         step("cleaned"),
         json!({"step": "cleaned", "removed": 0, "released": 0})

@@ -33,7 +33,10 @@ async fn a_rewound_orchestration_runs_what_failed_again_and_keeps_what_succeeded
         "{activity}"
     );
     // The first activity's result was kept; the failed one ran again.
-    assert_eq!((&activity["steady"], &activity["flaky"]), (&json!(1), &json!(2)));
+    assert_eq!(
+        (&activity["steady"], &activity["flaky"]),
+        (&json!(1), &json!(2))
+    );
 
     let twice = step("twice");
     assert_eq!(
@@ -45,12 +48,20 @@ async fn a_rewound_orchestration_runs_what_failed_again_and_keeps_what_succeeded
 
     let child = step("child");
     assert_eq!(child["failed"], "FAILED", "{child}");
-    assert_eq!(child["rewound"]["output"], json!("parent:flaky:c"), "{child}");
+    assert_eq!(
+        child["rewound"]["output"],
+        json!("parent:flaky:c"),
+        "{child}"
+    );
     assert_eq!(child["flaky"], json!(2));
 
     let purged = step("purged child");
     assert_eq!(purged["purged"], json!(1), "{purged}");
-    assert_eq!(purged["rewound"]["output"], json!("parent:flaky:d"), "{purged}");
+    assert_eq!(
+        purged["rewound"]["output"],
+        json!("parent:flaky:d"),
+        "{purged}"
+    );
     assert_eq!(purged["flaky"], json!(2));
 
     let wasm = step("wasm");
@@ -60,13 +71,19 @@ async fn a_rewound_orchestration_runs_what_failed_again_and_keeps_what_succeeded
 
     let refused = step("refused");
     assert_eq!(refused["own"], "FAILED");
-    assert_eq!(refused["own_rewind"]["code"], "FAILED_PRECONDITION", "{refused}");
+    assert_eq!(
+        refused["own_rewind"]["code"], "FAILED_PRECONDITION",
+        "{refused}"
+    );
     assert!(
         refused["own_rewind"]["details"]
             .as_str()
             .is_some_and(|d| d.contains("restart it")),
         "{refused}"
     );
-    assert_eq!(refused["completed"]["code"], "FAILED_PRECONDITION", "{refused}");
+    assert_eq!(
+        refused["completed"]["code"], "FAILED_PRECONDITION",
+        "{refused}"
+    );
     assert_eq!(refused["unknown"]["code"], "NOT_FOUND", "{refused}");
 }

@@ -18,6 +18,7 @@ import json
 import sys
 import time
 
+import grpc
 from durabletask import client as dt
 from durabletask import entities, task, worker
 
@@ -255,3 +256,16 @@ say("removed", removed=removed, again=reaches("gone", 5))
 # Nothing is left to clean: no orphaned lock, no empty entity.
 cleaned = c.clean_entity_storage(remove_empty_entities=True, release_orphaned_locks=True)
 say("cleaned", removed=cleaned.empty_entities_removed, released=cleaned.orphaned_locks_released)
+
+# The host's own messages to an entity cannot be forged by a raise.
+def raise_refused(name):
+    try:
+        c.raise_orchestration_event(str(account("h")), name, data={"section": "x", "owner": "y"})
+        return None
+    except grpc.RpcError as e:
+        return e.code().name
+
+
+say("forged", codes=[raise_refused(n) for n in
+                     ("entity-lock", "entity-unlock", "entity-wake", "entity-operation")],
+    holder=holder("h"), balance=balance("h"))

@@ -63,8 +63,9 @@ pub enum Effect {
     },
     /// Delete the instance and everything it holds.
     Purge,
-    /// Empty the execution's journal (its history counted from nothing, its
-    /// output cleared), for a rewind that writes it again.
+    /// Empty the execution's journal (its bytes counted from nothing, its
+    /// output cleared), for a rewind that writes it again after the old
+    /// rows' numbers.
     ResetJournal,
     /// Delete the instance if its inbox is empty once this write consumed
     /// what it took: an entity its batch left with no state, no lock and

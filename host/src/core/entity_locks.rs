@@ -37,6 +37,10 @@ pub struct Lock {
     pub owner: String,
     #[serde(rename = "criticalSectionId")]
     pub section: String,
+    /// The owner's execution when it asked (a later one of the same id,
+    /// after a purge and a new start, is another owner).
+    #[serde(default)]
+    pub execution: i64,
 }
 
 /// The lock a custom status holds; `None` for a free entity.
@@ -195,6 +199,7 @@ pub fn sort(
                 sorted.lock = Some(Lock {
                     owner: request.owner.id.clone(),
                     section: request.section.clone(),
+                    execution: request.owner.execution,
                 });
                 match next_step(request) {
                     Step::Pass(effect) => sorted.effects.push(effect),
@@ -318,6 +323,25 @@ pub fn abandon(request: LockRequest) -> Vec<Effect> {
         .map(|entity| (section.clone(), entity))
         .collect();
     releases(&request.owner.id, held)
+}
+
+/// The releases owed by the sections whose requests wait among `queued`
+/// at entity `id` as it ends: each one's set but `id` itself (a release
+/// would start the ended entity afresh). Their owners wait on (a
+/// terminated entity answers no lock); terminating them lets go of nothing
+/// more.
+pub fn abandoned_at<'a>(id: &str, queued: impl IntoIterator<Item = &'a Event>) -> Vec<Effect> {
+    queued
+        .into_iter()
+        .filter_map(|event| match message_of(event) {
+            Message::Lock(mut request) => {
+                request.lock_set.retain(|entity| entity != id);
+                Some(abandon(request))
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
 }
 
 /// The entities `calls` (an execution's, in order) locked and did not

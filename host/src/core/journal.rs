@@ -79,7 +79,10 @@ pub enum Call {
         entities: Vec<String>,
     },
     /// One entity of a critical section released.
-    UnlockEntity { section: String, entity: String },
+    UnlockEntity {
+        section: String,
+        entity: String,
+    },
     /// The start of an episode of an orchestration a Durable Task SDK
     /// worker runs (see [`super::sdk_history`]): the ids the worker gave
     /// the scheduling calls journaled after it, in order.
@@ -140,7 +143,9 @@ impl Call {
             Call::SdkEpisode { .. } => "sdk-episode()".into(),
             Call::CallEntity(m) => format!("call-entity({}, {})", m.entity, m.operation),
             Call::SignalEntity(m) => format!("signal-entity({}, {})", m.entity, m.operation),
-            Call::LockEntities { entities, .. } => format!("lock-entities({})", entities.join(", ")),
+            Call::LockEntities { entities, .. } => {
+                format!("lock-entities({})", entities.join(", "))
+            }
             Call::UnlockEntity { entity, .. } => format!("unlock-entity({entity})"),
         }
     }

@@ -184,8 +184,14 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
             Action::LockEntities {
                 id,
                 section,
-                entities,
+                mut entities,
             } => {
+                // Taken in one order by every section, each entity once:
+                // two sections never wait on each other, nor one on itself
+                // (the SDKs send them so; a worker that does not is not
+                // trusted to).
+                entities.sort();
+                entities.dedup();
                 if let Some(bad) = entities.iter().find(|e| !is_entity(e)) {
                     ending = Ending::Broken(format!(
                         "the Durable Task SDK worker asked to lock '{bad}', which is not an entity id (@name@key)"

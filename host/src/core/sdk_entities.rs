@@ -133,17 +133,6 @@ pub enum StateAfter {
     Unchanged,
 }
 
-impl StateAfter {
-    /// Whether the entity has no state after the batch (`had` one before).
-    pub fn leaves_none(&self, had: bool) -> bool {
-        match self {
-            StateAfter::Set(_) => false,
-            StateAfter::Deleted => true,
-            StateAfter::Unchanged => !had,
-        }
-    }
-}
-
 /// The effects of a batch run on the entity `id`: its rows consumed, its
 /// state kept, each call's result delivered to its caller, the signals and
 /// starts it asked for carried out. A batch whose state or actions cannot

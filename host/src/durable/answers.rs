@@ -161,7 +161,15 @@ impl Orchestrator {
         event: &str,
         payload: &str,
     ) -> Result<(), DurableError> {
-        if event == crate::core::sdk_entities::OPERATION_EVENT {
+        // The host's own messages to entities (operations, lock requests,
+        // releases, wakes): a caller's raise must not forge one.
+        let reserved = [
+            crate::core::sdk_entities::OPERATION_EVENT,
+            crate::core::entity_locks::LOCK_EVENT,
+            crate::core::entity_locks::UNLOCK_EVENT,
+            crate::core::entity_locks::WAKE_EVENT,
+        ];
+        if reserved.contains(&event) {
             return Err(DurableError::ReservedEvent(event.to_string()));
         }
         self.raise_unchecked(id, event, payload).await

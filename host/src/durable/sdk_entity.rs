@@ -13,8 +13,8 @@ use super::sdk_episode::MESSAGE_LIMIT;
 use super::Orchestrator;
 use crate::core::dafx;
 use crate::core::effects::Effect;
-use crate::core::lifecycle::arrivals::Sorted;
 use crate::core::entity_locks::{self, Admit};
+use crate::core::lifecycle::arrivals::Sorted;
 use crate::core::sdk_entities;
 use crate::sdk_workers::{EntityAnswer, EntityItem};
 use crate::store::StoreError;
@@ -111,7 +111,7 @@ pub(super) async fn decide(
             actions: Vec::new(),
         };
         let effects = decided(orchestrator, id, &rows, &operations, failed, fits);
-        return Ok(Some(locking.joined(effects, !had_state)));
+        return Ok(Some(locking.joined(effects, had_state)));
     }
     if operations.is_empty() {
         // Nothing to run (lock requests and releases only, or an entity
@@ -129,7 +129,7 @@ pub(super) async fn decide(
         if locking.changes_anything() || !had_state {
             effects.push(Effect::Stepped);
         }
-        return Ok(Some(locking.joined(effects, !had_state)));
+        return Ok(Some(locking.joined(effects, had_state)));
     }
     // What remains is a wait for the batch's answer (a model may be asked)
     // and a commit: other instances' episodes run meanwhile.
@@ -141,9 +141,8 @@ pub(super) async fn decide(
             .run(orchestrator, state, &operations)
             .await
             .map(|result| {
-                let stateless = result.state.leaves_none(had_state);
                 let effects = decided(orchestrator, id, &rows, &operations, result, fits);
-                locking.joined(effects, stateless)
+                locking.joined(effects, had_state)
             }));
     }
     let item = EntityItem {
@@ -183,9 +182,8 @@ pub(super) async fn decide(
             return Ok(None);
         }
     };
-    let stateless = result.state.leaves_none(had_state);
     let effects = decided(orchestrator, id, &rows, &operations, result, fits);
-    Ok(Some(locking.joined(effects, stateless)))
+    Ok(Some(locking.joined(effects, had_state)))
 }
 
 /// A section granted at its last entity: its owner's lock task completes,
@@ -226,9 +224,21 @@ impl Locking {
     }
 
     /// The batch's `effects` with the lock's joined; an entity the batch
-    /// leaves `stateless` and free is removed (the instance, its row), as
+    /// leaves without state (as written: a batch refused as a whole keeps
+    /// the state it `had`) and free is removed (the instance, its row), as
     /// the managed service removes it, unless an operation arrived since.
-    fn joined(self, mut effects: Vec<Effect>, stateless: bool) -> Vec<Effect> {
+    fn joined(self, mut effects: Vec<Effect>, had: bool) -> Vec<Effect> {
+        let stateless = effects
+            .iter()
+            .find_map(|effect| match effect {
+                Effect::SetStatus { output, .. } => Some(
+                    output
+                        .as_deref()
+                        .map_or(!had, |o| o == sdk_entities::NO_STATE),
+                ),
+                _ => None,
+            })
+            .unwrap_or(!had);
         if let Some(status) = self.status {
             for effect in &mut effects {
                 if let Effect::SetStatus { custom_status, .. } = effect {

@@ -157,10 +157,10 @@ pub(super) async fn apply(
                 row = PendingRow::default();
                 tx.purge(&target.id).await?
             }
-            Effect::ResetJournal => {
-                journal_len = 0;
-                tx.reset_journal(&target.id).await?
-            }
+            // The rows written again are numbered after the old ones, and
+            // the history count only grows: an episode decided before the
+            // rewind finds its fence broken.
+            Effect::ResetJournal => tx.reset_journal(&target.id).await?,
             Effect::PurgeIfIdle => {
                 // Read under the instance's lock, after this write's own
                 // consumption: a row another write queued is still here.

@@ -132,7 +132,8 @@ pub(super) trait Tx {
     ) -> impl Future<Output = Result<(), StoreError>>;
     /// Deletes the instance and everything of it.
     fn purge(&mut self, id: &str) -> impl Future<Output = Result<(), StoreError>>;
-    /// Empties the journal of `id` and counts its history from nothing,
-    /// its output cleared (a rewind writes the journal again).
+    /// Empties the journal of `id` and counts its history's bytes from
+    /// nothing (not its events: the rows written again are numbered after
+    /// the old), its output cleared (a rewind writes the journal again).
     fn reset_journal(&mut self, id: &str) -> impl Future<Output = Result<(), StoreError>>;
 }

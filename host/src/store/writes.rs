@@ -12,13 +12,14 @@ use super::run_tx::RunTx;
 use super::run_writes::write_run;
 use super::tx::Tx;
 use crate::core::effects::Effect;
+use crate::core::entity_locks;
 use crate::core::failure::TaskOutcome;
 use crate::core::fence::{self, EpisodeFence, InstanceHolder};
+use crate::core::instance::NewInstance;
+use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::{self, Attempt};
 use crate::core::lifecycle::{self, Change, Command, Decision, Reply, TaskFate};
 use crate::core::limits::{LimitError, Limits};
-use crate::core::entity_locks;
-use crate::core::journal::Entry;
 use crate::core::sdk_entities;
 use crate::core::sdk_history;
 
@@ -209,10 +210,11 @@ pub(super) async fn write_durable(
                 .filter(|c| ended && sdk_history::is_sdk(&c.digest))
             {
                 let journal = tx.journal(&instance).await?;
-                let held = entity_locks::held(journal.iter().filter_map(|(entry, _)| match entry {
-                    Entry::Call(call) => Some(call),
-                    Entry::Event(_) => None,
-                }));
+                let held =
+                    entity_locks::held(journal.iter().filter_map(|(entry, _)| match entry {
+                        Entry::Call(call) => Some(call),
+                        Entry::Event(_) => None,
+                    }));
                 decision
                     .effects
                     .extend(entity_locks::releases(&sdk.state.id, held));
@@ -227,6 +229,12 @@ pub(super) async fn write_durable(
                         queued.iter().map(|row| &row.event),
                         "it was terminated",
                     ));
+                    // A section whose request waited here gets none of its
+                    // set: the entities it holds already are let go.
+                    decision.effects.extend(entity_locks::abandoned_at(
+                        &instance,
+                        queued.iter().map(|row| &row.event),
+                    ));
                 }
             }
             let (change, applied) = decide_and_apply(tx, current, decision, now).await?;
@@ -239,10 +247,13 @@ pub(super) async fn write_durable(
 /// sub-orchestrations, theirs.
 const REWIND_REACH: usize = 256;
 
-/// Rewinds `id` and, in the same transaction, each failed sub-orchestration
-/// under it: one that can be rewound is (it reports to its parent as
-/// before), one that cannot (gone, ended otherwise, or failed in its own
-/// code) is created again under its parent.
+/// Rewinds `id` and, in the same transaction, each sub-orchestration under
+/// it that it still waits for: a failed one that can be rewound is (it
+/// reports to its parent as before); one gone, ended otherwise, failed in
+/// its own code or past the reach is created again under its parent (on
+/// its own version when it still exists); one that runs reports in due
+/// course. A child id that now names another parent's child refuses the
+/// whole rewind: nothing is written.
 async fn rewind_tree(
     tx: &mut impl Tx,
     id: &str,
@@ -250,25 +261,44 @@ async fn rewind_tree(
 ) -> Result<(Change, Applied), StoreError> {
     let (current, rewinding) = rewind_plan(tx, id).await?;
     let change = rewinding.changed.change;
+    if change != Change::Done {
+        return Ok((change, Applied::default()));
+    }
+    // Planned whole before anything is written.
+    let mut planned: Vec<(Option<Loaded>, Vec<Effect>)> = Vec::new();
     let mut queue = vec![(current, rewinding)];
-    let mut all = Applied::default();
     let mut reached = 1;
     while let Some((current, rewinding)) = queue.pop() {
         let mut effects = rewinding.changed.effects;
         for child in rewinding.children {
-            let (loaded, planned) = rewind_plan(tx, &child.id).await?;
-            let runs = loaded
-                .as_ref()
-                .is_some_and(|c| !c.state.status.is_finished());
-            if planned.changed.change == Change::Done && reached < REWIND_REACH {
-                reached += 1;
-                queue.push((loaded, planned));
-            } else if !runs {
+            let (loaded, plan) = rewind_plan(tx, &child.id).await?;
+            let Some(loaded) = loaded else {
                 effects.push(Effect::Create(child.again));
+                continue;
+            };
+            if loaded.state.parent != child.again.parent {
+                return Ok((Change::NotApplicable, Applied::default()));
+            }
+            if !loaded.state.status.is_finished() {
+                continue;
+            }
+            if plan.changed.change == Change::Done && reached < REWIND_REACH {
+                reached += 1;
+                queue.push((Some(loaded), plan));
+            } else {
+                effects.push(Effect::Create(NewInstance {
+                    digest: loaded.digest,
+                    activity_set: loaded.activity_set,
+                    ..child.again
+                }));
             }
         }
+        planned.push((current, effects));
+    }
+    let mut all = Applied::default();
+    for (current, effects) in planned {
         let decision = Decision {
-            reply: Reply::Change(rewinding.changed.change),
+            reply: Reply::Change(Change::Done),
             effects,
             next: None,
         };

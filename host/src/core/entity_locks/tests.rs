@@ -46,6 +46,7 @@ fn held_by(owner: &str, section: &str) -> Option<Lock> {
     Some(Lock {
         owner: owner.into(),
         section: section.into(),
+        execution: 1,
     })
 }
 
@@ -72,7 +73,13 @@ fn ops(sorted: &Sorted) -> Vec<&str> {
 #[test]
 fn a_request_passes_along_the_set_and_the_last_entity_grants_it() {
     let set = ["@e@a", "@e@b"];
-    let first = sort("@e@a", None, rows(vec![lock("o", "s", &set, 0)]), &HashSet::new(), take_all);
+    let first = sort(
+        "@e@a",
+        None,
+        rows(vec![lock("o", "s", &set, 0)]),
+        &HashSet::new(),
+        take_all,
+    );
     assert_eq!(first.lock, held_by("o", "s"));
     assert!(first.lock_changed);
     assert_eq!(first.consumed, vec![1]);
@@ -81,7 +88,13 @@ fn a_request_passes_along_the_set_and_the_last_entity_grants_it() {
     };
     assert_eq!(entity.id, "@e@b");
     assert!(matches!(message_of(event), Message::Lock(r) if r.position == 1 && r.section == "s"));
-    let last = sort("@e@b", None, rows(vec![lock("o", "s", &set, 1)]), &HashSet::new(), take_all);
+    let last = sort(
+        "@e@b",
+        None,
+        rows(vec![lock("o", "s", &set, 1)]),
+        &HashSet::new(),
+        take_all,
+    );
     assert!(last.effects.is_empty());
     let [granted] = last.granted.as_slice() else {
         panic!("granted: {last:?}")
@@ -99,8 +112,16 @@ fn a_request_passes_along_the_set_and_the_last_entity_grants_it() {
             other => panic!("a release: {other:?}"),
         })
         .collect();
-    let unlock = || Message::Unlock(Unlock { section: "s".into(), owner: "o".into() });
-    assert_eq!(targets, vec![("@e@a".into(), unlock()), ("@e@b".into(), unlock())]);
+    let unlock = || {
+        Message::Unlock(Unlock {
+            section: "s".into(),
+            owner: "o".into(),
+        })
+    };
+    assert_eq!(
+        targets,
+        vec![("@e@a".into(), unlock()), ("@e@b".into(), unlock())]
+    );
 }
 
 #[test]
@@ -160,10 +181,22 @@ fn a_late_or_foreign_release_changes_nothing() {
             take_all,
         );
         assert_eq!(sorted.lock, held_by("o", "s"));
-        assert_eq!((sorted.consumed.clone(), sorted.park.clone()), (vec![1], vec![2]));
+        assert_eq!(
+            (sorted.consumed.clone(), sorted.park.clone()),
+            (vec![1], vec![2])
+        );
     }
-    let free = sort("@e@a", None, rows(vec![unlock("o", "s")]), &HashSet::new(), take_all);
-    assert_eq!((free.lock, free.lock_changed, free.consumed), (None, false, vec![1]));
+    let free = sort(
+        "@e@a",
+        None,
+        rows(vec![unlock("o", "s")]),
+        &HashSet::new(),
+        take_all,
+    );
+    assert_eq!(
+        (free.lock, free.lock_changed, free.consumed),
+        (None, false, vec![1])
+    );
 }
 
 #[test]
@@ -189,7 +222,10 @@ fn a_full_batch_leaves_the_rest_and_wakes_the_entity_for_parked_rows() {
     let [Effect::EntityOperation { entity, event, .. }] = sorted.effects.as_slice() else {
         panic!("a wake: {:?}", sorted.effects)
     };
-    assert_eq!((entity.id.as_str(), message_of(event)), ("@e@a", Message::Wake));
+    assert_eq!(
+        (entity.id.as_str(), message_of(event)),
+        ("@e@a", Message::Wake)
+    );
 }
 
 #[test]
@@ -218,6 +254,9 @@ fn an_ending_orchestration_releases_what_it_still_holds() {
             owner: "o".into()
         })
     );
-    assert_eq!(lock_of(Some(&status_of(held_by("o", "s").as_ref()))), held_by("o", "s"));
+    assert_eq!(
+        lock_of(Some(&status_of(held_by("o", "s").as_ref()))),
+        held_by("o", "s")
+    );
     assert_eq!(lock_of(Some(&status_of(None))), None);
 }

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 
 use super::continue_as_new;
 use crate::core::effects::Effect;
+use crate::core::entity_locks;
 use crate::core::ids;
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus};
 use crate::core::journal::{Call, EntityCall, Entry, Event};
 use crate::core::limits::Limits;
 use crate::core::replay::Replay;
-use crate::core::entity_locks;
 use crate::core::sdk_entities::{self, Caller, Operation};
 
 /// How the guest's code stopped.
@@ -222,11 +222,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                         due_at: None,
                     }),
                     None => {
-                        return fail(
-                            state,
-                            effects,
-                            "a lock request names no entity".to_string(),
-                        )
+                        return fail(state, effects, "a lock request names no entity".to_string())
                     }
                 }
             }

@@ -194,11 +194,15 @@ impl Changed {
 pub enum Operation {
     Suspend,
     Resume,
-    Terminate { reason: String },
+    Terminate {
+        reason: String,
+    },
     Purge,
     /// Run what failed again ([`rewind`]); decided on the instance's
     /// journal, which the store reads for it.
-    Rewind { reason: Option<String> },
+    Rewind {
+        reason: Option<String>,
+    },
 }
 
 /// What a management operation on the instance as it stands means.

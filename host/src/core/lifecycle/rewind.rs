@@ -1,37 +1,44 @@
 //! Rewinding a failed instance, as the Durable Task protocol's
 //! `RewindInstance` does: what failed runs again, what succeeded is kept.
-//! The failures of its activities and sub-orchestrations leave the journal;
-//! each failed activity is scheduled again (its call stays where it was, so
-//! the code's replay meets it as a task not done yet), each failed
-//! sub-orchestration is rewound in turn (or created again when it is gone),
-//! and the instance runs again in the same execution, so that its children
-//! still report to it.
+//! The failures that ended it (those its code made no call after: a
+//! failure the code caught and went on from is part of its path, and
+//! stays) leave the journal; each such activity is scheduled again (its
+//! call stays where it was, so the code's replay meets it as a task not
+//! done yet), each such sub-orchestration is rewound in turn (or created
+//! again), and what was still under way when it failed (an activity, a
+//! timer: dropped as it failed) is scheduled again too. It runs on in the
+//! same execution, so that its children still report to it.
 //!
-//! An instance whose code failed by itself, with no failed task, has
-//! nothing to run again: its rewind is refused (a restart runs it anew).
+//! Refused: an instance whose code failed by itself, with no failed task
+//! (nothing to run again: a restart runs it anew), and one that failed
+//! inside a critical section (its locks were let go as it failed; its
+//! replay would go on as if it held them).
 
 use std::collections::HashMap;
 
 use super::{Change, Changed};
 use crate::core::effects::Effect;
+use crate::core::entity_locks;
 use crate::core::ids;
 use crate::core::instance::{InstanceState, NewInstance, ParentRef, RuntimeStatus};
 use crate::core::journal::{Call, Entry, Event};
 
-/// A failed sub-orchestration of the instance rewound.
+/// A sub-orchestration of the instance rewound that it still waits for.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FailedChild {
+pub struct WaitedChild {
     pub id: String,
-    /// What creates it again when it is gone (or ended otherwise than
-    /// failed): its call as journaled, on its parent's version.
+    /// Its failure ended the parent (else it was under way).
+    pub failed: bool,
+    /// What creates it again when it is gone (or cannot be rewound): its
+    /// call as journaled, on its parent's version unless it still exists.
     pub again: NewInstance,
 }
 
-/// A rewind's effects on the instance, and its failed children.
+/// A rewind's effects on the instance, and the children it waits for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rewinding {
     pub changed: Changed,
-    pub children: Vec<FailedChild>,
+    pub children: Vec<WaitedChild>,
 }
 
 /// The instance `state`, running on `digest` and `activity_set`, with its
@@ -52,71 +59,114 @@ pub fn decide(
     if state.status != RuntimeStatus::Failed {
         return refused(Change::NotApplicable);
     }
-    let calls: HashMap<u32, &Call> = journal
+    let calls: Vec<&Call> = journal
         .iter()
         .filter_map(|(entry, _)| match entry {
             Entry::Call(call) => Some(call),
             Entry::Event(_) => None,
         })
-        .enumerate()
-        .map(|(task, call)| (u32::try_from(task).unwrap_or(u32::MAX), call))
         .collect();
-    let mut kept: Vec<(Entry, i64)> = Vec::with_capacity(journal.len());
+    // The position of the last call the code made (markers and its status
+    // are not calls of its path).
+    let last_call = journal.iter().rposition(|(entry, _)| {
+        matches!(entry, Entry::Call(call) if !matches!(
+            call,
+            Call::SdkEpisode { .. } | Call::SetCustomStatus { .. } | Call::UnlockEntity { .. }
+        ))
+    });
+    let mut ended: HashMap<u32, bool> = HashMap::new();
+    for (at, (entry, _)) in journal.iter().enumerate() {
+        let (task, failed) = match entry {
+            Entry::Event(Event::TaskFailed { task, .. }) => (*task, true),
+            Entry::Event(Event::TaskCompleted { task, .. } | Event::TimerFired { task }) => {
+                (*task, false)
+            }
+            _ => continue,
+        };
+        // A failure the code went on from stays an outcome of its path.
+        let rewound = failed && last_call.is_none_or(|last| at > last);
+        ended.insert(task, !rewound);
+    }
+    let rewound_any = ended.values().any(|kept| !kept);
+    // Failed inside a critical section: its releases came with the
+    // failure, or the host's at its end.
+    let first_rewound = journal.iter().position(|(entry, _)| {
+        matches!(entry, Entry::Event(Event::TaskFailed { task, .. }) if ended.get(task) == Some(&false))
+    });
+    let released_after = first_rewound.is_some_and(|first| {
+        journal[first..]
+            .iter()
+            .any(|(entry, _)| matches!(entry, Entry::Call(Call::UnlockEntity { .. })))
+    });
+    if !rewound_any || released_after || !entity_locks::held(calls.iter().copied()).is_empty() {
+        return refused(Change::NotApplicable);
+    }
     let mut again = Vec::new();
-    let mut children = Vec::new();
-    for (entry, at) in journal {
-        match entry {
-            Entry::Event(Event::TaskFailed { task, .. }) => match calls.get(task) {
-                Some(
-                    call @ (Call::CallActivity { .. }
-                    | Call::CallAgent { .. }
-                    | Call::CallRemoteAgent { .. }),
-                ) => {
-                    again.push(Effect::ScheduleTask {
-                        task: *task,
-                        call: (*call).clone(),
-                    });
-                    continue;
-                }
-                Some(Call::CallOrchestration { name, input, id }) => {
-                    let id = id
-                        .clone()
-                        .unwrap_or_else(|| ids::child_instance(&state.id, state.execution, *task));
-                    children.push(FailedChild {
-                        again: NewInstance {
-                            id: id.clone(),
-                            name: name.clone(),
-                            input: input.clone(),
-                            digest: digest.to_string(),
-                            activity_set: activity_set.map(str::to_string),
-                            parent: Some(ParentRef {
-                                id: state.id.clone(),
-                                execution: state.execution,
-                                task: *task,
-                            }),
-                            traceparent: None,
-                        },
-                        id,
-                    });
-                    continue;
-                }
-                _ => kept.push((entry.clone(), *at)),
-            },
+    let mut children: Vec<WaitedChild> = Vec::new();
+    for (task, call) in calls.iter().enumerate() {
+        let task = u32::try_from(task).unwrap_or(u32::MAX);
+        if ended.get(&task) == Some(&true) {
+            continue;
+        }
+        let failed = ended.contains_key(&task);
+        match call {
+            Call::CallActivity { .. } | Call::CallAgent { .. } | Call::CallRemoteAgent { .. } => {
+                again.push(Effect::ScheduleTask {
+                    task,
+                    call: (*call).clone(),
+                })
+            }
+            Call::StartTimer { fire_at } => again.push(Effect::ArmTimer {
+                task,
+                fire_at: i64::try_from(*fire_at).unwrap_or(i64::MAX),
+            }),
+            Call::CallOrchestration { name, input, id } => {
+                let id = id
+                    .clone()
+                    .unwrap_or_else(|| ids::child_instance(&state.id, state.execution, task));
+                // One id called again (a retry under the same id): the
+                // last call is the one waited for.
+                children.retain(|child| child.id != id);
+                children.push(WaitedChild {
+                    failed,
+                    again: NewInstance {
+                        id: id.clone(),
+                        name: name.clone(),
+                        input: input.clone(),
+                        digest: digest.to_string(),
+                        activity_set: activity_set.map(str::to_string),
+                        parent: Some(ParentRef {
+                            id: state.id.clone(),
+                            execution: state.execution,
+                            task,
+                        }),
+                        traceparent: None,
+                    },
+                    id,
+                });
+            }
+            _ => {}
+        }
+    }
+    let mut effects = vec![Effect::ResetJournal];
+    let kept: Vec<(Entry, i64)> = journal
+        .iter()
+        .filter_map(|(entry, at)| match entry {
+            Entry::Event(Event::TaskFailed { task, .. }) if ended.get(task) == Some(&false) => None,
             // The worker's account of the failure goes with it.
-            Entry::Call(Call::SdkEpisode { ids, failure: Some(_) }) => kept.push((
+            Entry::Call(Call::SdkEpisode {
+                ids,
+                failure: Some(_),
+            }) => Some((
                 Entry::Call(Call::SdkEpisode {
                     ids: ids.clone(),
                     failure: None,
                 }),
                 *at,
             )),
-            _ => kept.push((entry.clone(), *at)),
-        }
-    }
-    if again.is_empty() && children.is_empty() {
-        return refused(Change::NotApplicable);
-    }
-    let mut effects = vec![Effect::ResetJournal];
+            _ => Some((entry.clone(), *at)),
+        })
+        .collect();
     // One append per time: each entry keeps the time it was recorded at
     // (an SDK episode's is the time its worker's code read).
     let mut rest = kept.as_slice();

@@ -169,7 +169,7 @@ pub(super) async fn clean(
             .is_none_or(|state| state == sdk_entities::NO_STATE);
         let event = match entity_locks::lock_of(record.custom_status.as_deref()) {
             Some(lock) if request.release_orphaned_locks => {
-                if owner_runs(orchestrator, &lock.owner).await? {
+                if owner_runs(orchestrator, &lock).await? {
                     continue;
                 }
                 released += 1;
@@ -205,10 +205,16 @@ pub(super) async fn clean(
     }))
 }
 
-/// Whether the orchestration `owner` still runs (a suspended one too).
-async fn owner_runs(orchestrator: &Arc<Orchestrator>, owner: &str) -> Result<bool, Status> {
-    match orchestrator.status(owner, false).await {
-        Ok(view) => Ok(!view.instance.status.is_finished()),
+/// Whether the orchestration holding `lock` still runs (a suspended one
+/// too) in the execution that took it.
+async fn owner_runs(
+    orchestrator: &Arc<Orchestrator>,
+    lock: &entity_locks::Lock,
+) -> Result<bool, Status> {
+    match orchestrator.status(&lock.owner, false).await {
+        Ok(view) => {
+            Ok(!view.instance.status.is_finished() && view.instance.execution == lock.execution)
+        }
         Err(DurableError::InstanceNotFound(_)) => Ok(false),
         Err(e) => Err(refusal(e)),
     }

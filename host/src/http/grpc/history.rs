@@ -6,13 +6,12 @@ use super::convert::{millis, timestamp};
 use super::proto::{
     history_event, operation_action, orchestrator_action, send_entity_message_action,
     CompleteOrchestrationAction, EntityLockGrantedEvent, EntityLockRequestedEvent,
-    EntityOperationCalledEvent, EntityUnlockSentEvent, EntityOperationCompletedEvent,
-    EntityOperationFailedEvent, EntityOperationSignaledEvent, EventRaisedEvent,
-    ExecutionStartedEvent, HistoryEvent, OperationAction, OrchestrationInstance,
-    OrchestrationStatus, OrchestratorAction, OrchestratorStartedEvent, ParentInstanceInfo,
-    SubOrchestrationInstanceCompletedEvent, SubOrchestrationInstanceCreatedEvent,
-    SubOrchestrationInstanceFailedEvent, TaskCompletedEvent, TaskFailedEvent, TaskFailureDetails,
-    TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
+    EntityOperationCalledEvent, EntityOperationCompletedEvent, EntityOperationFailedEvent,
+    EntityOperationSignaledEvent, EntityUnlockSentEvent, EventRaisedEvent, ExecutionStartedEvent,
+    HistoryEvent, OperationAction, OrchestrationInstance, OrchestrationStatus, OrchestratorAction,
+    OrchestratorStartedEvent, ParentInstanceInfo, SubOrchestrationInstanceCompletedEvent,
+    SubOrchestrationInstanceCreatedEvent, SubOrchestrationInstanceFailedEvent, TaskCompletedEvent,
+    TaskFailedEvent, TaskFailureDetails, TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
 };
 use crate::core::failure::TaskError;
 use crate::core::journal::EntityCall;

@@ -419,7 +419,7 @@ impl Tx for PgTx<'_> {
     async fn reset_journal(&mut self, id: &str) -> Result<(), StoreError> {
         for sql in [
             "DELETE FROM journal WHERE instance_id = $1",
-            "UPDATE instances SET history_events = 0, history_bytes = 0, output = NULL WHERE id = $1",
+            "UPDATE instances SET history_bytes = 0, output = NULL WHERE id = $1",
         ] {
             sqlx::query(sql).bind(id).execute(&mut *self.0).await?;
         }

@@ -305,9 +305,7 @@ impl Tx for SqliteTx<'_> {
             .prepare_cached("DELETE FROM journal WHERE instance_id = ?")?
             .execute([id])?;
         self.0
-            .prepare_cached(
-                "UPDATE instances SET history_events = 0, history_bytes = 0, output = NULL WHERE id = ?",
-            )?
+            .prepare_cached("UPDATE instances SET history_bytes = 0, output = NULL WHERE id = ?")?
             .execute([id])?;
         Ok(())
     }

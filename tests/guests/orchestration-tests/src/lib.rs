@@ -298,12 +298,10 @@ fn call_activity_of(ctx: &Context, call: Value) -> Result<Value, String> {
     if call["strict"] == json!(true) {
         return Ok(json!({ "ok": called.map_err(|e| e.to_string())? }));
     }
-    Ok(
-        match called {
-            Ok(result) => json!({ "ok": result }),
-            Err(e) => json!({ "error": e.to_string() }),
-        },
-    )
+    Ok(match called {
+        Ok(result) => json!({ "ok": result }),
+        Err(e) => json!({ "error": e.to_string() }),
+    })
 }
 
 fn component() -> Component {
