@@ -382,5 +382,62 @@ pub fn releases(owner: &str, held: Vec<(String, String)>) -> Vec<Effect> {
         .collect()
 }
 
+/// What a batch changes of the entity's lock, written with it whatever its
+/// operations made of the state: rows left waiting for the lock parked,
+/// the lock kept, requests passed on and grants sent.
+pub struct Locking {
+    pub park: Vec<i64>,
+    /// The new custom status, when the lock changed.
+    pub status: Option<String>,
+    pub effects: Vec<Effect>,
+    /// No section holds the entity after the batch.
+    pub free: bool,
+}
+
+impl Locking {
+    pub fn changes_anything(&self) -> bool {
+        !self.park.is_empty() || self.status.is_some() || !self.effects.is_empty()
+    }
+
+    /// The batch's `effects` with the lock's joined; an entity the batch
+    /// leaves without state (as written: a batch refused as a whole keeps
+    /// the state it `had`) and free is removed (the instance, its row), as
+    /// the managed service removes it, unless an operation arrived since.
+    pub fn joined(self, mut effects: Vec<Effect>, had: bool) -> Vec<Effect> {
+        let stateless = effects
+            .iter()
+            .find_map(|effect| match effect {
+                Effect::SetStatus { output, .. } => Some(
+                    output
+                        .as_deref()
+                        .map_or(!had, |o| o == sdk_entities::NO_STATE),
+                ),
+                _ => None,
+            })
+            .unwrap_or(!had);
+        if let Some(status) = self.status {
+            for effect in &mut effects {
+                if let Effect::SetStatus { custom_status, .. } = effect {
+                    *custom_status = Some(status.clone());
+                }
+            }
+        }
+        // The batch's fence stays its last effect.
+        let at = match effects.last() {
+            Some(Effect::Stepped) => effects.len() - 1,
+            _ => effects.len(),
+        };
+        let mut added = self.effects;
+        if !self.park.is_empty() {
+            added.insert(0, Effect::ParkInbox(self.park));
+        }
+        effects.splice(at..at, added);
+        if stateless && self.free {
+            effects.push(Effect::PurgeIfIdle);
+        }
+        effects
+    }
+}
+
 #[cfg(test)]
 mod tests;

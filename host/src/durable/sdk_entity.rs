@@ -91,7 +91,7 @@ pub(super) async fn decide(
         // means nothing to it: consumed, with a word.
         tracing::warn!(instance_id = %id, dropped, "events that are no entity operation were raised at an entity; dropped");
     }
-    let locking = Locking {
+    let locking = entity_locks::Locking {
         park,
         status: lock_changed.then(|| entity_locks::status_of(lock.as_ref())),
         effects: lock_effects,
@@ -204,63 +204,6 @@ async fn granted_to(
         tracing::info!(owner = %request.owner.id, section = %request.section, "a lock was granted after its orchestration ended; its entities are released");
         entity_locks::abandon(request)
     })
-}
-
-/// What a batch changes of the entity's lock, written with it whatever its
-/// operations made of the state: rows left waiting for the lock parked,
-/// the lock kept, requests passed on and grants sent.
-struct Locking {
-    park: Vec<i64>,
-    /// The new custom status, when the lock changed.
-    status: Option<String>,
-    effects: Vec<Effect>,
-    /// No section holds the entity after the batch.
-    free: bool,
-}
-
-impl Locking {
-    fn changes_anything(&self) -> bool {
-        !self.park.is_empty() || self.status.is_some() || !self.effects.is_empty()
-    }
-
-    /// The batch's `effects` with the lock's joined; an entity the batch
-    /// leaves without state (as written: a batch refused as a whole keeps
-    /// the state it `had`) and free is removed (the instance, its row), as
-    /// the managed service removes it, unless an operation arrived since.
-    fn joined(self, mut effects: Vec<Effect>, had: bool) -> Vec<Effect> {
-        let stateless = effects
-            .iter()
-            .find_map(|effect| match effect {
-                Effect::SetStatus { output, .. } => Some(
-                    output
-                        .as_deref()
-                        .map_or(!had, |o| o == sdk_entities::NO_STATE),
-                ),
-                _ => None,
-            })
-            .unwrap_or(!had);
-        if let Some(status) = self.status {
-            for effect in &mut effects {
-                if let Effect::SetStatus { custom_status, .. } = effect {
-                    *custom_status = Some(status.clone());
-                }
-            }
-        }
-        // The batch's fence stays its last effect.
-        let at = match effects.last() {
-            Some(Effect::Stepped) => effects.len() - 1,
-            _ => effects.len(),
-        };
-        let mut added = self.effects;
-        if !self.park.is_empty() {
-            added.insert(0, Effect::ParkInbox(self.park));
-        }
-        effects.splice(at..at, added);
-        if stateless && self.free {
-            effects.push(Effect::PurgeIfIdle);
-        }
-        effects
-    }
 }
 
 /// The effects of the batch's result, the orchestrations it starts on the

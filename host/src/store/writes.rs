@@ -15,10 +15,9 @@ use crate::core::effects::Effect;
 use crate::core::entity_locks;
 use crate::core::failure::TaskOutcome;
 use crate::core::fence::{self, EpisodeFence, InstanceHolder};
-use crate::core::instance::NewInstance;
 use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::{self, Attempt};
-use crate::core::lifecycle::{self, Change, Command, Decision, Reply, TaskFate};
+use crate::core::lifecycle::{self, rewind, Change, Command, Decision, Reply, TaskFate};
 use crate::core::limits::{LimitError, Limits};
 use crate::core::sdk_entities;
 use crate::core::sdk_history;
@@ -272,25 +271,22 @@ async fn rewind_tree(
         let mut effects = rewinding.changed.effects;
         for child in rewinding.children {
             let (loaded, plan) = rewind_plan(tx, &child.id).await?;
-            let Some(loaded) = loaded else {
-                effects.push(Effect::Create(child.again));
-                continue;
-            };
-            if loaded.state.parent != child.again.parent {
-                return Ok((Change::NotApplicable, Applied::default()));
-            }
-            if !loaded.state.status.is_finished() {
-                continue;
-            }
-            if plan.changed.change == Change::Done && reached < REWIND_REACH {
-                reached += 1;
-                queue.push((Some(loaded), plan));
-            } else {
-                effects.push(Effect::Create(NewInstance {
-                    digest: loaded.digest,
-                    activity_set: loaded.activity_set,
-                    ..child.again
-                }));
+            let found = loaded.as_ref().map(|l| rewind::Found {
+                state: &l.state,
+                digest: &l.digest,
+                activity_set: l.activity_set.as_deref(),
+            });
+            let rewindable = plan.changed.change == Change::Done && reached < REWIND_REACH;
+            match rewind::child_step(child, found, rewindable) {
+                rewind::ChildStep::Rewind => {
+                    reached += 1;
+                    queue.push((loaded, plan));
+                }
+                rewind::ChildStep::Create(create) => effects.push(*create),
+                rewind::ChildStep::Reports => {}
+                rewind::ChildStep::Conflict => {
+                    return Ok((Change::NotApplicable, Applied::default()))
+                }
             }
         }
         planned.push((current, effects));
@@ -316,13 +312,13 @@ async fn rewind_tree(
 async fn rewind_plan(
     tx: &mut impl Tx,
     id: &str,
-) -> Result<(Option<Loaded>, lifecycle::rewind::Rewinding), StoreError> {
+) -> Result<(Option<Loaded>, rewind::Rewinding), StoreError> {
     let current = tx.load(id).await?;
     let journal = match &current {
         Some(_) => tx.journal(id).await?,
         None => Vec::new(),
     };
-    let rewinding = lifecycle::rewind::decide(
+    let rewinding = rewind::decide(
         current.as_ref().map(|c| &c.state),
         &journal,
         current.as_ref().map_or("", |c| c.digest.as_str()),

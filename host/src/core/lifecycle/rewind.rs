@@ -27,8 +27,6 @@ use crate::core::journal::{Call, Entry, Event};
 #[derive(Debug, Clone, PartialEq)]
 pub struct WaitedChild {
     pub id: String,
-    /// Its failure ended the parent (else it was under way).
-    pub failed: bool,
     /// What creates it again when it is gone (or cannot be rewound): its
     /// call as journaled, on its parent's version unless it still exists.
     pub again: NewInstance,
@@ -39,6 +37,49 @@ pub struct WaitedChild {
 pub struct Rewinding {
     pub changed: Changed,
     pub children: Vec<WaitedChild>,
+}
+
+/// A child as stored: its state and the version it runs on.
+pub struct Found<'a> {
+    pub state: &'a InstanceState,
+    pub digest: &'a str,
+    pub activity_set: Option<&'a str>,
+}
+
+/// What becomes of a child the rewound instance waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChildStep {
+    /// Rewound with its parent.
+    Rewind,
+    /// Created again under its parent: gone, ended otherwise than
+    /// rewindable (failed in its own code, terminated, past the reach).
+    Create(Box<Effect>),
+    /// It runs: it reports to its parent in due course.
+    Reports,
+    /// Its id now names another instance's child: the rewind is refused.
+    Conflict,
+}
+
+/// What becomes of `child` as `found`; `rewindable`: its own rewind would
+/// be done (and is within the tree's reach).
+pub fn child_step(child: WaitedChild, found: Option<Found<'_>>, rewindable: bool) -> ChildStep {
+    let Some(found) = found else {
+        return ChildStep::Create(Box::new(Effect::Create(child.again)));
+    };
+    if found.state.parent != child.again.parent {
+        return ChildStep::Conflict;
+    }
+    if !found.state.status.is_finished() {
+        return ChildStep::Reports;
+    }
+    if rewindable {
+        return ChildStep::Rewind;
+    }
+    ChildStep::Create(Box::new(Effect::Create(NewInstance {
+        digest: found.digest.to_string(),
+        activity_set: found.activity_set.map(str::to_string),
+        ..child.again
+    })))
 }
 
 /// The instance `state`, running on `digest` and `activity_set`, with its
@@ -108,7 +149,6 @@ pub fn decide(
         if ended.get(&task) == Some(&true) {
             continue;
         }
-        let failed = ended.contains_key(&task);
         match call {
             Call::CallActivity { .. } | Call::CallAgent { .. } | Call::CallRemoteAgent { .. } => {
                 again.push(Effect::ScheduleTask {
@@ -128,7 +168,6 @@ pub fn decide(
                 // last call is the one waited for.
                 children.retain(|child| child.id != id);
                 children.push(WaitedChild {
-                    failed,
                     again: NewInstance {
                         id: id.clone(),
                         name: name.clone(),
