@@ -86,4 +86,35 @@ async fn a_rewound_orchestration_runs_what_failed_again_and_keeps_what_succeeded
         "{refused}"
     );
     assert_eq!(refused["unknown"]["code"], "NOT_FOUND", "{refused}");
+
+    // Their histories, read with the SDK's `get_orchestration_history`.
+    let history = step("history");
+    assert_eq!(
+        history["steps"],
+        json!([
+            "ExecutionStarted",
+            "TaskScheduled",
+            "TaskCompleted",
+            "TaskScheduled",
+            "TaskCompleted",
+            "ExecutionCompleted"
+        ]),
+        "{history}"
+    );
+    assert_eq!(
+        history["wasm"],
+        json!([
+            "ExecutionStarted",
+            "TaskScheduled",
+            "TaskCompleted",
+            "ExecutionCompleted"
+        ]),
+        "{history}"
+    );
+    assert_eq!(
+        history["own"],
+        json!(["ExecutionStarted", "ExecutionCompleted"]),
+        "{history}"
+    );
+    assert_eq!(history["unknown"]["code"], "NOT_FOUND", "{history}");
 }

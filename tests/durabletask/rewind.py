@@ -153,3 +153,14 @@ own_state = done(own)
 say("refused", own=own_state["status"], own_rewind=refused(lambda: c.rewind_orchestration(own)),
     completed=refused(lambda: c.rewind_orchestration("rw-steps")),
     unknown=refused(lambda: c.rewind_orchestration("rw-never")))
+
+# The histories, as the SDK's client reads them (`StreamInstanceHistory`):
+# the failures a rewind took out are gone, an SDK orchestration's and a
+# wasm one's alike.
+def kinds(id):
+    return [type(e).__name__.removesuffix("Event") for e in c.get_orchestration_history(id)
+            if type(e).__name__ != "OrchestratorStartedEvent"]
+
+
+say("history", steps=kinds("rw-steps"), wasm=kinds("rw-wasm"), own=kinds("rw-own"),
+    unknown=refused(lambda: c.get_orchestration_history("rw-never")))

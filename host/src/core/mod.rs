@@ -17,6 +17,7 @@ pub mod fence;
 pub mod history_window;
 pub mod ids;
 pub mod instance;
+pub mod instance_history;
 pub mod journal;
 pub mod lifecycle;
 pub mod limits;

@@ -135,6 +135,19 @@ pub enum Kind {
     EntityLockGranted {
         section: String,
     },
+    /// The execution's end, as `StreamInstanceHistory` shows it (a worker
+    /// is never sent one).
+    ExecutionCompleted(Ended),
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    pub status: super::instance::RuntimeStatus,
+    /// JSON text.
+    pub output: Option<String>,
+    /// The failure, as its worker reported it or in the engine's words.
+    pub failure: Option<FailureDetails>,
 }
 
 /// An operation an orchestration sends an entity, as journaled.
@@ -142,10 +155,10 @@ pub use super::journal::EntityCall as EntityMessage;
 
 /// What each task of the journal is, by task number, for its outcome's
 /// event: its action id, and what it was.
-struct Tasks(HashMap<u32, (i32, Call)>);
+pub(crate) struct Tasks(HashMap<u32, (i32, Call)>);
 
 impl Tasks {
-    fn of(journal: &[(Entry, i64)]) -> Self {
+    pub(crate) fn of(journal: &[(Entry, i64)]) -> Self {
         let mut tasks = HashMap::new();
         let mut ids: std::vec::IntoIter<i32> = Vec::new().into_iter();
         let mut task: u32 = 0;
@@ -171,9 +184,29 @@ impl Tasks {
         Self(tasks)
     }
 
+    /// The tasks of a journal no worker gave ids (a component's): each
+    /// call's id is its task number.
+    pub(crate) fn numbered(journal: &[(Entry, i64)]) -> Self {
+        let calls = journal.iter().filter_map(|(entry, _)| match entry {
+            Entry::Call(call) => Some(call),
+            Entry::Event(_) => None,
+        });
+        let tasks = calls
+            .enumerate()
+            .map(|(task, call)| {
+                let task = u32::try_from(task).unwrap_or(u32::MAX);
+                (
+                    task,
+                    (i32::try_from(task).unwrap_or(i32::MAX), call.clone()),
+                )
+            })
+            .collect();
+        Self(tasks)
+    }
+
     /// The protocol's event for an outcome; `None` for one of a task the
     /// worker never scheduled.
-    fn outcome(&self, event: &Event, at: i64) -> Option<HistoryEvent> {
+    pub(crate) fn outcome(&self, event: &Event, at: i64) -> Option<HistoryEvent> {
         let kind = match event {
             Event::EventRaised { name, payload } => Kind::EventRaised {
                 name: name.clone(),
@@ -228,6 +261,43 @@ impl Tasks {
     }
 }
 
+/// The protocol's event for a call that schedules something (an SDK
+/// worker gave it an id); `None` for the rest (values, markers, the
+/// custom status).
+pub(crate) fn scheduled(call: &Call, instance: &Started, task: u32) -> Option<Kind> {
+    Some(match call {
+        Call::CallActivity { name, input, .. } => Kind::TaskScheduled {
+            name: name.clone(),
+            input: input.clone(),
+        },
+        Call::CallOrchestration {
+            name,
+            input,
+            id: chosen,
+        } => Kind::SubOrchestrationCreated {
+            instance_id: chosen.clone().unwrap_or_else(|| {
+                ids::child_instance(&instance.instance_id, instance.execution, task)
+            }),
+            name: name.clone(),
+            input: input.clone(),
+        },
+        Call::StartTimer { fire_at } => Kind::TimerCreated {
+            fire_at: i64::try_from(*fire_at).unwrap_or(i64::MAX),
+        },
+        Call::CallEntity(message) => Kind::EntityOperationCalled(message.clone()),
+        Call::SignalEntity(message) => Kind::EntityOperationSignaled(message.clone()),
+        Call::LockEntities { section, entities } => Kind::EntityLockRequested {
+            section: section.clone(),
+            lock_set: entities.clone(),
+        },
+        Call::UnlockEntity { section, entity } => Kind::EntityUnlockSent {
+            section: section.clone(),
+            entity: entity.clone(),
+        },
+        _ => return None,
+    })
+}
+
 /// The history the worker replays: every episode journaled so far.
 pub fn past(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEvent> {
     let tasks = Tasks::of(journal);
@@ -258,66 +328,13 @@ pub fn past(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEvent> {
                     history.extend(tasks.outcome(arrived, at));
                 }
             }
-            Call::CallActivity { name, input, .. } => {
-                if let Some(id) = ids.next() {
-                    let kind = Kind::TaskScheduled {
-                        name: name.clone(),
-                        input: input.clone(),
-                    };
-                    history.push(event(id, *at, kind));
+            call => {
+                if let Some(kind) = scheduled(call, instance, task) {
+                    if let Some(id) = ids.next() {
+                        history.push(event(id, *at, kind));
+                    }
                 }
             }
-            Call::CallOrchestration {
-                name,
-                input,
-                id: chosen,
-            } => {
-                if let Some(id) = ids.next() {
-                    let kind = Kind::SubOrchestrationCreated {
-                        instance_id: chosen.clone().unwrap_or_else(|| {
-                            ids::child_instance(&instance.instance_id, instance.execution, task)
-                        }),
-                        name: name.clone(),
-                        input: input.clone(),
-                    };
-                    history.push(event(id, *at, kind));
-                }
-            }
-            Call::StartTimer { fire_at } => {
-                if let Some(id) = ids.next() {
-                    let fire_at = i64::try_from(*fire_at).unwrap_or(i64::MAX);
-                    history.push(event(id, *at, Kind::TimerCreated { fire_at }));
-                }
-            }
-            Call::CallEntity(message) | Call::SignalEntity(message) => {
-                if let Some(id) = ids.next() {
-                    let kind = if matches!(call, Call::CallEntity(_)) {
-                        Kind::EntityOperationCalled(message.clone())
-                    } else {
-                        Kind::EntityOperationSignaled(message.clone())
-                    };
-                    history.push(event(id, *at, kind));
-                }
-            }
-            Call::LockEntities { section, entities } => {
-                if let Some(id) = ids.next() {
-                    let kind = Kind::EntityLockRequested {
-                        section: section.clone(),
-                        lock_set: entities.clone(),
-                    };
-                    history.push(event(id, *at, kind));
-                }
-            }
-            Call::UnlockEntity { section, entity } => {
-                if let Some(id) = ids.next() {
-                    let kind = Kind::EntityUnlockSent {
-                        section: section.clone(),
-                        entity: entity.clone(),
-                    };
-                    history.push(event(id, *at, kind));
-                }
-            }
-            _ => {}
         }
         task = task.saturating_add(1);
     }
@@ -395,217 +412,18 @@ pub fn payload_bytes(events: &[HistoryEvent]) -> usize {
                     }
                     Kind::EntityUnlockSent { section, entity } => section.len() + entity.len(),
                     Kind::EntityLockGranted { section } => section.len(),
+                    Kind::ExecutionCompleted(ended) => {
+                        ended.output.as_ref().map_or(0, String::len)
+                            + ended.failure.as_ref().map_or(0, FailureDetails::len)
+                    }
                 }
         })
         .sum()
 }
 
-fn event(id: i32, at: i64, kind: Kind) -> HistoryEvent {
+pub(crate) fn event(id: i32, at: i64, kind: Kind) -> HistoryEvent {
     HistoryEvent { id, at, kind }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::lifecycle::episode_end::Ending;
-    use crate::core::sdk_actions::{decide, Action, Answer, Completion, Decided};
-
-    fn started() -> Started {
-        Started {
-            name: "seq".into(),
-            input: "1".into(),
-            instance_id: "i".into(),
-            execution: 1,
-            parent: None,
-            version: None,
-        }
-    }
-
-    #[test]
-    fn an_sdk_digest_carries_the_version_it_was_started_with() {
-        assert_eq!(digest_of(None), DIGEST);
-        assert_eq!(digest_of(Some("")), DIGEST);
-        assert_eq!(digest_of(Some("2.5.0")), "durabletask-sdk@2.5.0");
-        assert_eq!(version_of(&digest_of(Some("2.5.0"))), Some("2.5.0"));
-        assert_eq!(version_of(DIGEST), None);
-        assert!(is_sdk(DIGEST) && is_sdk("durabletask-sdk@1"));
-        assert!(!is_sdk("durabletask-sdkx") && !is_sdk("sha256:ab"));
-    }
-
-    fn journal_of(decided: &Decided, arrived: &[Event], at: i64) -> Vec<(Entry, i64)> {
-        arrived
-            .iter()
-            .cloned()
-            .map(Entry::Event)
-            .chain(decided.calls.iter().cloned().map(Entry::Call))
-            .map(|e| (e, at))
-            .collect()
-    }
-
-    #[test]
-    fn an_episode_marker_and_its_actions_replay_as_the_protocol_history() {
-        let first = decide(
-            &[],
-            Answer {
-                actions: vec![
-                    Action::ScheduleTask {
-                        id: 1,
-                        name: "hello".into(),
-                        input: "\"a\"".into(),
-                    },
-                    Action::CreateTimer {
-                        id: 2,
-                        fire_at: 5_000,
-                    },
-                ],
-                custom_status: None,
-            },
-        );
-        assert_eq!(first.ending, Ending::Waiting);
-        let mut journal = journal_of(&first, &[], 1_000);
-        // The activity (task 1: the marker is task 0) completes.
-        let done = [Event::TaskCompleted {
-            task: 1,
-            result: "\"hi\"".into(),
-        }];
-        let new = new_events(&started(), &journal, &done, 2_000);
-        assert_eq!(new.len(), 2);
-        assert_eq!(
-            new[1].kind,
-            Kind::TaskCompleted {
-                scheduled: 1,
-                result: "\"hi\"".into()
-            }
-        );
-        let second = decide(
-            &journal,
-            Answer {
-                actions: vec![
-                    Action::CreateSubOrchestration {
-                        id: 3,
-                        name: "child".into(),
-                        input: "null".into(),
-                        instance_id: None,
-                        version: None,
-                    },
-                    Action::Complete(Completion::Completed("\"x\"".into())),
-                ],
-                custom_status: Some("\"s\"".into()),
-            },
-        );
-        assert_eq!(second.ending, Ending::Returned(Ok("\"x\"".into())));
-        journal.extend(journal_of(&second, &done, 2_000));
-        let history = past(&started(), &journal);
-        let kinds: Vec<_> = history
-            .iter()
-            .map(|e| (e.id, e.at, e.kind.clone()))
-            .collect();
-        assert_eq!(
-            kinds,
-            vec![
-                (-1, 1_000, Kind::OrchestratorStarted),
-                (-1, 1_000, Kind::ExecutionStarted(started())),
-                (
-                    1,
-                    1_000,
-                    Kind::TaskScheduled {
-                        name: "hello".into(),
-                        input: "\"a\"".into()
-                    }
-                ),
-                (2, 1_000, Kind::TimerCreated { fire_at: 5_000 }),
-                (-1, 2_000, Kind::OrchestratorStarted),
-                (
-                    -1,
-                    2_000,
-                    Kind::TaskCompleted {
-                        scheduled: 1,
-                        result: "\"hi\"".into()
-                    }
-                ),
-                (
-                    3,
-                    2_000,
-                    Kind::SubOrchestrationCreated {
-                        // The engine's child id: the fourth call of execution 1.
-                        instance_id: "i:1:4".into(),
-                        name: "child".into(),
-                        input: "null".into()
-                    }
-                ),
-            ]
-        );
-        // The timer's firing names the worker's id and its time.
-        let fired = new_events(
-            &started(),
-            &journal,
-            &[Event::TimerFired { task: 2 }],
-            6_000,
-        );
-        assert_eq!(
-            fired[1].kind,
-            Kind::TimerFired {
-                timer: 2,
-                fire_at: 5_000
-            }
-        );
-        assert!(
-            !fired
-                .iter()
-                .any(|e| matches!(e.kind, Kind::ExecutionStarted(_))),
-            "only the first episode starts the execution"
-        );
-    }
-
-    #[test]
-    fn the_first_episode_starts_the_execution_and_a_retry_reuses_its_id() {
-        let new = new_events(&started(), &[], &[], 7);
-        assert_eq!(
-            new.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
-            vec![Kind::OrchestratorStarted, Kind::ExecutionStarted(started())]
-        );
-        // The SDKs schedule a retried activity again under its first id.
-        let schedule = || Action::ScheduleTask {
-            id: 1,
-            name: "flaky".into(),
-            input: "null".into(),
-        };
-        let first = decide(
-            &[],
-            Answer {
-                actions: vec![schedule()],
-                custom_status: None,
-            },
-        );
-        let failed = [Event::TaskFailed {
-            task: 1,
-            error: "no".into(),
-            details: None,
-        }];
-        let mut journal = journal_of(&first, &[], 1);
-        let again = decide(
-            &journal,
-            Answer {
-                actions: vec![schedule()],
-                custom_status: None,
-            },
-        );
-        journal.extend(journal_of(&again, &failed, 2));
-        let later = new_events(
-            &started(),
-            &journal,
-            &[Event::TaskCompleted {
-                task: 3,
-                result: "1".into(),
-            }],
-            3,
-        );
-        assert_eq!(
-            later[1].kind,
-            Kind::TaskCompleted {
-                scheduled: 1,
-                result: "1".into()
-            }
-        );
-    }
-}
+mod tests;

@@ -23,7 +23,7 @@ use super::proto::{
     StreamInstanceHistoryRequest, SuspendRequest, SuspendResponse, TerminateRequest,
     TerminateResponse,
 };
-use super::{entities, listing, waits, work_items};
+use super::{entities, instance_history, listing, waits, work_items};
 use crate::core::instance::RuntimeStatus;
 use crate::core::sdk_history;
 use crate::durable::{DurableError, Operation, Orchestrator};
@@ -35,7 +35,6 @@ use tonic::codegen::BoxStream;
 const GRACEFUL_TERMINATIONS: &str =
     "graceful terminations are not served: TerminateInstance ends an instance at once";
 const TASK_HUBS: &str = "task hubs are created by the host (--taskhub), not over this protocol";
-const HISTORY: &str = "the history of this host's instances is its journal: GET /runtime/webhooks/durabletask/instances/{id}?showHistory=true";
 
 pub(crate) struct Sidecar {
     orchestrator: Arc<Orchestrator>,
@@ -364,8 +363,8 @@ impl TaskHubSidecarService for Sidecar {
 
     async fn stream_instance_history(
         &self,
-        _: Request<StreamInstanceHistoryRequest>,
+        request: Request<StreamInstanceHistoryRequest>,
     ) -> Result<Response<BoxStream<HistoryChunk>>, Status> {
-        Err(Status::unimplemented(HISTORY))
+        instance_history::stream(&self.orchestrator, request.into_inner()).await
     }
 }

@@ -160,7 +160,7 @@ pub(super) fn details_of(failure: &FailureDetails) -> TaskFailureDetails {
 /// A payload as the SDKs read it: the engine keeps an absent one as JSON
 /// `null`, which the SDKs send as no payload at all and read back as `None`
 /// (a `'null'` string would be their input).
-fn present(payload: &str) -> Option<String> {
+pub(super) fn present(payload: &str) -> Option<String> {
     (payload != "null").then(|| payload.to_string())
 }
 

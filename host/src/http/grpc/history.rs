@@ -7,11 +7,12 @@ use super::proto::{
     history_event, operation_action, orchestrator_action, send_entity_message_action,
     CompleteOrchestrationAction, EntityLockGrantedEvent, EntityLockRequestedEvent,
     EntityOperationCalledEvent, EntityOperationCompletedEvent, EntityOperationFailedEvent,
-    EntityOperationSignaledEvent, EntityUnlockSentEvent, EventRaisedEvent, ExecutionStartedEvent,
-    HistoryEvent, OperationAction, OrchestrationInstance, OrchestrationStatus, OrchestratorAction,
-    OrchestratorStartedEvent, ParentInstanceInfo, SubOrchestrationInstanceCompletedEvent,
-    SubOrchestrationInstanceCreatedEvent, SubOrchestrationInstanceFailedEvent, TaskCompletedEvent,
-    TaskFailedEvent, TaskFailureDetails, TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
+    EntityOperationSignaledEvent, EntityUnlockSentEvent, EventRaisedEvent, ExecutionCompletedEvent,
+    ExecutionStartedEvent, HistoryEvent, OperationAction, OrchestrationInstance,
+    OrchestrationStatus, OrchestratorAction, OrchestratorStartedEvent, ParentInstanceInfo,
+    SubOrchestrationInstanceCompletedEvent, SubOrchestrationInstanceCreatedEvent,
+    SubOrchestrationInstanceFailedEvent, TaskCompletedEvent, TaskFailedEvent, TaskFailureDetails,
+    TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
 };
 use crate::core::failure::TaskError;
 use crate::core::journal::EntityCall;
@@ -161,6 +162,11 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
                 critical_section_id: section,
             })
         }
+        Kind::ExecutionCompleted(ended) => EventType::ExecutionCompleted(ExecutionCompletedEvent {
+            orchestration_status: super::convert::status_of(ended.status) as i32,
+            result: ended.output.as_deref().and_then(super::convert::present),
+            failure_details: ended.failure.as_ref().map(super::convert::details_of),
+        }),
         Kind::EntityOperationFailed { request_id, error } => {
             EventType::EntityOperationFailed(EntityOperationFailedEvent {
                 request_id,

@@ -8,14 +8,16 @@
 //!
 //! It serves the management calls (`calls`, `entities`) and SDK workers
 //! (`work_items`) that run activities, orchestrations and entities written
-//! with an SDK; the few calls left answer `UNIMPLEMENTED` with a sentence
-//! saying what to use instead.
+//! with an SDK, and an instance's history (`instance_history`); the few
+//! calls left answer `UNIMPLEMENTED` with a sentence saying what to use
+//! instead.
 
 mod access;
 mod calls;
 mod convert;
 mod entities;
 mod history;
+mod instance_history;
 mod listing;
 mod waits;
 mod work_items;
