@@ -436,6 +436,8 @@ const STORE_LAYERS: &[&[&str]] = &[
         "durable_records",
         "tx",
         "apply",
+        "decided",
+        "rewinds",
         "writes",
     ],
     // The committer's queue, which each dialect's writer loop drains.

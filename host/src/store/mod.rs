@@ -26,7 +26,9 @@ mod writer_health;
 // The write model: what each write means, written once against the
 // statements of `Tx` and `RunTx`.
 mod apply;
+mod decided;
 mod durable_records;
+mod rewinds;
 mod run_tx;
 mod run_writes;
 mod tx;

@@ -4,6 +4,7 @@
 //! else a write is committed.
 
 use super::apply::{apply, create};
+use super::decided::{decide_and_apply, is_mine, with_news};
 use super::durable_records::{
     Applied, ArrivalWritten, Arriving, Image, Loaded, Read, ReadOut, Target, Write, Written,
 };
@@ -17,7 +18,7 @@ use crate::core::failure::TaskOutcome;
 use crate::core::fence::{self, EpisodeFence, InstanceHolder};
 use crate::core::journal::Entry;
 use crate::core::lifecycle::task_done::{self, Attempt};
-use crate::core::lifecycle::{self, rewind, Change, Command, Decision, Reply, TaskFate};
+use crate::core::lifecycle::{self, Change, Command, Reply, TaskFate};
 use crate::core::limits::{LimitError, Limits};
 use crate::core::sdk_entities;
 use crate::core::sdk_history;
@@ -194,7 +195,7 @@ pub(super) async fn write_durable(
             instance,
             op: lifecycle::Operation::Rewind { .. },
         } => {
-            let (change, applied) = rewind_tree(tx, &instance, now).await?;
+            let (change, applied) = super::rewinds::rewind_tree(tx, &instance, now).await?;
             Ok(Written::Manage(change, applied))
         }
         Write::Manage { instance, op } => {
@@ -240,91 +241,6 @@ pub(super) async fn write_durable(
             Ok(Written::Manage(change, applied))
         }
     }
-}
-
-/// Most instances one rewind reaches: the instance, its failed
-/// sub-orchestrations, theirs.
-const REWIND_REACH: usize = 256;
-
-/// Rewinds `id` and, in the same transaction, each sub-orchestration under
-/// it that it still waits for: a failed one that can be rewound is (it
-/// reports to its parent as before); one gone, ended otherwise, failed in
-/// its own code or past the reach is created again under its parent (on
-/// its own version when it still exists); one that runs reports in due
-/// course. A child id that now names another parent's child refuses the
-/// whole rewind: nothing is written.
-async fn rewind_tree(
-    tx: &mut impl Tx,
-    id: &str,
-    now: i64,
-) -> Result<(Change, Applied), StoreError> {
-    let (current, rewinding) = rewind_plan(tx, id).await?;
-    let change = rewinding.changed.change;
-    if change != Change::Done {
-        return Ok((change, Applied::default()));
-    }
-    // Planned whole before anything is written.
-    let mut planned: Vec<(Option<Loaded>, Vec<Effect>)> = Vec::new();
-    let mut queue = vec![(current, rewinding)];
-    let mut reached = 1;
-    while let Some((current, rewinding)) = queue.pop() {
-        let mut effects = rewinding.changed.effects;
-        for child in rewinding.children {
-            let (loaded, plan) = rewind_plan(tx, &child.id).await?;
-            let found = loaded.as_ref().map(|l| rewind::Found {
-                state: &l.state,
-                digest: &l.digest,
-                activity_set: l.activity_set.as_deref(),
-            });
-            let rewindable = plan.changed.change == Change::Done && reached < REWIND_REACH;
-            match rewind::child_step(child, found, rewindable) {
-                rewind::ChildStep::Rewind => {
-                    reached += 1;
-                    queue.push((loaded, plan));
-                }
-                rewind::ChildStep::Create(create) => effects.push(*create),
-                rewind::ChildStep::Reports => {}
-                rewind::ChildStep::Conflict => {
-                    return Ok((Change::NotApplicable, Applied::default()))
-                }
-            }
-        }
-        planned.push((current, effects));
-    }
-    let mut all = Applied::default();
-    for (current, effects) in planned {
-        let decision = Decision {
-            reply: Reply::Change(Change::Done),
-            effects,
-            next: None,
-        };
-        let (_, applied) = decide_and_apply(tx, current, decision, now).await?;
-        all.tasks.extend(applied.tasks);
-        all.wake.extend(applied.wake);
-        all.posted.extend(applied.posted);
-        all.news.extend(applied.news);
-        all.created.extend(applied.created);
-    }
-    Ok((change, all))
-}
-
-/// What rewinding `id` as it stands means.
-async fn rewind_plan(
-    tx: &mut impl Tx,
-    id: &str,
-) -> Result<(Option<Loaded>, rewind::Rewinding), StoreError> {
-    let current = tx.load(id).await?;
-    let journal = match &current {
-        Some(_) => tx.journal(id).await?,
-        None => Vec::new(),
-    };
-    let rewinding = rewind::decide(
-        current.as_ref().map(|c| &c.state),
-        &journal,
-        current.as_ref().map_or("", |c| c.digest.as_str()),
-        current.as_ref().and_then(|c| c.activity_set.as_deref()),
-    );
-    Ok((current, rewinding))
 }
 
 /// A task's result, decided on the instance and the task as stored.
@@ -454,62 +370,4 @@ async fn image(tx: &mut impl Tx, id: &str) -> Result<Option<Image>, StoreError> 
         journal,
         inbox,
     }))
-}
-
-async fn decide_and_apply(
-    tx: &mut impl Tx,
-    current: Option<Loaded>,
-    decision: Decision,
-    now: i64,
-) -> Result<(Change, Applied), StoreError> {
-    let mine = is_mine(tx.me(), current.as_ref());
-    let id = current.as_ref().map(|c| c.state.id.clone());
-    let applied = match current {
-        Some(c) if !decision.effects.is_empty() => {
-            let target = Target {
-                id: c.state.id.clone(),
-                execution: c.state.execution,
-                name: c.name,
-                digest: c.digest,
-            };
-            apply(tx, &target, c.state.history.events, decision.effects, now).await?
-        }
-        _ => Applied::default(),
-    };
-    let applied = match id {
-        Some(id) => with_news(applied, &id, mine),
-        None => applied,
-    };
-    let change = match decision.reply {
-        Reply::Change(change) => change,
-        other => {
-            return Err(StoreError::Write(format!(
-                "an operation got a reply that is not a change: {other:?}"
-            )))
-        }
-    };
-    Ok((change, applied))
-}
-
-/// Whether the instance is owned by the host this transaction writes for
-/// (never on SQLite, where there are no other hosts to tell).
-fn is_mine(me: Option<&str>, current: Option<&Loaded>) -> bool {
-    me.is_some() && current.and_then(|c| c.owner.as_deref()) == me
-}
-
-/// Fills in the news of a write on `instance`: whatever it gave something
-/// new, except the instance itself when this host owns it (its own work
-/// needs no wake-up from the store).
-fn with_news(mut applied: Applied, instance: &str, mine: bool) -> Applied {
-    let mut news: Vec<String> = applied
-        .wake
-        .iter()
-        .filter(|id| !(mine && id.as_str() == instance))
-        .cloned()
-        .collect();
-    if !mine && !news.iter().any(|id| id == instance) {
-        news.push(instance.to_string());
-    }
-    applied.news = news;
-    applied
 }
