@@ -198,7 +198,16 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         step("continue")["output"],
         json!({"n": 3, "square": 9, "started": true})
     );
-    // A counter entity: two signals from the client (5), then an
+    // Continue-as-new naming a new version (the protocol's `newVersion`):
+    // the next execution runs on it, and the instance stays on it.
+    assert_eq!(
+        step("continue on a new version")["output"],
+        json!({"input": "to-v2", "version": "2.0"}),
+        "{steps:?}"
+    );
+    let (_, bumped) = crate::support::durable::status(&host, "sdk-bump").await;
+    assert_eq!(bumped["componentDigest"], "durabletask-sdk@2.0", "{bumped}");
+
     // orchestration's two signals and a call, run in order (5 + 2 + 3 + 10).
     assert_eq!(step("entity signalled")["state"], json!(5), "{steps:?}");
     assert_eq!(step("entity signalled")["missing"], json!(true));
@@ -224,6 +233,20 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         .filter(|l| l.as_str() == "start sdk-from-entity/4")
         .count();
     assert_eq!(started_twice, 1, "the started orchestration ran once");
+    // A class entity registered under a mixed-case name of its own: its
+    // signals reach it, its metadata reads back unlocked, and a query by
+    // id prefix finds the one entity under it (ids are in lower case).
+    let custom = step("custom entity name");
+    assert_eq!(custom["counted"], json!([1, 2]), "{custom}");
+    assert_eq!(custom["id"], "@tallycustom@p1-t", "{custom}");
+    assert_eq!(custom["locked"], Value::Null, "{custom}");
+    assert_eq!(custom["before_now"], json!(true), "{custom}");
+    assert_eq!(
+        custom["by_prefix"],
+        json!(["@tallycustom@p1-t"]),
+        "{custom}"
+    );
+    assert_eq!(custom["prefixed_state"], json!([1]), "{custom}");
     // Signals scheduled 3 s ahead, by the client and by an orchestration:
     // unseen a second in, carried out after their time.
     for name in ["client signal later", "orchestration signal later"] {

@@ -262,3 +262,48 @@ fn a_front_without_workers_on_sqlite_is_refused_with_the_remedy() {
         "{stderr}"
     );
 }
+
+/// Events raised one after the other, alternately through another host of
+/// the hub (which stores them) and through the instance's own (which hands
+/// them to its hot image): the instance takes them in the order each was
+/// acknowledged, none overtaking an older one the other host committed.
+///
+/// Fails today, and is left out of `make test` until it holds (run it with
+/// `--run-ignored only`): an inbox is ordered by row id, and each host
+/// takes its ids from blocks of the sequence it reserved ahead
+/// (`store/postgres/ids.rs`), so between hosts ids do not follow the order
+/// of commits (seen: 6 taken before 5, 8 before 7, …).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "inbox order across hosts: per-host id blocks (store/postgres/ids.rs) do not follow the order of commits"]
+async fn events_raised_alternately_through_two_hosts_are_taken_in_the_order_acknowledged() {
+    if test_store().is_none() {
+        return; // SQLite: one host per file.
+    }
+    const EVENTS: u32 = 80;
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let owner = builder(dir.path(), &model).start();
+    let other = builder(dir.path(), &model).start();
+    let id = start(&owner, "collect", &json!({ "n": EVENTS })).await;
+    wait_for_within(&owner, &id, &["Running"], Duration::from_secs(30)).await;
+    for i in 0..EVENTS {
+        let through = if i % 2 == 0 { &other } else { &owner };
+        assert_eq!(
+            raise(through, &id, "item", &json!(i)).await,
+            202,
+            "event {i}"
+        );
+    }
+    let done = wait_for_within(
+        &owner,
+        &id,
+        &["Completed", "Failed"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        done["output"],
+        json!((0..EVENTS).collect::<Vec<_>>()),
+        "events taken out of the order they were acknowledged in"
+    );
+}

@@ -100,6 +100,7 @@ const WAITING_INSTANCES: &str = "agenthost_waiting_instances";
 const WAITING_RUNS: &str = "agenthost_waiting_callers";
 const LEASE_RENEWALS: &str = "agenthost_lease_renewals_total";
 const TAKE_OVERS: &str = "agenthost_take_overs_total";
+const INSTANCE_LOADS: &str = "agenthost_instance_loads_total";
 const STREAM_FOLLOWERS: &str = "agenthost_stream_followers";
 const COMPONENT_LOADS: &str = "agenthost_component_loads_total";
 const COMPONENT_LOAD: &str = "agenthost_component_load_seconds";
@@ -157,6 +158,11 @@ fn describe() {
     );
     describe_gauge!(WAITING_RUNS, "HTTP callers waiting for a run to end");
     describe_counter!(
+        INSTANCE_LOADS,
+        "Orchestration instances read whole from the store (state, journal and inbox) for an \
+         episode, because no image of them was held in memory"
+    );
+    describe_counter!(
         LEASE_RENEWALS,
         "Renewals of this host's lease on a shared task hub"
     );
@@ -191,6 +197,7 @@ fn describe() {
 fn at_zero() {
     counter!(LEASE_RENEWALS).absolute(0);
     counter!(TAKE_OVERS).absolute(0);
+    counter!(INSTANCE_LOADS).absolute(0);
     gauge!(STREAM_FOLLOWERS).set(0.0);
     gauge!(WAITING_RUNS).set(0.0);
 }
@@ -258,6 +265,11 @@ pub(crate) fn commit(batch: usize, took: Duration) {
 pub(crate) fn hot_instances(count: usize, inbox_events: usize) {
     gauge!(HOT_INSTANCES).set(count as f64);
     gauge!(INBOX_EVENTS).set(inbox_events as f64);
+}
+
+/// An instance read whole from the store for an episode (no hot image).
+pub(crate) fn instance_loaded() {
+    counter!(INSTANCE_LOADS).increment(1);
 }
 
 pub(crate) fn waiting_instances(count: i64) {

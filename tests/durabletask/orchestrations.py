@@ -138,6 +138,14 @@ def sdk_continue(ctx, n):
     return {"n": n, "square": square, "started": ctx.current_utc_datetime.year > 2000}
 
 
+def sdk_bump(ctx, inp):
+    # Continues as new on version 2.0 (see the worker's side below).
+    if inp is None:
+        ctx.continue_as_new("to-v2")
+        return None
+    return {"input": inp, "version": ctx.version}
+
+
 def sdk_continue_with_child(ctx, n):
     # Each execution calls a child under the id the SDK derives from the
     # parent's id and the task's number: the same id every execution.
@@ -273,14 +281,29 @@ if mode == "narrow":
             time.sleep(1)
 
 if mode == "worker":
+    # The Python SDK cannot continue as new on another version (the .NET one
+    # can): its action gets the protocol's `newVersion` here, to show the
+    # host moves the instance to it.
+    from durabletask.internal import helpers as ph
+    complete = ph.new_complete_orchestration_action
+
+    def complete_on_a_new_version(*args, **kwargs):
+        action = complete(*args, **kwargs)
+        if action.completeOrchestration.result.value == '"to-v2"':
+            action.completeOrchestration.newVersion.value = "2.0"
+        return action
+
+    ph.new_complete_orchestration_action = complete_on_a_new_version
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
                              sdk_empty, sdk_version, sdk_versioned_parent, sdk_continue_with_child, sdk_signals_later, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
-                             sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest,
+                             sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest, sdk_bump,
                              sdk_calls_odd_entity):
             w.add_orchestrator(orchestrator)
         for entity in (Counter, Relay, Sleepy):
             w.add_entity(entity)
+        # A class entity under a name of its own, in mixed case.
+        w.add_entity(Counter, name="TallyCustom")
         for activity in (py_step, py_square, py_fail, py_slow, py_big):
             w.add_activity(activity)
         w.start()
@@ -322,6 +345,11 @@ if mode == "finish":
     say("finish", done={f"chain-{i}": done(f"chain-{i}", timeout=180) for i in range(count)})
     sys.exit(0)
 
+# An instance of an orchestration no worker registers.
+if mode == "unserved":
+    say("unserved", id=c.schedule_new_orchestration("nobody_runs_this", instance_id=sys.argv[3]))
+    sys.exit(0)
+
 # The scenario: every kind of step, then the management calls.
 say("sequence", **done(c.schedule_new_orchestration(sdk_sequence, input=1, instance_id="sdk-seq")))
 say("fan", **done(c.schedule_new_orchestration(sdk_fan, input=5, instance_id="sdk-fan")))
@@ -352,6 +380,8 @@ say("continue", **done(c.schedule_new_orchestration(sdk_continue, input=0,
                                                         instance_id="sdk-continue")))
 say("continue with child", **done(c.schedule_new_orchestration(
     sdk_continue_with_child, input=0, instance_id="sdk-continue-child")))
+say("continue on a new version", **done(c.schedule_new_orchestration(
+    sdk_bump, instance_id="sdk-bump", version="1.0")))
 
 # A counter entity: signalled by the client, then called by an orchestration.
 counter = entities.EntityInstanceId("counter", "c1")
@@ -393,6 +423,18 @@ def state_of(entity, wanted, timeout=60):
 
 say("entity actions", sdk=started("sdk-from-entity"), wasm=started("wasm-from-entity"),
     relayed=state_of(entities.EntityInstanceId("counter", "relayed"), 4))
+
+# A class entity registered under a name of its own (mixed case): signalled
+# by that name, read back with its metadata, found by an id prefix.
+tallies = [entities.EntityInstanceId("TallyCustom", k) for k in ("p1-t", "p2-t")]
+for n, tally in enumerate(tallies):
+    c.signal_entity(tally, "add", input=n + 1)
+counted = [state_of(tally, n + 1) for n, tally in enumerate(tallies)]
+meta = c.get_entity(tallies[0])
+prefixed = c.get_all_entities(dt.EntityQuery(instance_id_starts_with="@tallycustom@p1"))
+say("custom entity name", counted=counted, id=str(meta.id),
+    locked=meta.get_locked_by(), before_now=meta.last_modified < datetime.now(timezone.utc),
+    by_prefix=[str(e.id) for e in prefixed], prefixed_state=[e.get_state(int) for e in prefixed])
 
 # Signals scheduled for later, by the client and by an orchestration: not
 # seen before their time, carried out after it.

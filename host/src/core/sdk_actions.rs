@@ -68,10 +68,12 @@ pub enum Completion {
     Completed(String),
     /// With the worker's own failure details when it gave them.
     Failed(TaskError),
-    /// With the raised events it had not taken, to deliver to the next one.
+    /// With the raised events it had not taken, to deliver to the next one,
+    /// and the version the next one runs on if the code named a new one.
     ContinuedAsNew {
         input: String,
         carryover: Vec<(String, String)>,
+        version: Option<String>,
     },
 }
 
@@ -93,6 +95,9 @@ pub struct Decided {
     pub carryover: Vec<Event>,
     /// The version each sub-orchestration it calls starts with, by name.
     pub child_versions: Vec<(String, Option<String>)>,
+    /// On continue-as-new to a new version: that version (the next
+    /// execution is sent it, and workers' version filters match on it).
+    pub next_version: Option<String>,
 }
 
 /// The custom status the journal last set, to journal a new one only when
@@ -117,6 +122,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
     let mut carryover = Vec::new();
     let mut failure = None;
     let mut child_versions = Vec::new();
+    let mut next_version = None;
     for action in answer.actions {
         // An entity call's result comes back to the orchestration.
         let awaited = matches!(action, Action::CallEntity { .. });
@@ -231,8 +237,10 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
             Action::Complete(Completion::ContinuedAsNew {
                 input,
                 carryover: events,
+                version,
             }) => {
                 calls.push(Call::ContinueAsNew { input });
+                next_version = version;
                 carryover = events
                     .into_iter()
                     .map(|(name, payload)| Event::EventRaised { name, payload })
@@ -261,6 +269,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
         ending,
         carryover,
         child_versions,
+        next_version,
     }
 }
 
@@ -308,6 +317,7 @@ mod tests {
                 actions: vec![Action::Complete(Completion::ContinuedAsNew {
                     input: "2".into(),
                     carryover: vec![("go".into(), "1".into())],
+                    version: Some("2.0".into()),
                 })],
                 custom_status: None,
             },
@@ -315,6 +325,7 @@ mod tests {
         assert!(decided
             .calls
             .contains(&Call::ContinueAsNew { input: "2".into() }));
+        assert_eq!(decided.next_version.as_deref(), Some("2.0"));
         assert_eq!(
             decided.carryover,
             vec![Event::EventRaised {

@@ -26,6 +26,10 @@ const TREE: usize = 10_000;
 pub struct InstanceView {
     pub instance: InstanceRecord,
     pub history: Option<InstanceHistory>,
+    /// What the instance waits for that nothing here provides: an SDK
+    /// orchestration no connected worker runs (a worker that runs it has
+    /// not connected yet, or its name is one no worker registers).
+    pub waiting_for: Option<String>,
 }
 
 /// An instance's journal (each entry with when it was written, ms) and the
@@ -86,7 +90,31 @@ impl Orchestrator {
         } else {
             None
         };
-        Ok(InstanceView { instance, history })
+        let waiting_for = self.waiting_for(&instance);
+        Ok(InstanceView {
+            instance,
+            history,
+            waiting_for,
+        })
+    }
+
+    /// [`InstanceView::waiting_for`]; `None` on a host that runs no work
+    /// (it knows no workers) and for instances a component runs.
+    fn waiting_for(&self, instance: &InstanceRecord) -> Option<String> {
+        let digest = &instance.component_digest;
+        if !self.works() || !instance.status.is_active() || !sdk_history::is_sdk(digest) {
+            return None;
+        }
+        let version = sdk_history::version_of(digest);
+        if self.sdk_workers.runs_orchestration(&instance.name, version) {
+            return None;
+        }
+        let of = version.map_or_else(String::new, |v| format!(" at version '{v}'"));
+        Some(format!(
+            "a Durable Task SDK worker that runs orchestration '{}'{of}: none connected to this host \
+             does; its next step runs once one connects",
+            instance.name
+        ))
     }
 
     /// How a Durable Task SDK worker reported the failure of `instance`, a
@@ -263,6 +291,7 @@ impl Orchestrator {
         never_stored(id)?;
         // Its state changes outside its episodes: the next one reads it anew.
         self.hot.forget(id);
+        self.for_a_worker.forget(id);
         let purging = matches!(op, Operation::Purge);
         let (change, applied) = self.store.manage(id, op).await?;
         self.hot.forget(id);

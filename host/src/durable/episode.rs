@@ -145,6 +145,8 @@ pub async fn raise_on(
     let arriving = Arriving::Event {
         name: name.to_string(),
         payload: payload.to_string(),
+        // Set by the episode, from the image it runs on.
+        held: 0,
     };
     match run_taking(orchestrator, id, &arriving, slot).await? {
         Some(ArrivalWritten::WithEpisode(applied)) => Ok((Ok(Change::Done), applied)),
@@ -171,6 +173,11 @@ async fn run_taking(
     let Some(mut hot) = claim.image.take() else {
         return Ok(None);
     };
+    if claim.inbox_stale {
+        // Another host added inbox rows: they come before the arrival.
+        hot.inbox = orchestrator.store.inbox(id).await?;
+    }
+    let held = hot.inbox.len() as u64;
     let state = hot.loaded.state.clone();
     let now = now_ms();
     let limits = orchestrator.config.limits.clone();
@@ -221,7 +228,7 @@ async fn run_taking(
     let written = orchestrator
         .store
         .arrival_and_episode(
-            arriving.clone(),
+            seen(arriving, held),
             target,
             state.history.events,
             effects,
@@ -237,6 +244,16 @@ async fn run_taking(
     // Otherwise the instance moved on meanwhile (its image was stale): the
     // arrival was stored as any other, and the image is dropped.
     Ok(Some(written))
+}
+
+/// `arriving` as committed: an event carries the inbox rows its episode
+/// saw, so that it never overtakes one the episode did not.
+fn seen(arriving: &Arriving, rows: u64) -> Arriving {
+    let mut arriving = arriving.clone();
+    if let Arriving::Event { held, .. } = &mut arriving {
+        *held = rows;
+    }
+    arriving
 }
 
 /// `None` when the hot image the episode ran on was stale, or had nothing
@@ -270,6 +287,7 @@ async fn run_once(
             else {
                 return Ok(Some(Applied::default()));
             };
+            crate::metrics::instance_loaded();
             // On a shared hub another host may own it: that one runs it.
             let owned = store
                 .owner_id()
@@ -341,6 +359,9 @@ async fn run_once(
     }
     let Some(effects) = decide_by_code(orchestrator, id, &hot, sorted, &parked, now, slot).await?
     else {
+        // Nothing was written: the image still holds, and the next try
+        // (a worker connects, the component can be had) reads nothing.
+        claim.put(hot, &read);
         return Ok(Some(Applied::default()));
     };
     let name = hot.loaded.name.clone();

@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use super::episode;
 use super::episode_slot::Slot;
+use super::for_a_worker::ForAWorker;
 use super::given_back::GivenBack;
 use super::hot::HotInstances;
 use super::in_flight::{InHand, ResultsInHand, TaskRunning, TasksInFlight};
@@ -70,6 +71,8 @@ pub struct Orchestrator {
     pub(super) sdk_workers: Arc<SdkWorkers>,
     /// Items SDK workers gave back, in a row.
     pub(super) given_back: GivenBack,
+    /// SDK instances no connected worker runs: not offered until one does.
+    pub(super) for_a_worker: ForAWorker,
 }
 
 impl Orchestrator {
@@ -102,6 +105,7 @@ impl Orchestrator {
             works,
             sdk_workers,
             given_back: GivenBack::default(),
+            for_a_worker: ForAWorker::default(),
         })
     }
 
@@ -245,7 +249,11 @@ impl Orchestrator {
     }
 
     fn wake_instance(self: &Arc<Self>, id: String) {
-        if !self.works || self.stopping.is_cancelled() || !self.instances.claim(&id) {
+        if !self.works
+            || self.stopping.is_cancelled()
+            || self.for_a_worker.still_waits(&id, &self.sdk_workers)
+            || !self.instances.claim(&id)
+        {
             return;
         }
         self.run_instance(id);

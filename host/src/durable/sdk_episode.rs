@@ -72,6 +72,7 @@ async fn answer_of(
         }
         None => {
             tracing::debug!(instance_id = %id, orchestration = %name, "no SDK worker that runs the orchestration is connected; the instance waits for one");
+            orchestrator.for_a_worker.wait(id, name, version);
             None
         }
     }
@@ -121,6 +122,7 @@ pub(super) async fn decide(
             )),
             carryover: Vec::new(),
             child_versions: Vec::new(),
+            next_version: None,
         }
     } else {
         // What remains is a wait for the worker and a commit: other
@@ -152,6 +154,15 @@ pub(super) async fn decide(
             })
             .chain(&decided.calls),
     );
+    // Continue-as-new to a new version moves the instance to it (its
+    // activity pin goes along); otherwise the next execution keeps it.
+    let continue_on = decided
+        .next_version
+        .as_deref()
+        .map(|version| sdk_history::digest_of(Some(version)));
+    let activity_set = continue_on
+        .as_ref()
+        .and_then(|_| hot.loaded.activity_set.clone());
     let episode = Episode {
         stale: sorted.stale,
         // The worker keeps raised events no wait took itself: all are heard.
@@ -169,12 +180,11 @@ pub(super) async fn decide(
         first_task: u32::try_from(first_task).unwrap_or(u32::MAX),
         ending: decided.ending,
         untaken: decided.carryover,
-        // A next execution (continue-as-new) keeps the version.
         digest: hot.loaded.digest.clone(),
         child_digests,
-        activity_set: None,
+        activity_set,
         own_activity_set: hot.loaded.activity_set.clone(),
-        continue_on: None,
+        continue_on,
         at: now,
     };
     let mut effects = lifecycle::decide(

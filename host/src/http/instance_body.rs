@@ -106,6 +106,10 @@ pub(super) struct InstanceStatus {
     pub component_digest: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
+    /// What the instance waits for that this host lacks: a Durable Task
+    /// SDK worker that runs its orchestration (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history_events: Option<Vec<HistoryEvent>>,
     /// The agent runs of the current execution, with their streams (shown
@@ -168,6 +172,7 @@ impl InstanceStatus {
             last_updated_time: Timestamp(instance.updated_at),
             component_digest: instance.component_digest.clone(),
             input: show_input.then(|| parse_json(Some(&instance.input))),
+            waiting_for: None,
             history_events: None,
             agent_runs: None,
         }

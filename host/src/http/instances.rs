@@ -65,6 +65,7 @@ pub async fn get(
         .await?;
     let instance = &view.instance;
     let mut body = InstanceStatus::new(instance, query.show_input.unwrap_or(true));
+    body.waiting_for = view.waiting_for;
     if let Some(history) = view.history {
         body.history_events = Some(
             history

@@ -247,6 +247,13 @@ impl SdkWorkers {
         self.changed.notify_waiters();
     }
 
+    /// Whether a connected worker runs orchestration `name` of `version`
+    /// (busy or not).
+    pub fn runs_orchestration(&self, name: &str, version: Option<&str>) -> bool {
+        let wanted = Wanted::Orchestration { name, version };
+        self.lock().workers.values().any(|w| w.runs(wanted))
+    }
+
     /// Sends the activity to the least busy connected worker that runs it
     /// and waits for its answer, up to the patience for one. With no such
     /// worker connected it waits for one to connect, up to the patience for

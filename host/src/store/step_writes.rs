@@ -521,6 +521,7 @@ async fn event_and_episode(
     let arriving = Arriving::Event {
         name: "go".into(),
         payload: "1".into(),
+        held: 0,
     };
     store
         .arrival_and_episode(
@@ -581,6 +582,43 @@ async fn a_raised_event_is_taken_by_its_episode_or_stored_as_a_raise_would_store
             ),
             "{written:?} on {kind:?}"
         );
+        store.close().await;
+    }
+    Ok(())
+}
+
+/// An event in hand whose episode did not see a row already in the inbox
+/// (another host of the hub raised it) is stored behind that row, as a
+/// raise would store it: it never overtakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_in_hand_never_overtakes_an_inbox_row_its_episode_did_not_see(
+) -> Result<(), StoreError> {
+    for (store, _dir) in stores().await? {
+        let kind = store.kind();
+        let execution = running(&store, "behind").await?;
+        let limits = Arc::new(Limits::default());
+        let (raised, _) = store.raise("behind", "go", "0", limits).await?;
+        assert!(matches!(raised, Ok(crate::core::lifecycle::Change::Done)));
+        // Its episode ran on an image with an empty inbox.
+        let written = event_and_episode(&store, "behind", execution, 1, Limits::default()).await?;
+        assert!(
+            matches!(
+                written,
+                ArrivalWritten::Event(Ok(crate::core::lifecycle::Change::Done), _)
+            ),
+            "{written:?} on {kind:?}"
+        );
+        let (events, inbox, _) = seen(&store, "behind").await?;
+        let payloads: Vec<&str> = inbox
+            .iter()
+            .filter_map(|event| {
+                let Event::EventRaised { payload, .. } = event else {
+                    return None;
+                };
+                Some(payload.as_str())
+            })
+            .collect();
+        assert_eq!((events, payloads), (1, vec!["0", "1"]), "on {kind:?}");
         store.close().await;
     }
     Ok(())

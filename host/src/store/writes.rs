@@ -116,12 +116,21 @@ pub(super) async fn write_durable(
                         Some(ArrivalWritten::Result(fate, applied))
                     }
                 }
-                Arriving::Event { name, payload } => {
+                Arriving::Event {
+                    name,
+                    payload,
+                    held,
+                } => {
                     // The episode took the event: it stands if the event is
-                    // accepted, as a raise would accept it.
+                    // accepted, as a raise would accept it, and the episode
+                    // saw every row before it (another host's raise, stored
+                    // while this one's image was at rest, goes first).
                     let accepted = match admitted {
                         Some(c) => {
                             let waiting = tx.inbox_size(&target.id).await?;
+                            if waiting.events != held {
+                                tracing::debug!(instance_id = %target.id, stored = waiting.events, held, "an event in hand is stored behind inbox rows its episode did not see");
+                            }
                             let decision = lifecycle::decide(
                                 Some(&c.state),
                                 Command::Raise {
@@ -132,7 +141,7 @@ pub(super) async fn write_durable(
                                     due_at: None,
                                 },
                             );
-                            decision.reply == Reply::Change(Change::Done)
+                            waiting.events == held && decision.reply == Reply::Change(Change::Done)
                         }
                         None => false,
                     };

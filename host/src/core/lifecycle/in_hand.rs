@@ -23,8 +23,15 @@ pub enum Arriving {
         attempt: Attempt,
         result: TaskOutcome,
     },
-    /// An event was raised at the instance.
-    Event { name: String, payload: String },
+    /// An event was raised at the instance. `held`: the inbox rows the
+    /// episode's image of the instance held (this event not counted): a
+    /// store that holds more has rows another host (or another caller, in
+    /// the same batch) committed, which the event must not overtake.
+    Event {
+        name: String,
+        payload: String,
+        held: u64,
+    },
 }
 
 /// The inbox id an episode sees for an arrival in hand.
@@ -52,7 +59,7 @@ pub fn delivers(
                 Settled::Retrying(_) | Settled::Dropped => return None,
             }
         }
-        Arriving::Event { name, payload } => {
+        Arriving::Event { name, payload, .. } => {
             match raise::decide(Some(state), name, payload, waiting, limits, None) {
                 Ok(changed) if changed.change == Change::Done => changed.effects,
                 Ok(_) | Err(_) => return None,
@@ -136,6 +143,7 @@ mod tests {
         let event = Arriving::Event {
             name: "go".into(),
             payload: "1".into(),
+            held: 0,
         };
         assert!(took(&running, &event).is_some());
         // Suspended or over: stored as any other arrival.

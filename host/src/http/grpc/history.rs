@@ -369,6 +369,7 @@ fn completion_of(done: CompleteOrchestrationAction) -> Action {
         OrchestrationStatus::ContinuedAsNew => match json("continue-as-new input", done.result) {
             Ok(input) => Completion::ContinuedAsNew {
                 input,
+                version: done.new_version.filter(|v| !v.is_empty()),
                 carryover: done
                     .carryover_events
                     .into_iter()

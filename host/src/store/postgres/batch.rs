@@ -132,6 +132,7 @@ pub(super) async fn plan(
                     id: target.id.clone(),
                     execution: target.execution,
                     replayed: *replayed,
+                    inbox: None,
                 });
                 planned.rows.updates.entry(target.id.clone()).or_default();
                 write_fenced_episode(
@@ -153,10 +154,17 @@ pub(super) async fn plan(
                 },
                 true,
             ) => {
+                // An event in hand must not overtake a row its episode
+                // did not see (another host's raise).
+                let inbox = match arriving {
+                    Arriving::Event { held, .. } => Some(*held),
+                    Arriving::Result { .. } => None,
+                };
                 planned.rows.fences.push(Fence {
                     id: target.id.clone(),
                     execution: target.execution,
                     replayed: *replayed,
+                    inbox,
                 });
                 planned.rows.updates.entry(target.id.clone()).or_default();
                 if let Arriving::Result { attempt, .. } = arriving {

@@ -36,6 +36,10 @@ pub(super) struct Fence {
     pub id: String,
     pub execution: i64,
     pub replayed: u64,
+    /// The inbox rows an episode on an event in hand saw (the event not
+    /// counted): the inbox must hold exactly as many, or a row another
+    /// host committed would be overtaken by the event.
+    pub inbox: Option<u64>,
 }
 
 /// The rows a planned batch writes, by table.
@@ -293,6 +297,7 @@ pub(super) fn add_rows(s: &mut Statement, rows: Rows) -> Result<(), StoreError> 
             s.bind(c.bytes)? + "::BIGINT[]",
             s.bind(c.fence_execution)? + "::BIGINT[]",
             s.bind(c.fence_replayed)? + "::BIGINT[]",
+            s.bind(c.fence_inbox)? + "::BIGINT[]",
         ];
         // The fence of an episode written without a read: the rule of
         // `core::fence::admits_episode`, on the row as it stands.
@@ -303,7 +308,9 @@ pub(super) fn add_rows(s: &mut Statement, rows: Rows) -> Result<(), StoreError> 
                 format!(
                     "(u.fence_execution IS NULL OR (i.execution = u.fence_execution \
                      AND i.history_events = u.fence_replayed \
-                     AND i.status IN ('Pending', 'Running', 'ContinuedAsNew') AND i.owner = {me}::TEXT))"
+                     AND i.status IN ('Pending', 'Running', 'ContinuedAsNew') AND i.owner = {me}::TEXT \
+                     AND (u.fence_inbox IS NULL \
+                          OR (SELECT COUNT(*) FROM inbox b WHERE b.instance_id = i.id) = u.fence_inbox)))"
                 )
             }
         };
@@ -314,7 +321,7 @@ pub(super) fn add_rows(s: &mut Statement, rows: Rows) -> Result<(), StoreError> 
                  output = COALESCE(u.output, i.output), custom_status = COALESCE(u.custom_status, i.custom_status), \
                  history_events = i.history_events + u.events, history_bytes = i.history_bytes + u.bytes, \
                  updated_at = {now} \
-                 FROM UNNEST({}) AS u(id, status, output, custom_status, events, bytes, fence_execution, fence_replayed) \
+                 FROM UNNEST({}) AS u(id, status, output, custom_status, events, bytes, fence_execution, fence_replayed, fence_inbox) \
                  WHERE i.id = u.id AND {fence} RETURNING u.fence_execution IS NOT NULL AS fenced",
                 columns.join(", ")
             ),
@@ -394,6 +401,7 @@ struct Columns {
     /// An updated row's fence: the execution and journal length it must have.
     fence_execution: Vec<Option<i64>>,
     fence_replayed: Vec<Option<i64>>,
+    fence_inbox: Vec<Option<i64>>,
 }
 
 impl Columns {
@@ -437,6 +445,11 @@ impl Columns {
             c.fence_execution.push(fence.map(|f| f.execution));
             c.fence_replayed
                 .push(fence.map(|f| i64::try_from(f.replayed).unwrap_or(i64::MAX)));
+            c.fence_inbox.push(
+                fence
+                    .and_then(|f| f.inbox)
+                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+            );
             c.id.push(id);
             c.status.push(row.status.map(RuntimeStatus::as_str));
             c.output.push(row.output);
