@@ -207,7 +207,7 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     );
     let (_, bumped) = crate::support::durable::status(&host, "sdk-bump").await;
     assert_eq!(bumped["componentDigest"], "durabletask-sdk@2.0", "{bumped}");
-
+    // A counter entity: two signals from the client (5), then an
     // orchestration's two signals and a call, run in order (5 + 2 + 3 + 10).
     assert_eq!(step("entity signalled")["state"], json!(5), "{steps:?}");
     assert_eq!(step("entity signalled")["missing"], json!(true));

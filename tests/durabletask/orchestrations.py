@@ -139,9 +139,9 @@ def sdk_continue(ctx, n):
 
 
 def sdk_bump(ctx, inp):
-    # Continues as new on version 2.0 (see the worker's side below).
+    # Continues as new on version 2.0.
     if inp is None:
-        ctx.continue_as_new("to-v2")
+        ctx.continue_as_new("to-v2", new_version="2.0")
         return None
     return {"input": inp, "version": ctx.version}
 
@@ -281,19 +281,6 @@ if mode == "narrow":
             time.sleep(1)
 
 if mode == "worker":
-    # The Python SDK cannot continue as new on another version (the .NET one
-    # can): its action gets the protocol's `newVersion` here, to show the
-    # host moves the instance to it.
-    from durabletask.internal import helpers as ph
-    complete = ph.new_complete_orchestration_action
-
-    def complete_on_a_new_version(*args, **kwargs):
-        action = complete(*args, **kwargs)
-        if action.completeOrchestration.result.value == '"to-v2"':
-            action.completeOrchestration.newVersion.value = "2.0"
-        return action
-
-    ph.new_complete_orchestration_action = complete_on_a_new_version
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
                              sdk_empty, sdk_version, sdk_versioned_parent, sdk_continue_with_child, sdk_signals_later, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,

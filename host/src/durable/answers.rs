@@ -98,17 +98,18 @@ impl Orchestrator {
         })
     }
 
-    /// [`InstanceView::waiting_for`]; `None` on a host that runs no work
-    /// (it knows no workers) and for instances a component runs.
+    /// [`InstanceView::waiting_for`]: said by the host that found no worker
+    /// for it (on a shared hub, the instance's owner; another host's workers
+    /// are not this one's).
     fn waiting_for(&self, instance: &InstanceRecord) -> Option<String> {
-        let digest = &instance.component_digest;
-        if !self.works() || !instance.status.is_active() || !sdk_history::is_sdk(digest) {
+        if !instance.status.is_active()
+            || !self
+                .for_a_worker
+                .still_waits(&instance.id, &self.sdk_workers)
+        {
             return None;
         }
-        let version = sdk_history::version_of(digest);
-        if self.sdk_workers.runs_orchestration(&instance.name, version) {
-            return None;
-        }
+        let version = sdk_history::version_of(&instance.component_digest);
         let of = version.map_or_else(String::new, |v| format!(" at version '{v}'"));
         Some(format!(
             "a Durable Task SDK worker that runs orchestration '{}'{of}: none connected to this host \

@@ -175,7 +175,14 @@ async fn run_taking(
     };
     if claim.inbox_stale {
         // Another host added inbox rows: they come before the arrival.
-        hot.inbox = orchestrator.store.inbox(id).await?;
+        match orchestrator.store.inbox(id).await {
+            Ok(inbox) => hot.inbox = inbox,
+            // The arrival is stored as any other (the image is dropped).
+            Err(e) => {
+                tracing::warn!(instance_id = %id, error = %e, "could not read the inbox again; the arrival is stored");
+                return Ok(None);
+            }
+        }
     }
     let held = hot.inbox.len() as u64;
     let state = hot.loaded.state.clone();
@@ -266,7 +273,8 @@ async fn run_once(
 ) -> Result<Option<Applied>, StoreError> {
     let store = &orchestrator.store;
     // A hot instance is held by this episode alone (one episode per instance
-    // at a time); it goes back only if what the episode decided is committed.
+    // at a time); it goes back only if what the episode decided is committed,
+    // or it decided nothing (the image then still holds).
     // Claimed before any read, so rows committed after the read are kept.
     let mut claim = orchestrator.hot.claim(id);
     let cached = claim.image.take().filter(|_| use_hot);
@@ -293,6 +301,7 @@ async fn run_once(
                 .owner_id()
                 .is_none_or(|me| loaded.owner.as_deref() == Some(me));
             if !loaded.state.status.is_active() || !owned {
+                orchestrator.for_a_worker.forget(id);
                 return Ok(Some(Applied::default()));
             }
             HotInstance {

@@ -269,9 +269,9 @@ pub(super) struct Claim<'a> {
 }
 
 impl Claim<'_> {
-    /// Keeps the instance hot after a committed episode that started from
-    /// the inbox rows `read`: rows collected meanwhile join the image unless
-    /// the episode had read them already.
+    /// Keeps the instance hot after a committed episode (or one that wrote
+    /// nothing) that started from the inbox rows `read`: rows collected
+    /// meanwhile join the image unless the episode had read them already.
     pub fn put(mut self, mut image: HotInstance, read: &HashSet<i64>) {
         self.open = false;
         let mut inner = self.hot.inner();

@@ -442,6 +442,11 @@ async fn an_entity_batch_decided_before_another_committed_is_refused_and_a_start
     Ok(())
 }
 
+/// Batches whose fences did not hold so far (PostgreSQL).
+fn refused() -> u64 {
+    crate::store::postgres::batch::counts::MOVED_ON.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Episodes written under their fence so far (PostgreSQL).
 fn counted() -> u64 {
     crate::store::postgres::batch::counts::FENCED.load(std::sync::atomic::Ordering::Relaxed)
@@ -511,17 +516,20 @@ fn takes_event(name: &str, payload: &str) -> Vec<Effect> {
     ]
 }
 
+/// The event `go` in hand at `id`, with the episode that takes it, run on
+/// an image whose inbox held `held` rows.
 async fn event_and_episode(
     store: &Store,
     id: &str,
     execution: i64,
     replayed: u64,
+    held: u64,
     limits: Limits,
 ) -> Result<ArrivalWritten, StoreError> {
     let arriving = Arriving::Event {
         name: "go".into(),
         payload: "1".into(),
-        held: 0,
+        held,
     };
     store
         .arrival_and_episode(
@@ -541,7 +549,8 @@ async fn a_raised_event_is_taken_by_its_episode_or_stored_as_a_raise_would_store
         let kind = store.kind();
         // Taken: the instance ends, nothing waits in its inbox.
         let execution = running(&store, "taken").await?;
-        let written = event_and_episode(&store, "taken", execution, 1, Limits::default()).await?;
+        let written =
+            event_and_episode(&store, "taken", execution, 1, 0, Limits::default()).await?;
         assert!(
             matches!(written, ArrivalWritten::WithEpisode(_)),
             "{written:?} on {kind:?}"
@@ -554,7 +563,7 @@ async fn a_raised_event_is_taken_by_its_episode_or_stored_as_a_raise_would_store
         // The episode ran on a journal that moved on: the event waits in
         // the inbox, as a raise leaves it.
         let execution = running(&store, "late").await?;
-        let written = event_and_episode(&store, "late", execution, 0, Limits::default()).await?;
+        let written = event_and_episode(&store, "late", execution, 0, 0, Limits::default()).await?;
         assert!(
             matches!(
                 written,
@@ -574,7 +583,7 @@ async fn a_raised_event_is_taken_by_its_episode_or_stored_as_a_raise_would_store
                 },
             )
             .await?;
-        let written = event_and_episode(&store, "over", execution, 1, Limits::default()).await?;
+        let written = event_and_episode(&store, "over", execution, 1, 0, Limits::default()).await?;
         assert!(
             matches!(
                 written,
@@ -588,8 +597,8 @@ async fn a_raised_event_is_taken_by_its_episode_or_stored_as_a_raise_would_store
 }
 
 /// An event in hand whose episode did not see a row already in the inbox
-/// (another host of the hub raised it) is stored behind that row, as a
-/// raise would store it: it never overtakes it.
+/// (another host of the hub raised it) is not taken with its episode: it
+/// is stored as a raise would store it, and that row stays first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_in_hand_never_overtakes_an_inbox_row_its_episode_did_not_see(
 ) -> Result<(), StoreError> {
@@ -600,7 +609,8 @@ async fn an_event_in_hand_never_overtakes_an_inbox_row_its_episode_did_not_see(
         let (raised, _) = store.raise("behind", "go", "0", limits).await?;
         assert!(matches!(raised, Ok(crate::core::lifecycle::Change::Done)));
         // Its episode ran on an image with an empty inbox.
-        let written = event_and_episode(&store, "behind", execution, 1, Limits::default()).await?;
+        let written =
+            event_and_episode(&store, "behind", execution, 1, 0, Limits::default()).await?;
         assert!(
             matches!(
                 written,
@@ -619,6 +629,26 @@ async fn an_event_in_hand_never_overtakes_an_inbox_row_its_episode_did_not_see(
             })
             .collect();
         assert_eq!((events, payloads), (1, vec!["0", "1"]), "on {kind:?}");
+
+        // One that saw the row is taken with its episode; on PostgreSQL
+        // under its fence, which holds.
+        let execution = running(&store, "after").await?;
+        let (raised, _) = store
+            .raise("after", "other", "0", Arc::new(Limits::default()))
+            .await?;
+        assert!(matches!(raised, Ok(crate::core::lifecycle::Change::Done)));
+        let moved_on = refused();
+        let written =
+            event_and_episode(&store, "after", execution, 1, 1, Limits::default()).await?;
+        assert!(
+            matches!(written, ArrivalWritten::WithEpisode(_)),
+            "{written:?} on {kind:?}"
+        );
+        assert_eq!(
+            refused(),
+            moved_on,
+            "a fence that held was refused on {kind:?}"
+        );
         store.close().await;
     }
     Ok(())

@@ -123,13 +123,13 @@ pub(super) async fn write_durable(
                 } => {
                     // The episode took the event: it stands if the event is
                     // accepted, as a raise would accept it, and the episode
-                    // saw every row before it (another host's raise, stored
-                    // while this one's image was at rest, goes first).
+                    // saw every row the inbox holds (one it did not see, say
+                    // another host's raise, is not overtaken in memory).
                     let accepted = match admitted {
                         Some(c) => {
                             let waiting = tx.inbox_size(&target.id).await?;
                             if waiting.events != held {
-                                tracing::debug!(instance_id = %target.id, stored = waiting.events, held, "an event in hand is stored behind inbox rows its episode did not see");
+                                tracing::debug!(instance_id = %target.id, stored = waiting.events, held, "an event in hand is stored as a raise: the inbox holds rows its episode did not see");
                             }
                             let decision = lifecycle::decide(
                                 Some(&c.state),

@@ -25,8 +25,9 @@ pub enum Arriving {
     },
     /// An event was raised at the instance. `held`: the inbox rows the
     /// episode's image of the instance held (this event not counted): a
-    /// store that holds more has rows another host (or another caller, in
-    /// the same batch) committed, which the event must not overtake.
+    /// store that holds more has rows the episode did not see (another
+    /// host's, or a concurrent raise's), which the event must not overtake
+    /// in memory; it is then stored as a raise would store it.
     Event {
         name: String,
         payload: String,

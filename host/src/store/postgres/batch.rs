@@ -655,4 +655,6 @@ pub(in crate::store) mod counts {
     pub static STATEMENTS: AtomicU64 = AtomicU64::new(0);
     /// Episodes written under their fence, without a read.
     pub static FENCED: AtomicU64 = AtomicU64::new(0);
+    /// Batches whose fenced writes did not hold, decided again carefully.
+    pub static MOVED_ON: AtomicU64 = AtomicU64::new(0);
 }

@@ -211,6 +211,8 @@ impl Writer {
             Ok(None) => {}
             Err(e) if moved_on(&e) => {
                 tracing::debug!(error = %e, "a fenced write did not hold; the batch is decided again on what is stored");
+                #[cfg(test)]
+                super::batch::counts::MOVED_ON.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             Err(e) => return Err(e),
         }
