@@ -27,15 +27,7 @@ async fn loads(host: &Host) -> f64 {
 
 /// The management API's status of instance `id`.
 async fn status(host: &Host, id: &str) -> Value {
-    let url = host.url(&format!("/runtime/webhooks/durabletask/instances/{id}"));
-    client()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    crate::support::durable::status(host, id).await.1
 }
 
 #[tokio::test(flavor = "multi_thread")]
