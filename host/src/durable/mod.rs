@@ -17,6 +17,7 @@ mod for_a_worker;
 mod given_back;
 mod hot;
 mod in_flight;
+mod in_hand_episode;
 mod orchestrator;
 mod remote_call;
 mod sdk_entity;

@@ -15,6 +15,7 @@ use super::for_a_worker::ForAWorker;
 use super::given_back::GivenBack;
 use super::hot::HotInstances;
 use super::in_flight::{InHand, ResultsInHand, TaskRunning, TasksInFlight};
+use super::in_hand_episode;
 use super::tasks;
 use crate::core::journal::Call;
 use crate::core::lifecycle::task_done::Attempt;
@@ -285,11 +286,11 @@ impl Orchestrator {
                             0 => Box::pin(episode::run(&this, &id, &slot)).await,
                             1 => match held.pop() {
                                 Some(one) => {
-                                    Box::pin(episode::run_on_result(&this, &id, one, &slot)).await
+                                    Box::pin(in_hand_episode::run_on_result(&this, &id, one, &slot)).await
                                 }
                                 None => Ok(Applied::default()),
                             },
-                            _ => Box::pin(episode::run_on_results(&this, &id, held, &slot)).await,
+                            _ => Box::pin(in_hand_episode::run_on_results(&this, &id, held, &slot)).await,
                         }
                     }
                     Err(_) => return,
@@ -457,7 +458,9 @@ impl Orchestrator {
             return self.store.raise(id, event, payload, limits).await;
         }
         let raised = match self.episodes.clone().acquire_owned().await {
-            Ok(permit) => episode::raise_on(self, id, event, payload, &Slot::held(permit)).await,
+            Ok(permit) => {
+                in_hand_episode::raise_on(self, id, event, payload, &Slot::held(permit)).await
+            }
             Err(_) => self.store.raise(id, event, payload, limits).await,
         };
         // Whatever arrived meanwhile is the instance's worker's.
