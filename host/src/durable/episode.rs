@@ -102,12 +102,7 @@ async fn run_once(
     if !sorted.stale.is_empty() {
         tracing::info!(instance_id = %id, execution = state.execution, dropped = sorted.stale.len(), "dropped results addressed to an older execution");
     }
-    let parked: HashSet<i64> = hot
-        .inbox
-        .iter()
-        .filter(|row| row.parked)
-        .map(|row| row.id)
-        .collect();
+    let parked = hot.parked_rows();
     if !sorted.news && state.status == RuntimeStatus::Running {
         // Woken with nothing to take (the wake came after an earlier episode
         // took the rows): the store is asked once rather than the image

@@ -46,6 +46,16 @@ impl HotInstance {
             + OVERHEAD
     }
 
+    /// The inbox rows parked (kept in order, waking nothing) until a
+    /// release: an episode passes them to the core as such.
+    pub fn parked_rows(&self) -> HashSet<i64> {
+        self.inbox
+            .iter()
+            .filter(|row| row.parked)
+            .map(|row| row.id)
+            .collect()
+    }
+
     /// The instance after `effects` are committed, or `None` when they end
     /// its execution (its next state must come from the store).
     pub fn after(mut self, effects: &[Effect]) -> Option<Self> {

@@ -180,12 +180,7 @@ async fn run_taking(
         parked: false,
     });
     let read: HashSet<i64> = hot.inbox.iter().map(|row| row.id).collect();
-    let parked: HashSet<i64> = hot
-        .inbox
-        .iter()
-        .filter(|row| row.parked)
-        .map(|row| row.id)
-        .collect();
+    let parked = hot.parked_rows();
     let arrivals = hot.inbox.iter().map(InboxRow::arrival).collect();
     let sorted = arrivals::decide(&state, arrivals, now);
     let decided = decide_by_code(orchestrator, id, &hot, sorted, &parked, now, slot).await?;
