@@ -282,6 +282,10 @@ impl Claim<'_> {
     /// Keeps the instance hot after a committed episode (or one that wrote
     /// nothing) that started from the inbox rows `read`: rows collected
     /// meanwhile join the image unless the episode had read them already.
+    /// They follow what it holds in the order they were committed: ids do
+    /// not give that order on a shared hub (each host's come from its own
+    /// block), and a collected row was committed after every row the image
+    /// holds but did not read.
     pub fn put(mut self, mut image: HotInstance, read: &HashSet<i64>) {
         self.open = false;
         let mut inner = self.hot.inner();
@@ -295,7 +299,6 @@ impl Claim<'_> {
                 .into_iter()
                 .filter(|row| !read.contains(&row.id) && !present.contains(&row.id)),
         );
-        image.inbox.sort_by_key(|row| row.id);
         let size = image.size();
         if size > self.hot.budget {
             return;
@@ -434,6 +437,15 @@ mod tests {
         claim.put(image, &HashSet::from([3, 4]));
         assert_eq!(hot_instances.rows(), 2, "rows 4 and 5, once each");
         assert_eq!(inbox_of(&hot_instances, "a"), Some(vec![4, 5]));
+
+        // On a shared hub ids are no order: a row another host committed
+        // first (read, id 300) stays before this host's later one (id 8).
+        let claim = hot_instances.claim("a");
+        hot_instances.deliver(vec![("a".into(), row(8))]);
+        let mut image = hot("a", 0);
+        image.inbox = vec![row(300)];
+        claim.put(image, &HashSet::from([300]));
+        assert_eq!(inbox_of(&hot_instances, "a"), Some(vec![300, 8]));
 
         // A claim given up forgets what it collected: the store has it.
         let claim = hot_instances.claim("b");

@@ -7,7 +7,7 @@ use super::durable_records::{
     from_json, Applied, Image, InboxRow, Read, ReadOut, Target, Write, Written,
 };
 use super::error::StoreError;
-use super::open::Store;
+use super::open::{Kind, Store};
 use crate::core::effects::Effect;
 use crate::core::journal::Entry;
 
@@ -58,10 +58,16 @@ impl Store {
     /// writer: for a hot image whose only news is rows another host
     /// committed. Rows this host commits later reach the image's claim.
     pub async fn inbox(&self, id: &str) -> Result<Vec<InboxRow>, StoreError> {
-        let rows: Vec<(i64, i64, String, i64, i64)> = sqlx::query_as(
+        // One SQLite writer hands out ids in the order of commits; hosts
+        // sharing PostgreSQL do not (see the `inbox_arrival` migration).
+        let order = match self.kind() {
+            Kind::Postgres => "arrival",
+            Kind::Sqlite => "id",
+        };
+        let rows: Vec<(i64, i64, String, i64, i64)> = sqlx::query_as(&format!(
             "SELECT id, execution, event, visible_at, CAST(parked AS BIGINT) FROM inbox \
-             WHERE instance_id = $1 ORDER BY id",
-        )
+             WHERE instance_id = $1 ORDER BY {order}"
+        ))
         .bind(id)
         .fetch_all(self.pool())
         .await?;

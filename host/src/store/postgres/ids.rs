@@ -4,12 +4,13 @@
 //! of the rows it inserts (and the hot instances learn them) without asking
 //! the server first.
 //!
-//! Inbox ids order an instance's inbox. Taken in ascending order from one
-//! block after another, they keep the order this writer wrote them in; ids
-//! the statement path draws from the sequence itself are newer than any
-//! block, so the writer drops what it holds whenever a batch went that way
-//! ([`IdPool::clear`]), and its next block is newer again. Between hosts
-//! the sequence never gave an order of commits, and does not now.
+//! Inbox ids name rows; they do not order an inbox (its `arrival` column,
+//! drawn as each row is inserted, does: between hosts blocks reserved ahead
+//! never gave an order of commits). Within this host they still follow the
+//! order it wrote them in: ids are taken in ascending order from one block
+//! after another, ids the statement path draws from the sequence itself are
+//! newer than any block, so the writer drops what it holds whenever a batch
+//! went that way ([`IdPool::clear`]), and its next block is newer again.
 
 use std::collections::VecDeque;
 

@@ -80,11 +80,11 @@ pub(super) async fn image(
          history_events > 0 AS has_run, \
          ARRAY(SELECT entry FROM journal j WHERE j.instance_id = $1 ORDER BY seq) AS journal_entries, \
          ARRAY(SELECT recorded_at FROM journal j WHERE j.instance_id = $1 ORDER BY seq) AS journal_at, \
-         ARRAY(SELECT b.id FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_ids, \
-         ARRAY(SELECT b.execution FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_executions, \
-         ARRAY(SELECT b.event FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_events, \
-         ARRAY(SELECT b.visible_at FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_visible_at, \
-         ARRAY(SELECT b.parked FROM inbox b WHERE b.instance_id = $1 ORDER BY b.id) AS inbox_parked \
+         ARRAY(SELECT b.id FROM inbox b WHERE b.instance_id = $1 ORDER BY b.arrival) AS inbox_ids, \
+         ARRAY(SELECT b.execution FROM inbox b WHERE b.instance_id = $1 ORDER BY b.arrival) AS inbox_executions, \
+         ARRAY(SELECT b.event FROM inbox b WHERE b.instance_id = $1 ORDER BY b.arrival) AS inbox_events, \
+         ARRAY(SELECT b.visible_at FROM inbox b WHERE b.instance_id = $1 ORDER BY b.arrival) AS inbox_visible_at, \
+         ARRAY(SELECT b.parked FROM inbox b WHERE b.instance_id = $1 ORDER BY b.arrival) AS inbox_parked \
          FROM instances WHERE id = $1",
     )
     .bind(id)
@@ -188,7 +188,7 @@ impl Tx for PgTx<'_> {
 
     async fn inbox(&mut self, id: &str) -> Result<Vec<InboxRow>, StoreError> {
         let rows: Vec<(i64, i64, String, i64, i32)> = sqlx::query_as(
-            "SELECT id, execution, event, visible_at, parked FROM inbox WHERE instance_id = $1 ORDER BY id",
+            "SELECT id, execution, event, visible_at, parked FROM inbox WHERE instance_id = $1 ORDER BY arrival",
         )
         .bind(id)
         .fetch_all(&mut *self.0)
