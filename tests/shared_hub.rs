@@ -291,7 +291,11 @@ async fn events_through_two_hosts_keep_their_order(args: &[&str]) {
     const EVENTS: u32 = 80;
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
-    let host = || args.iter().fold(builder(dir.path(), &model), |b, a| b.arg(a)).start();
+    let host = || {
+        args.iter()
+            .fold(builder(dir.path(), &model), |b, a| b.arg(a))
+            .start()
+    };
     let owner = host();
     let other = host();
     let id = start(&owner, "collect", &json!({ "n": EVENTS })).await;
