@@ -207,6 +207,16 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
     );
     let (_, bumped) = crate::support::durable::status(&host, "sdk-bump").await;
     assert_eq!(bumped["componentDigest"], "durabletask-sdk@2.0", "{bumped}");
+    // A start scheduled 3 s ahead (`start_at`): Pending a second in, its
+    // first episode no earlier than the time asked (and not long after).
+    let scheduled = step("scheduled start");
+    assert_eq!(scheduled["early"], "PENDING", "{scheduled}");
+    assert_eq!(scheduled["status"], "COMPLETED", "{scheduled}");
+    let late_by = scheduled["late_by"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        (-0.001..30.0).contains(&late_by),
+        "started {late_by} s after the time asked: {scheduled}"
+    );
     // A counter entity: two signals from the client (5), then an
     // orchestration's two signals and a call, run in order (5 + 2 + 3 + 10).
     assert_eq!(step("entity signalled")["state"], json!(5), "{steps:?}");

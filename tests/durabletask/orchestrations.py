@@ -146,6 +146,11 @@ def sdk_bump(ctx, inp):
     return {"input": inp, "version": ctx.version}
 
 
+def sdk_when(ctx, _):
+    # When its first episode ran, on the clock the host hands the code.
+    return ctx.current_utc_datetime.timestamp()
+
+
 def sdk_continue_with_child(ctx, n):
     # Each execution calls a child under the id the SDK derives from the
     # parent's id and the task's number: the same id every execution.
@@ -284,7 +289,7 @@ if mode == "worker":
     with worker.TaskHubGrpcWorker(host_address=address) as w:
         for orchestrator in (sdk_sequence, sdk_fan, sdk_approval, sdk_parent, sdk_failing,
                              sdk_empty, sdk_version, sdk_versioned_parent, sdk_continue_with_child, sdk_signals_later, sdk_catching, sdk_continue, sdk_waiter, sdk_chain, sdk_counting,
-                             sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest, sdk_bump,
+                             sdk_calls_sleepy, sdk_big, sdk_tree, sdk_nest, sdk_bump, sdk_when,
                              sdk_calls_odd_entity):
             w.add_orchestrator(orchestrator)
         for entity in (Counter, Relay, Sleepy):
@@ -369,6 +374,14 @@ say("continue with child", **done(c.schedule_new_orchestration(
     sdk_continue_with_child, input=0, instance_id="sdk-continue-child")))
 say("continue on a new version", **done(c.schedule_new_orchestration(
     sdk_bump, instance_id="sdk-bump", version="1.0")))
+# Started for later: Pending, nothing run, until its time; then it runs.
+at = datetime.now(timezone.utc) + timedelta(seconds=3)
+later = c.schedule_new_orchestration(sdk_when, instance_id="sdk-later", start_at=at)
+time.sleep(1)
+early = c.get_orchestration_state(later).runtime_status.name
+ran = done(later)
+say("scheduled start", early=early, status=ran["status"],
+    late_by=None if ran["output"] is None else ran["output"] - at.timestamp())
 
 # A counter entity: signalled by the client, then called by an orchestration.
 counter = entities.EntityInstanceId("counter", "c1")

@@ -106,4 +106,7 @@ pub struct NewInstance {
     pub parent: Option<ParentRef>,
     /// The trace its episodes continue (W3C `traceparent`), if any.
     pub traceparent: Option<String>,
+    /// Started for later (Unix ms): it stays Pending, and runs nothing,
+    /// until then. `None`: at once.
+    pub start_at: Option<i64>,
 }

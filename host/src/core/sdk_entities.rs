@@ -62,6 +62,7 @@ pub fn new_instance(id: &str) -> Option<NewInstance> {
         activity_set: None,
         parent: None,
         traceparent: None,
+        start_at: None,
     })
 }
 
@@ -107,6 +108,8 @@ pub enum EntityAction {
         /// The orchestration version it starts with, when an SDK worker
         /// runs it.
         version: Option<String>,
+        /// Started for later (Unix ms): Pending until then.
+        start_at: Option<i64>,
     },
     /// An action this host cannot carry out, and why: the batch fails as a
     /// whole rather than half of it taking effect.
@@ -240,6 +243,7 @@ pub fn decide(
                 name,
                 input,
                 version,
+                start_at,
             } => {
                 let on = starts.get(&name);
                 effects.push(Effect::Start(NewInstance {
@@ -253,6 +257,7 @@ pub fn decide(
                     input,
                     parent: None,
                     traceparent: None,
+                    start_at,
                 }));
             }
             // Refused above.
@@ -509,6 +514,8 @@ mod tests {
             name: name.into(),
             input: "3".into(),
             version: None,
+            // The SDK's start for later: Pending until then.
+            start_at: (name == "py_chain").then_some(7_000),
         };
         let (effects, _) = decide(
             "@counter@a",
@@ -533,7 +540,8 @@ mod tests {
         assert!(matches!(&effects[4], Effect::Start(n)
             if n.digest == "sha256:wasm" && n.activity_set.as_deref() == Some("set") && n.parent.is_none()));
         assert!(matches!(&effects[5], Effect::Start(n)
-            if n.digest == crate::core::sdk_history::DIGEST && n.id == "started-py_chain"));
+            if n.digest == crate::core::sdk_history::DIGEST && n.id == "started-py_chain"
+                && n.start_at == Some(7_000)));
     }
 
     #[test]

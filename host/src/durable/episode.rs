@@ -97,6 +97,12 @@ async fn run_once(
         digest: hot.loaded.digest.clone(),
     };
     let now = now_ms();
+    // Started for later: nothing runs before its time (the scheduler wakes
+    // then, see `next_due_after`), and the image holds.
+    if state.status == RuntimeStatus::Pending && hot.loaded.start_at.is_some_and(|at| at > now) {
+        claim.put(hot, &read);
+        return Ok(Some(Applied::default()));
+    }
     let arrivals = hot.inbox.iter().map(InboxRow::arrival).collect();
     let sorted = arrivals::decide(&state, arrivals, now);
     if !sorted.stale.is_empty() {

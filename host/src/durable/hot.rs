@@ -345,6 +345,7 @@ mod tests {
                 owner: None,
                 traceparent: None,
                 activity_set: None,
+                start_at: None,
             },
             journal: Vec::new(),
             inbox: Vec::new(),

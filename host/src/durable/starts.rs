@@ -31,7 +31,7 @@ impl Orchestrator {
         instance_id: Option<String>,
         input: String,
     ) -> Result<String, DurableError> {
-        self.start_named(name, instance_id, input, Unserved::Refused)
+        self.start_named(name, instance_id, input, Unserved::Refused, None)
             .await
     }
 
@@ -41,15 +41,18 @@ impl Orchestrator {
     /// takes any name.
     /// An SDK instance pins `version` (the protocol's orchestration
     /// version, sent to its worker); a component's instance pins the
-    /// component's version instead.
+    /// component's version instead. Given `start_at` (Unix ms) later than
+    /// now, it stays Pending until then.
     pub async fn start_instance_or_sdk(
         self: &Arc<Self>,
         name: &str,
         instance_id: Option<String>,
         input: String,
         version: Option<&str>,
+        start_at: Option<i64>,
     ) -> Result<String, DurableError> {
-        self.start_named(name, instance_id, input, Unserved::SdkWorker { version })
+        let unserved = Unserved::SdkWorker { version };
+        self.start_named(name, instance_id, input, unserved, start_at)
             .await
     }
 
@@ -59,6 +62,7 @@ impl Orchestrator {
         instance_id: Option<String>,
         input: String,
         unserved: Unserved<'_>,
+        start_at: Option<i64>,
     ) -> Result<String, DurableError> {
         self.config.limits.check_payload("input", &input)?;
         let (digest, activity_set) = match self.registry.orchestration(name) {
@@ -109,6 +113,7 @@ impl Orchestrator {
             activity_set,
             parent: None,
             traceparent: crate::telemetry::current_traceparent(),
+            start_at: start_at.filter(|at| *at > now_ms()),
         };
         let applied = self
             .store

@@ -257,6 +257,7 @@ pub(super) async fn create(
         owner: tx.me().map(str::to_string),
         traceparent: new.traceparent,
         activity_set: new.activity_set,
+        start_at: new.start_at,
     }))
 }
 

@@ -37,7 +37,8 @@ impl Store {
         // owner is a filter on the few rows that have work.
         let mut ids: Vec<String> = sqlx::query_scalar(
             "SELECT p.id FROM (SELECT id, owner FROM instances \
-               WHERE status IN ('Pending', 'ContinuedAsNew') OFFSET 0) p WHERE p.owner = $1 \
+               WHERE status IN ('Pending', 'ContinuedAsNew') AND (start_at IS NULL OR start_at <= $2) \
+               OFFSET 0) p WHERE p.owner = $1 \
              UNION SELECT DISTINCT i.instance_id FROM inbox i \
              CROSS JOIN LATERAL (SELECT s.owner, s.status FROM instances s WHERE s.id = i.instance_id OFFSET 0) s \
              WHERE i.visible_at <= $2 AND i.parked = 0 AND s.owner = $1 \
@@ -56,6 +57,7 @@ impl Store {
             "WITH picked AS ( \
                SELECT s.id, s.owner AS previous FROM instances s WHERE s.id IN ( \
                    SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
+                     AND (start_at IS NULL OR start_at <= $2) \
                    UNION SELECT instance_id FROM inbox WHERE visible_at <= $2 AND parked = 0) \
                  AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') \
                  AND (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) \

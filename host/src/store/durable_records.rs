@@ -141,6 +141,8 @@ pub struct Loaded {
     pub traceparent: Option<String>,
     /// The activity set it pinned (its sub-orchestrations share it).
     pub activity_set: Option<String>,
+    /// Started for later (Unix ms): no episode before then.
+    pub start_at: Option<i64>,
 }
 
 /// One write, decided inside the transaction that commits it.

@@ -117,6 +117,7 @@ impl Store {
         }
         let rows = sqlx::query(
             "SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
+             AND (start_at IS NULL OR start_at <= $1) \
              UNION SELECT DISTINCT i.instance_id FROM inbox i JOIN instances s ON s.id = i.instance_id \
              WHERE i.visible_at <= $1 AND i.parked = 0 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $2",
         )
@@ -132,3 +133,36 @@ impl Store {
 /// starts is spread over the hosts that wake for it, rather than taken
 /// whole by the first.
 const CLAIM_AT_ONCE: usize = 32;
+
+#[cfg(test)]
+mod tests {
+    use crate::core::instance::NewInstance;
+    use crate::store::now_ms;
+    use crate::store::test_fixtures::{both, new};
+
+    /// On each store: an instance started for later has no work before its
+    /// time, the scheduler is told when that is, and it has work from then
+    /// on (all of it read from the store: a restarted host finds the same).
+    #[tokio::test]
+    async fn an_instance_started_for_later_has_work_from_its_time_on(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        for (store, _dir) in both("later").await? {
+            let now = now_ms();
+            let at = now + 60_000;
+            let later = NewInstance {
+                start_at: Some(at),
+                ..new("later")
+            };
+            store.start(later).await?.ok_or("not created")?;
+            store.start(new("now")).await?.ok_or("not created")?;
+            assert_eq!(store.instances_with_work(now, 100).await?, vec!["now"]);
+            assert_eq!(store.next_due_after(now).await?, Some(at));
+            let mut due = store.instances_with_work(at, 100).await?;
+            due.sort();
+            assert_eq!(due, vec!["later", "now"]);
+            let record = store.instance("later").await?.ok_or("not found")?;
+            assert_eq!(record.start_at, Some(at));
+        }
+        Ok(())
+    }
+}

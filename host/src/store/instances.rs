@@ -34,6 +34,8 @@ pub struct InstanceRecord {
     pub execution: i64,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Started for later: when it starts (Unix ms).
+    pub start_at: Option<i64>,
 }
 
 /// Filters of list and purge requests.
@@ -71,11 +73,12 @@ fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord, StoreError> {
         execution: row.try_get("execution")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        start_at: row.try_get("start_at")?,
     })
 }
 
 const INSTANCE_COLUMNS: &str =
-    "id, name, status, input, output, custom_status, component_digest, execution, created_at, updated_at";
+    "id, name, status, input, output, custom_status, component_digest, execution, created_at, updated_at, start_at";
 
 impl Store {
     /// Creates an instance (or a new execution of a finished id). `Ok(None)`

@@ -144,6 +144,7 @@ pub(crate) mod test_fixtures {
             activity_set: None,
             parent: None,
             traceparent: None,
+            start_at: None,
         }
     }
 }

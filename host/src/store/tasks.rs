@@ -82,8 +82,8 @@ impl Store {
         Ok(mine.then(|| fence::send_by(renewed_at, lease_ms)))
     }
 
-    /// The earliest time after `now` at which a timer fires or a failed
-    /// task's next attempt is due. Only those become due later: a new task,
+    /// The earliest time after `now` at which a timer fires, a failed
+    /// task's next attempt is due or an instance started for later starts. Only those become due later: a new task,
     /// a result or a raised event is due when it is written, and is
     /// dispatched by whoever wrote it (or told by a notification). Written a
     /// moment after the caller read its clock, they would look a
@@ -98,7 +98,8 @@ impl Store {
         };
         let next: Option<i64> = sqlx::query_scalar(&format!(
             "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > $1 AND {timer} \
-             UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > $1 AND attempt > 0) AS due"
+             UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > $1 AND attempt > 0 \
+             UNION ALL SELECT MIN(start_at) FROM instances WHERE start_at > $1 AND status = 'Pending') AS due"
         ))
         .bind(now)
         .fetch_one(self.pool())

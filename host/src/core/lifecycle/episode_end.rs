@@ -163,6 +163,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                         task,
                     }),
                     traceparent: None,
+                    start_at: None,
                 }));
             }
             Call::StartTimer { fire_at } => effects.push(Effect::ArmTimer {

@@ -180,6 +180,7 @@ pub fn decide(
                             task,
                         }),
                         traceparent: None,
+                        start_at: None,
                     },
                     id,
                 });

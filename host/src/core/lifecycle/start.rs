@@ -53,6 +53,7 @@ mod tests {
             activity_set: None,
             parent: None,
             traceparent: None,
+            start_at: None,
         }
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::convert::{payload, refusal, text_of};
+use super::convert::{millis, payload, refusal, text_of};
 use super::proto::task_hub_sidecar_service_server::TaskHubSidecarService;
 use super::proto::{
     AbandonActivityTaskRequest, AbandonActivityTaskResponse, AbandonEntityTaskRequest,
@@ -108,16 +108,13 @@ impl TaskHubSidecarService for Sidecar {
         request: Request<CreateInstanceRequest>,
     ) -> Result<Response<CreateInstanceResponse>, Status> {
         let request = request.into_inner();
-        if request.scheduled_start_timestamp.is_some() {
-            return Err(Status::unimplemented(
-                "scheduled starts (start_at) are not served: start the instance when it is due, or wait inside the orchestration with a timer",
-            ));
-        }
         let input = payload("input", request.input)?;
         let id = (!request.instance_id.is_empty()).then_some(request.instance_id);
+        let start_at = request.scheduled_start_timestamp.as_ref().map(millis);
+        let version = request.version.as_deref();
         let instance_id = self
             .orchestrator
-            .start_instance_or_sdk(&request.name, id, input, request.version.as_deref())
+            .start_instance_or_sdk(&request.name, id, input, version, start_at)
             .await
             .map_err(refusal)?;
         Ok(Response::new(CreateInstanceResponse { instance_id }))
@@ -238,6 +235,7 @@ impl TaskHubSidecarService for Sidecar {
                 id,
                 instance.input,
                 sdk_history::version_of(&instance.component_digest),
+                None,
             )
             .await
             .map_err(refusal)?;

@@ -87,6 +87,7 @@ pub(super) fn state_of(
         version: sdk_history::version_of(&instance.component_digest).map(str::to_string),
         orchestration_status: status_of(instance.status) as i32,
         created_timestamp: Some(timestamp(instance.created_at)),
+        scheduled_start_timestamp: instance.start_at.map(timestamp),
         last_updated_timestamp: Some(timestamp(instance.updated_at)),
         completed_timestamp: instance
             .status

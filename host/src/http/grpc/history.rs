@@ -304,13 +304,12 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
 }
 
 /// What an entity batch's operations asked for besides their results, in
-/// the engine's terms (a signal scheduled for later is queued at its time).
-/// A signal or start this host cannot carry out (a start scheduled for
-/// later, an input that is not JSON) is kept as invalid: the batch then
-/// fails as a whole, its callers told why.
+/// the engine's terms (a signal scheduled for later is queued at its time,
+/// a start scheduled for later waits Pending until then). A signal or start
+/// this host cannot carry out (an input that is not JSON) is kept as
+/// invalid: the batch then fails as a whole, its callers told why.
 pub(super) fn entity_actions_of(actions: Vec<OperationAction>) -> Vec<EntityAction> {
     use operation_action::OperationActionType as Type;
-    let later = later_than_now();
     actions
         .into_iter()
         .map(|action| match action.operation_action_type {
@@ -324,12 +323,6 @@ pub(super) fn entity_actions_of(actions: Vec<OperationAction>) -> Vec<EntityActi
                 }),
                 Err(why) => EntityAction::Invalid(why),
             },
-            Some(Type::StartNewOrchestration(start)) if later(start.scheduled_time.as_ref()) => {
-                EntityAction::Invalid(format!(
-                    "its operation started '{}' for later: scheduled starts are not served",
-                    start.name
-                ))
-            }
             Some(Type::StartNewOrchestration(start)) => {
                 match json("orchestration input", start.input) {
                     Ok(input) => EntityAction::Start {
@@ -340,6 +333,7 @@ pub(super) fn entity_actions_of(actions: Vec<OperationAction>) -> Vec<EntityActi
                         name: start.name,
                         input,
                         version: start.version.filter(|v| !v.is_empty()),
+                        start_at: start.scheduled_time.as_ref().map(millis),
                     },
                     Err(why) => EntityAction::Invalid(why),
                 }
@@ -349,13 +343,6 @@ pub(super) fn entity_actions_of(actions: Vec<OperationAction>) -> Vec<EntityActi
             ),
         })
         .collect()
-}
-
-/// Whether a time a worker gave is later than now: a second of slack, so
-/// that a time it stamped as "now" is not.
-fn later_than_now() -> impl Fn(Option<&prost_types::Timestamp>) -> bool {
-    let now = millis(&prost_types::Timestamp::from(std::time::SystemTime::now()));
-    move |at| at.is_some_and(|at| millis(at) > now.saturating_add(1000))
 }
 
 fn completion_of(done: CompleteOrchestrationAction) -> Action {

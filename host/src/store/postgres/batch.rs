@@ -537,6 +537,7 @@ impl Tx for Planned<'_> {
             owner: self.me.map(str::to_string),
             traceparent: new.traceparent.clone(),
             activity_set: new.activity_set.clone(),
+            start_at: new.start_at,
         };
         self.instances.insert(new.id.clone(), Some(instance));
         self.rows.created.push(Created {
@@ -637,7 +638,7 @@ impl Tx for Planned<'_> {
 /// The statement a planned batch begins with, when it has instances to read.
 const PRELOAD: &str = "\
 SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, \
-  parent_task, history_events, history_bytes, created_at, owner, traceparent, activity_set, \
+  parent_task, history_events, history_bytes, created_at, owner, traceparent, activity_set, start_at, \
   history_events > 0 AS has_run, \
   CASE WHEN id = ANY($2) THEN (SELECT COUNT(*) FROM inbox b WHERE b.instance_id = instances.id) END AS inbox_events, \
   CASE WHEN id = ANY($2) THEN (SELECT COALESCE(SUM(LENGTH(event)), 0)::BIGINT FROM inbox b \

@@ -273,13 +273,14 @@ pub(super) fn add_rows(s: &mut Statement, rows: Rows) -> Result<(), StoreError> 
             s.bind(c.bytes)? + "::BIGINT[]",
             s.bind(c.traceparent)? + "::TEXT[]",
             s.bind(c.activity_set)? + "::TEXT[]",
+            s.bind(c.start_at)? + "::BIGINT[]",
         ];
         s.part(
             "instances_added",
             format!(
                 "INSERT INTO instances (id, name, status, input, output, custom_status, component_digest, \
                  parent_id, parent_execution, parent_task, execution, history_events, history_bytes, traceparent, \
-                 activity_set, created_at, updated_at, owner) \
+                 activity_set, start_at, created_at, updated_at, owner) \
                  SELECT c.*, {now}, {now}, {me}::TEXT FROM UNNEST({}) AS c",
                 columns.join(", ")
             ),
@@ -398,6 +399,7 @@ struct Columns {
     bytes: Vec<i64>,
     traceparent: Vec<Option<String>>,
     activity_set: Vec<Option<String>>,
+    start_at: Vec<Option<i64>>,
     /// An updated row's fence: the execution and journal length it must have.
     fence_execution: Vec<Option<i64>>,
     fence_replayed: Vec<Option<i64>>,
@@ -431,6 +433,7 @@ impl Columns {
             c.bytes.push(row.bytes);
             c.traceparent.push(new.traceparent);
             c.activity_set.push(new.activity_set);
+            c.start_at.push(new.start_at);
         }
         c
     }

@@ -65,6 +65,7 @@ pub(super) fn loaded(row: &PgRow) -> Result<Loaded, StoreError> {
         owner: row.try_get("owner")?,
         traceparent: row.try_get("traceparent")?,
         activity_set: row.try_get("activity_set")?,
+        start_at: row.try_get("start_at")?,
     })
 }
 
@@ -76,7 +77,7 @@ pub(super) async fn image(
 ) -> Result<Option<Image>, StoreError> {
     let Some(row) = sqlx::query(
         "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-         history_events, history_bytes, created_at, owner, traceparent, activity_set, \
+         history_events, history_bytes, created_at, owner, traceparent, activity_set, start_at, \
          history_events > 0 AS has_run, \
          ARRAY(SELECT entry FROM journal j WHERE j.instance_id = $1 ORDER BY seq) AS journal_entries, \
          ARRAY(SELECT recorded_at FROM journal j WHERE j.instance_id = $1 ORDER BY seq) AS journal_at, \
@@ -140,7 +141,7 @@ impl Tx for PgTx<'_> {
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         let row = sqlx::query(
             "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-             history_events, history_bytes, created_at, owner, traceparent, activity_set, \
+             history_events, history_bytes, created_at, owner, traceparent, activity_set, start_at, \
              history_events > 0 AS has_run FROM instances WHERE id = $1 FOR UPDATE",
         )
         .bind(id)
@@ -277,8 +278,8 @@ impl Tx for PgTx<'_> {
     ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO instances (id, name, status, input, component_digest, parent_id, parent_execution, \
-             parent_task, execution, created_at, updated_at, owner, traceparent, activity_set) \
-             VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)",
+             parent_task, execution, created_at, updated_at, owner, traceparent, activity_set, start_at) \
+             VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13)",
         )
         .bind(&new.id)
         .bind(&new.name)
@@ -292,6 +293,7 @@ impl Tx for PgTx<'_> {
         .bind(self.1)
         .bind(new.traceparent.as_deref())
         .bind(new.activity_set.as_deref())
+        .bind(new.start_at)
         .execute(&mut *self.0)
         .await?;
         Ok(())

@@ -27,7 +27,7 @@ impl Tx for SqliteTx<'_> {
     async fn load(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
         let mut statement = self.0.prepare_cached(
             "SELECT id, name, status, execution, input, component_digest, parent_id, parent_execution, parent_task, \
-             history_events, history_bytes, created_at, traceparent, activity_set, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
+             history_events, history_bytes, created_at, traceparent, activity_set, start_at, EXISTS (SELECT 1 FROM journal j WHERE j.instance_id = instances.id) AS has_run \
              FROM instances WHERE id = ?",
         )?;
         let mut rows = statement.query([id])?;
@@ -68,6 +68,7 @@ impl Tx for SqliteTx<'_> {
             owner: None,
             traceparent: row.get("traceparent")?,
             activity_set: row.get("activity_set")?,
+            start_at: row.get("start_at")?,
         }))
     }
 
@@ -214,7 +215,7 @@ impl Tx for SqliteTx<'_> {
         self.0
             .prepare_cached(
                 "INSERT INTO instances (id, name, status, input, component_digest, activity_set, parent_id, parent_execution, \
-                 parent_task, execution, created_at, updated_at, traceparent) VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 parent_task, execution, created_at, updated_at, traceparent, start_at) VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )?
             .execute(params![
                 new.id,
@@ -229,6 +230,7 @@ impl Tx for SqliteTx<'_> {
                 now,
                 now,
                 new.traceparent,
+                new.start_at,
             ])?;
         Ok(())
     }
