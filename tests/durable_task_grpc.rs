@@ -115,13 +115,17 @@ async fn the_durabletask_python_client_manages_wasm_orchestrations_over_grpc() {
         "{failed}"
     );
 
+    // A start for 2030 (`start_at`) waits, Pending, and can be terminated.
+    let scheduled = step(&steps, "scheduled");
+    assert_eq!(scheduled["status"], "PENDING", "{scheduled}");
+    assert_eq!(scheduled["then"], "TERMINATED", "{scheduled}");
+
     let refusals = step(&steps, "refusals");
     // As any scheduler of the protocol: a name no component serves is an
     // SDK worker's orchestration, and waits for one.
     assert!(refusals["unknown"].is_null(), "{refusals}");
     assert_eq!(refusals["unknown_status"], "PENDING", "{refusals}");
     assert_eq!(refusals["running"]["code"], "ALREADY_EXISTS");
-    assert_eq!(refusals["scheduled"]["code"], "UNIMPLEMENTED");
     assert_eq!(refusals["raise_missing"]["code"], "NOT_FOUND");
     assert_eq!(refusals["purge_running"]["code"], "FAILED_PRECONDITION");
     assert!(refusals["missing"].is_null(), "no instance: the SDK's None");
@@ -156,9 +160,9 @@ async fn the_durabletask_python_client_manages_wasm_orchestrations_over_grpc() {
     assert_eq!(purge["gone"], true);
     assert_eq!(purge["again"], 0, "a purge of nothing deletes nothing");
     // py-wait, py-slow, py-sus, py-fail, py-twice, py-unknown (terminated
-    // while it waited for an SDK worker), the fresh restart and the
-    // instance started over HTTP.
-    assert_eq!(purge["rest"], 8);
+    // while it waited for an SDK worker), scheduled-2030 (terminated before its
+    // time), the fresh restart and the instance started over HTTP.
+    assert_eq!(purge["rest"], 9);
     assert_eq!(purge["complete"], true);
     assert_eq!(purge["left"], json!([]));
 

@@ -120,10 +120,14 @@ async fn two_fronts_and_two_workers_share_a_hub_and_a_killed_worker_loses_nothin
         let id = queue_run(&fronts[i % 2], &message, &session).await;
         runs.push((id, message));
     }
-    // Taken over once the lease expires (plus a pass of the claimers).
+    // Taken over once the lease expires (plus a pass of the claimers). The
+    // bound is for "never": on two cores shared with the rest of the suite
+    // the survivor itself may miss a 2 s renewal, and a host whose lease
+    // lapsed claims nothing until it renews (seen: over 7 s, twice). How
+    // soon take-over comes is the fault suite's to measure, not this test's.
     while !second_worker.output().contains("took over") {
         assert!(
-            killed_at.elapsed() < Duration::from_secs(2 + 5),
+            killed_at.elapsed() < Duration::from_secs(2 + 28),
             "nothing taken over {:?} after the kill (lease {LEASE}):\n{}",
             killed_at.elapsed(),
             second_worker.output()

@@ -10,6 +10,7 @@ usage: client.py ADDRESS scenario PREFIX HTTP_INSTANCE_ID
 """
 
 import json
+import time
 import sys
 
 import grpc
@@ -187,6 +188,15 @@ done = c.wait_for_orchestration_completion(bad, timeout=60)
 say("failed", status=status(done), message=done.failure_details.message,
     type=done.failure_details.error_type, output=done.serialized_output)
 
+# Started for 2030: Pending, nothing run; a terminate ends it all the same.
+later = c.schedule_new_orchestration(
+    "sequence", instance_id="scheduled-2030", start_at=__import__("datetime").datetime(2030, 1, 1))
+time.sleep(1)
+scheduled = status(c.get_orchestration_state(later))
+c.terminate_orchestration(later)
+say("scheduled", status=scheduled,
+    then=status(c.wait_for_orchestration_completion(later, timeout=60)))
+
 # Refusals the SDK surfaces as gRPC errors.
 twice = c.schedule_new_orchestration("wait_event", instance_id=f"{prefix}-twice")
 say("refusals",
@@ -195,8 +205,6 @@ say("refusals",
         "no_such_orchestration", instance_id=f"{prefix}-unknown")),
     unknown_status=status(c.get_orchestration_state(f"{prefix}-unknown")),
     running=refused(lambda: c.schedule_new_orchestration("wait_event", instance_id=twice)),
-    scheduled=refused(lambda: c.schedule_new_orchestration(
-        "sequence", start_at=__import__("datetime").datetime(2030, 1, 1))),
     raise_missing=refused(lambda: c.raise_orchestration_event("nobody", "go")),
     purge_running=refused(lambda: c.purge_orchestration(twice)),
     missing=status(c.get_orchestration_state("nobody")))
