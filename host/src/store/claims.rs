@@ -40,9 +40,10 @@ impl Store {
                WHERE status IN ('Pending', 'ContinuedAsNew') AND (start_at IS NULL OR start_at <= $2) \
                OFFSET 0) p WHERE p.owner = $1 \
              UNION SELECT DISTINCT i.instance_id FROM inbox i \
-             CROSS JOIN LATERAL (SELECT s.owner, s.status FROM instances s WHERE s.id = i.instance_id OFFSET 0) s \
+             CROSS JOIN LATERAL (SELECT s.owner, s.status, s.start_at FROM instances s WHERE s.id = i.instance_id OFFSET 0) s \
              WHERE i.visible_at <= $2 AND i.parked = 0 AND s.owner = $1 \
-             AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $3",
+             AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') \
+             AND (s.start_at IS NULL OR s.start_at <= $2) LIMIT $3",
         )
         .bind(me)
         .bind(now)
@@ -60,6 +61,7 @@ impl Store {
                      AND (start_at IS NULL OR start_at <= $2) \
                    UNION SELECT instance_id FROM inbox WHERE visible_at <= $2 AND parked = 0) \
                  AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') \
+                 AND (s.start_at IS NULL OR s.start_at <= $2) \
                  AND (s.owner IS NULL OR (s.owner <> $1 AND s.owner NOT IN ({live}))) \
                LIMIT $3 FOR UPDATE OF s SKIP LOCKED) \
              UPDATE instances SET owner = $1 FROM picked WHERE instances.id = picked.id \

@@ -119,7 +119,8 @@ impl Store {
             "SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
              AND (start_at IS NULL OR start_at <= $1) \
              UNION SELECT DISTINCT i.instance_id FROM inbox i JOIN instances s ON s.id = i.instance_id \
-             WHERE i.visible_at <= $1 AND i.parked = 0 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') LIMIT $2",
+             WHERE i.visible_at <= $1 AND i.parked = 0 AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') \
+             AND (s.start_at IS NULL OR s.start_at <= $1) LIMIT $2",
         )
         .bind(now)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -155,7 +156,13 @@ mod tests {
             };
             store.start(later).await?.ok_or("not created")?;
             store.start(new("now")).await?.ok_or("not created")?;
-            assert_eq!(store.instances_with_work(now, 100).await?, vec!["now"]);
+            // An event raised at it waits with it: it wakes nothing before
+            // the time either (else every scheduler pass would run an
+            // episode of it that decides nothing).
+            let limits = std::sync::Arc::new(crate::core::limits::Limits::default());
+            let (raised, _) = store.raise("later", "go", "1", limits).await?;
+            raised?;
+            assert_eq!(store.instances_with_work(now_ms(), 100).await?, vec!["now"]);
             assert_eq!(store.next_due_after(now).await?, Some(at));
             let mut due = store.instances_with_work(at, 100).await?;
             due.sort();
