@@ -74,13 +74,28 @@ async fn two_fronts_and_two_workers_share_a_hub_and_a_killed_worker_loses_nothin
         ));
     }
     let mut first_worker = builder(dir.path(), &model).start_worker();
-    let second_worker = builder(dir.path(), &model).start_worker();
     let fronts = [
         builder(dir.path(), &model).arg("--no-worker").start(),
         builder(dir.path(), &model).arg("--no-worker").start(),
     ];
 
-    // 200 orchestrations and 500 agent runs, through both fronts.
+    // 250 agent runs on 50 sessions, through both fronts, while the first
+    // worker is alone: the model asked for one of them means it owns that
+    // session at least, and the runs queued there after the kill must be
+    // taken over. (With both workers up, one claim pass can take all 50;
+    // a kill of the other then left nothing to take over, and the test
+    // waited for a take-over that had no reason to come.)
+    let mut runs = Vec::new();
+    for i in 0..250usize {
+        let message = format!("run {i}");
+        let session = format!("session-{}", i % 50);
+        let id = queue_run(&fronts[i % 2], &message, &session).await;
+        runs.push((id, message));
+    }
+    model.wait_for_requests(1, Duration::from_secs(60)).await;
+    let second_worker = builder(dir.path(), &model).start_worker();
+
+    // 200 orchestrations, through both fronts, shared by both workers.
     let mut expected: Vec<(String, Value)> = Vec::new();
     let mut waiters = Vec::new();
     for i in 0..200usize {
@@ -101,13 +116,6 @@ async fn two_fronts_and_two_workers_share_a_hub_and_a_killed_worker_loses_nothin
         }
         expected.push((id, output));
     }
-    let mut runs = Vec::new();
-    for i in 0..250usize {
-        let message = format!("run {i}");
-        let session = format!("session-{}", i % 50);
-        let id = queue_run(&fronts[i % 2], &message, &session).await;
-        runs.push((id, message));
-    }
 
     // Kill one worker in the middle of the work; half the runs come after.
     model.wait_for_requests(60, Duration::from_secs(60)).await;
@@ -120,17 +128,19 @@ async fn two_fronts_and_two_workers_share_a_hub_and_a_killed_worker_loses_nothin
         let id = queue_run(&fronts[i % 2], &message, &session).await;
         runs.push((id, message));
     }
-    // Taken over once the lease expires (plus a pass of the claimers). The
-    // bound is for "never": on two cores shared with the rest of the suite
-    // the survivor itself may miss a 2 s renewal, and a host whose lease
-    // lapsed claims nothing until it renews (seen: over 7 s, twice). How
-    // soon take-over comes is the fault suite's to measure, not this test's.
+    // The killed worker's sessions have runs again: taken over once its
+    // lease expires (plus a pass of the claimers). The bound is for
+    // "never": on two cores shared with the rest of the suite the survivor
+    // itself may miss a 2 s renewal, and a host whose lease lapsed claims
+    // nothing until it renews (seen: over 7 s, twice). How soon take-over
+    // comes is the fault suite's to measure, not this test's.
     while !second_worker.output().contains("took over") {
         assert!(
             killed_at.elapsed() < Duration::from_secs(2 + 28),
-            "nothing taken over {:?} after the kill (lease {LEASE}):\n{}",
+            "nothing taken over {:?} after the kill (lease {LEASE}):\n{}\nthe killed worker:\n{}",
             killed_at.elapsed(),
-            second_worker.output()
+            second_worker.output(),
+            first_worker.output()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -24,8 +24,9 @@ struct State {
     silent: AtomicBool,
     /// Bumped to end every open connection.
     cuts: watch::Sender<u64>,
-    /// Once a client sends these bytes, they are forwarded and the
-    /// connection is cut before any answer comes back.
+    /// Once a client sends these bytes, they are forwarded (with the rest
+    /// of their statement), no answer reaches the client, and the
+    /// connection is cut once the server is done with the statement.
     cut_after: Mutex<Option<Vec<u8>>>,
     /// How long the bytes that trip `cut_after` wait before the server gets
     /// them (the client is cut at once).
@@ -190,9 +191,8 @@ async fn relay(state: Arc<State>, number: u64, client: TcpStream, server: TcpStr
                     state.cut_after_count.fetch_add(1, Ordering::SeqCst);
                     // The server has the bytes; the client never hears back.
                     let _ = server_write.flush().await;
-                    if state.hush.load(Ordering::SeqCst) {
-                        quiet(&mut client_read, &mut server_read).await;
-                    }
+                    let hush = state.hush.load(Ordering::SeqCst);
+                    lose_the_answer(&mut client_read, &mut server_write, &mut server_read, hush).await;
                     return;
                 }
             }
@@ -209,16 +209,34 @@ async fn relay(state: Arc<State>, number: u64, client: TcpStream, server: TcpStr
     }
 }
 
-/// Drops whatever either side sends until one of them closes.
-async fn quiet(
+/// After the armed bytes: the server still gets whatever the client sends
+/// (the rest of their statement may come in a later read; dropping it left
+/// the statement unrun, where the fault is its answer lost), and the client
+/// hears nothing more. Hushed, the connection stays open until one side
+/// closes it; otherwise it is cut once the server said it is ready for the
+/// next query (the statement, and its commit, are done), or after a while.
+async fn lose_the_answer(
     client: &mut tokio::net::tcp::OwnedReadHalf,
+    server_write: &mut tokio::net::tcp::OwnedWriteHalf,
     server: &mut tokio::net::tcp::OwnedReadHalf,
+    hush: bool,
 ) {
+    // PostgreSQL's ReadyForQuery: 'Z', length 5, then the status byte.
+    const READY: &[u8] = b"Z\0\0\0\x05";
     let (mut up, mut down) = ([0u8; 4096], [0u8; 4096]);
+    let bound = tokio::time::sleep(Duration::from_secs(if hush { 3600 } else { 5 }));
+    tokio::pin!(bound);
     loop {
         tokio::select! {
-            read = client.read(&mut up) => if matches!(read, Ok(0) | Err(_)) { return },
-            read = server.read(&mut down) => if matches!(read, Ok(0) | Err(_)) { return },
+            read = client.read(&mut up) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => if server_write.write_all(&up[..n]).await.is_err() { return },
+            },
+            read = server.read(&mut down) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => if !hush && down[..n].windows(READY.len()).any(|w| w == READY) { return },
+            },
+            () = &mut bound => return,
         }
     }
 }
