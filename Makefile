@@ -171,13 +171,15 @@ release:
 ## are not up; Debian's postgresql brings psql and pgbench: without pgbench
 ## the report says so), then the Durable Task Python SDK over gRPC (an SDK
 ## orchestration and a wasm one, SQLite and PostgreSQL, beside the SDK's
-## in-memory backend); report in target/bench/report.md.
+## in-memory backend), then what 100,000 instances started for later cost an
+## idle host (SQLite and PostgreSQL); report in target/bench/report.md.
 bench: components test-components language-components bench-peer durabletask-venv
 	$(CARGO) bench -p agenthost --features bench --bench http_and_load
 	$(CARGO) bench -p agenthost --bench durable
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_BENCH_REDIS=$$redis $(CARGO) bench -p agenthost --bench streams
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench shared_hub
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench sdk
+	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench scheduled
 
 # The benchmark peer, DBOS (PyPI), in a virtualenv under target/; dbos
 # brings psycopg (with its binary build), its PostgreSQL driver.

@@ -145,6 +145,25 @@ impl BenchHost {
         let _ = self.child.wait();
     }
 
+    /// CPU time the host process has used so far (user and system), in ms.
+    pub fn cpu_ms(&self) -> anyhow::Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        // The fields after the command name, which may hold spaces: state
+        // first, utime and stime the 12th and 13th.
+        let after_name = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .ok_or_else(|| anyhow::anyhow!("no command name in /proc/PID/stat"))?;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks = |i: usize| -> anyhow::Result<f64> {
+            Ok(fields
+                .get(i)
+                .ok_or_else(|| anyhow::anyhow!("short /proc/PID/stat"))?
+                .parse()?)
+        };
+        Ok((ticks(11)? + ticks(12)?) * 1000.0 / CLOCK_TICKS)
+    }
+
     /// Resident memory of the host process, in MiB.
     pub fn rss_mib(&self) -> anyhow::Result<f64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
@@ -164,6 +183,10 @@ impl Drop for BenchHost {
         let _ = self.child.wait();
     }
 }
+
+/// Clock ticks per second of `/proc`'s CPU times: Linux's `USER_HZ`, fixed
+/// at 100 for user space whatever the kernel's own tick.
+pub const CLOCK_TICKS: f64 = 100.0;
 
 pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();

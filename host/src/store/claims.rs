@@ -8,6 +8,7 @@ use sqlx::Row;
 
 use super::clock::now_ms;
 use super::durable_records::TaskRow;
+use super::episodes::to_start;
 use super::error::StoreError;
 use super::open::Store;
 use super::postgres::SharedHub;
@@ -35,16 +36,15 @@ impl Store {
         // them, and the planner read all of it on every pass (2 ms at 50,000,
         // growing). The subqueries cannot be pulled up (`OFFSET 0`), so the
         // owner is a filter on the few rows that have work.
-        let mut ids: Vec<String> = sqlx::query_scalar(
-            "SELECT p.id FROM (SELECT id, owner FROM instances \
-               WHERE status IN ('Pending', 'ContinuedAsNew') AND (start_at IS NULL OR start_at <= $2) \
-               OFFSET 0) p WHERE p.owner = $1 \
+        let mut ids: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT p.id FROM ({} OFFSET 0) p WHERE p.owner = $1 \
              UNION SELECT DISTINCT i.instance_id FROM inbox i \
              CROSS JOIN LATERAL (SELECT s.owner, s.status, s.start_at FROM instances s WHERE s.id = i.instance_id OFFSET 0) s \
              WHERE i.visible_at <= $2 AND i.parked = 0 AND s.owner = $1 \
              AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') \
              AND (s.start_at IS NULL OR s.start_at <= $2) LIMIT $3",
-        )
+            to_start("id, owner", "$2")
+        ))
         .bind(me)
         .bind(now)
         .bind(limit_of(limit))
@@ -57,8 +57,7 @@ impl Store {
         let claimed = sqlx::query(&format!(
             "WITH picked AS ( \
                SELECT s.id, s.owner AS previous FROM instances s WHERE s.id IN ( \
-                   SELECT id FROM instances WHERE status IN ('Pending', 'ContinuedAsNew') \
-                     AND (start_at IS NULL OR start_at <= $2) \
+                   {to_start} \
                    UNION SELECT instance_id FROM inbox WHERE visible_at <= $2 AND parked = 0) \
                  AND s.status IN ('Pending', 'Running', 'ContinuedAsNew') \
                  AND (s.start_at IS NULL OR s.start_at <= $2) \
@@ -66,7 +65,8 @@ impl Store {
                LIMIT $3 FOR UPDATE OF s SKIP LOCKED) \
              UPDATE instances SET owner = $1 FROM picked WHERE instances.id = picked.id \
              RETURNING instances.id AS id, picked.previous AS previous",
-            live = SharedHub::live_hosts()
+            live = SharedHub::live_hosts(),
+            to_start = to_start("id", "$2")
         ))
         .bind(me)
         .bind(now)
