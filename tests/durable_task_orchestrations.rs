@@ -217,6 +217,17 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         (-0.001..30.0).contains(&late_by),
         "started {late_by} s after the time asked: {scheduled}"
     );
+    // The management API says when it was asked to start.
+    let (_, later) = crate::support::durable::status(&host, "sdk-later").await;
+    let asked = later["scheduledStartTime"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.timestamp_millis());
+    let at_ms = scheduled["at_ms"].as_i64();
+    assert!(
+        asked.zip(at_ms).is_some_and(|(a, b)| (a - b).abs() <= 1),
+        "{later} against {scheduled}"
+    );
     // A counter entity: two signals from the client (5), then an
     // orchestration's two signals and a call, run in order (5 + 2 + 3 + 10).
     assert_eq!(step("entity signalled")["state"], json!(5), "{steps:?}");

@@ -380,7 +380,7 @@ later = c.schedule_new_orchestration(sdk_when, instance_id="sdk-later", start_at
 time.sleep(1)
 early = c.get_orchestration_state(later).runtime_status.name
 ran = done(later)
-say("scheduled start", early=early, status=ran["status"],
+say("scheduled start", early=early, status=ran["status"], at_ms=int(at.timestamp() * 1000),
     late_by=None if ran["output"] is None else ran["output"] - at.timestamp())
 
 # A counter entity: signalled by the client, then called by an orchestration.

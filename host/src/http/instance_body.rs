@@ -104,6 +104,11 @@ pub(super) struct InstanceStatus {
     pub created_time: Timestamp,
     pub last_updated_time: Timestamp,
     pub component_digest: String,
+    /// When an instance started for later runs its first episode (the
+    /// Durable Task protocol's `scheduledStartTimestamp`); absent for one
+    /// started at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled_start_time: Option<Timestamp>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
     /// What the instance waits for that this host lacks: a Durable Task
@@ -171,6 +176,7 @@ impl InstanceStatus {
             created_time: Timestamp(instance.created_at),
             last_updated_time: Timestamp(instance.updated_at),
             component_digest: instance.component_digest.clone(),
+            scheduled_start_time: instance.start_at.map(Timestamp),
             input: show_input.then(|| parse_json(Some(&instance.input))),
             waiting_for: None,
             history_events: None,
