@@ -1,12 +1,13 @@
-//! `make bench` (last part): what instances started for later cost a host
-//! while they wait for their time. A host on a fresh store idles for a
-//! while, then again with 100,000 instances scheduled a year ahead (written
-//! straight into the store its own migrations made, as many
-//! `StartInstance` calls with a `scheduledStartTimestamp` would leave it):
-//! the CPU time the whole machine spent per second (host and database
-//! together, from `/proc/stat`), and the host's own. Before their indexes
-//! (SQLite `0016`, PostgreSQL `0020`) every scheduler pass, one a second,
-//! read every one of them.
+//! `make bench` (last part): what instances that wait cost a host that has
+//! nothing to do. A host on a fresh store idles for a while, then again
+//! with 100,000 instances scheduled a year ahead (as many `StartInstance`
+//! calls with a `scheduledStartTimestamp` would leave its store), then with
+//! 100,000 more waiting for an event (Running, their inboxes empty): the
+//! CPU time the whole machine spent per second (host and database together,
+//! from `/proc/stat`), and the host's own. The instances are written
+//! straight into the store the host's own migrations made, the host
+//! stopped. Before 05ee1d1 and e8a38ef every scheduler pass on SQLite, one
+//! a second, read every one of them.
 //!
 //! SQLite always; PostgreSQL when `AGENTHOST_BENCH_POSTGRES` is set (`make
 //! bench` sets it). Appends to `target/bench/report.md`; asserts nothing.
@@ -34,13 +35,14 @@ fn main() -> anyhow::Result<()> {
     {
         Some(url) => rows.extend(tokio.block_on(measure(&Store::Postgres(url)))?),
         None => {
-            rows.push("| PostgreSQL | – | not run: set AGENTHOST_BENCH_POSTGRES | – |\n".into())
+            rows.push("| PostgreSQL | not run: set AGENTHOST_BENCH_POSTGRES | – | – |\n".into())
         }
     }
     let mut out = format!(
-        "\n## Instances started for later, waiting\n\nA host idle for {} s on a fresh store, then with {SCHEDULED} instances \
-         scheduled a year ahead. CPU time per second of idling: the whole machine's (host and database) and the host's.\n\n\
-         | store | scheduled | machine CPU ms/s | host CPU ms/s |\n|---|---|---|---|\n",
+        "\n## Instances that wait, an idle host\n\nA host idle for {} s on a fresh store, then with {SCHEDULED} instances \
+         scheduled a year ahead, then with {SCHEDULED} more waiting for an event. CPU time per second of idling: the whole \
+         machine's (host and database) and the host's.\n\n\
+         | store | instances | machine CPU ms/s | host CPU ms/s |\n|---|---|---|---|\n",
         IDLE.as_secs()
     );
     rows.iter().for_each(|r| out += r);
@@ -72,13 +74,18 @@ impl Store {
         }
     }
 
-    /// Writes `SCHEDULED` Pending instances due a year from now, in one
-    /// statement, with the host stopped.
-    async fn schedule(&self, dir: &Path, hub: &str) -> anyhow::Result<()> {
+    /// Writes `SCHEDULED` instances in one statement, with the host
+    /// stopped: Pending ones due a year from now, or Running ones (`waits`).
+    async fn schedule(&self, dir: &Path, hub: &str, waits: bool) -> anyhow::Result<()> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)?
             .as_millis() as i64;
         let later = now + 365 * 24 * 3600 * 1000;
+        let (prefix, status, start_at) = if waits {
+            ("waits-", "Running", "NULL")
+        } else {
+            ("later-", "Pending", "$3 + i")
+        };
         let columns = "id, name, status, input, component_digest, created_at, updated_at, start_at, execution";
         match self {
             Store::Sqlite => {
@@ -87,7 +94,7 @@ impl Store {
                 sqlx::query(&format!(
                     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) \
                      INSERT INTO instances ({columns}) \
-                     SELECT 'later-' || i, 'sequence', 'Pending', 'null', '', $2, $2, $3 + i, 0 FROM n"
+                     SELECT '{prefix}' || i, 'sequence', '{status}', 'null', '', $2, $2, {start_at}, 0 FROM n"
                 ))
                 .bind(SCHEDULED)
                 .bind(now)
@@ -100,7 +107,7 @@ impl Store {
                 let mut db = sqlx::PgConnection::connect(url).await?;
                 sqlx::query(&format!(
                     "INSERT INTO \"taskhub_{hub}\".instances ({columns}) \
-                     SELECT 'later-' || i, 'sequence', 'Pending', 'null', '', $2, $2, $3 + i, 0 \
+                     SELECT '{prefix}' || i, 'sequence', '{status}', 'null', '', $2, $2, {start_at}, 0 \
                      FROM generate_series(1, $1) AS i"
                 ))
                 .bind(SCHEDULED)
@@ -118,22 +125,30 @@ impl Store {
     }
 }
 
-/// The two rows of one store: idle empty, idle with the scheduled ones.
+/// The rows of one store: idle empty, with the scheduled ones, with the
+/// waiting ones too.
 async fn measure(store: &Store) -> anyhow::Result<Vec<String>> {
     let dir = tempfile::tempdir()?;
     let hub = format!("benchlater{}", std::process::id());
     let mut rows = Vec::new();
     let mut host = store.start(dir.path(), &hub)?;
-    rows.push(idle(store, 0, &host).await?);
-    host.kill();
-    store.schedule(dir.path(), &hub).await?;
-    let host = store.start(dir.path(), &hub)?;
-    rows.push(idle(store, SCHEDULED, &host).await?);
+    rows.push(idle(store, "none", &host).await?);
+    for waits in [false, true] {
+        host.kill();
+        store.schedule(dir.path(), &hub, waits).await?;
+        host = store.start(dir.path(), &hub)?;
+        let what = if waits {
+            "and 100,000 waiting for an event"
+        } else {
+            "100,000 scheduled a year ahead"
+        };
+        rows.push(idle(store, what, &host).await?);
+    }
     Ok(rows)
 }
 
 /// One row: CPU spent while `host` does nothing but wait.
-async fn idle(store: &Store, scheduled: i64, host: &BenchHost) -> anyhow::Result<String> {
+async fn idle(store: &Store, instances: &str, host: &BenchHost) -> anyhow::Result<String> {
     // What starting costs (components compiled, caches warmed) is not idling.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (machine, own) = (machine_cpu_ms()?, host.cpu_ms()?);
@@ -142,7 +157,7 @@ async fn idle(store: &Store, scheduled: i64, host: &BenchHost) -> anyhow::Result
     let machine = (machine_cpu_ms()? - machine) / seconds;
     let own = (host.cpu_ms()? - own) / seconds;
     Ok(format!(
-        "| {} | {scheduled} | {machine:.1} | {own:.1} |\n",
+        "| {} | {instances} | {machine:.1} | {own:.1} |\n",
         store.name()
     ))
 }

@@ -203,8 +203,8 @@ mod tests {
     /// through the partial indexes of its arms and inbox rows from the due
     /// ones out, never through the status index, which listed every
     /// instance waiting for its time or for an event on every pass (what
-    /// that cost an idle host: `make bench`, "Instances started for later,
-    /// waiting"). SQLite is left without statistics, as the host leaves it;
+    /// that cost an idle host: `make bench`, "Instances that wait, an idle
+    /// host"). SQLite is left without statistics, as the host leaves it;
     /// PostgreSQL has them, as autovacuum gives them. (A hub's own claims,
     /// `store::claims`, read the inbox from its due rows by construction.)
     #[tokio::test]
