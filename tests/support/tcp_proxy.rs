@@ -1,8 +1,9 @@
 //! A TCP proxy between a host and its database (or its model), for faults a test injects
 //! on command: cut every connection (both sides see it end), make every
 //! connection go silent (nothing flows, nothing is closed: a silent
-//! partition, a dropped NAT entry), or cut a connection right after the
-//! client sent some bytes (the answer to a COMMIT lost on the way back).
+//! partition, a dropped NAT entry), or lose the answer to what a client
+//! sent once some bytes went by (the server runs the statement, the client
+//! never hears back: the answer to a COMMIT lost on the way back).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

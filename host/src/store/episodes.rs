@@ -144,7 +144,7 @@ fn ready() -> String {
 /// Instances to run for their start (new, or continued as new) that are
 /// not started for later or are due at `now` (a placeholder), as `columns`.
 /// Two arms, each read through its own partial index (`instances_to_start`;
-/// `instances_scheduled`, by status and time): one condition, "not
+/// `instances_scheduled_by_status`, by status and time): one condition, "not
 /// scheduled or due", was read through the status index, every instance
 /// waiting for its time with it, on every scheduler pass. The first arm
 /// repeats its index's condition term for term: SQLite uses a partial index
@@ -252,7 +252,23 @@ mod tests {
                 .collect::<Result<_, _>>()?;
             let plan = plan.join("\n");
             assert!(plan.contains("instances_to_start"), "{plan}");
-            assert!(plan.contains("instances_scheduled"), "{plan}");
+            assert!(plan.contains("instances_scheduled_by_status"), "{plan}");
+            // And the scheduler's next due time reads the same index.
+            let next = sqlx::query(&format!(
+                "{explain} SELECT MIN(start_at) FROM instances WHERE start_at > $1 \
+                 AND status IN ('Pending', 'ContinuedAsNew')"
+            ))
+            .bind(now)
+            .fetch_all(store.pool())
+            .await?
+            .iter()
+            .map(|row| match store.kind() {
+                Kind::Sqlite => row.try_get::<String, _>(3),
+                Kind::Postgres => row.try_get::<String, _>(0),
+            })
+            .collect::<Result<Vec<String>, _>>()?
+            .join("\n");
+            assert!(next.contains("instances_scheduled_by_status"), "{next}");
             assert!(!plan.contains("instances_by_status"), "{plan}");
             assert_eq!(store.instances_with_work(now_ms(), 100).await?, vec!["now"]);
             // What the arms find is as before: an event at a waiting one.

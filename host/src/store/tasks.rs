@@ -99,7 +99,7 @@ impl Store {
         let next: Option<i64> = sqlx::query_scalar(&format!(
             "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > $1 AND {timer} \
              UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > $1 AND attempt > 0 \
-             UNION ALL SELECT MIN(start_at) FROM instances WHERE start_at > $1 AND status = 'Pending') AS due"
+             UNION ALL SELECT MIN(start_at) FROM instances WHERE start_at > $1 AND status IN ('Pending', 'ContinuedAsNew')) AS due"
         ))
         .bind(now)
         .fetch_one(self.pool())
