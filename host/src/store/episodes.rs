@@ -210,27 +210,23 @@ mod tests {
     #[tokio::test]
     async fn the_ready_query_passes_over_instances_waiting_for_their_time_or_an_event(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        use sqlx::Row;
-
         use crate::store::open::Kind;
         for (store, _dir) in both("plan").await? {
             let now = now_ms();
-            let (rows, explain) = match store.kind() {
-                Kind::Sqlite => (
+            let rows = match store.kind() {
+                Kind::Sqlite => {
                     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) \
                      INSERT INTO instances (id, name, status, input, component_digest, created_at, updated_at, start_at, execution) \
                      SELECT 'later-' || i, 'x', 'Pending', 'null', '', $1, $1, $1 + 3600000 + i, 0 FROM n \
-                     UNION ALL SELECT 'waits-' || i, 'x', 'Running', 'null', '', $1, $1, NULL, 0 FROM n",
-                    "EXPLAIN QUERY PLAN",
-                ),
-                Kind::Postgres => (
+                     UNION ALL SELECT 'waits-' || i, 'x', 'Running', 'null', '', $1, $1, NULL, 0 FROM n"
+                }
+                Kind::Postgres => {
                     "INSERT INTO instances (id, name, status, input, component_digest, created_at, updated_at, start_at, execution) \
                      SELECT 'later-' || i, 'x', 'Pending', 'null', '', $1, $1, $1 + 3600000 + i, 0 \
                      FROM generate_series(1, 3000) AS i \
                      UNION ALL SELECT 'waits-' || i, 'x', 'Running', 'null', '', $1, $1, NULL, 0 \
-                     FROM generate_series(1, 3000) AS i",
-                    "EXPLAIN",
-                ),
+                     FROM generate_series(1, 3000) AS i"
+                }
             };
             sqlx::query(rows).bind(now).execute(store.pool()).await?;
             store.start(new("now")).await?.ok_or("not created")?;
@@ -239,35 +235,17 @@ mod tests {
                     .execute(store.pool())
                     .await?;
             }
-            let plan: Vec<String> = sqlx::query(&format!("{explain} {}", super::ready()))
-                .bind(now)
-                .bind(100_i64)
-                .fetch_all(store.pool())
-                .await?
-                .iter()
-                .map(|row| match store.kind() {
-                    Kind::Sqlite => row.try_get::<String, _>(3),
-                    Kind::Postgres => row.try_get::<String, _>(0),
-                })
-                .collect::<Result<_, _>>()?;
-            let plan = plan.join("\n");
+            let plan = plan_of(&store, &super::ready(), now, Some(100)).await?;
             assert!(plan.contains("instances_to_start"), "{plan}");
             assert!(plan.contains("instances_scheduled_by_status"), "{plan}");
             // And the scheduler's next due time reads the same index.
-            let next = sqlx::query(&format!(
-                "{explain} SELECT MIN(start_at) FROM instances WHERE start_at > $1 \
-                 AND status IN ('Pending', 'ContinuedAsNew')"
-            ))
-            .bind(now)
-            .fetch_all(store.pool())
-            .await?
-            .iter()
-            .map(|row| match store.kind() {
-                Kind::Sqlite => row.try_get::<String, _>(3),
-                Kind::Postgres => row.try_get::<String, _>(0),
-            })
-            .collect::<Result<Vec<String>, _>>()?
-            .join("\n");
+            let next = plan_of(
+                &store,
+                &crate::store::tasks::next_due(store.kind()),
+                now,
+                None,
+            )
+            .await?;
             assert!(next.contains("instances_scheduled_by_status"), "{next}");
             assert!(!plan.contains("instances_by_status"), "{plan}");
             assert_eq!(store.instances_with_work(now_ms(), 100).await?, vec!["now"]);
@@ -280,5 +258,37 @@ mod tests {
             assert_eq!(ready, vec!["now", "waits-7"]);
         }
         Ok(())
+    }
+
+    /// The plan `store` makes for `sql` (`$1` now, `$2` a `limit` if given),
+    /// its steps one a line.
+    async fn plan_of(
+        store: &crate::store::Store,
+        sql: &str,
+        now: i64,
+        limit: Option<i64>,
+    ) -> Result<String, Box<dyn std::error::Error>> {
+        use sqlx::Row;
+
+        use crate::store::open::Kind;
+        let explain = match store.kind() {
+            Kind::Sqlite => "EXPLAIN QUERY PLAN",
+            Kind::Postgres => "EXPLAIN",
+        };
+        let explained = format!("{explain} {sql}");
+        let mut query = sqlx::query(&explained).bind(now);
+        if let Some(limit) = limit {
+            query = query.bind(limit);
+        }
+        let steps = query
+            .fetch_all(store.pool())
+            .await?
+            .iter()
+            .map(|row| match store.kind() {
+                Kind::Sqlite => row.try_get::<String, _>(3),
+                Kind::Postgres => row.try_get::<String, _>(0),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(steps.join("\n"))
     }
 }

@@ -92,20 +92,25 @@ impl Store {
     /// is not counted either: the scheduler's pass, a second apart at
     /// most, finds it once it is due.)
     pub async fn next_due_after(&self, now: i64) -> Result<Option<i64>, StoreError> {
-        let timer = match self.kind() {
-            Kind::Postgres => "(event::jsonb ->> 'event') = 'timer_fired'",
-            Kind::Sqlite => "json_extract(event, '$.event') = 'timer_fired'",
-        };
-        let next: Option<i64> = sqlx::query_scalar(&format!(
-            "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > $1 AND {timer} \
-             UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > $1 AND attempt > 0 \
-             UNION ALL SELECT MIN(start_at) FROM instances WHERE start_at > $1 AND status IN ('Pending', 'ContinuedAsNew')) AS due"
-        ))
-        .bind(now)
-        .fetch_one(self.pool())
-        .await?;
+        let next: Option<i64> = sqlx::query_scalar(&next_due(self.kind()))
+            .bind(now)
+            .fetch_one(self.pool())
+            .await?;
         Ok(next)
     }
+}
+
+/// [`Store::next_due_after`]'s query (`$1` now) on a store of `kind`.
+pub(super) fn next_due(kind: Kind) -> String {
+    let timer = match kind {
+        Kind::Postgres => "(event::jsonb ->> 'event') = 'timer_fired'",
+        Kind::Sqlite => "json_extract(event, '$.event') = 'timer_fired'",
+    };
+    format!(
+        "SELECT MIN(t) FROM (SELECT MIN(visible_at) AS t FROM inbox WHERE visible_at > $1 AND {timer} \
+         UNION ALL SELECT MIN(due_at) FROM tasks WHERE due_at > $1 AND attempt > 0 \
+         UNION ALL SELECT MIN(start_at) FROM instances WHERE start_at > $1 AND status IN ('Pending', 'ContinuedAsNew')) AS due"
+    )
 }
 
 /// A row of `instance_id, execution, name, component_digest, task, call, attempt`.
