@@ -3,7 +3,9 @@
 //! connection go silent (nothing flows, nothing is closed: a silent
 //! partition, a dropped NAT entry), or lose the answer to what a client
 //! sent once some bytes went by (the server runs the statement, the client
-//! never hears back: the answer to a COMMIT lost on the way back).
+//! never hears back: the answer to a COMMIT lost on the way back), or hold
+//! back what reaches a connection that `LISTEN`s (notifications that come
+//! late).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +48,9 @@ struct State {
     /// `abandoned_at`: then they are closed.
     abandoned_below: AtomicU64,
     abandoned_at: Mutex<Option<std::time::Instant>>,
+    /// How late what the server sends reaches a client that sent `LISTEN`
+    /// (its notifications), each piece as late as the others.
+    listen_delay: Mutex<Duration>,
 }
 
 /// How long an abandoned connection stays open (silent) before it closes,
@@ -69,6 +74,7 @@ impl TcpProxy {
             accepted: AtomicU64::new(0),
             abandoned_below: AtomicU64::new(0),
             abandoned_at: Mutex::new(None),
+            listen_delay: Mutex::new(Duration::ZERO),
         });
         let accepting = state.clone();
         tokio::spawn(async move {
@@ -134,6 +140,12 @@ impl TcpProxy {
         *self.state.cut_after.lock().unwrap() = Some(bytes.to_vec());
     }
 
+    /// What the server sends a connection that sent `LISTEN` reaches it
+    /// `delay` late: another host's notifications are slow to come.
+    pub fn delay_notifications(&self, delay: Duration) {
+        *self.state.listen_delay.lock().unwrap() = delay;
+    }
+
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.state.accepted.load(Ordering::SeqCst)
@@ -150,19 +162,33 @@ async fn relay(state: Arc<State>, number: u64, client: TcpStream, server: TcpStr
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     let mut cuts = state.cuts.subscribe();
+    // What a listening connection gets waits here until it is due, so that
+    // a delay holds nothing else up and adds nothing up.
+    let mut late_to_client: std::collections::VecDeque<(tokio::time::Instant, Vec<u8>)> =
+        std::collections::VecDeque::new();
+    let mut listening = false;
     let mut up = [0u8; 64 << 10];
     let mut down = [0u8; 64 << 10];
     loop {
         if !hold(&state, number, &mut cuts).await {
             return;
         }
+        let due = late_to_client.front().map(|(due, _)| *due);
         tokio::select! {
             _ = cuts.changed() => return,
+            () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {
+                if let Some((_, bytes)) = late_to_client.pop_front() {
+                    if client_write.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+            }
             read = client_read.read(&mut up) => {
                 let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
                 if !hold(&state, number, &mut cuts).await {
                     return;
                 }
+                listening |= up[..n].windows(7).any(|w| w.eq_ignore_ascii_case(b"LISTEN "));
                 let cut = {
                     let mut armed = state.cut_after.lock().unwrap();
                     let hit = armed
@@ -202,7 +228,11 @@ async fn relay(state: Arc<State>, number: u64, client: TcpStream, server: TcpStr
                 if !hold(&state, number, &mut cuts).await {
                     return;
                 }
-                if client_write.write_all(&down[..n]).await.is_err() {
+                let late = *state.listen_delay.lock().unwrap();
+                // Behind what waits already: nothing overtakes.
+                if (listening && !late.is_zero()) || !late_to_client.is_empty() {
+                    late_to_client.push_back((tokio::time::Instant::now() + late, down[..n].to_vec()));
+                } else if client_write.write_all(&down[..n]).await.is_err() {
                     return;
                 }
             }

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use lru::LruCache;
 
 use crate::core::effects::Effect;
-use crate::core::journal::Entry;
+use crate::core::journal::{Entry, Event};
 use crate::core::lifecycle::evolve::{evolve, Evolved};
 use crate::store::{InboxRow, Loaded};
 
@@ -85,6 +85,10 @@ impl HotInstance {
 
 pub(super) struct HotInstances {
     budget: usize,
+    /// Several hosts share the store: an event this host raised may have
+    /// been preceded by one another host raised and whose notification has
+    /// not come yet, so it is not taken from memory (see [`Self::deliver`]).
+    shared: bool,
     inner: Mutex<Inner>,
 }
 
@@ -124,10 +128,12 @@ impl Inner {
 }
 
 impl HotInstances {
-    /// `budget` bytes at most (0 keeps nothing hot).
-    pub fn new(budget: usize) -> Self {
+    /// `budget` bytes at most (0 keeps nothing hot); `shared`: other hosts
+    /// write to the same store.
+    pub fn new(budget: usize, shared: bool) -> Self {
         Self {
             budget,
+            shared,
             inner: Mutex::new(Inner {
                 entries: LruCache::unbounded(),
                 bytes: 0,
@@ -167,9 +173,24 @@ impl HotInstances {
     /// Rows just committed to inboxes: they join hot images, or the rows
     /// collected for claimed instances; rows of cold instances are left to
     /// the store.
+    ///
+    /// On a shared hub a raised event instead makes the instance's next
+    /// episode read its inbox again: another host may have committed an
+    /// event before this one was even raised (acknowledged to a caller who
+    /// then raised this one here) and its notification not have come yet.
+    /// Taken from memory, this event would run ahead of that older row; read
+    /// from the store, the two come in the order they were acknowledged.
+    /// Results and timers have no such order to keep and join the image.
     pub fn deliver(&self, rows: Vec<(String, InboxRow)>) {
         let mut inner = self.inner();
         for (id, row) in rows {
+            let raised = matches!(row.event, Event::EventRaised { .. });
+            if self.shared && raised {
+                if inner.claimed.contains_key(&id) || inner.entries.contains(&id) {
+                    inner.stale_inbox.insert(id);
+                }
+                continue;
+            }
             if let Some(collected) = inner.claimed.get_mut(&id) {
                 collected.push(row);
             } else if let Some(image) = inner.entries.peek_mut(&id) {
@@ -364,7 +385,7 @@ mod tests {
 
     #[test]
     fn rows_another_host_added_keep_an_image_at_rest_but_not_one_under_way() {
-        let hot_instances = HotInstances::new(1 << 20);
+        let hot_instances = HotInstances::new(1 << 20, false);
         put(&hot_instances, "a", hot("a", 10));
         assert!(hot_instances.inbox_changed("a"), "hot here");
         let claim = hot_instances.claim("a");
@@ -383,6 +404,44 @@ mod tests {
         assert!(!hot_instances.inbox_changed("elsewhere"), "not here");
     }
 
+    #[test]
+    fn on_a_shared_hub_an_event_raised_here_is_read_from_the_store_not_memory() {
+        let raised = |id: i64| InboxRow {
+            event: Event::EventRaised {
+                name: "e".into(),
+                payload: "1".into(),
+            },
+            ..row(id)
+        };
+        let shared = HotInstances::new(1 << 20, true);
+        // At rest: the next episode reads the inbox, where another host's
+        // older row (its notification still on the way) comes first.
+        put(&shared, "rest", hot("rest", 10));
+        shared.deliver(vec![("rest".into(), raised(5))]);
+        let claim = shared.claim("rest");
+        assert!(claim.image.is_some() && claim.inbox_stale, "read again");
+        drop(claim);
+        // Under way: the image goes back, and the episode after reads.
+        put(&shared, "busy", hot("busy", 10));
+        let claim = shared.claim("busy");
+        shared.deliver(vec![("busy".into(), raised(6)), ("busy".into(), row(7))]);
+        claim.put(hot("busy", 10), &HashSet::new());
+        let claim = shared.claim("busy");
+        assert!(claim.image.is_some() && claim.inbox_stale, "read again");
+        drop(claim);
+        // A result or a timer has no order to keep: it joins the image.
+        put(&shared, "timer", hot("timer", 10));
+        shared.deliver(vec![("timer".into(), row(8))]);
+        let claim = shared.claim("timer");
+        assert!(!claim.inbox_stale, "taken from memory");
+        drop(claim);
+        // One store, one host: the raise joins the image.
+        let alone = HotInstances::new(1 << 20, false);
+        put(&alone, "a", hot("a", 10));
+        alone.deliver(vec![("a".into(), raised(9))]);
+        assert_eq!(inbox_of(&alone, "a"), Some(vec![9]));
+    }
+
     fn put(hot_instances: &HotInstances, id: &str, image: HotInstance) {
         hot_instances.claim(id).put(image, &HashSet::new());
     }
@@ -394,7 +453,7 @@ mod tests {
 
     #[test]
     fn the_least_recently_used_are_evicted_past_the_budget() {
-        let hot_instances = HotInstances::new(3 * 1_512);
+        let hot_instances = HotInstances::new(3 * 1_512, false);
         for id in ["a", "b", "c", "d"] {
             put(&hot_instances, id, hot(id, 1_000));
         }
@@ -417,7 +476,7 @@ mod tests {
 
     #[test]
     fn committed_rows_reach_hot_and_claimed_instances_once() {
-        let hot_instances = HotInstances::new(1 << 20);
+        let hot_instances = HotInstances::new(1 << 20, false);
         put(&hot_instances, "hot", hot("hot", 0));
         hot_instances.deliver(vec![("hot".into(), row(1)), ("cold".into(), row(2))]);
         assert_eq!(hot_instances.rows(), 1, "a cold instance's row is not held");

@@ -85,7 +85,8 @@ impl Orchestrator {
         config: OrchestratorConfig,
         works: bool,
     ) -> Arc<Self> {
-        let hot = Arc::new(HotInstances::new(config.hot_budget_bytes));
+        let shared = store.owner_id().is_some();
+        let hot = Arc::new(HotInstances::new(config.hot_budget_bytes, shared));
         let sink = hot.clone();
         store.on_inbox_rows(Arc::new(move |rows| sink.deliver(rows)));
         let sdk_workers = SdkWorkers::new(config.sdk_patience);
