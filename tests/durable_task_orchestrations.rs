@@ -228,6 +228,25 @@ async fn orchestrations_written_with_the_python_sdk_run_on_agenthost_and_share_t
         asked.zip(at_ms).is_some_and(|(a, b)| (a - b).abs() <= 1),
         "{later} against {scheduled}"
     );
+    // A start for a time already past runs at once and keeps that time,
+    // as an entity's start does.
+    let overdue = step("overdue start");
+    assert_eq!(overdue["status"], "COMPLETED", "{overdue}");
+    assert!(
+        overdue["waited"].as_f64().is_some_and(|s| s < 10.0),
+        "{overdue}"
+    );
+    let (_, kept) = crate::support::durable::status(&host, "sdk-overdue").await;
+    let kept_ms = kept["scheduledStartTime"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.timestamp_millis());
+    assert!(
+        kept_ms
+            .zip(overdue["at_ms"].as_i64())
+            .is_some_and(|(a, b)| (a - b).abs() <= 1),
+        "{kept} against {overdue}"
+    );
     // A counter entity: two signals from the client (5), then an
     // orchestration's two signals and a call, run in order (5 + 2 + 3 + 10).
     assert_eq!(step("entity signalled")["state"], json!(5), "{steps:?}");

@@ -23,6 +23,7 @@ mod durable_task_grpc;
 mod durable_task_locks;
 mod durable_task_orchestrations;
 mod durable_task_rewind;
+mod durable_task_suite_behaviours;
 mod durable_task_waiting;
 mod embedding;
 mod endpoint_keys;

@@ -123,7 +123,9 @@ if mode == "hostile":
         entity_missing=stub.GetEntity(pb.GetEntityRequest(instanceId="@counter@a")).exists,
         entity_bad_id=refused(lambda: stub.SignalEntity(pb.SignalEntityRequest(
             instanceId="counter", name="add"))),
-        entity_not_json=refused(lambda: stub.SignalEntity(pb.SignalEntityRequest(
+        # An SDK entity's input is the SDK's own text (a large-payload
+        # store's token is not JSON): taken as sent.
+        entity_own_text=refused(lambda: stub.SignalEntity(pb.SignalEntityRequest(
             instanceId="@counter@a", name="add", input=wrappers_pb2.StringValue(value="{x")))),
         # The event entity operations travel in, raised from outside with a
         # caller: it would forge page-2's task result.

@@ -382,6 +382,12 @@ early = c.get_orchestration_state(later).runtime_status.name
 ran = done(later)
 say("scheduled start", early=early, status=ran["status"], at_ms=int(at.timestamp() * 1000),
     late_by=None if ran["output"] is None else ran["output"] - at.timestamp())
+# Started for a time already past: runs at once, its start time kept as given.
+past = datetime.now(timezone.utc) - timedelta(hours=1)
+began = time.time()
+overdue = done(c.schedule_new_orchestration(sdk_when, instance_id="sdk-overdue", start_at=past))
+say("overdue start", status=overdue["status"], waited=time.time() - began,
+    at_ms=int(past.timestamp() * 1000))
 
 # A counter entity: signalled by the client, then called by an orchestration.
 counter = entities.EntityInstanceId("counter", "c1")

@@ -220,14 +220,15 @@ impl Orchestrator {
 
     /// Terminates `id`, then every sub-orchestration under it not ended
     /// yet (the parent first, so that it does not take their ends for
-    /// news). At most [`TREE`] instances are looked at.
+    /// news), each with `output` (JSON text, or an SDK's own). At most
+    /// [`TREE`] instances are looked at.
     pub async fn terminate_tree(
         self: &Arc<Self>,
         id: &str,
-        reason: &str,
+        output: &str,
     ) -> Result<(), DurableError> {
         let terminate = || Operation::Terminate {
-            reason: reason.to_string(),
+            output: output.to_string(),
         };
         self.manage(id, terminate()).await?;
         for (child, status) in self.descendants(id).await? {

@@ -41,8 +41,9 @@ impl Orchestrator {
     /// takes any name.
     /// An SDK instance pins `version` (the protocol's orchestration
     /// version, sent to its worker); a component's instance pins the
-    /// component's version instead. Given `start_at` (Unix ms) later than
-    /// now, it stays Pending until then.
+    /// component's version instead. Given `start_at` (Unix ms), it is kept
+    /// as given (as an entity's start is) and the instance stays Pending
+    /// until then: one already past starts at once.
     pub async fn start_instance_or_sdk(
         self: &Arc<Self>,
         name: &str,
@@ -113,7 +114,7 @@ impl Orchestrator {
             activity_set,
             parent: None,
             traceparent: crate::telemetry::current_traceparent(),
-            start_at: start_at.filter(|at| *at > now_ms()),
+            start_at,
         };
         let applied = self
             .store

@@ -261,7 +261,7 @@ pub async fn terminate(
     let reason = query.reason.unwrap_or_else(|| "terminated".into());
     state
         .orchestrator
-        .manage(&id, Operation::Terminate { reason })
+        .manage(&id, Operation::terminate_for(&reason))
         .await?;
     Ok(error::accepted(()))
 }

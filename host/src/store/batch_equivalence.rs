@@ -181,9 +181,7 @@ async fn history(store: &Store) -> Result<Vec<(String, Option<Seen>)>, StoreErro
             raise("d", "late"),
             Write::Manage {
                 instance: "b".into(),
-                op: Operation::Terminate {
-                    reason: "done".into(),
-                },
+                op: Operation::terminate_for("done"),
             },
         ])
         .await)?;

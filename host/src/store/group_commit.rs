@@ -191,14 +191,7 @@ mod tests {
             .await?
             .map(|l| l.state.execution)
             .unwrap_or(0);
-        store
-            .manage(
-                "x",
-                Operation::Terminate {
-                    reason: "stop".into(),
-                },
-            )
-            .await?;
+        store.manage("x", Operation::terminate_for("stop")).await?;
         store.start(new("x")).await?;
         let target = crate::store::Target {
             id: "x".into(),

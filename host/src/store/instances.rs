@@ -513,9 +513,7 @@ mod tests {
             "a running id is refused"
         );
         let first = store.instance("a").await?.map(|i| i.execution);
-        store
-            .manage("a", Operation::Terminate { reason: "x".into() })
-            .await?;
+        store.manage("a", Operation::terminate_for("x")).await?;
         assert_eq!(store.manage("a", Operation::Purge).await?.0, Change::Done);
         assert!(store.start(new("a")).await?.is_some());
         let second = store.instance("a").await?.map(|i| i.execution);

@@ -327,12 +327,7 @@ async fn an_episode_whose_instance_moved_on_or_whose_child_exists_is_decided_on_
         // A terminated instance takes no episode.
         let execution = running(&store, "ended").await?;
         store
-            .manage(
-                "ended",
-                Operation::Terminate {
-                    reason: "stop".into(),
-                },
-            )
+            .manage("ended", Operation::terminate_for("stop"))
             .await?;
         assert!(store
             .commit_episode(target("ended", execution), 1, next_step("\"c\""))
@@ -576,12 +571,7 @@ async fn a_raised_event_is_taken_by_its_episode_or_stored_as_a_raise_would_store
         // A finished instance takes no event, with or without an episode.
         let execution = running(&store, "over").await?;
         store
-            .manage(
-                "over",
-                Operation::Terminate {
-                    reason: "stop".into(),
-                },
-            )
+            .manage("over", Operation::terminate_for("stop"))
             .await?;
         let written = event_and_episode(&store, "over", execution, 1, 0, Limits::default()).await?;
         assert!(

@@ -194,8 +194,10 @@ impl Changed {
 pub enum Operation {
     Suspend,
     Resume,
+    /// Ends the instance now with `output` as its output: JSON text, or
+    /// an SDK's own text (its large-payload store's token), kept as given.
     Terminate {
-        reason: String,
+        output: String,
     },
     Purge,
     /// Run what failed again ([`rewind`]); decided on the instance's
@@ -205,12 +207,21 @@ pub enum Operation {
     },
 }
 
+impl Operation {
+    /// A terminate whose output is the text `reason` (a JSON string).
+    pub fn terminate_for(reason: &str) -> Self {
+        Self::Terminate {
+            output: serde_json::Value::String(reason.to_string()).to_string(),
+        }
+    }
+}
+
 /// What a management operation on the instance as it stands means.
 fn manage(state: Option<&InstanceState>, op: &Operation) -> Changed {
     match op {
         Operation::Suspend => suspend::decide(state),
         Operation::Resume => resume::decide(state),
-        Operation::Terminate { reason } => terminate::decide(state, reason),
+        Operation::Terminate { output } => terminate::decide(state, output),
         Operation::Purge => purge::decide(state),
         // Decided by `rewind::decide`, with the journal.
         Operation::Rewind { .. } => Changed::only(Change::NotApplicable),

@@ -191,9 +191,7 @@ fn an_event_raised_while_suspended_waits_in_the_inbox_until_resume() {
 fn after_a_terminate_late_results_are_dropped_and_operations_refused() {
     let limits = Limits::default();
     let running = instance(RuntimeStatus::Running);
-    let terminate = Operation::Terminate {
-        reason: "no longer needed".into(),
-    };
+    let terminate = Operation::terminate_for("no longer needed");
     let terminated = decide(Some(&running), Command::Manage(&terminate));
     assert_eq!(terminated.reply, Reply::Change(Change::Done));
     assert_eq!(

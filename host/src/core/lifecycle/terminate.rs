@@ -1,16 +1,16 @@
-//! Terminating an instance: it ends now with the reason as its output; its
+//! Terminating an instance: it ends now with the output it is given; its
 //! pending tasks and timers are dropped and its parent is told.
 
 use super::{refuse_missing_or_finished, Changed};
 use crate::core::effects::Effect;
 use crate::core::instance::{InstanceState, RuntimeStatus};
 
-pub fn decide(state: Option<&InstanceState>, reason: &str) -> Changed {
+pub fn decide(state: Option<&InstanceState>, output: &str) -> Changed {
     let state = match refuse_missing_or_finished(state) {
         Ok(s) => s,
         Err(refused) => return refused,
     };
-    let output = serde_json::Value::String(reason.to_string()).to_string();
+    let output = output.to_string();
     let mut effects = vec![
         Effect::SetStatus {
             status: RuntimeStatus::Terminated,
@@ -39,7 +39,7 @@ mod tests {
 
     #[test]
     fn terminate_ends_the_instance_and_tells_its_parent() {
-        let decision = decide(Some(&child(RuntimeStatus::Running)), "enough");
+        let decision = decide(Some(&child(RuntimeStatus::Running)), "\"enough\"");
         assert_eq!(decision.change, Change::Done);
         let [Effect::SetStatus { status, output, .. }, Effect::DropPending, Effect::NotifyParent { parent, event }] =
             decision.effects.as_slice()

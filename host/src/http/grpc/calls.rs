@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::convert::{millis, payload, refusal, text_of};
+use super::convert::{millis, payload, refusal};
 use super::proto::task_hub_sidecar_service_server::TaskHubSidecarService;
 use super::proto::{
     AbandonActivityTaskRequest, AbandonActivityTaskResponse, AbandonEntityTaskRequest,
@@ -39,6 +39,8 @@ const TASK_HUBS: &str = "task hubs are created by the host (--taskhub), not over
 pub(crate) struct Sidecar {
     orchestrator: Arc<Orchestrator>,
     workers: Arc<SdkWorkers>,
+    /// Which orchestrations a component serves (their payloads are JSON).
+    registry: Arc<crate::registry::Registry>,
 }
 
 impl Sidecar {
@@ -46,6 +48,7 @@ impl Sidecar {
         Self {
             workers: state.orchestrator.sdk_workers().clone(),
             orchestrator: state.orchestrator,
+            registry: state.registry,
         }
     }
 
@@ -108,7 +111,11 @@ impl TaskHubSidecarService for Sidecar {
         request: Request<CreateInstanceRequest>,
     ) -> Result<Response<CreateInstanceResponse>, Status> {
         let request = request.into_inner();
-        let input = payload("input", request.input)?;
+        // A component reads its input as JSON; an SDK worker's is its own.
+        let input = match self.registry.orchestration(&request.name) {
+            Some(_) => payload("input", request.input)?,
+            None => super::history::sent(request.input),
+        };
         let id = (!request.instance_id.is_empty()).then_some(request.instance_id);
         let start_at = request.scheduled_start_timestamp.as_ref().map(millis);
         let version = request.version.as_deref();
@@ -159,7 +166,18 @@ impl TaskHubSidecarService for Sidecar {
         request: Request<RaiseEventRequest>,
     ) -> Result<Response<RaiseEventResponse>, Status> {
         let request = request.into_inner();
-        let data = payload("event data", request.input)?;
+        // A component reads its events as JSON; an SDK instance's are its
+        // own (its large-payload store's token, say).
+        let data = match payload("event data", request.input.clone()) {
+            Ok(data) => data,
+            Err(not_json) => match waits::instance(&self.orchestrator, &request.instance_id).await?
+            {
+                Some(instance) if sdk_history::is_sdk(&instance.component_digest) => {
+                    super::history::sent(request.input)
+                }
+                _ => return Err(not_json),
+            },
+        };
         self.orchestrator
             .raise_event(&request.instance_id, &request.name, &data)
             .await
@@ -172,20 +190,20 @@ impl TaskHubSidecarService for Sidecar {
         request: Request<TerminateRequest>,
     ) -> Result<Response<TerminateResponse>, Status> {
         let request = request.into_inner();
-        // The output is JSON: a JSON string is the reason the instance keeps
-        // (as its output, a JSON string again); anything else, as written.
-        let reason = request
-            .output
-            .as_deref()
-            .map_or_else(|| "terminated".to_string(), text_of);
+        // The output as the client sent it (JSON, or its large-payload
+        // store's token), read back as given; without one, "terminated".
+        let output = match request.output.filter(|text| !text.is_empty()) {
+            Some(output) => output,
+            None => serde_json::Value::String("terminated".into()).to_string(),
+        };
         if request.recursive {
             // The SDKs' default: the sub-orchestrations under it stop too.
             self.orchestrator
-                .terminate_tree(&request.instance_id, &reason)
+                .terminate_tree(&request.instance_id, &output)
                 .await
                 .map_err(refusal)?;
         } else {
-            self.manage(&request.instance_id, Operation::Terminate { reason })
+            self.manage(&request.instance_id, Operation::Terminate { output })
                 .await?;
         }
         Ok(Response::new(TerminateResponse {}))

@@ -30,15 +30,8 @@ pub(super) async fn signal(
             request.instance_id
         )));
     }
-    let input = match request.input {
-        Some(text) if !text.is_empty() => {
-            serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| {
-                Status::invalid_argument(format!("the operation's input is not JSON: {e}"))
-            })?;
-            Some(text)
-        }
-        _ => None,
-    };
+    // The SDK's own text: JSON, or its large-payload store's token.
+    let input = request.input.filter(|text| !text.is_empty());
     let request_id = if request.request_id.is_empty() {
         uuid::Uuid::new_v4().to_string()
     } else {

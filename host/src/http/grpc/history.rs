@@ -181,17 +181,15 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
     }
 }
 
-/// A payload the worker sent, as the engine keeps it: JSON text, `null`
-/// when absent; `Err` says what is wrong.
-fn json(what: &str, value: Option<String>) -> Result<String, String> {
-    match value {
-        None => Ok("null".into()),
-        Some(text) if text.is_empty() => Ok("null".into()),
-        Some(text) => match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
-            Ok(_) => Ok(text),
-            Err(e) => Err(format!("the SDK worker's {what} is not JSON: {e}")),
-        },
-    }
+/// A payload the worker sent, as the engine keeps it: its text as sent,
+/// `null` when absent. It is the SDK's own: JSON as a rule, but the token
+/// of its large-payload store (`blob:v1:…`) when it kept the payload
+/// outside, which the host hands back as it came (a wasm component given
+/// one fails to read it, saying so).
+pub(super) fn sent(value: Option<String>) -> String {
+    value
+        .filter(|text| !text.is_empty())
+        .unwrap_or_else(|| "null".into())
 }
 
 /// The orchestration's failure as the worker reported it (kept whole, cut
@@ -206,34 +204,25 @@ fn failure_reported(failure: Option<TaskFailureDetails>) -> TaskError {
 pub(super) fn action_of(action: OrchestratorAction) -> Action {
     use orchestrator_action::OrchestratorActionType as Type;
     let id = action.id;
-    let refused = Action::Invalid;
     match action.orchestrator_action_type {
-        Some(Type::ScheduleTask(task)) => match json("activity input", task.input) {
-            Ok(input) => Action::ScheduleTask {
-                id,
-                name: task.name,
-                input,
-            },
-            Err(why) => refused(why),
+        Some(Type::ScheduleTask(task)) => Action::ScheduleTask {
+            id,
+            name: task.name,
+            input: sent(task.input),
         },
         Some(Type::CreateTimer(timer)) => Action::CreateTimer {
             id,
             fire_at: timer.fire_at.as_ref().map_or(0, millis),
         },
-        Some(Type::CreateSubOrchestration(child)) => {
-            match json("sub-orchestration input", child.input) {
-                Ok(input) => Action::CreateSubOrchestration {
-                    id,
-                    name: child.name,
-                    input,
-                    // The SDKs name each child (`{parent}:{task:04x}` unless
-                    // the code chose another): that is its id.
-                    instance_id: Some(child.instance_id).filter(|id| !id.is_empty()),
-                    version: child.version.filter(|v| !v.is_empty()),
-                },
-                Err(why) => refused(why),
-            }
-        }
+        Some(Type::CreateSubOrchestration(child)) => Action::CreateSubOrchestration {
+            id,
+            name: child.name,
+            input: sent(child.input),
+            // The SDKs name each child (`{parent}:{task:04x}` unless the
+            // code chose another): that is its id.
+            instance_id: Some(child.instance_id).filter(|id| !id.is_empty()),
+            version: child.version.filter(|v| !v.is_empty()),
+        },
         Some(Type::CompleteOrchestration(done)) => completion_of(done),
         Some(Type::SendEvent(_)) => Action::Unsupported("send_event".into()),
         Some(Type::TerminateOrchestration(_)) => {
@@ -247,39 +236,29 @@ pub(super) fn action_of(action: OrchestratorAction) -> Action {
 
 fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> Action {
     use send_entity_message_action::EntityMessageType as Message;
-    let input = |input: Option<String>| match json("entity operation input", input) {
-        Ok(text) if text == "null" => Ok(None),
-        Ok(text) => Ok(Some(text)),
-        Err(why) => Err(why),
-    };
+    let input = |input: Option<String>| Some(sent(input)).filter(|text| text != "null");
     match action.entity_message_type {
-        Some(Message::EntityOperationCalled(call)) => match input(call.input) {
-            Ok(input) => Action::CallEntity {
-                id,
-                message: EntityMessage {
-                    entity: call.target_instance_id.unwrap_or_default(),
-                    operation: call.operation,
-                    input,
-                    request_id: call.request_id,
-                    due_at: None,
-                },
+        Some(Message::EntityOperationCalled(call)) => Action::CallEntity {
+            id,
+            message: EntityMessage {
+                entity: call.target_instance_id.unwrap_or_default(),
+                operation: call.operation,
+                input: input(call.input),
+                request_id: call.request_id,
+                due_at: None,
             },
-            Err(why) => Action::Invalid(why),
         },
         // A signal scheduled for later is queued at its time (a time
         // already past: at once).
-        Some(Message::EntityOperationSignaled(signal)) => match input(signal.input) {
-            Ok(input) => Action::SignalEntity {
-                id,
-                message: EntityMessage {
-                    entity: signal.target_instance_id.unwrap_or_default(),
-                    operation: signal.operation,
-                    input,
-                    request_id: signal.request_id,
-                    due_at: signal.scheduled_time.as_ref().map(millis),
-                },
+        Some(Message::EntityOperationSignaled(signal)) => Action::SignalEntity {
+            id,
+            message: EntityMessage {
+                entity: signal.target_instance_id.unwrap_or_default(),
+                operation: signal.operation,
+                input: input(signal.input),
+                request_id: signal.request_id,
+                due_at: signal.scheduled_time.as_ref().map(millis),
             },
-            Err(why) => Action::Invalid(why),
         },
         // The SDKs send a section's request to the first entity of its
         // sorted set; the host passes it along the rest.
@@ -305,39 +284,31 @@ fn entity_action_of(id: i32, action: super::proto::SendEntityMessageAction) -> A
 
 /// What an entity batch's operations asked for besides their results, in
 /// the engine's terms (a signal scheduled for later is queued at its time,
-/// a start scheduled for later waits Pending until then). A signal or start
-/// this host cannot carry out (an input that is not JSON) is kept as
-/// invalid: the batch then fails as a whole, its callers told why.
+/// a start scheduled for later waits Pending until then). An action of a
+/// kind this host does not know is kept as invalid: the batch then fails
+/// as a whole, its callers told why.
 pub(super) fn entity_actions_of(actions: Vec<OperationAction>) -> Vec<EntityAction> {
     use operation_action::OperationActionType as Type;
     actions
         .into_iter()
         .map(|action| match action.operation_action_type {
-            Some(Type::SendSignal(signal)) => match json("entity operation input", signal.input) {
-                Ok(input) => EntityAction::Signal(EntityCall {
-                    entity: signal.instance_id,
-                    operation: signal.name,
-                    input: (input != "null").then_some(input),
-                    request_id: uuid::Uuid::new_v4().to_string(),
-                    due_at: signal.scheduled_time.as_ref().map(millis),
-                }),
-                Err(why) => EntityAction::Invalid(why),
+            Some(Type::SendSignal(signal)) => EntityAction::Signal(EntityCall {
+                entity: signal.instance_id,
+                operation: signal.name,
+                input: Some(sent(signal.input)).filter(|input| input != "null"),
+                request_id: uuid::Uuid::new_v4().to_string(),
+                due_at: signal.scheduled_time.as_ref().map(millis),
+            }),
+            Some(Type::StartNewOrchestration(start)) => EntityAction::Start {
+                instance_id: match start.instance_id {
+                    id if id.is_empty() => uuid::Uuid::new_v4().simple().to_string(),
+                    id => id,
+                },
+                name: start.name,
+                input: sent(start.input),
+                version: start.version.filter(|v| !v.is_empty()),
+                start_at: start.scheduled_time.as_ref().map(millis),
             },
-            Some(Type::StartNewOrchestration(start)) => {
-                match json("orchestration input", start.input) {
-                    Ok(input) => EntityAction::Start {
-                        instance_id: match start.instance_id {
-                            id if id.is_empty() => uuid::Uuid::new_v4().simple().to_string(),
-                            id => id,
-                        },
-                        name: start.name,
-                        input,
-                        version: start.version.filter(|v| !v.is_empty()),
-                        start_at: start.scheduled_time.as_ref().map(millis),
-                    },
-                    Err(why) => EntityAction::Invalid(why),
-                }
-            }
             None => EntityAction::Invalid(
                 "its operation asked for an action of a kind this host does not know".into(),
             ),
@@ -349,27 +320,20 @@ fn completion_of(done: CompleteOrchestrationAction) -> Action {
     let status = OrchestrationStatus::try_from(done.orchestration_status)
         .unwrap_or(OrchestrationStatus::Failed);
     let completion = match status {
-        OrchestrationStatus::Completed => match json("output", done.result) {
-            Ok(output) => Completion::Completed(output),
-            Err(why) => Completion::Failed(why.into()),
-        },
-        OrchestrationStatus::ContinuedAsNew => match json("continue-as-new input", done.result) {
-            Ok(input) => Completion::ContinuedAsNew {
-                input,
-                version: done.new_version.filter(|v| !v.is_empty()),
-                carryover: done
-                    .carryover_events
-                    .into_iter()
-                    .filter_map(|event| match event.event_type {
-                        Some(history_event::EventType::EventRaised(raised)) => Some((
-                            raised.name,
-                            json("event", raised.input).unwrap_or_else(|_| "null".into()),
-                        )),
-                        _ => None,
-                    })
-                    .collect(),
-            },
-            Err(why) => Completion::Failed(why.into()),
+        OrchestrationStatus::Completed => Completion::Completed(sent(done.result)),
+        OrchestrationStatus::ContinuedAsNew => Completion::ContinuedAsNew {
+            input: sent(done.result),
+            version: done.new_version.filter(|v| !v.is_empty()),
+            carryover: done
+                .carryover_events
+                .into_iter()
+                .filter_map(|event| match event.event_type {
+                    Some(history_event::EventType::EventRaised(raised)) => {
+                        Some((raised.name, sent(raised.input)))
+                    }
+                    _ => None,
+                })
+                .collect(),
         },
         _ => Completion::Failed(failure_reported(done.failure_details)),
     };

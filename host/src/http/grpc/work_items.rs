@@ -168,17 +168,14 @@ fn activity_item(item: ActivityItem) -> WorkItem {
     }
 }
 
-/// A worker's answer: its result (JSON) or its failure as the task's
+/// A worker's answer: its result (as sent) or its failure as the task's
 /// outcome. An answer nothing waits for any more is accepted and dropped
 /// (the item was given back meanwhile and runs again).
 pub(super) fn complete(workers: &SdkWorkers, response: ActivityResponse) {
     let outcome = match (response.failure_details, response.result) {
         (Some(failure), _) => Err(TaskError::reported(failure_of(failure))),
-        (None, None) => Ok("null".to_string()),
-        (None, Some(result)) => match serde_json::from_str::<serde::de::IgnoredAny>(&result) {
-            Ok(_) => Ok(result),
-            Err(e) => Err(format!("the SDK worker's result is not JSON: {e}").into()),
-        },
+        // The SDK's own text: JSON, or its large-payload store's token.
+        (None, result) => Ok(super::history::sent(result)),
     };
     if !workers.answer(&response.completion_token, Reply::Activity(outcome)) {
         tracing::debug!(instance_id = %response.instance_id, task = response.task_id, "an SDK worker answered an item nothing waits for");
@@ -217,12 +214,9 @@ pub(super) fn complete_entities(workers: &SdkWorkers, result: EntityBatchResult)
             .results
             .into_iter()
             .map(|r| match r.result_type {
-                Some(operation_result::ResultType::Success(ok)) => Ok(ok
-                    .result
-                    .filter(|r| {
-                        !r.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(r).is_ok()
-                    })
-                    .unwrap_or_else(|| "null".into())),
+                Some(operation_result::ResultType::Success(ok)) => {
+                    Ok(super::history::sent(ok.result))
+                }
                 Some(operation_result::ResultType::Failure(failure)) => {
                     failed(failure.failure_details)
                 }
