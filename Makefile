@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: durabletask-conformance dt-suite-given dt-conformance-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+.PHONY: durabletask-conformance dt-suite-given dt-conformance-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -35,7 +35,7 @@ test: toolchain
 # the package installs (network) run beside them. The wasm guests are linted
 # in their own build (GUEST_LINT).
 test-ready: GUEST_LINT = $(LINTED)
-test-ready: fmt components test-components language-components test-build nextest api-fuzz-venv a2a-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+test-ready: fmt components test-components language-components test-build nextest api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
 # The test binaries, the examples and the benchmarks, linted. One build of
 # the host's library serves them all: it is built with the `bench` feature
@@ -201,6 +201,13 @@ A2A_VENV := target/a2a-venv
 a2a-venv:
 	@test -x $(A2A_VENV)/bin/python || python3 -m venv $(A2A_VENV)
 	@$(A2A_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('a2a-sdk') == '1.3.0' and m.version('mcp') == '1.30.0'" 2>/dev/null || $(A2A_VENV)/bin/pip install --quiet a2a-sdk==1.3.0 mcp==1.30.0
+
+# The MCP Python SDK's current major beside the 1.x above: the docs'
+# example runs on both (tests/doc_blocks/shell.rs).
+MCP2_VENV := target/mcp2-venv
+mcp2-venv:
+	@test -x $(MCP2_VENV)/bin/python || python3 -m venv $(MCP2_VENV)
+	@$(MCP2_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'" 2>/dev/null || $(MCP2_VENV)/bin/pip install --quiet mcp==2.3.0
 
 # The Durable Task Python SDK (PyPI, pinned with what it pulls in) whose
 # client tests/durable_task_grpc.rs drives the gRPC endpoint with.

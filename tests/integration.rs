@@ -27,6 +27,7 @@ mod durable_task_suite_behaviours;
 mod durable_task_waiting;
 mod embedding;
 mod endpoint_keys;
+mod foreign_callers;
 mod hostile_input;
 mod hot_reload;
 mod languages;

@@ -532,10 +532,34 @@ async fn the_mcp_sdk_example_of_a2a_md_continues_a_thread() {
         .components(&["writer"])
         .arg("--mcp")
         .start();
-    let python = protocol_python();
-    let text = block.text.clone();
-    let stdout = run_against(&host, &python, &["-c"], &text);
-    // The offline model counts the turns of a conversation: the second call
-    // continued the first one's thread.
-    assert!(stdout.contains("turn 2 of this conversation"), "{stdout}");
+    // The MCP package's two majors, each in its own virtualenv.
+    for python in [protocol_python(), crate::support::venv_python("mcp2-venv")] {
+        let address = host.base.trim_start_matches("http://");
+        let script = block.text.replace("localhost:7071", address);
+        let mut command = std::process::Command::new(&python);
+        command.arg("-c").arg(&script);
+        command::clean_env(&mut command);
+        let output = command.output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&output.stdout).to_string(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        );
+        let which = python.display();
+        assert!(output.status.success(), "{which}\n{stdout}\n{stderr}");
+        assert!(
+            stdout.contains("'writer'"),
+            "{which}: the tools listed\n{stdout}"
+        );
+        // The offline model counts the turns of a conversation: the second
+        // call continued the first one's thread.
+        assert!(
+            stdout.contains("turn 2 of this conversation"),
+            "{which}\n{stdout}"
+        );
+        // The session's end is answered as the clients expect.
+        assert!(
+            !stderr.contains("Session termination failed"),
+            "{which}\n{stderr}"
+        );
+    }
 }

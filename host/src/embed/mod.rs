@@ -301,6 +301,11 @@ impl AgentHost {
                 max_body_bytes: args.max_body_bytes,
                 body_timeout: args.body_timeout,
                 wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
+                allowed: crate::http::Allowed {
+                    hosts: args.allowed_hosts.clone(),
+                    origins: args.allowed_origins.clone(),
+                    keyless: keys.is_empty(),
+                },
                 keys,
                 hub,
             }),

@@ -59,6 +59,12 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
+    /// 403: the request comes from where this host does not answer (a
+    /// foreign `Host` or `Origin`); `code` says which.
+    pub fn forbidden_code(code: &'static str, message: String) -> Self {
+        Self::new(StatusCode::FORBIDDEN, code, message)
+    }
+
     /// 404: nothing at this address.
     pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, code, message)

@@ -28,15 +28,34 @@ pub const PATH: &str = "/runtime/webhooks/mcp";
 /// The prefix of an orchestration's tool.
 const START: &str = "start_";
 
-/// The MCP service of this host's agents and orchestrations. Without
-/// endpoint keys only a local `Host` is answered (a web page cannot reach
-/// a local server through DNS rebinding); with keys, any.
-pub fn service(state: AppState) -> StreamableHttpService<Tools, LocalSessionManager> {
-    let mut config = StreamableHttpServerConfig::default()
-        .with_max_request_body_bytes(state.config.max_body_bytes);
-    if !state.config.keys.is_empty() {
-        config = config.disable_allowed_hosts();
+/// The MCP routes: [`service`], with a session's end (`DELETE`) answered
+/// 204. `rmcp` answers it 202, which the MCP clients take for a failure
+/// ("Session termination failed: 202"): they want 200 or 204.
+pub fn routes(state: AppState) -> axum::Router {
+    axum::Router::new()
+        .fallback_service(service(state))
+        .layer(axum::middleware::from_fn(ended_is_no_content))
+}
+
+async fn ended_is_no_content(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let ending = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if ending && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
     }
+    response
+}
+
+/// The MCP service of this host's agents and orchestrations. Which `Host`
+/// and `Origin` are answered is checked in front of every route, this one
+/// included (`origin_guard`, with `--allowed-hosts`), not by `rmcp` again.
+fn service(state: AppState) -> StreamableHttpService<Tools, LocalSessionManager> {
+    let config = StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(state.config.max_body_bytes)
+        .disable_allowed_hosts();
     StreamableHttpService::new(
         move || {
             Ok(Tools {

@@ -20,6 +20,7 @@ mod mcp;
 mod metrics;
 mod openapi;
 mod orchestrators;
+mod origin_guard;
 mod run_body;
 mod run_request;
 mod runs;
@@ -30,6 +31,7 @@ mod streams;
 
 pub use error::ApiError;
 pub use keys::{ApiKeys, Scope};
+pub use origin_guard::Allowed;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +62,9 @@ pub struct HttpConfig {
     pub keys: ApiKeys,
     /// The task hub served: what a gRPC caller's `taskhub` metadata must name.
     pub hub: String,
+    /// Which `Host` names and page origins are answered (`--allowed-hosts`,
+    /// `--allowed-origins`); see [`origin_guard`].
+    pub allowed: Allowed,
 }
 
 #[derive(Clone)]
@@ -160,7 +165,7 @@ fn routes(state: &AppState, mcp: bool) -> Router<AppState> {
             post(instances::resume),
         );
     if mcp {
-        router = router.nest_service(mcp::PATH, mcp::service(state.clone()));
+        router = router.nest_service(mcp::PATH, mcp::routes(state.clone()));
     }
     if state.config.health_enabled {
         router = router
@@ -194,10 +199,22 @@ fn checked(router: Router<AppState>, state: &AppState) -> Router<AppState> {
         .layer(axum::middleware::map_response(error::rejections_as_json))
 }
 
-/// [`checked`], then what every request goes through once: metrics, spans.
+/// [`checked`], then what every request goes through once: metrics, spans,
+/// and first of all the `Host` and `Origin` check (CORS before it, for the
+/// origins allowed).
 fn finish(router: Router<AppState>, state: &AppState) -> Router {
-    checked(router, state)
+    let allowed = std::sync::Arc::new(state.config.allowed.clone());
+    let cors = allowed.cors();
+    let router = checked(router, state)
         .layer(axum::middleware::from_fn(metrics::record))
         .layer(axum::middleware::from_fn(spans::trace))
         .with_state(state.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            allowed,
+            origin_guard::guard,
+        ));
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }

@@ -107,6 +107,28 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_REQUIRE_KEYS")]
     pub require_keys: bool,
 
+    /// Host names answered besides loopback ones (`localhost`,
+    /// `127.0.0.1`, `[::1]`), comma-separated; `*` any. Without endpoint
+    /// keys a request addressed to another name gets 403 (a web page's DNS
+    /// rebinding); with keys, the list applies when set.
+    #[arg(
+        long = "allowed-hosts",
+        env = "AGENTHOST_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+
+    /// Web origins (`https://app.example.com`) whose pages may call this
+    /// host, answered with CORS, comma-separated; `*` any. Without endpoint
+    /// keys a request whose `Origin` is another site (not loopback, not
+    /// this host) gets 403; with keys, the list applies when set.
+    #[arg(
+        long = "allowed-origins",
+        env = "AGENTHOST_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
+
     /// Serve `GET /api/health`.
     #[arg(long, env = "AGENTHOST_ENABLE_HEALTH_CHECK", default_value_t = true, action = ArgAction::Set)]
     pub enable_health_check: bool,
@@ -296,6 +318,8 @@ impl From<ServeArgs> for Settings {
             api_keys,
             api_key_files,
             require_keys,
+            allowed_hosts,
+            allowed_origins,
             enable_health_check,
             mcp,
             grpc,
@@ -358,6 +382,8 @@ impl From<ServeArgs> for Settings {
             api_keys,
             api_key_files,
             require_keys,
+            allowed_hosts,
+            allowed_origins,
             enable_health_check,
             mcp,
             grpc,

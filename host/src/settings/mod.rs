@@ -119,6 +119,12 @@ pub struct Settings {
     /// Files of endpoint keys, one `SCOPE:KEY` a line.
     pub api_key_files: Vec<PathBuf>,
     pub require_keys: bool,
+    /// Host names answered besides loopback ones (`--allowed-hosts`).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Web origins whose pages may call the host (`--allowed-origins`).
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
     pub enable_health_check: bool,
     /// Serve MCP at `/runtime/webhooks/mcp`.
     #[serde(default)]
@@ -219,6 +225,8 @@ impl Default for Settings {
             api_keys: Vec::new(),
             api_key_files: Vec::new(),
             require_keys: false,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
             enable_health_check: true,
             mcp: false,
             grpc: false,
