@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: durabletask-conformance dt-suite-given dt-conformance-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+.PHONY: durabletask-conformance dt-suite-given dt-conformance-venv a2a-tck tck-given a2a-tck-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -238,6 +238,24 @@ dt-suite-given:
 dt-conformance-venv:
 	@test -x $(DTC_VENV)/bin/python || python3 -m venv $(DTC_VENV)
 	@$(DTC_VENV)/bin/python -c "import importlib.metadata as m; assert [m.version(p) for p in ('durabletask', 'durabletask-azuremanaged', 'pytest', 'pytest-asyncio', 'pytest-timeout')] == ['1.12.0', '1.12.0', '9.2.0', '1.5.0', '2.4.0']" 2>/dev/null || $(DTC_VENV)/bin/pip install --quiet $(DTC_PKGS)
+
+## The A2A project's Technology Compatibility Kit (a2aproject/a2a-tck,
+## branch 1.0-dev), MUST level, run unmodified against the writer sample on
+## the bindings its card declares (JSON-RPC, HTTP+JSON); prints the kit's
+## tally and each failed requirement sorted (needs a scenario-acting agent,
+## the kit's defect, ours); fails on one of ours. TCK=DIR: a checkout of that
+## repository at the commit docs/a2a-and-mcp.md pins.
+TCK_VENV := target/a2a-tck-venv
+TCK_PKGS := pytest==9.2.0 pytest-asyncio==1.5.0 httpx==0.28.1 grpcio==1.85.3 protobuf==7.36.2 googleapis-common-protos==1.76.0 jsonschema==4.26.0 pytest-html==4.2.0 gherkin-official==42.0.1 Jinja2==3.1.6
+a2a-tck: tck-given release components a2a-tck-venv
+	@TCK='$(abspath $(TCK))' scripts/a2a-tck.sh
+
+tck-given:
+	@test -f "$(TCK)/run_tck.py" || { echo "usage: make a2a-tck TCK=<checkout of a2aproject/a2a-tck>" >&2; exit 2; }
+
+a2a-tck-venv:
+	@test -x $(TCK_VENV)/bin/python || python3 -m venv $(TCK_VENV)
+	@$(TCK_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('gherkin-official') == '42.0.1' and m.version('pytest-html') == '4.2.0'" 2>/dev/null || $(TCK_VENV)/bin/pip install --quiet $(TCK_PKGS)
 
 # Microsoft Agent Framework's Durable Task hosting (PyPI
 # agent-framework-durabletask, a pre-release) with its OpenAI chat client,

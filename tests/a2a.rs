@@ -460,3 +460,140 @@ async fn malformed_json_rpc_gets_its_error_object_and_never_a_server_error() {
         "nothing malformed reached the model (one well-formed message did)"
     );
 }
+
+/// What the A2A kit (a2aproject/a2a-tck, `make a2a-tck`) checks of any
+/// agent, in our words, on both bindings: the interface URL with a trailing
+/// slash (the kit joins paths to it), a body that says it is not JSON
+/// refused as `ContentTypeNotSupportedError`, each error with the spec's
+/// code, HTTP status and `ErrorInfo`, push configuration answered
+/// `PushNotificationNotSupportedError`.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_a2a_kit_checks_of_any_agent_holds_on_both_bindings() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path()).openai(&model, "sk").start();
+    let post = |path: &str, content_type: &str, body: String| {
+        client()
+            .post(host.url(path))
+            .header("A2A-Version", "1.0")
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    let json_of = |text: String| serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
+    let send = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"kit-1","role":"ROLE_USER","parts":[{"text":"hi"}]}}}"#;
+    // The interface URL with a trailing slash is the same endpoint.
+    let answer = post("/a2a/writer/", "application/json", send.into())
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer = json_of(answer.text().await.unwrap());
+    assert_eq!(
+        answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{answer}"
+    );
+    // A body that says it is text, not JSON: -32005 with its ErrorInfo.
+    let refused = json_of(
+        post("/a2a/writer", "text/plain", send.into())
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(refused["error"]["code"], -32005, "{refused}");
+    assert_eq!(
+        refused["error"]["data"][0]["reason"], "CONTENT_TYPE_NOT_SUPPORTED",
+        "{refused}"
+    );
+    assert_eq!(
+        refused["error"]["data"][0]["domain"], "a2a-protocol.org",
+        "{refused}"
+    );
+
+    // HTTP+JSON: each error with the spec's HTTP status (section 5.4).
+    let rest = |status: u16, body: &Value, reason: &str, grpc: &str| {
+        assert_eq!(body["error"]["code"], status, "{body}");
+        assert_eq!(body["error"]["status"], grpc, "{body}");
+        assert_eq!(body["error"]["details"][0]["reason"], reason, "{body}");
+        assert_eq!(
+            body["error"]["details"][0]["@type"], "type.googleapis.com/google.rpc.ErrorInfo",
+            "{body}"
+        );
+    };
+    let file = r#"{"message":{"messageId":"kit-2","role":"ROLE_USER","parts":[{"raw":"dGNr","mediaType":"application/x-tck"}]}}"#;
+    let answer = post("/a2a/writer/message:send", "application/json", file.into())
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 415);
+    rest(
+        415,
+        &json_of(answer.text().await.unwrap()),
+        "CONTENT_TYPE_NOT_SUPPORTED",
+        "INVALID_ARGUMENT",
+    );
+    let answer = post("/a2a/writer/message:send", "text/plain", "{}".into())
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 415);
+    // A task that ended cannot be canceled: 409.
+    let task = answer_task(&host, "kit-3").await;
+    let answer = post(
+        &format!("/a2a/writer/tasks/{task}:cancel"),
+        "application/json",
+        "{}".into(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 409);
+    rest(
+        409,
+        &json_of(answer.text().await.unwrap()),
+        "TASK_NOT_CANCELABLE",
+        "FAILED_PRECONDITION",
+    );
+    // Push notifications: the card says none; each operation says so.
+    let configs = format!("/a2a/writer/tasks/{task}/pushNotificationConfigs");
+    let requests = [
+        client()
+            .post(host.url(&configs))
+            .header("content-type", "application/json")
+            .body(r#"{"url":"https://example.com"}"#),
+        client().get(host.url(&configs)),
+        client().get(host.url(&format!("{configs}/c1"))),
+        client().delete(host.url(&format!("{configs}/c1"))),
+    ];
+    for request in requests {
+        let answer = request.header("A2A-Version", "1.0").send().await.unwrap();
+        assert_eq!(answer.status(), 400);
+        rest(
+            400,
+            &json_of(answer.text().await.unwrap()),
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+            "UNIMPLEMENTED",
+        );
+    }
+}
+
+/// A completed task of `writer`, started over HTTP+JSON; its id.
+async fn answer_task(host: &crate::support::host::Host, message_id: &str) -> String {
+    let body = json!({"message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": "hi"}]}});
+    let answer: Value = client()
+        .post(host.url("/a2a/writer/message:send"))
+        .header("A2A-Version", "1.0")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{answer}"
+    );
+    answer["task"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}

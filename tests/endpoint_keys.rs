@@ -77,6 +77,7 @@ fn routes(run: &str, session: &str) -> Vec<Route> {
             200,
         ),
         route(Method::POST, "/a2a/writer", invoke, 200),
+        route(Method::POST, "/a2a/writer/", invoke, 200),
         // The HTTP+JSON binding: `call` sends no A2A-Version header (an
         // A2A 0.3 caller, refused with 400).
         route(Method::POST, "/a2a/writer/message:send", invoke, 400),
@@ -85,6 +86,30 @@ fn routes(run: &str, session: &str) -> Vec<Route> {
         route(
             Method::POST,
             format!("/a2a/writer/tasks/{run}:cancel"),
+            invoke,
+            400,
+        ),
+        route(
+            Method::POST,
+            format!("/a2a/writer/tasks/{run}/pushNotificationConfigs"),
+            invoke,
+            400,
+        ),
+        route(
+            Method::GET,
+            format!("/a2a/writer/tasks/{run}/pushNotificationConfigs"),
+            invoke,
+            400,
+        ),
+        route(
+            Method::GET,
+            format!("/a2a/writer/tasks/{run}/pushNotificationConfigs/c1"),
+            invoke,
+            400,
+        ),
+        route(
+            Method::DELETE,
+            format!("/a2a/writer/tasks/{run}/pushNotificationConfigs/c1"),
             invoke,
             400,
         ),
@@ -500,5 +525,5 @@ fn matches_template(template: &str, path: &str) -> bool {
     t.len() == p.len()
         && t.iter()
             .zip(&p)
-            .all(|(t, p)| (t.starts_with('{') && t.ends_with('}')) || t == p)
+            .all(|(t, p)| (t.starts_with('{') && t.ends_with('}') && !p.is_empty()) || t == p)
 }

@@ -305,15 +305,19 @@ const MAX_REJECTION_TEXT: usize = 16 << 10;
 /// The HTTP status of an A2A error on the HTTP+JSON binding, by the
 /// error's reason (the A2A spec's table), with `google.rpc.Code`'s name.
 pub fn a2a_status_of(reason: &str) -> (u16, &'static str) {
+    // The spec's table (A2A 1.0, section 5.4), row by row.
     let (status, name) = match reason {
         "TASK_NOT_FOUND" | "METHOD_NOT_FOUND" => (StatusCode::NOT_FOUND, "NOT_FOUND"),
-        "TASK_NOT_CANCELABLE" => (StatusCode::BAD_REQUEST, "FAILED_PRECONDITION"),
-        "UNSUPPORTED_OPERATION"
-        | "PUSH_NOTIFICATION_NOT_SUPPORTED"
-        | "EXTENDED_AGENT_CARD_NOT_CONFIGURED" => (StatusCode::BAD_REQUEST, "UNIMPLEMENTED"),
-        "INTERNAL_ERROR" | "INVALID_AGENT_RESPONSE" => {
-            (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL")
+        "TASK_NOT_CANCELABLE" => (StatusCode::CONFLICT, "FAILED_PRECONDITION"),
+        "UNSUPPORTED_OPERATION" | "PUSH_NOTIFICATION_NOT_SUPPORTED" | "VERSION_NOT_SUPPORTED" => {
+            (StatusCode::BAD_REQUEST, "UNIMPLEMENTED")
         }
+        "CONTENT_TYPE_NOT_SUPPORTED" => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "INVALID_ARGUMENT"),
+        "INVALID_AGENT_RESPONSE" => (StatusCode::BAD_GATEWAY, "INTERNAL"),
+        "EXTENDED_AGENT_CARD_NOT_CONFIGURED" | "EXTENSION_SUPPORT_REQUIRED" => {
+            (StatusCode::BAD_REQUEST, "FAILED_PRECONDITION")
+        }
+        "INTERNAL_ERROR" => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
         _ => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
     };
     (status.as_u16(), name)
@@ -323,6 +327,16 @@ pub fn a2a_status_of(reason: &str) -> (u16, &'static str) {
 pub fn a2a_status(reason: &str, body: Value) -> Response {
     let status = StatusCode::from_u16(a2a_status_of(reason).0).unwrap_or(StatusCode::BAD_REQUEST);
     (status, axum::Json(body)).into_response()
+}
+
+/// An MCP session's end (`DELETE`) as the MCP clients expect it: 204
+/// where `rmcp` answers 202 (the clients print "Session termination
+/// failed: 202").
+pub fn mcp_session_ended(mut response: Response) -> Response {
+    if response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// Refuses a path or query string holding a NUL character (`%00`) before

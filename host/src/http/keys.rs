@@ -257,8 +257,16 @@ pub fn required_scope(method: &Method, route: &str) -> Option<Scope> {
         | ("GET", "/api/agents/{name}/runs/{correlation_id}/stream")
         | ("POST", "/api/agents/{name}/runs/{correlation_id}/approvals")
         | ("POST", "/api/agents/{name}/runs/{correlation_id}/cancel")
-        | ("POST", "/a2a/{agent}" | "/a2a/{agent}/{verb}" | "/a2a/{agent}/tasks/{id}")
+        | (
+            "POST",
+            "/a2a/{agent}" | "/a2a/{agent}/" | "/a2a/{agent}/{verb}" | "/a2a/{agent}/tasks/{id}",
+        )
         | ("GET", "/a2a/{agent}/tasks" | "/a2a/{agent}/tasks/{id}")
+        | (
+            "GET" | "POST" | "DELETE",
+            "/a2a/{agent}/tasks/{id}/pushNotificationConfigs"
+            | "/a2a/{agent}/tasks/{id}/pushNotificationConfigs/{config}",
+        )
         | (_, "/runtime/webhooks/mcp")
         | ("POST", "/api/orchestrators/{name}")
         | ("POST", "/api/orchestrators/{name}/{instance_id}")

@@ -42,11 +42,11 @@ async fn ended_is_no_content(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let ending = request.method() == axum::http::Method::DELETE;
-    let mut response = next.run(request).await;
-    if ending && response.status() == axum::http::StatusCode::ACCEPTED {
-        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+    let response = next.run(request).await;
+    match ending {
+        true => super::error::mcp_session_ended(response),
+        false => response,
     }
-    response
 }
 
 /// The MCP service of this host's agents and orchestrations. Which `Host`

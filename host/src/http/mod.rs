@@ -98,11 +98,21 @@ fn routes(state: &AppState, mcp: bool) -> Router<AppState> {
             get(a2a::agent_card),
         )
         .route("/a2a/{agent}", post(a2a::call))
+        // The interface URL as clients join paths to it (the A2A kit does).
+        .route("/a2a/{agent}/", post(a2a::call_at_slash))
         .route("/a2a/{agent}/{verb}", post(a2a::rest::message))
         .route("/a2a/{agent}/tasks", get(a2a::rest::list_tasks))
         .route(
             "/a2a/{agent}/tasks/{id}",
             get(a2a::rest::task_get).post(a2a::rest::task_post),
+        )
+        .route(
+            "/a2a/{agent}/tasks/{id}/pushNotificationConfigs",
+            get(a2a::rest::push_config_list).post(a2a::rest::push_config_create),
+        )
+        .route(
+            "/a2a/{agent}/tasks/{id}/pushNotificationConfigs/{config}",
+            get(a2a::rest::push_config_get).delete(a2a::rest::push_config_delete),
         )
         .route("/api/agents/{name}/runs", get(runs::list))
         .route("/api/agents/{name}/runs/{correlation_id}", get(runs::get))

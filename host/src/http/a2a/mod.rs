@@ -77,6 +77,28 @@ pub async fn agent_card(
 /// A2A JSON-RPC 2.0 calls of an agent (`A2A-Version: 1.0`): SendMessage,
 /// SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask.
 /// Errors are JSON-RPC error objects with HTTP 200.
+/// `POST /a2a/{agent}/`: the interface URL as clients join paths to it
+/// (the A2A kit does); the same endpoint as without the slash.
+#[utoipa::path(
+    post,
+    path = "/a2a/{agent}/",
+    tag = "a2a",
+    params(("agent" = String, Path)),
+    request_body(content = Object, description = "A JSON-RPC 2.0 request", content_type = "application/json"),
+    responses(
+        (status = 200, description = "A JSON-RPC 2.0 response, or a stream of them (text/event-stream)", body = Object),
+        super::schemas::Failures
+    )
+)]
+pub async fn call_at_slash(
+    state: State<AppState>,
+    agent: Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    call(state, agent, headers, body).await
+}
+
 #[utoipa::path(
     post,
     path = "/a2a/{agent}",
@@ -95,6 +117,9 @@ pub async fn call(
     body: Body,
 ) -> Result<Response, ApiError> {
     state.runs.served(&agent)?;
+    if let Err(e) = json_content(&headers) {
+        return Ok(Json(answer(&Value::Null, Err(e))).into_response());
+    }
     let bytes = match read_limited(&headers, body, &state.config).await {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -169,6 +194,29 @@ fn version(headers: &HeaderMap) -> Result<(), RpcError> {
     }
 }
 
+/// A request's body is JSON (`application/json`, or any `+json` type); one
+/// that says it is something else is `ContentTypeNotSupportedError`. (The
+/// types a web page can post cross-site without a preflight, `text/plain`
+/// and forms, are among them.) No `Content-Type` at all is read as JSON.
+fn json_content(headers: &HeaderMap) -> Result<(), RpcError> {
+    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or_default();
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json" || essence.ends_with("+json") {
+        return Ok(());
+    }
+    Err(RpcError::content_type(format!(
+        "the request's Content-Type is '{text}': A2A requests are JSON (application/json)"
+    )))
+}
+
 /// What a message asked for.
 enum Submitted {
     /// A new run, on the message's context.
@@ -179,24 +227,38 @@ enum Submitted {
 }
 
 /// The task (run correlation id) a message starts: derived from its
-/// `messageId` when it has one, so that sending it again finds that task.
-fn task_id_of(agent: &str, message_id: Option<&str>) -> String {
+/// `messageId` with its text and the context it names, so that sending the
+/// same message again finds that task (a client's retry is not run twice),
+/// while the same `messageId` on another message starts a task of its own,
+/// as the A2A SDKs treat it. Without a `messageId`, a new id.
+fn task_id_of(agent: &str, message_id: Option<&str>, text: &str, context: Option<&str>) -> String {
     match message_id.filter(|m| !m.is_empty()) {
-        Some(message) => {
-            use sha2::{Digest, Sha256};
-            let digest = Sha256::new()
-                .chain_update(agent.as_bytes())
-                .chain_update([0])
-                .chain_update(message.as_bytes())
-                .finalize();
-            let mut bytes = [0u8; 16];
-            bytes.copy_from_slice(&digest[..16]);
-            uuid::Builder::from_custom_bytes(bytes)
-                .into_uuid()
-                .to_string()
-        }
+        Some(message) => derived_id(&[agent, message, text, context.unwrap_or_default()]),
         None => Uuid::new_v4().to_string(),
     }
+}
+
+/// The id an earlier build derived from the `messageId` alone: a message
+/// sent before an upgrade and again after it still finds its task.
+fn task_id_before(agent: &str, message_id: &str) -> String {
+    derived_id(&[agent, message_id])
+}
+
+fn derived_id(parts: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for (n, part) in parts.iter().enumerate() {
+        if n > 0 {
+            hash.update([0]);
+        }
+        hash.update(part.as_bytes());
+    }
+    let digest = hash.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .to_string()
 }
 
 /// The calls of one agent.
@@ -276,28 +338,35 @@ impl A2a<'_> {
         if said.text.trim().is_empty() {
             return Err(RpcError::invalid_params("the message has no text"));
         }
-        let correlation_id = task_id_of(self.agent, params.message.message_id.as_deref());
-        if params.message.message_id.is_some() {
-            match self.state.runs.record(self.agent, &correlation_id).await {
-                // The same message again (same text, same context or none
-                // named): a retry, answered with its task.
-                Ok(run)
-                    if run.message == said.text
-                        && params
-                            .message
-                            .context_id
-                            .as_ref()
-                            .is_none_or(|c| c == &run.thread_id) =>
-                {
-                    return Ok(Submitted::Existing(correlation_id))
+        let context_named = params.message.context_id.as_deref();
+        let correlation_id = task_id_of(
+            self.agent,
+            params.message.message_id.as_deref(),
+            &said.text,
+            context_named,
+        );
+        if let Some(message_id) = params
+            .message
+            .message_id
+            .as_deref()
+            .filter(|m| !m.is_empty())
+        {
+            // The same message again (same text, same context or none
+            // named): a retry, answered with its task.
+            for id in [
+                correlation_id.clone(),
+                task_id_before(self.agent, message_id),
+            ] {
+                match self.state.runs.record(self.agent, &id).await {
+                    Ok(run)
+                        if run.message == said.text
+                            && context_named.is_none_or(|c| c == run.thread_id) =>
+                    {
+                        return Ok(Submitted::Existing(id))
+                    }
+                    Ok(_) | Err(RunsError::RunNotFound { .. }) => {}
+                    Err(e) => return Err(self.refused("", e)),
                 }
-                Ok(_) => {
-                    return Err(RpcError::invalid_params(
-                        "this messageId was sent before with another message or on another context: give each message its own id",
-                    ))
-                }
-                Err(RunsError::RunNotFound { .. }) => {}
-                Err(e) => return Err(self.refused("", e)),
             }
         }
         let context = match &params.message.context_id {

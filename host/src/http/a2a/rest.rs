@@ -53,6 +53,7 @@ fn answered(result: Result<Value, RpcError>) -> Response {
 
 /// The body as JSON (an empty one is `{}`).
 async fn body_of(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, RpcError> {
+    super::json_content(headers)?;
     let bytes = read_limited(headers, body, &state.config)
         .await
         .map_err(|e| {
@@ -168,6 +169,80 @@ pub async fn task_post(
         }
         _ => RpcError::method_not_found(&format!("POST tasks/{id}")).response(),
     })
+}
+
+/// Push notification configuration, every operation: this host sends no
+/// push notifications (its cards say so), and the spec wants
+/// `PushNotificationNotSupportedError` for them, as JSON-RPC answers.
+fn push_not_supported(state: &AppState, agent: &str, headers: &HeaderMap) -> Response {
+    match admitted(state, agent, headers) {
+        Ok(_) => RpcError::push_not_supported().response(),
+        Err(refused) => refused,
+    }
+}
+
+/// `POST /a2a/{agent}/tasks/{id}/pushNotificationConfigs`.
+#[utoipa::path(
+    post,
+    path = "/a2a/{agent}/tasks/{id}/pushNotificationConfigs",
+    tag = "a2a",
+    params(("agent" = String, Path), ("id" = String, Path)),
+    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::Failures)
+)]
+pub async fn push_config_create(
+    State(state): State<AppState>,
+    Path((agent, _)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    push_not_supported(&state, &agent, &headers)
+}
+
+/// `GET /a2a/{agent}/tasks/{id}/pushNotificationConfigs`.
+#[utoipa::path(
+    get,
+    path = "/a2a/{agent}/tasks/{id}/pushNotificationConfigs",
+    tag = "a2a",
+    params(("agent" = String, Path), ("id" = String, Path)),
+    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::Failures)
+)]
+pub async fn push_config_list(
+    State(state): State<AppState>,
+    Path((agent, _)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    push_not_supported(&state, &agent, &headers)
+}
+
+/// `GET /a2a/{agent}/tasks/{id}/pushNotificationConfigs/{config}`.
+#[utoipa::path(
+    get,
+    path = "/a2a/{agent}/tasks/{id}/pushNotificationConfigs/{config}",
+    tag = "a2a",
+    params(("agent" = String, Path), ("id" = String, Path), ("config" = String, Path)),
+    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::Failures)
+)]
+pub async fn push_config_get(
+    State(state): State<AppState>,
+    Path((agent, _, _)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    push_not_supported(&state, &agent, &headers)
+}
+
+/// `DELETE /a2a/{agent}/tasks/{id}/pushNotificationConfigs/{config}`.
+#[utoipa::path(
+    delete,
+    path = "/a2a/{agent}/tasks/{id}/pushNotificationConfigs/{config}",
+    tag = "a2a",
+    params(("agent" = String, Path), ("id" = String, Path), ("config" = String, Path)),
+    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::Failures)
+)]
+pub async fn push_config_delete(
+    State(state): State<AppState>,
+    Path((agent, _, _)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    push_not_supported(&state, &agent, &headers)
 }
 
 fn subscribed(result: Result<Response, RpcError>) -> Response {
