@@ -238,6 +238,11 @@ const CLAIMS: &[Claim] = &[
         first_line: "make bench ",
         check: "the_make_lines_name_targets_and_variables_the_makefile_has",
     },
+    Claim {
+        file: "docs/a2a-and-mcp.md",
+        first_line: "git clone -b 1.0-dev https://github.com/a2aproject/a2a-tck /tmp/a2a-tck",
+        check: "the_make_lines_name_targets_and_variables_the_makefile_has",
+    },
     // docs/stores-and-hubs.md
     Claim {
         file: "docs/stores-and-hubs.md",
