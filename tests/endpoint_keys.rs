@@ -7,6 +7,7 @@
 
 mod capability_urls;
 mod key_file;
+mod run_visibility;
 
 use std::process::Command;
 

@@ -88,6 +88,7 @@ impl AgentSession<'_> {
                     message: request.message.clone(),
                     response_format: None,
                     traceparent: None,
+                    caller: None,
                 };
                 if let Err(e) = orchestrator.runs.submit(run).await {
                     unavailable(e);

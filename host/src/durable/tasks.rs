@@ -280,6 +280,7 @@ async fn agent_call(
                 message: message.to_string(),
                 response_format,
                 traceparent: crate::telemetry::current_traceparent(),
+                caller: None,
             };
             if let Err(e) = orchestrator.runs.submit(run).await {
                 return store_unavailable(row, &e);

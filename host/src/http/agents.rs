@@ -1,5 +1,6 @@
 //! `POST /api/agents/{name}/run`: run an agent, synchronously or not.
 
+use super::caller::{may_continue, Caller};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE, LOCATION};
@@ -59,6 +60,7 @@ pub async fn run(
     State(state): State<AppState>,
     Path(name): Path<String>,
     Query(query): Query<Names>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -82,6 +84,9 @@ pub async fn run(
             format!("sessionId must be 1 to {MAX_THREAD_ID_LEN} characters, none of them NUL"),
         ));
     }
+    if !may_continue(&state, &caller, &name, &thread_id).await? {
+        return Err(ApiError::session_of_another(&thread_id));
+    }
     let wait = contract.wait.unwrap_or(true);
     let legacy = contract.legacy;
     let new_run = NewRun {
@@ -93,6 +98,7 @@ pub async fn run(
         message: request.message,
         response_format: request.response_format,
         traceparent: crate::telemetry::current_traceparent(),
+        caller: caller.id().map(str::to_string),
     };
     let answer = if streams::wants_events(&headers) || !wait {
         // A follower's place first: refused, the run is not started.

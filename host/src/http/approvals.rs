@@ -4,6 +4,7 @@
 //! told so (with the reason). 202: the run goes on (follow it with its
 //! `runUrl` or `streamUrl`).
 
+use super::caller::{visible_run, Caller};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -52,9 +53,11 @@ struct Accepted {
 pub async fn decide(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    visible_run(&state, &caller, &name, &correlation_id).await?;
     let body = read_limited(&headers, body, &state.config).await?;
     let body: DecisionBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(

@@ -9,6 +9,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::RequestPartsExt;
 
+use super::caller::Caller;
 use super::error::ApiError;
 use super::keys::{required_scope, ApiKeys, Grant, Scope};
 use super::AppState;
@@ -148,6 +149,8 @@ pub async fn authorize(State(state): State<AppState>, request: Request, next: Ne
                 if let Some(named) = keys.opens(grant, &id, &token) {
                     let now = born(&state, grant, &id).await;
                     if admits(named, now) {
+                        let mut request = request;
+                        request.extensions_mut().insert(Caller::Token);
                         return next.run(request).await;
                     }
                 }
@@ -192,10 +195,14 @@ async fn refuse_or_run(
     keys: &ApiKeys,
     next: Next,
 ) -> Response {
-    if presented(&request)
-        .and_then(|key| keys.scope_of(&key))
-        .is_some_and(|scope| scope >= needed)
-    {
+    // Who it is goes with the request: what it may see of runs is the
+    // handlers' to decide (`caller`).
+    let admitted = presented(&request)
+        .filter(|key| keys.scope_of(key).is_some_and(|scope| scope >= needed))
+        .and_then(|key| keys.caller_of(&key));
+    if let Some(caller) = admitted {
+        let mut request = request;
+        request.extensions_mut().insert(caller);
         return next.run(request).await;
     }
     refuse(&request, needed, route, keys)

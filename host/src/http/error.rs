@@ -65,6 +65,18 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, code, message)
     }
 
+    /// 403: the conversation was started by another caller (an invoke key
+    /// continues only its own).
+    pub fn session_of_another(session: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "session_of_another_caller",
+            format!(
+                "session '{session}' was started by another caller: use a session id of your own"
+            ),
+        )
+    }
+
     /// 404: nothing at this address.
     pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, code, message)

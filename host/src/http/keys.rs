@@ -182,6 +182,23 @@ impl ApiKeys {
         found
     }
 
+    /// Who presents `presented`: its scope, and for an invoke key the id
+    /// the runs it starts record (a digest of the key's digest: stable
+    /// while the key is configured, and telling nothing of the key).
+    pub(super) fn caller_of(&self, presented: &str) -> Option<super::caller::Caller> {
+        use super::caller::Caller;
+        match self.scope_of(presented)? {
+            Scope::Admin => Some(Caller::Admin),
+            Scope::Invoke => {
+                let id = Sha256::new()
+                    .chain_update(b"agenthost caller\0")
+                    .chain_update(digest(presented))
+                    .finalize();
+                Some(Caller::Invoke(format!("key:{}", hex::encode(&id[..8]))))
+            }
+        }
+    }
+
     /// Whether URLs handed out carry tokens (an admin key is configured).
     pub fn signs(&self) -> bool {
         !self.signers.is_empty()

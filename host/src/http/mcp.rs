@@ -19,6 +19,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::caller::{may_continue, Caller};
 use super::AppState;
 use crate::runs::{Answer, NewRun, SessionKey};
 
@@ -130,7 +131,12 @@ impl Tools {
             .collect()
     }
 
-    async fn ask(&self, agent: &str, arguments: &JsonObject) -> Result<CallToolResult, McpError> {
+    async fn ask(
+        &self,
+        agent: &str,
+        arguments: &JsonObject,
+        caller: &Caller,
+    ) -> Result<CallToolResult, McpError> {
         let served = self
             .state
             .runs
@@ -160,6 +166,17 @@ impl Tools {
                 ))
             }
         };
+        let ours = may_continue(&self.state, caller, agent, &thread)
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        if !ours {
+            return Err(McpError::invalid_params(
+                format!(
+                    "thread '{thread}' was started by another caller: use a threadId of your own"
+                ),
+                None,
+            ));
+        }
         let run = NewRun {
             correlation_id: Uuid::new_v4().to_string(),
             session: SessionKey {
@@ -169,6 +186,7 @@ impl Tools {
             message: query.to_string(),
             response_format: None,
             traceparent: crate::telemetry::current_traceparent(),
+            caller: caller.id().map(str::to_string),
         };
         let answer = self
             .state
@@ -296,15 +314,24 @@ impl ServerHandler for Tools {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // Who asks, as the key check in front of this route found it.
+        let caller = match self.state.config.keys.is_empty() {
+            true => Caller::Anyone,
+            false => context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<Caller>().cloned())
+                .unwrap_or(Caller::Unknown),
+        };
         let arguments = request.arguments.unwrap_or_default();
         let name = request.name.as_ref();
         let result = match name.strip_prefix(START) {
             Some(orchestration) if self.state.registry.agent(name).is_none() => {
                 self.start(orchestration, &arguments).await?
             }
-            _ => self.ask(name, &arguments).await?,
+            _ => self.ask(name, &arguments, &caller).await?,
         };
         Ok(result.into())
     }

@@ -7,6 +7,7 @@ mod agents;
 mod approvals;
 mod authorize;
 mod body;
+mod caller;
 mod components;
 mod dashboard;
 mod deprecation;

@@ -2,6 +2,7 @@
 //! run's stored state), `GET /api/agents/{name}/runs` (a page of them,
 //! newest first) and `POST /api/agents/{name}/runs/{correlation_id}/cancel`.
 
+use super::caller::{visible_run, Caller};
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
@@ -35,8 +36,9 @@ const LARGEST_PAGE: usize = 100;
 pub async fn get(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
-    let run = state.runs.state(&name, &correlation_id).await?;
+    let run = visible_run(&state, &caller, &name, &correlation_id).await?;
     Ok(Json(RunView::new(&run.record, run.pending)).into_response())
 }
 
@@ -59,7 +61,9 @@ pub async fn get(
 pub async fn cancel(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
+    visible_run(&state, &caller, &name, &correlation_id).await?;
     Ok(
         match state
             .runs
@@ -182,5 +186,6 @@ fn filter_of(query: ListQuery) -> Result<RunFilter, ApiError> {
         status,
         before,
         limit,
+        caller: None,
     })
 }

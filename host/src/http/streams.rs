@@ -9,6 +9,7 @@
 //! `data: {"status": "complete", …}` or `event: error` with
 //! `data: {"status": "failed", "error": …}`; the stream ends after either.
 
+use super::caller::Caller;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -56,6 +57,7 @@ pub async fn get(
     State(state): State<AppState>,
     Path((name, correlation_id)): Path<(String, String)>,
     Query(query): Query<StreamQuery>,
+    caller: Caller,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = match query.cursor.as_deref().or_else(|| {
@@ -78,8 +80,8 @@ pub async fn get(
         )
     };
     let run = match state.runs.record(&name, &correlation_id).await {
-        Ok(run) => run,
-        Err(RunsError::RunNotFound { .. }) => return Err(not_found("no such run")),
+        Ok(run) if caller.sees(run.caller.as_deref()) => run,
+        Ok(_) | Err(RunsError::RunNotFound { .. }) => return Err(not_found("no such run")),
         Err(e) => return Err(e.into()),
     };
     // A finished run whose stream is gone has expired.

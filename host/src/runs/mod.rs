@@ -32,7 +32,7 @@ mod waiting;
 pub use crate::store::{
     Decision, NewRun, PendingCall, RunFilter, RunRecord, RunStatus, SessionKey, CANCELED,
 };
-pub use answers::{Answer, RunsError};
+pub use answers::{Answer, RunState, RunsError};
 pub use control::CancelOutcome;
 pub use waiting::Listening;
 

@@ -28,6 +28,7 @@ fn start(run: &str, session_id: &str, message: &str) -> Write {
             message: message.into(),
             response_format: None,
             traceparent: None,
+            caller: None,
         },
         expire_before: None,
     })

@@ -82,6 +82,9 @@ pub struct NewRun {
     pub response_format: Option<Value>,
     /// The trace the run continues ([`crate::telemetry`]).
     pub traceparent: Option<String>,
+    /// The invoke key that started it (its id), when one did: that key
+    /// alone sees it, with the admin keys (`http::caller`).
+    pub caller: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -105,6 +108,9 @@ pub struct RunRecord {
     /// canceled at its next step.
     #[serde(skip)]
     pub cancel_requested: bool,
+    /// The invoke key that started it, when one did.
+    #[serde(skip)]
+    pub caller: Option<String>,
 }
 
 impl RunRecord {
@@ -136,7 +142,7 @@ pub struct NewStreamRow {
 
 pub(super) const RUN_COLUMNS: &str = "correlation_id, agent, session_id, message, response_format, status, \
                            response, error, error_code, usage, created_at, updated_at, traceparent, \
-                           cancel_requested_at";
+                           cancel_requested_at, caller";
 
 pub(super) fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
     let status: String = row.try_get("status")?;
@@ -169,6 +175,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
         cancel_requested: row
             .try_get::<Option<i64>, _>("cancel_requested_at")?
             .is_some(),
+        caller: row.try_get("caller")?,
     })
 }
 
@@ -203,5 +210,8 @@ pub(super) fn run_from_array(a: &[serde_json::Value]) -> Option<RunRecord> {
         traceparent: text(12),
         // Sent for ended runs only, whose request no longer matters.
         cancel_requested: false,
+        // Absent from an earlier build's notification: a key then sees it
+        // once it reads the record.
+        caller: text(13),
     })
 }

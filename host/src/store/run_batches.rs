@@ -31,6 +31,7 @@ fn start(run: &str, session_id: &str, expire_before: Option<i64>) -> Write {
             message: format!("question of {run}"),
             response_format: None,
             traceparent: None,
+            caller: None,
         },
         expire_before,
     })

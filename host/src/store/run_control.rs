@@ -20,6 +20,8 @@ pub struct RunFilter {
     /// starts with the next older run.
     pub before: Option<i64>,
     pub limit: usize,
+    /// Only the runs this caller (an invoke key's id) started.
+    pub caller: Option<String>,
 }
 
 impl Store {
@@ -74,7 +76,8 @@ impl Store {
         };
         let sql = format!(
             "SELECT seq, {RUN_COLUMNS} FROM runs WHERE agent = $1 \
-             AND ($2 IS NULL OR session_id = $2) AND ($3 IS NULL OR seq < $3){status} \
+             AND ($2 IS NULL OR session_id = $2) AND ($3 IS NULL OR seq < $3) \
+             AND ($5 IS NULL OR caller = $5){status} \
              ORDER BY seq DESC LIMIT $4"
         );
         let rows = sqlx::query(&sql)
@@ -82,6 +85,7 @@ impl Store {
             .bind(filter.session_id.as_deref())
             .bind(filter.before)
             .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+            .bind(filter.caller.as_deref())
             .fetch_all(self.pool())
             .await?;
         rows.iter()

@@ -170,6 +170,7 @@ mod tests {
             message: "hi".into(),
             response_format: None,
             traceparent: None,
+            caller: None,
         }
     }
 

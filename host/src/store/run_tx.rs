@@ -20,6 +20,7 @@ pub(super) struct RunRow<'a> {
     pub message: &'a str,
     pub response_format: Option<&'a str>,
     pub traceparent: Option<&'a str>,
+    pub caller: Option<&'a str>,
 }
 
 /// How a run ended, as it is written.

@@ -91,6 +91,7 @@ pub(super) async fn write_run(
                 message: &run.message,
                 response_format: format.as_deref(),
                 traceparent: run.traceparent.as_deref(),
+                caller: run.caller.as_deref(),
             };
             let opened = tx.open_run(&row, now).await?;
             let (run_here, epoch) = match opened.claimed {

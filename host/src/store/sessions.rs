@@ -76,6 +76,7 @@ impl Store {
             updated_at: now,
             traceparent: run.traceparent.clone(),
             cancel_requested: false,
+            caller: run.caller.clone(),
         };
         // Read in the enqueue's transaction, which began after `now`.
         let fence = epoch.zip(self.owner_id()).map(|(epoch, me)| SessionFence {

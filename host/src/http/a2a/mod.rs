@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::body::read_limited;
+use super::caller::{may_continue, visible_run, Caller};
 use super::{ApiError, AppState};
 use crate::runs::{
     Answer, CancelOutcome, Decision, Listening, NewRun, RunFilter, RunRecord, RunsError, SessionKey,
@@ -93,10 +94,11 @@ pub async fn agent_card(
 pub async fn call_at_slash(
     state: State<AppState>,
     agent: Path<String>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    call(state, agent, headers, body).await
+    call(state, agent, caller, headers, body).await
 }
 
 #[utoipa::path(
@@ -113,6 +115,7 @@ pub async fn call_at_slash(
 pub async fn call(
     State(state): State<AppState>,
     Path(agent): Path<String>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -140,6 +143,7 @@ pub async fn call(
     let a2a = A2a {
         state: &state,
         agent: &agent,
+        caller,
     };
     let result = match call.method.as_str() {
         "SendMessage" => a2a.send(&call.params).await,
@@ -227,13 +231,26 @@ enum Submitted {
 }
 
 /// The task (run correlation id) a message starts: derived from its
-/// `messageId` with its text and the context it names, so that sending the
+/// `messageId` with its text, the context it names and who sends it (an
+/// invoke key's id), so that sending the
 /// same message again finds that task (a client's retry is not run twice),
 /// while the same `messageId` on another message starts a task of its own,
 /// as the A2A SDKs treat it. Without a `messageId`, a new id.
-fn task_id_of(agent: &str, message_id: Option<&str>, text: &str, context: Option<&str>) -> String {
+fn task_id_of(
+    agent: &str,
+    message_id: Option<&str>,
+    text: &str,
+    context: Option<&str>,
+    caller: Option<&str>,
+) -> String {
     match message_id.filter(|m| !m.is_empty()) {
-        Some(message) => derived_id(&[agent, message, text, context.unwrap_or_default()]),
+        Some(message) => derived_id(&[
+            agent,
+            message,
+            text,
+            context.unwrap_or_default(),
+            caller.unwrap_or_default(),
+        ]),
         None => Uuid::new_v4().to_string(),
     }
 }
@@ -265,9 +282,18 @@ fn derived_id(parts: &[&str]) -> String {
 struct A2a<'a> {
     state: &'a AppState,
     agent: &'a str,
+    /// Who asks: an invoke key sees the tasks it started and no other's.
+    caller: Caller,
 }
 
 impl A2a<'_> {
+    /// The task, if this caller may see it; else as an unknown task.
+    async fn visible(&self, task: &str) -> Result<crate::runs::RunState, RpcError> {
+        visible_run(self.state, &self.caller, self.agent, task)
+            .await
+            .map_err(|e| self.refused(task, e))
+    }
+
     fn refused(&self, task: &str, e: RunsError) -> RpcError {
         match e {
             RunsError::RunNotFound { .. } => RpcError::task_not_found(task),
@@ -290,12 +316,7 @@ impl A2a<'_> {
     async fn submit(&self, params: &SendParams) -> Result<Submitted, RpcError> {
         let said = said(&params.message.parts)?;
         if let Some(task) = &params.message.task_id {
-            let run = self
-                .state
-                .runs
-                .state(self.agent, task)
-                .await
-                .map_err(|e| self.refused(task, e))?;
+            let run = self.visible(task).await?;
             if let Some(context) = &params.message.context_id {
                 if context != &run.record.thread_id {
                     return Err(RpcError::invalid_params(format!(
@@ -344,6 +365,7 @@ impl A2a<'_> {
             params.message.message_id.as_deref(),
             &said.text,
             context_named,
+            self.caller.id(),
         );
         if let Some(message_id) = params
             .message
@@ -360,7 +382,8 @@ impl A2a<'_> {
                 match self.state.runs.record(self.agent, &id).await {
                     Ok(run)
                         if run.message == said.text
-                            && context_named.is_none_or(|c| c == run.thread_id) =>
+                            && context_named.is_none_or(|c| c == run.thread_id)
+                            && self.caller.sees(run.caller.as_deref()) =>
                     {
                         return Ok(Submitted::Existing(id))
                     }
@@ -371,6 +394,14 @@ impl A2a<'_> {
         }
         let context = match &params.message.context_id {
             Some(c) if !c.trim().is_empty() && c.len() <= MAX_CONTEXT_LEN && !c.contains('\0') => {
+                let ours = may_continue(self.state, &self.caller, self.agent, c)
+                    .await
+                    .map_err(|e| self.refused("", e))?;
+                if !ours {
+                    return Err(RpcError::invalid_params(format!(
+                        "context '{c}' was started by another caller: use a contextId of your own"
+                    )));
+                }
                 c.clone()
             }
             Some(_) => {
@@ -389,6 +420,7 @@ impl A2a<'_> {
             message: said.text,
             response_format: None,
             traceparent: crate::telemetry::current_traceparent(),
+            caller: self.caller.id().map(str::to_string),
         }))
     }
 
@@ -412,12 +444,7 @@ impl A2a<'_> {
 
     /// The task as it stands.
     async fn current(&self, task: &str, shown: Shown) -> Result<Value, RpcError> {
-        let run = self
-            .state
-            .runs
-            .state(self.agent, task)
-            .await
-            .map_err(|e| self.refused(task, e))?;
+        let run = self.visible(task).await?;
         Ok(task::task(&run.record, &run.pending, shown))
     }
 
@@ -512,12 +539,7 @@ impl A2a<'_> {
             history: shown_history(params.history_length)?,
             artifacts: true,
         };
-        let run = self
-            .state
-            .runs
-            .state(self.agent, &params.id)
-            .await
-            .map_err(|e| self.refused(&params.id, e))?;
+        let run = self.visible(&params.id).await?;
         Ok(task::task(&run.record, &run.pending, shown))
     }
 
@@ -551,11 +573,17 @@ impl A2a<'_> {
                     },
                 )?),
             };
+        // An invoke key lists the tasks it started; a caller no key admitted
+        // none.
+        let Ok(caller) = self.caller.narrows_to() else {
+            return Ok(json!({"tasks": [], "nextPageToken": "", "pageSize": page_size}));
+        };
         let filter = RunFilter {
             session_id: params.context_id.filter(|c| !c.is_empty()),
             status,
             before,
             limit: page_size,
+            caller: caller.map(str::to_string),
         };
         let shown = Shown {
             history: shown_history(params.history_length)?,
@@ -581,6 +609,7 @@ impl A2a<'_> {
 
     async fn cancel(&self, params: &Value) -> Result<Value, RpcError> {
         let params: TaskParams = params_of(params)?;
+        self.visible(&params.id).await?;
         let outcome = self
             .state
             .runs
@@ -620,12 +649,7 @@ impl A2a<'_> {
 
     async fn subscribe(&self, params: &Value, framing: Framing) -> Result<Response, RpcError> {
         let params: TaskParams = params_of(params)?;
-        let run = self
-            .state
-            .runs
-            .state(self.agent, &params.id)
-            .await
-            .map_err(|e| self.refused(&params.id, e))?;
+        let run = self.visible(&params.id).await?;
         if run.record.status.is_finished() {
             return Err(RpcError::unsupported(format!(
                 "task '{}' has ended ({}): read it with GetTask",

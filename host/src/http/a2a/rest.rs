@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
+use super::super::caller::Caller;
 use super::rpc::RpcError;
 use super::stream::Framing;
 use super::{version, A2a};
@@ -33,6 +34,7 @@ use crate::http::{ApiError, AppState};
 fn admitted<'a>(
     state: &'a AppState,
     agent: &'a str,
+    caller: Caller,
     headers: &HeaderMap,
 ) -> Result<A2a<'a>, Response> {
     state
@@ -40,7 +42,11 @@ fn admitted<'a>(
         .served(agent)
         .map_err(|e| ApiError::from(e).into_response())?;
     version(headers).map_err(|e| e.response())?;
-    Ok(A2a { state, agent })
+    Ok(A2a {
+        state,
+        agent,
+        caller,
+    })
 }
 
 /// The call's answer, or its error as the binding answers it.
@@ -84,10 +90,11 @@ async fn body_of(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Va
 pub async fn message(
     State(state): State<AppState>,
     Path((agent, verb)): Path<(String, String)>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let a2a = match admitted(&state, &agent, &headers) {
+    let a2a = match admitted(&state, &agent, caller, &headers) {
         Ok(a2a) => a2a,
         Err(refused) => return Ok(refused),
     };
@@ -119,10 +126,11 @@ pub async fn message(
 pub async fn task_get(
     State(state): State<AppState>,
     Path((agent, id)): Path<(String, String)>,
+    caller: Caller,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let a2a = match admitted(&state, &agent, &headers) {
+    let a2a = match admitted(&state, &agent, caller, &headers) {
         Ok(a2a) => a2a,
         Err(refused) => return Ok(refused),
     };
@@ -150,10 +158,11 @@ pub async fn task_get(
 pub async fn task_post(
     State(state): State<AppState>,
     Path((agent, id)): Path<(String, String)>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let a2a = match admitted(&state, &agent, &headers) {
+    let a2a = match admitted(&state, &agent, caller, &headers) {
         Ok(a2a) => a2a,
         Err(refused) => return Ok(refused),
     };
@@ -175,7 +184,7 @@ pub async fn task_post(
 /// push notifications (its cards say so), and the spec wants
 /// `PushNotificationNotSupportedError` for them, as JSON-RPC answers.
 fn push_not_supported(state: &AppState, agent: &str, headers: &HeaderMap) -> Response {
-    match admitted(state, agent, headers) {
+    match admitted(state, agent, Caller::Unknown, headers) {
         Ok(_) => RpcError::push_not_supported().response(),
         Err(refused) => refused,
     }
@@ -266,10 +275,11 @@ fn subscribed(result: Result<Response, RpcError>) -> Response {
 pub async fn list_tasks(
     State(state): State<AppState>,
     Path(agent): Path<String>,
+    caller: Caller,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let a2a = match admitted(&state, &agent, &headers) {
+    let a2a = match admitted(&state, &agent, caller, &headers) {
         Ok(a2a) => a2a,
         Err(refused) => return Ok(refused),
     };

@@ -97,8 +97,8 @@ impl RunTx for PgTx<'_> {
 
     async fn insert_run(&mut self, run: &RunRow<'_>, now: i64) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, status, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7)",
+            "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, caller, status, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $8, 'pending', $7, $7)",
         )
         .bind(run.correlation_id)
         .bind(run.agent)
@@ -107,6 +107,7 @@ impl RunTx for PgTx<'_> {
         .bind(run.response_format)
         .bind(run.traceparent)
         .bind(now)
+        .bind(run.caller)
         .execute(&mut *self.0)
         .await?;
         Ok(())
@@ -127,8 +128,8 @@ impl RunTx for PgTx<'_> {
                    THEN s.epoch + 1 ELSE s.epoch END \
                RETURNING (xmax = 0) AS new_session, owner, epoch \
              ), queued AS ( \
-               INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, status, created_at, updated_at) \
-               VALUES ($5, $1, $2, $6, $7, $8, 'pending', $3, $3) \
+               INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, caller, status, created_at, updated_at) \
+               VALUES ($5, $1, $2, $6, $7, $8, $9, 'pending', $3, $3) \
              ) \
              SELECT t.new_session, t.owner, t.epoch, EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_id = $2 \
                AND status IN ('pending', 'running')) AS busy FROM touched t",
@@ -144,6 +145,7 @@ impl RunTx for PgTx<'_> {
                 .bind(run.message)
                 .bind(run.response_format)
                 .bind(run.traceparent)
+                .bind(run.caller)
                 .fetch_one(&mut *self.0)
                 .await?;
         let claimed = match (self.1, owner) {

@@ -172,7 +172,8 @@ fn add_starts(
 ) -> Result<(), StoreError> {
     let (mut agent, mut session, mut correlation, mut message) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut format, mut trace, mut cutoff) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut format, mut trace, mut cutoff, mut caller) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for write in starts {
         let RunWrite::Start { run, expire_before } = write else {
             continue;
@@ -184,6 +185,7 @@ fn add_starts(
         format.push(run.response_format.as_ref().map(|f| f.to_string()));
         trace.push(run.traceparent.clone());
         cutoff.push(*expire_before);
+        caller.push(run.caller.clone());
     }
     let queued = agent.len();
     let columns = [
@@ -194,6 +196,7 @@ fn add_starts(
         s.bind(format)? + "::TEXT[]",
         s.bind(trace)? + "::TEXT[]",
         s.bind(cutoff)? + "::BIGINT[]",
+        s.bind(caller)? + "::TEXT[]",
     ]
     .join(", ");
     let (now, me, live) = (s.now().to_string(), s.me()?, SharedHub::live_hosts());
@@ -219,7 +222,7 @@ fn add_starts(
         "run_input",
         format!(
             "SELECT r.*, COALESCE({me}, {assignee}) AS taker FROM UNNEST({columns}) WITH ORDINALITY \
-             AS r(agent, sid, corr, message, format, trace, cutoff, n)"
+             AS r(agent, sid, corr, message, format, trace, cutoff, caller, n)"
         ),
     );
     s.part(
@@ -275,8 +278,8 @@ fn add_starts(
         "run_queued",
         format!(
             "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, \
-             status, created_at, updated_at) \
-             SELECT corr, agent, sid, message, format, trace, 'pending', {now}, {now} FROM run_input ORDER BY n"
+             caller, status, created_at, updated_at) \
+             SELECT corr, agent, sid, message, format, trace, caller, 'pending', {now}, {now} FROM run_input ORDER BY n"
         ),
     );
     s.part(
@@ -411,7 +414,7 @@ fn add_ends(
              WHERE r.correlation_id = i.corr AND r.status IN ('pending', 'running') \
              AND i.n IN (SELECT n FROM end_held) RETURNING i.n, i.corr, r.agent, r.session_id, r.message, \
              r.response_format, r.status, r.response, r.error, r.error_code, r.usage, r.created_at, \
-             r.updated_at, r.traceparent"
+             r.updated_at, r.traceparent, r.caller"
         ),
     );
     // Each ended run's messages follow its session's last one (looked up
@@ -452,7 +455,7 @@ fn add_ends(
         "(SELECT COUNT(pg_notify({channel}, CASE WHEN octet_length(p) <= {max} THEN p ELSE {finished} || corr END)) \
          FROM (SELECT d.corr, {ended} || json_build_array(d.corr, d.agent, d.session_id, d.message, \
            d.response_format, d.status, d.response, d.error, d.error_code, d.usage, d.created_at, \
-           d.updated_at, d.traceparent)::TEXT AS p FROM end_ended d \
+           d.updated_at, d.traceparent, d.caller)::TEXT AS p FROM end_ended d \
            WHERE EXISTS (SELECT 1 FROM hosts h WHERE h.id <> {sender} AND h.expires_at > {DB_NOW})) AS ended)",
         max = PAYLOAD_MAX,
     ));

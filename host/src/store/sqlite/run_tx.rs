@@ -74,8 +74,8 @@ impl RunTx for SqliteTx<'_> {
     async fn insert_run(&mut self, run: &RunRow<'_>, now: i64) -> Result<(), StoreError> {
         self.0
             .prepare_cached(
-                "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, status, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, caller, status, created_at, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
             )?
             .execute(params![
                 run.correlation_id,
@@ -84,6 +84,7 @@ impl RunTx for SqliteTx<'_> {
                 run.message,
                 run.response_format,
                 run.traceparent,
+                run.caller,
                 now,
                 now
             ])?;
