@@ -154,6 +154,18 @@ async fn a_message_sent_again_with_its_message_id_finds_the_task_it_started() {
         others.push(id);
     }
     assert_ne!(others[0], others[1]);
+    // A retry that names the context the first answer gave (sent without
+    // one), or leaves out the one it named: the same task.
+    let first_answer = task_of(send_message(&host, hi("m-3"), true).await);
+    let mut named = hi("m-3");
+    named["contextId"] = first_answer["contextId"].clone();
+    let retried = task_of(send_message(&host, named, true).await);
+    assert_eq!(retried["id"], first_answer["id"], "{retried}");
+    let mut on_context = hi("m-4");
+    on_context["contextId"] = json!("ctx-4");
+    let first_on_context = task_of(send_message(&host, on_context, true).await);
+    let retried = task_of(send_message(&host, hi("m-4"), true).await);
+    assert_eq!(retried["id"], first_on_context["id"], "{retried}");
     // Five at once with one id: one task.
     let many =
         futures::future::join_all((0..5).map(|_| send_message(&host, hi("m-2"), true))).await;
@@ -176,12 +188,12 @@ async fn a_message_sent_again_with_its_message_id_finds_the_task_it_started() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let runs = runs_of(&host, "tuned").await;
-        if runs.len() == 6 && runs.iter().all(|r| r["status"] == "completed") {
+        if runs.len() == 8 && runs.iter().all(|r| r["status"] == "completed") {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "six tasks, each completed: {runs:?}"
+            "eight tasks, each completed: {runs:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -337,7 +337,10 @@ impl Claim<'_> {
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
         if self.open {
-            self.hot.inner().claimed.remove(&self.id);
+            let mut inner = self.hot.inner();
+            inner.claimed.remove(&self.id);
+            // No image goes back: the next episode reads the store anyway.
+            inner.stale_inbox.remove(&self.id);
         }
     }
 }

@@ -25,7 +25,7 @@ use axum::http::header::{HOST, ORIGIN};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, Any, CorsLayer};
 
 use super::error::ApiError;
 
@@ -85,14 +85,14 @@ impl Allowed {
         let origin_host = parsed.as_ref().and_then(|u| u.host_str()).map(host_name);
         let loopback = origin_host.as_deref().is_some_and(is_loopback);
         // The host's own pages (the dashboard) come from where they are served.
+        // The origin's name and port (a default port left out, as both a
+        // browser's `Origin` and `Host` leave it) are the `Host`.
         let same = parsed.as_ref().zip(host).is_some_and(|(url, host)| {
-            let port = url.port_or_known_default();
-            let authority = match port {
+            let authority = match url.port() {
                 Some(port) => format!("{}:{port}", url.host_str().unwrap_or_default()),
                 None => url.host_str().unwrap_or_default().to_string(),
             };
             authority.eq_ignore_ascii_case(host)
-                || url.host_str().is_some_and(|h| h.eq_ignore_ascii_case(host))
         });
         (!listed && !loopback && !same).then(|| {
             format!(
@@ -121,17 +121,33 @@ impl Allowed {
             CorsLayer::new()
                 .allow_origin(origin)
                 .allow_methods(Any)
-                .allow_headers(Any)
+                // The headers the page asks for, `Authorization` included
+                // (a `*` would not cover it). No credentials are allowed: a
+                // browser's stored sign-in to the dashboard never goes with
+                // another site's request.
+                .allow_headers(AllowHeaders::mirror_request())
                 .expose_headers(Any),
         )
     }
 }
 
 /// The name part of a `Host` (or of a listed name): no port, no brackets.
+/// Anything but a port after a bracketed address leaves it whole (and so
+/// no loopback name).
 fn host_name(host: &str) -> String {
     let host = host.trim();
     if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or_default().to_string();
+        return match rest.split_once(']') {
+            Some((address, "")) => address.to_string(),
+            Some((address, port))
+                if port
+                    .strip_prefix(':')
+                    .is_some_and(|p| p.parse::<u16>().is_ok()) =>
+            {
+                address.to_string()
+            }
+            _ => host.to_string(),
+        };
     }
     match host.rsplit_once(':') {
         // One colon: name and port. More: a bare IPv6 address.
@@ -167,7 +183,9 @@ pub async fn guard(
         .and_then(|h| h.to_str().ok())
         .map(str::to_string)
         .or_else(|| request.uri().authority().map(|a| a.to_string()));
-    let origin = headers.get(ORIGIN).and_then(|o| o.to_str().ok());
+    // An `Origin` that is not text names no site this host knows: taken
+    // as a foreign one (it parses as no URL).
+    let origin = headers.get(ORIGIN).map(|o| o.to_str().unwrap_or("\u{1}"));
     if let Some(why) = allowed.refuses_host(host.as_deref()) {
         tracing::warn!(
             host = host.as_deref().unwrap_or_default(),
@@ -217,6 +235,9 @@ mod tests {
             "localhost.evil.example",
             "10.0.0.1:7071",
             "[::2]:7071",
+            "[::1]evil",
+            "[::1]:x",
+            "0.0.0.0:7071",
         ] {
             assert!(
                 allowed
@@ -274,6 +295,13 @@ mod tests {
             ),
             None
         );
+        // Another port of the same name is another site.
+        assert!(public
+            .refuses_origin(
+                Some("http://agents.example.com:8080"),
+                Some("agents.example.com")
+            )
+            .is_some());
     }
 
     #[test]

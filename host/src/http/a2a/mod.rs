@@ -221,6 +221,14 @@ fn json_content(headers: &HeaderMap) -> Result<(), RpcError> {
     )))
 }
 
+/// Whether a message was sent before.
+enum Sent {
+    /// Its task.
+    Before(String),
+    /// The id of the task it starts.
+    New(String),
+}
+
 /// What a message asked for.
 enum Submitted {
     /// A new run, on the message's context.
@@ -230,47 +238,56 @@ enum Submitted {
     Existing(String),
 }
 
-/// The task (run correlation id) a message starts: derived from its
-/// `messageId` with its text, the context it names and who sends it (an
-/// invoke key's id), so that sending the
-/// same message again finds that task (a client's retry is not run twice),
-/// while the same `messageId` on another message starts a task of its own,
-/// as the A2A SDKs treat it. Without a `messageId`, a new id.
-fn task_id_of(
+/// The task (run correlation id) a message with a `messageId` starts:
+/// derived from that id, its text and who sends it (an invoke key's id), so
+/// that sending the same message again finds that task (a client's retry is
+/// not run again), named context or not: a client that sent it without one
+/// and learned the context from the answer may name it in its retry, or the
+/// other way round. The same `messageId` on another text starts a task of
+/// its own, as the A2A SDKs take it, and so does the same message on
+/// another context than its task's ([`task_id_elsewhere`]).
+fn task_id_of(agent: &str, message_id: &str, text: &str, caller: Option<&str>) -> String {
+    derived_id(&[agent, message_id, text, caller.unwrap_or_default()])
+}
+
+/// The task of a message sent again on another context than the task its
+/// id and text first started.
+fn task_id_elsewhere(
     agent: &str,
-    message_id: Option<&str>,
+    message_id: &str,
     text: &str,
-    context: Option<&str>,
     caller: Option<&str>,
+    context: &str,
 ) -> String {
-    match message_id.filter(|m| !m.is_empty()) {
-        Some(message) => derived_id(&[
-            agent,
-            message,
-            text,
-            context.unwrap_or_default(),
-            caller.unwrap_or_default(),
-        ]),
-        None => Uuid::new_v4().to_string(),
-    }
+    derived_id(&[agent, message_id, text, caller.unwrap_or_default(), context])
 }
 
-/// The id an earlier build derived from the `messageId` alone: a message
-/// sent before an upgrade and again after it still finds its task.
+/// The id an earlier build derived from the `messageId` alone (its parts
+/// joined by a zero byte): a message sent before an upgrade and again
+/// after it still finds its task.
 fn task_id_before(agent: &str, message_id: &str) -> String {
-    derived_id(&[agent, message_id])
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(agent.as_bytes())
+        .chain_update([0])
+        .chain_update(message_id.as_bytes())
+        .finalize();
+    uuid_of(&digest)
 }
 
+/// An id from `parts`, each length-prefixed (no two lists of parts hash
+/// alike, whatever bytes they hold).
 fn derived_id(parts: &[&str]) -> String {
     use sha2::{Digest, Sha256};
-    let mut hash = Sha256::new();
-    for (n, part) in parts.iter().enumerate() {
-        if n > 0 {
-            hash.update([0]);
-        }
+    let mut hash = Sha256::new().chain_update(b"agenthost a2a task\0");
+    for part in parts {
+        hash.update((part.len() as u64).to_be_bytes());
         hash.update(part.as_bytes());
     }
-    let digest = hash.finalize();
+    uuid_of(&hash.finalize())
+}
+
+fn uuid_of(digest: &[u8]) -> String {
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest[..16]);
     uuid::Builder::from_custom_bytes(bytes)
@@ -309,6 +326,45 @@ impl A2a<'_> {
                 RpcError::internal(format!("Internal error: {other}"))
             }
         }
+    }
+
+    /// Whether the message `message_id` with `text` was sent before (by
+    /// this caller, on the context named or on any when none is): its
+    /// task; else the id of the task it starts.
+    async fn sent_before(
+        &self,
+        message_id: &str,
+        text: &str,
+        context: Option<&str>,
+    ) -> Result<Sent, RpcError> {
+        let caller = self.caller.id();
+        let first = task_id_of(self.agent, message_id, text, caller);
+        let mut candidates = vec![first.clone(), task_id_before(self.agent, message_id)];
+        if let Some(context) = context {
+            candidates.push(task_id_elsewhere(
+                self.agent, message_id, text, caller, context,
+            ));
+        }
+        let mut first_taken = false;
+        for id in candidates {
+            match self.state.runs.record(self.agent, &id).await {
+                Ok(run) if run.message == text && self.caller.sees(run.caller.as_deref()) => {
+                    if context.is_none_or(|c| c == run.thread_id) {
+                        return Ok(Sent::Before(id));
+                    }
+                    first_taken |= id == first;
+                }
+                Ok(_) => first_taken |= id == first,
+                Err(RunsError::RunNotFound { .. }) => {}
+                Err(e) => return Err(self.refused("", e)),
+            }
+        }
+        Ok(Sent::New(match (first_taken, context) {
+            (true, Some(context)) => {
+                task_id_elsewhere(self.agent, message_id, text, caller, context)
+            }
+            _ => first,
+        }))
     }
 
     /// A new message's run (not stored yet), or the task whose tool calls
@@ -360,38 +416,23 @@ impl A2a<'_> {
             return Err(RpcError::invalid_params("the message has no text"));
         }
         let context_named = params.message.context_id.as_deref();
-        let correlation_id = task_id_of(
-            self.agent,
-            params.message.message_id.as_deref(),
-            &said.text,
-            context_named,
-            self.caller.id(),
-        );
-        if let Some(message_id) = params
+        let message_id = params
             .message
             .message_id
             .as_deref()
-            .filter(|m| !m.is_empty())
-        {
-            // The same message again (same text, same context or none
-            // named): a retry, answered with its task.
-            for id in [
-                correlation_id.clone(),
-                task_id_before(self.agent, message_id),
-            ] {
-                match self.state.runs.record(self.agent, &id).await {
-                    Ok(run)
-                        if run.message == said.text
-                            && context_named.is_none_or(|c| c == run.thread_id)
-                            && self.caller.sees(run.caller.as_deref()) =>
-                    {
-                        return Ok(Submitted::Existing(id))
-                    }
-                    Ok(_) | Err(RunsError::RunNotFound { .. }) => {}
-                    Err(e) => return Err(self.refused("", e)),
+            .filter(|m| !m.is_empty());
+        let correlation_id = match message_id {
+            Some(message_id) => {
+                match self
+                    .sent_before(message_id, &said.text, context_named)
+                    .await?
+                {
+                    Sent::Before(task) => return Ok(Submitted::Existing(task)),
+                    Sent::New(id) => id,
                 }
             }
-        }
+            None => Uuid::new_v4().to_string(),
+        };
         let context = match &params.message.context_id {
             Some(c) if !c.trim().is_empty() && c.len() <= MAX_CONTEXT_LEN && !c.contains('\0') => {
                 let ours = may_continue(self.state, &self.caller, self.agent, c)
