@@ -57,8 +57,9 @@ pub async fn decide(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    visible_run(&state, &caller, &name, &correlation_id).await?;
+    // The body first: one past the limit is refused before anything is read.
     let body = read_limited(&headers, body, &state.config).await?;
+    visible_run(&state, &caller, &name, &correlation_id).await?;
     let body: DecisionBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(
             "invalid_decision",

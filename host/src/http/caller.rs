@@ -13,8 +13,8 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use super::AppState;
+use crate::runs::RunFilter;
 use crate::runs::RunsError;
-use crate::store::RunFilter;
 
 /// Set by `authorize` on a request its key admitted; absent on a host
 /// without keys and on open routes.
