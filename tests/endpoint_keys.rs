@@ -52,6 +52,7 @@ fn routes(run: &str, session: &str) -> Vec<Route> {
     vec![
         route(Method::GET, "/api/health", open, 200),
         route(Method::GET, "/api/health/live", open, 200),
+        route(Method::POST, "/agenthost-wake", open, 200),
         route(Method::GET, "/api/health/ready", open, 200),
         route(Method::GET, "/api/openapi.json", open, 200),
         route(Method::POST, "/api/agents/writer/run", invoke, 202),

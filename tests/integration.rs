@@ -16,6 +16,7 @@ mod components_dir;
 mod concurrency;
 mod credentials;
 mod dashboard;
+mod deploy;
 mod determinism;
 mod doc_blocks;
 mod durable_engine;

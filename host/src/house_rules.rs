@@ -464,6 +464,9 @@ const STORE_LAYERS: &[&[&str]] = &[
         "tasks",
         "versions",
     ],
+    // A reader of the hub for a process that serves none (`agenthost due`),
+    // on the calls' queries.
+    &["due"],
     // The face: declares the rest and re-exports what the crate uses.
     &["mod"],
     // Tests of the whole store (`#[cfg(test)]`), on both stores.

@@ -12,6 +12,7 @@ use crate::taskhub::ConnectionString;
 mod build;
 mod client;
 mod dev;
+mod functions;
 mod scaffold;
 
 #[derive(Debug, Parser)]
@@ -89,6 +90,41 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: ToolCommand,
     },
+    /// Azure Functions: `init DIR` writes a function app folder that runs
+    /// this binary as a custom handler (docs/deploy.md).
+    Functions {
+        #[command(subcommand)]
+        command: FunctionsCommand,
+    },
+    /// What a host of the task hub would have to do now (or within
+    /// `--within`), read from the store by a process that serves nothing:
+    /// for a platform that scaled to zero and must know when to start a
+    /// host. Prints JSON; `--sql` prints the query a scaler runs itself.
+    Due(DueArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum FunctionsCommand {
+    /// Write the function app folder DIR.
+    Init(functions::InitArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DueArgs {
+    /// The store (as `serve --store`).
+    #[arg(long, env = "AGENTHOST_STORE", default_value = "sqlite://agenthost.db")]
+    pub store: String,
+    /// The task hub.
+    #[arg(long, env = "TASKHUB_NAME", default_value = "default")]
+    pub taskhub: String,
+    /// Count what falls due within this lead time too (a host takes a
+    /// moment to start).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub within: std::time::Duration,
+    /// Print the SQL that answers the same number (PostgreSQL: for KEDA's
+    /// `postgresql` scaler) instead of running it.
+    #[arg(long)]
+    pub sql: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -286,6 +322,10 @@ async fn run() -> ExitCode {
                 },
         } => crate::server::call_tool(&file, &tool, &arguments).await,
         Command::Client(args) => client::run(args).await,
+        Command::Functions {
+            command: FunctionsCommand::Init(args),
+        } => functions::init(&args),
+        Command::Due(args) => due(&args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -295,6 +335,44 @@ async fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `agenthost due`: the due work as JSON, or the scaler's query.
+async fn due(args: &DueArgs) -> anyhow::Result<()> {
+    let hub = crate::store::TaskHub::new(&args.taskhub)?;
+    let within = i64::try_from(args.within.as_millis()).unwrap_or(i64::MAX);
+    if args.sql {
+        let postgres = args.store.starts_with("postgres");
+        let (kind, schema, at) = match postgres {
+            true => (
+                crate::store::Kind::Postgres,
+                format!("\"taskhub_{hub}\""),
+                crate::store::postgres_now_plus(within),
+            ),
+            false => (
+                crate::store::Kind::Sqlite,
+                String::new(),
+                format!("(CAST(strftime('%s', 'now') AS INTEGER) * 1000 + {within})"),
+            ),
+        };
+        println!("{}", crate::store::due_sql(kind, &schema, &at));
+        return Ok(());
+    }
+    let due = crate::store::due_work(&args.store, &hub, within).await?;
+    let next = due
+        .next_at
+        .and_then(chrono::DateTime::from_timestamp_millis);
+    println!(
+        "{}",
+        serde_json::json!({
+            "due": due.total(),
+            "instances": due.instances,
+            "tasks": due.tasks,
+            "runs": due.runs,
+            "nextDueAt": next.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        })
+    );
+    Ok(())
 }
 
 /// `agenthost new agent|orchestration NAME`.

@@ -263,7 +263,11 @@ pub fn required_scope(method: &Method, route: &str) -> Option<Scope> {
         method.as_str()
     };
     match (method, route) {
-        (_, "/api/health" | "/api/health/live" | "/api/health/ready" | "/api/openapi.json") => None,
+        (
+            _,
+            "/api/health" | "/api/health/live" | "/api/health/ready" | "/api/openapi.json"
+            | "/agenthost-wake",
+        ) => None,
         // Agent cards are how A2A callers discover an agent (and the keys
         // it wants): open, as the OpenAPI document is.
         ("GET", "/.well-known/agent-card.json" | "/a2a/{agent}/.well-known/agent-card.json") => {

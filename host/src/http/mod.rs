@@ -12,6 +12,7 @@ mod components;
 mod dashboard;
 mod deprecation;
 mod error;
+mod functions;
 pub(crate) mod grpc;
 mod health;
 mod instance_body;
@@ -139,6 +140,7 @@ fn routes(state: &AppState, mcp: bool) -> Router<AppState> {
             get(sessions::get_by_hosting_route),
         )
         .route("/api/components", get(components::list))
+        .route("/agenthost-wake", post(functions::wake))
         .route("/metrics", get(metrics::get))
         .route("/api/openapi.json", get(openapi::get))
         .route("/api/orchestrators/{name}", post(orchestrators::start))

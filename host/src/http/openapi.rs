@@ -39,6 +39,7 @@ use super::schemas::ErrorBody;
         super::a2a::rest::push_config_get,
         super::a2a::rest::push_config_delete,
         super::a2a::call_at_slash,
+        super::functions::wake,
         super::streams::get,
         super::approvals::decide,
         super::sessions::get,
@@ -192,6 +193,7 @@ mod tests {
                 let security = operation["security"].as_array();
                 let open = path.starts_with("/api/health")
                     || path == "/api/openapi.json"
+                    || path == "/agenthost-wake"
                     || path.ends_with("/.well-known/agent-card.json");
                 assert_eq!(
                     security.map(Vec::is_empty),

@@ -80,7 +80,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_HOST", default_value = defaults::HOST)]
     pub host: IpAddr,
 
-    /// Port to listen on (0 picks a free one).
+    /// Port to listen on (0 picks a free one). Under the Azure Functions
+    /// host (a custom handler), `FUNCTIONS_CUSTOMHANDLER_PORT`, which it
+    /// sets, is the port.
     #[arg(long, env = "AGENTHOST_PORT", default_value_t = defaults::PORT)]
     pub port: u16,
 
@@ -356,6 +358,11 @@ impl From<ServeArgs> for Settings {
             resolve,
         } = args;
         let variable = |name: &str| std::env::var(name).ok();
+        // The Functions host forwards to the port it chose for its custom
+        // handler, and says which in this variable.
+        let port = variable("FUNCTIONS_CUSTOMHANDLER_PORT")
+            .and_then(|p| p.trim().parse::<u16>().ok())
+            .unwrap_or(port);
         let (taskhub, grpc, grpc_port) = durable_task_aliases(
             &variable,
             taskhub,

@@ -21,6 +21,10 @@ pub enum StoreError {
     Write(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// What a reader of a store that is not there (or holds no such hub)
+    /// is told.
+    #[error("{0}")]
+    Absent(String),
     #[error("the store did not answer {what} within {after:?}: the database is unreachable or its connection went silent")]
     Deadline {
         what: &'static str,

@@ -48,6 +48,7 @@ mod open;
 // The store's calls.
 mod approvals;
 mod claims;
+mod due;
 mod episodes;
 mod hosts;
 mod instances;
@@ -67,6 +68,7 @@ pub use clock::now_ms;
 // Named by the crate's docs (`durable/hot.rs`); its code passes a closure.
 #[allow(unused_imports)]
 pub use commit_queue::InboxSink;
+pub use due::{due_sql, due_work, postgres_now_plus};
 pub use durable_records::{
     Applied, ArrivalWritten, Arriving, Image, InboxRow, Loaded, Target, TaskRow,
 };

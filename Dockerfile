@@ -1,0 +1,33 @@
+# syntax=docker/dockerfile:1
+# agenthost in a container: the host and the sample components, built from
+# this repository by its stable make targets, on a small runtime image that
+# runs as a user of its own. The components directory and the store are
+# volumes; probes: GET /api/health/live and /api/health/ready on 7071.
+# docs/deploy.md walks through it (and the Kubernetes manifests beside it).
+
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN make release components COMPONENTS=/out/components \
+    && cp target/release/agenthost /out/agenthost
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin agenthost \
+    && mkdir -p /components /var/lib/agenthost \
+    && chown 10001:10001 /var/lib/agenthost
+COPY --from=build /out/agenthost /usr/local/bin/agenthost
+COPY --from=build /out/components /components
+USER 10001:10001
+# The SQLite store and the compiled-component cache live here (one
+# replica); give a PostgreSQL URL in AGENTHOST_STORE for more than one.
+ENV AGENTHOST_STORE=sqlite:///var/lib/agenthost/agenthost.db
+VOLUME ["/components", "/var/lib/agenthost"]
+EXPOSE 7071
+# SIGTERM drains: runs in flight finish (or are handed back) within
+# --shutdown-grace, then the process exits.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/agenthost"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "7071", "--components", "/components", "--cache-dir", "/var/lib/agenthost/cache"]
