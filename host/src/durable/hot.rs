@@ -103,6 +103,10 @@ struct Inner {
     /// Images whose inbox lacks rows another host committed: their next
     /// episode reads the inbox again (nothing else of them changed).
     stale_inbox: HashSet<String>,
+    /// Instances this host is creating (see [`HotInstances::expect`]): the
+    /// rows committed for them before they are seeded, and whether one of
+    /// them must be read from the store instead.
+    expected: HashMap<String, (Vec<InboxRow>, bool)>,
 }
 
 impl Inner {
@@ -114,6 +118,14 @@ impl Inner {
             }
         }
         self.publish();
+    }
+
+    /// An instance being created whose rows this host may not have seen
+    /// all of: its image, once seeded, reads its inbox first.
+    fn must_read(&mut self, id: &str) {
+        if let Some((_, read)) = self.expected.get_mut(id) {
+            *read = true;
+        }
     }
 
     /// Accounts for an image taken out of `entries`.
@@ -140,6 +152,7 @@ impl HotInstances {
                 rows: 0,
                 claimed: HashMap::new(),
                 stale_inbox: HashSet::new(),
+                expected: HashMap::new(),
             }),
         }
     }
@@ -185,6 +198,13 @@ impl HotInstances {
         let mut inner = self.inner();
         for (id, row) in rows {
             let raised = matches!(row.event, Event::EventRaised { .. });
+            if let Some((collected, read)) = inner.expected.get_mut(&id) {
+                match self.shared && raised {
+                    true => *read = true,
+                    false => collected.push(row),
+                }
+                continue;
+            }
             if self.shared && raised {
                 if inner.claimed.contains_key(&id) || inner.entries.contains(&id) {
                     inner.stale_inbox.insert(id);
@@ -203,24 +223,48 @@ impl HotInstances {
         inner.evict_past(self.budget);
     }
 
+    /// Collects the rows committed for `id`, which this host is about to
+    /// create, until it is seeded: a row committed in the start's own batch,
+    /// or before the starter seeds it (an event raised at once), would
+    /// otherwise reach no image, and one raised later would join the image
+    /// ahead of it. Call before the start is written; the expectation ends
+    /// with the returned guard.
+    pub fn expect(&self, id: &str) -> Expecting<'_> {
+        self.inner()
+            .expected
+            .insert(id.to_string(), (Vec::new(), false));
+        Expecting {
+            hot: self,
+            id: id.to_string(),
+        }
+    }
+
     /// Keeps an instance this host just created (and committed) hot from
-    /// the start: its first episode then reads nothing. Left alone if an
-    /// image or an episode of it is there already.
+    /// the start: its first episode then reads nothing of it, but for its
+    /// inbox when it was not expected (a child an episode created, an
+    /// entity), whose rows committed before now reached no image. Left
+    /// alone if an image or an episode of it is there already.
     pub fn seed(&self, loaded: Loaded) {
         let mut inner = self.inner();
         let id = loaded.state.id.clone();
+        let expected = inner.expected.remove(&id);
         if inner.entries.contains(&id) || inner.claimed.contains_key(&id) {
             return;
         }
+        let (inbox, read) = expected.unwrap_or((Vec::new(), true));
         let image = HotInstance {
             loaded,
             journal: Vec::new(),
-            inbox: Vec::new(),
+            inbox,
         };
         let size = image.size();
         if size > self.budget {
             return;
         }
+        if read {
+            inner.stale_inbox.insert(id.clone());
+        }
+        inner.rows += image.inbox.len();
         inner.entries.put(id, image);
         inner.bytes += size;
         inner.evict_past(self.budget);
@@ -233,6 +277,7 @@ impl HotInstances {
     /// way here: this host runs it.
     pub fn inbox_changed(&self, id: &str) -> bool {
         let mut inner = self.inner();
+        inner.must_read(id);
         if inner.entries.contains(id) {
             inner.stale_inbox.insert(id.to_string());
             return true;
@@ -245,6 +290,7 @@ impl HotInstances {
     /// it was hot or under way here: this host runs it.
     pub fn forget(&self, id: &str) -> bool {
         let mut inner = self.inner();
+        inner.must_read(id);
         let image = inner.entries.pop(id);
         let had = image.is_some();
         inner.stale_inbox.remove(id);
@@ -263,6 +309,9 @@ impl HotInstances {
         inner.rows = 0;
         inner.claimed.clear();
         inner.stale_inbox.clear();
+        for (_, read) in inner.expected.values_mut() {
+            *read = true;
+        }
         inner.publish();
     }
 
@@ -331,6 +380,19 @@ impl Claim<'_> {
         inner.bytes += size;
         inner.rows += rows;
         inner.evict_past(self.hot.budget);
+    }
+}
+
+/// An instance this host is creating, until it is seeded (or its start
+/// failed): see [`HotInstances::expect`].
+pub(super) struct Expecting<'a> {
+    hot: &'a HotInstances,
+    id: String,
+}
+
+impl Drop for Expecting<'_> {
+    fn drop(&mut self) {
+        self.hot.inner().expected.remove(&self.id);
     }
 }
 
@@ -443,6 +505,41 @@ mod tests {
         put(&alone, "a", hot("a", 10));
         alone.deliver(vec![("a".into(), raised(9))]);
         assert_eq!(inbox_of(&alone, "a"), Some(vec![9]));
+    }
+
+    #[test]
+    fn rows_committed_before_a_new_instance_is_seeded_join_its_image() {
+        let hot_instances = HotInstances::new(1 << 20, false);
+        // Expected: a row committed in the start's batch (or before the
+        // starter seeded it) is in the image, ahead of a later one.
+        let expecting = hot_instances.expect("new");
+        hot_instances.deliver(vec![("new".into(), row(1))]);
+        hot_instances.seed(hot("new", 10).loaded);
+        drop(expecting);
+        hot_instances.deliver(vec![("new".into(), row(2))]);
+        let claim = hot_instances.claim("new");
+        assert!(!claim.inbox_stale, "nothing to read");
+        assert_eq!(
+            claim
+                .image
+                .as_ref()
+                .map(|i| i.inbox.iter().map(|r| r.id).collect::<Vec<_>>()),
+            Some(vec![1, 2])
+        );
+        drop(claim);
+        // Not expected (a child an episode created): it reads its inbox.
+        hot_instances.seed(hot("child", 10).loaded);
+        assert!(hot_instances.claim("child").inbox_stale, "read first");
+        // Another host's row while it is being created: read first too.
+        let shared = HotInstances::new(1 << 20, true);
+        let expecting = shared.expect("x");
+        shared.inbox_changed("x");
+        shared.seed(hot("x", 10).loaded);
+        drop(expecting);
+        assert!(shared.claim("x").inbox_stale, "read first");
+        // A start that failed leaves nothing behind.
+        drop(shared.expect("failed"));
+        assert!(shared.inner().expected.is_empty());
     }
 
     fn put(hot_instances: &HotInstances, id: &str, image: HotInstance) {

@@ -116,6 +116,8 @@ impl Orchestrator {
             traceparent: crate::telemetry::current_traceparent(),
             start_at,
         };
+        // Rows committed for it before it is seeded join its image.
+        let _expecting = self.hot.expect(&id);
         let applied = self
             .store
             .start(new)
