@@ -184,7 +184,11 @@ async fn the_dashboard_steers_instances_and_runs_and_shows_components_live_behin
         let body: Value = get_json(host.url(&format!("{instance}?code={ADMIN}"))).await;
         body["runtimeStatus"].clone()
     };
-    assert_eq!(status_of().await, "Running");
+    // Its first episode runs a moment after the start's 202.
+    poll(&host.url(&format!("{instance}?code={ADMIN}")), |s| {
+        s["runtimeStatus"] == "Running"
+    })
+    .await;
     let from_page = post(format!("/dashboard/api{instance}/suspend"), true)
         .await
         .unwrap();
