@@ -103,7 +103,7 @@ struct Inner {
     /// Images whose inbox lacks rows another host committed: their next
     /// episode reads the inbox again (nothing else of them changed).
     stale_inbox: HashSet<String>,
-    /// Instances this host is creating (see [`HotInstances::expect`]): the
+    /// Instances this host is creating (see [`HotInstances::expecting`]): the
     /// rows committed for them before they are seeded, and whether one of
     /// them must be read from the store instead.
     expected: HashMap<String, (Vec<InboxRow>, bool)>,
@@ -229,7 +229,7 @@ impl HotInstances {
     /// otherwise reach no image, and one raised later would join the image
     /// ahead of it. Call before the start is written; the expectation ends
     /// with the returned guard.
-    pub fn expect(&self, id: &str) -> Expecting<'_> {
+    pub fn expecting(&self, id: &str) -> Expecting<'_> {
         self.inner()
             .expected
             .insert(id.to_string(), (Vec::new(), false));
@@ -384,7 +384,7 @@ impl Claim<'_> {
 }
 
 /// An instance this host is creating, until it is seeded (or its start
-/// failed): see [`HotInstances::expect`].
+/// failed): see [`HotInstances::expecting`].
 pub(super) struct Expecting<'a> {
     hot: &'a HotInstances,
     id: String,
@@ -512,7 +512,7 @@ mod tests {
         let hot_instances = HotInstances::new(1 << 20, false);
         // Expected: a row committed in the start's batch (or before the
         // starter seeded it) is in the image, ahead of a later one.
-        let expecting = hot_instances.expect("new");
+        let expecting = hot_instances.expecting("new");
         hot_instances.deliver(vec![("new".into(), row(1))]);
         hot_instances.seed(hot("new", 10).loaded);
         drop(expecting);
@@ -532,13 +532,13 @@ mod tests {
         assert!(hot_instances.claim("child").inbox_stale, "read first");
         // Another host's row while it is being created: read first too.
         let shared = HotInstances::new(1 << 20, true);
-        let expecting = shared.expect("x");
+        let expecting = shared.expecting("x");
         shared.inbox_changed("x");
         shared.seed(hot("x", 10).loaded);
         drop(expecting);
         assert!(shared.claim("x").inbox_stale, "read first");
         // A start that failed leaves nothing behind.
-        drop(shared.expect("failed"));
+        drop(shared.expecting("failed"));
         assert!(shared.inner().expected.is_empty());
     }
 

@@ -117,7 +117,7 @@ impl Orchestrator {
             start_at,
         };
         // Rows committed for it before it is seeded join its image.
-        let _expecting = self.hot.expect(&id);
+        let _expecting = self.hot.expecting(&id);
         let applied = self
             .store
             .start(new)
