@@ -8,8 +8,13 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
+# `agenthost compile` puts each component's compiled code beside it
+# (/out/components/.compiled/): a new container, its cache empty, loads
+# them without compiling. It is checked at load against the engine and the
+# CPU; where it does not fit (another CPU kind), the host compiles instead.
 RUN make release components COMPONENTS=/out/components \
-    && cp target/release/agenthost /out/agenthost
+    && cp target/release/agenthost /out/agenthost \
+    && /out/agenthost compile /out/components
 
 FROM debian:bookworm-slim
 RUN apt-get update \

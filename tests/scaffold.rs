@@ -87,6 +87,49 @@ async fn post_when_served(url: &str, body: &str) -> reqwest::Response {
     }
 }
 
+/// A generous bound on a drop (or a fresh host's start) to a served
+/// component whose compiled code is beside it: compiling a Python or
+/// JavaScript component takes 10 s or more here, loading its compiled code
+/// well under one (`make bench`, "Cold start").
+const SERVED_WITHIN: Duration = Duration::from_secs(8);
+
+/// Where the compiled code of the component serving `agent` came from, as
+/// `/api/components` says (`compiled`, `cache`, `precompiled`).
+async fn artifact_of(host: &crate::support::host::Host, agent: &str) -> String {
+    let listed: Value = client()
+        .get(host.url("/api/components"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let components = listed["components"].as_array().cloned().unwrap_or_default();
+    components
+        .iter()
+        .find(|c| {
+            c["agents"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|a| a["name"] == agent))
+        })
+        .and_then(|c| c["artifact"].as_str())
+        .unwrap_or_else(|| panic!("no component serves {agent}: {listed}"))
+        .to_string()
+}
+
+fn copy_folder(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_folder(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 /// The guest toolchain `make guest-toolchains` installed, linked into a
 /// project where `agenthost build` looks first: `.venv` for Python,
 /// `node_modules` for JavaScript.
@@ -107,8 +150,12 @@ fn toolchain_inside(project: &Path, lang: &str) {
 async fn new_and_build(lang: &str) {
     let projects = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    // No model configured, nothing served yet.
-    let host = HostBuilder::new(dir.path()).components(&[]).start();
+    // No model configured, nothing served yet; a cache of the host's own,
+    // empty: what `build --into` compiled reaches it only beside the file.
+    let host = HostBuilder::new(dir.path())
+        .components(&[])
+        .cache_dir(&dir.path().join("own-cache"))
+        .start();
     let components = dir.path().join("components");
     let agent = format!("greeter-{lang}");
     let flow = format!("review-flow-{lang}");
@@ -137,6 +184,7 @@ async fn new_and_build(lang: &str) {
         }
         _ => agenthost(projects.path(), &build_args),
     };
+    let dropped = Instant::now();
     let said = String::from_utf8_lossy(&built.stdout);
     assert!(
         said.contains(&format!("{agent}.wasm")) && said.contains("tools: word_count"),
@@ -148,6 +196,15 @@ async fn new_and_build(lang: &str) {
     )
     .await;
     assert_eq!(answer.status(), 200);
+    // Served from the compiled code `build` put beside it, not compiled by
+    // the host (seconds for Python and JavaScript): `make bench` measures
+    // it under a second; the bound here is generous, for a loaded machine.
+    let served_after = dropped.elapsed();
+    assert_eq!(artifact_of(&host, &agent).await, "precompiled");
+    assert!(
+        served_after < SERVED_WITHIN,
+        "{lang}: served {served_after:?} after the drop"
+    );
     let text = answer.text().await.unwrap();
     assert!(text.contains(r#"The tool returned: {"words":3}"#), "{text}");
     eprintln!(
@@ -188,6 +245,31 @@ async fn new_and_build(lang: &str) {
             .unwrap_or_default()
             .contains("[offline model]"),
         "{done}"
+    );
+
+    // A fresh host (the image's case: the components folder with what is
+    // beside it, an empty cache of its own) answers its first run soon.
+    let fresh_dir = tempfile::tempdir().unwrap();
+    copy_folder(&components, &fresh_dir.path().join("components"));
+    let started = Instant::now();
+    let fresh = HostBuilder::new(fresh_dir.path())
+        .components(&[])
+        .cache_dir(&fresh_dir.path().join("own-cache"))
+        .start();
+    let answer = post_when_served(
+        &fresh.url(&format!("/api/agents/{agent}/run")),
+        &json!({"message": "hello"}).to_string(),
+    )
+    .await;
+    assert_eq!(answer.status(), 200);
+    let first_answer = started.elapsed();
+    assert_eq!(artifact_of(&fresh, &agent).await, "precompiled");
+    assert!(
+        first_answer < SERVED_WITHIN,
+        "{lang}: a fresh host answered after {first_answer:?}"
+    );
+    eprintln!(
+        "{lang}: dropped → served {served_after:?}; fresh host → first answer {first_answer:?}"
     );
 
     // The projects' own tests pass natively.

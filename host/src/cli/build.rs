@@ -44,14 +44,9 @@ pub(crate) async fn build(dir: &Path, into: Option<&Path>) -> anyhow::Result<()>
         );
     };
     let (runtime, cache) = crate::server::local_runtime()?;
-    let loaded = runtime.load(&built).await;
+    let placed = load_and_place(&runtime, &built, &package, into).await;
     cache.done();
-    let component = loaded.with_context(|| {
-        format!(
-            "{} was built but does not load as a component",
-            built.display()
-        )
-    })?;
+    let (component, placed) = placed?;
     let names = |v: Vec<&str>| {
         if v.is_empty() {
             "none".to_string()
@@ -60,22 +55,6 @@ pub(crate) async fn build(dir: &Path, into: Option<&Path>) -> anyhow::Result<()>
         }
     };
     let manifest = &component.manifest;
-    let placed = match into {
-        Some(components) => {
-            std::fs::create_dir_all(components)
-                .with_context(|| format!("cannot create {}", components.display()))?;
-            let target = components.join(format!("{package}.wasm"));
-            // Written beside it, then renamed: a host watching the folder
-            // never loads half a file.
-            let partial = components.join(format!(".{package}.wasm.partial"));
-            std::fs::copy(&built, &partial)
-                .with_context(|| format!("cannot write {}", partial.display()))?;
-            std::fs::rename(&partial, &target)
-                .with_context(|| format!("cannot write {}", target.display()))?;
-            target
-        }
-        None => built,
-    };
     println!("built {}", placed.display());
     println!(
         "  agents: {}",
@@ -102,6 +81,43 @@ pub(crate) async fn build(dir: &Path, into: Option<&Path>) -> anyhow::Result<()>
         )
     );
     Ok(())
+}
+
+/// Loads what was built as a host would, then, with `--into`, copies it
+/// there with its compiled code beside it ([`crate::wasm::PRECOMPILED`]),
+/// so that a host serving that folder loads it without compiling (seconds
+/// for a Python or JavaScript component).
+async fn load_and_place(
+    runtime: &crate::wasm::Runtime,
+    built: &Path,
+    package: &str,
+    into: Option<&Path>,
+) -> anyhow::Result<(std::sync::Arc<crate::wasm::LoadedComponent>, PathBuf)> {
+    let component = runtime.load(built).await.with_context(|| {
+        format!(
+            "{} was built but does not load as a component",
+            built.display()
+        )
+    })?;
+    let Some(components) = into else {
+        return Ok((component, built.to_path_buf()));
+    };
+    std::fs::create_dir_all(components)
+        .with_context(|| format!("cannot create {}", components.display()))?;
+    let target = components.join(format!("{package}.wasm"));
+    // The compiled code first, so that a host watching the folder finds it
+    // when the component appears.
+    if let Err(e) = runtime.place_beside(&component, &target) {
+        eprintln!("warning: {e:#}; a host will compile the component when it loads it");
+    }
+    // Written beside it, then renamed: a host watching the folder never
+    // loads half a file.
+    let partial = components.join(format!(".{package}.wasm.partial"));
+    std::fs::copy(built, &partial)
+        .with_context(|| format!("cannot write {}", partial.display()))?;
+    std::fs::rename(&partial, &target)
+        .with_context(|| format!("cannot write {}", target.display()))?;
+    Ok((component, target))
 }
 
 fn package_name(manifest: &Path) -> anyhow::Result<String> {

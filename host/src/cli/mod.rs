@@ -11,6 +11,7 @@ use crate::taskhub::ConnectionString;
 
 mod build;
 mod client;
+mod compile;
 mod dev;
 mod functions;
 mod scaffold;
@@ -69,10 +70,20 @@ pub(crate) enum Command {
         /// The project folder (its Cargo.toml, app.py or app.js).
         #[arg(default_value = ".")]
         dir: PathBuf,
-        /// A components directory to put NAME.wasm into (a serving host
-        /// loads it at once).
+        /// A components directory to put NAME.wasm into, its compiled code
+        /// beside it in .compiled/ (a serving host loads it at once, without
+        /// compiling).
         #[arg(long)]
         into: Option<PathBuf>,
+    },
+    /// Compile every component of a components folder ahead of time, into
+    /// DIR/.compiled/: a host serving DIR on an empty cache (an image's
+    /// first start) then loads them without compiling. Run it where the
+    /// host will run (same binary and CPU kind): code made elsewhere is
+    /// checked at load and compiled anew when it does not fit.
+    Compile {
+        /// The components folder.
+        dir: PathBuf,
     },
     /// Build the component project in DIR, serve it on a local port (the
     /// offline model unless one is configured), and build it again on each
@@ -312,6 +323,7 @@ async fn run() -> ExitCode {
         Command::Inspect { file } => crate::server::inspect(&file).await,
         Command::New { what } => new_project(what),
         Command::Build { dir, into } => build::build(&dir, into.as_deref()).await,
+        Command::Compile { dir } => compile::compile(&dir).await,
         Command::Dev { dir, port } => dev::dev(&dir, port).await,
         Command::Tool {
             command:

@@ -3,12 +3,9 @@
 //! compile (seconds for a Python or JavaScript one) and a host sharing the
 //! folder loads it without compiling.
 //!
-//! Compiled artifacts are native code loaded without a check of their own
-//! (`Component::deserialize_file`): whoever can write the folder, or swap a
-//! folder on its path, runs code as this user. So the user's cache is used
-//! only when every folder on its path is this user's or root's and nobody
-//! else may write it (a sticky folder such as /tmp may stand above a folder
-//! of this user's); otherwise the command compiles into a throw-away folder
+//! Compiled artifacts are native code loaded without a check of their own,
+//! so the user's cache is used only when [`super::trust`] trusts it;
+//! otherwise the command compiles into a throw-away folder
 //! of its own, as it did before there was a cache. `AGENTHOST_CACHE_DIR` is
 //! the operator's choice, trusted as `serve --cache-dir` is.
 
@@ -88,50 +85,10 @@ fn user_dir() -> Option<PathBuf> {
     trusted(&dir).then_some(dir)
 }
 
-#[cfg(unix)]
+/// The folder, if this user may load what it holds ([`super::trust`]).
 fn trusted(dir: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    // A file made now is owned by this process's user.
-    let probe = dir.join(format!(".owner-{}", uuid::Uuid::new_v4().simple()));
-    let me = std::fs::File::create_new(&probe)
-        .and_then(|f| f.metadata())
-        .map(|m| m.uid());
-    let _ = std::fs::remove_file(&probe);
-    let Ok(me) = me else {
-        return false;
-    };
-    let Ok(real) = dir.canonicalize() else {
-        return false;
-    };
-    // Both the path as named and the one its links lead to: a link is only
-    // as safe as the folder it stands in.
-    for path in [dir, real.as_path()] {
-        let mut below_owned_by_me = true;
-        for (depth, folder) in path.ancestors().enumerate() {
-            let Ok(meta) = std::fs::metadata(folder) else {
-                return false;
-            };
-            let owner_ok = meta.uid() == me || (depth > 0 && meta.uid() == 0);
-            let others_write = meta.mode() & 0o022 != 0;
-            let sticky = meta.mode() & 0o1000 != 0;
-            // The cache folder itself: this user's, nobody else's to write.
-            if depth == 0 && (meta.uid() != me || others_write) {
-                return false;
-            }
-            // Above it: written by nobody else, or sticky above a folder
-            // of this user's (others cannot rename or remove it).
-            if !owner_ok || (others_write && !(sticky && below_owned_by_me)) {
-                return false;
-            }
-            below_owned_by_me = meta.uid() == me;
-        }
-    }
-    true
-}
-
-#[cfg(not(unix))]
-fn trusted(_dir: &Path) -> bool {
-    false
+    super::trust::uid_by_probe(dir)
+        .is_some_and(|me| super::trust::folder(dir, me, super::trust::Owner::Me))
 }
 
 /// Removes artifacts untouched for [`KEEP_FOR`], then the oldest past
@@ -209,27 +166,5 @@ mod tests {
         assert!(!old.exists());
         assert!(!lock.exists());
         assert!(fresh_lock.exists());
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_cache_others_may_write_to_or_swap_is_not_trusted() {
-        use std::os::unix::fs::PermissionsExt;
-        let root = tempfile::tempdir().unwrap();
-        // tempdir's parent (/tmp) is sticky, and the folder is this user's.
-        let mine = root.path().join("cache");
-        private_folder().create(&mine).unwrap();
-        assert!(trusted(&mine), "a private folder of this user's");
-        std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(!trusted(&mine), "a folder anyone may write to");
-        std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o700)).unwrap();
-        // A folder of this user's inside a folder anyone may write to (not
-        // sticky): the inner folder could be swapped.
-        let open = root.path().join("open");
-        std::fs::create_dir(&open).unwrap();
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let inner = open.join("cache");
-        private_folder().create(&inner).unwrap();
-        assert!(!trusted(&inner), "its parent lets others swap it");
     }
 }

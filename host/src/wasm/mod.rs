@@ -21,8 +21,9 @@ mod manifest;
 mod orchestration_scope;
 mod send_gate;
 mod settings_bindings;
+mod trust;
 
-pub use cache::ArtifactCache;
+pub use cache::{Artifact, ArtifactCache, Beside, PRECOMPILED};
 pub(crate) use command_cache::CommandCache;
 pub use destinations::NetworkPolicy;
 pub use error::{GuestError, LoadError};
@@ -121,6 +122,8 @@ pub struct LoadedComponent {
     pub manifest: Manifest,
     /// True when the compiled artifact came from the on-disk cache.
     pub from_cache: bool,
+    /// Where its compiled code came from.
+    pub artifact: Artifact,
     pub load_time: Duration,
     pub grants: Arc<Grants>,
     /// The `max_instances` grant, when the component has one.
@@ -150,6 +153,7 @@ impl LoadedComponent {
             "grants": *self.grants,
             "load_ms": self.load_time.as_secs_f64() * 1000.0,
             "from_cache": self.from_cache,
+            "artifact": self.artifact.as_str(),
         })
     }
 }
@@ -198,6 +202,30 @@ impl Runtime {
             .await
     }
 
+    /// Puts the compiled code of `component` (loaded by this runtime) beside
+    /// the file `placed`, where a host loading that file finds it without
+    /// compiling ([`PRECOMPILED`]). Returns the artifact's path.
+    pub fn place_beside(
+        &self,
+        component: &LoadedComponent,
+        placed: &Path,
+    ) -> Result<PathBuf, LoadError> {
+        let name = component_name(placed)?;
+        let folder = placed.parent().unwrap_or(Path::new("."));
+        self.cache
+            .place_beside(
+                &component.digest,
+                Beside {
+                    name: &name,
+                    folder,
+                },
+            )
+            .map_err(|source| LoadError::Cache {
+                path: folder.join(PRECOMPILED).join(&name),
+                source,
+            })
+    }
+
     /// Checks a component's grants (the sidecar's text, if it has one) against
     /// the host's limits and environment.
     pub fn grants(&self, component: &str, source: Option<&str>) -> Result<Grants, LoadError> {
@@ -225,10 +253,16 @@ impl Runtime {
         let engine = self.engine.clone();
         let cache = self.cache.clone();
         let key = digest.clone();
-        let (component, from_cache) =
-            tokio::task::spawn_blocking(move || cache.get_or_compile(&engine, &key, &bytes))
-                .await
-                .map_err(|e| LoadError::Compile(format!("the compile task failed: {e}")))??;
+        let (named, folder) = (name.to_string(), path.parent().map(Path::to_path_buf));
+        let (component, artifact) = tokio::task::spawn_blocking(move || {
+            let beside = folder.as_deref().map(|folder| Beside {
+                name: &named,
+                folder,
+            });
+            cache.get_or_compile(&engine, &key, &bytes, beside)
+        })
+        .await
+        .map_err(|e| LoadError::Compile(format!("the compile task failed: {e}")))??;
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
@@ -248,7 +282,8 @@ impl Runtime {
             path: path.to_path_buf(),
             digest,
             manifest: Manifest::default(),
-            from_cache,
+            from_cache: artifact != Artifact::Compiled,
+            artifact,
             load_time: Duration::ZERO,
             grants: Arc::new(grants),
             instances,
