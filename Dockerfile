@@ -10,8 +10,9 @@ WORKDIR /src
 COPY . .
 # `agenthost compile` puts each component's compiled code beside it
 # (/out/components/.compiled/): a new container, its cache empty, loads
-# them without compiling. It is checked at load against the engine and the
-# CPU; where it does not fit (another CPU kind), the host compiles instead.
+# them without compiling (`--load-precompiled` below: this image's own
+# build wrote them). It is checked at load against the engine and the CPU;
+# where it does not fit (another CPU kind), the host compiles instead.
 RUN make release components COMPONENTS=/out/components \
     && cp target/release/agenthost /out/agenthost \
     && /out/agenthost compile /out/components
@@ -35,4 +36,4 @@ EXPOSE 7071
 # --shutdown-grace, then the process exits.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/agenthost"]
-CMD ["serve", "--host", "0.0.0.0", "--port", "7071", "--components", "/components", "--cache-dir", "/var/lib/agenthost/cache"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "7071", "--components", "/components", "--cache-dir", "/var/lib/agenthost/cache", "--load-precompiled"]

@@ -190,7 +190,7 @@ WASMTIME_CLI := target/wasmtime-cli/bin/wasmtime
 wasmtime-cli: toolchain
 	@$(WASMTIME_CLI) --version 2>/dev/null | grep -q '^wasmtime 48.0.8' || \
 		$(CARGO) install wasmtime-cli --version =48.0.8 --locked --root target/wasmtime-cli --target-dir target/wasmtime-cli-build \
-			--no-default-features --features run,serve,cranelift,cache,parallel-compilation,pooling-allocator
+			--no-default-features --features run,serve,component-model-async,cranelift,cache,parallel-compilation,pooling-allocator
 	$(CARGO) build --target $(WASM_TARGET) --release -p hello-http
 	@mkdir -p $(TEST_COMPONENTS)
 	cp target/$(WASM_TARGET)/release/hello_http.wasm $(TEST_COMPONENTS)/hello-http.wasm

@@ -398,17 +398,23 @@ async fn the_image_runs_its_command_line_unprivileged_with_volumes_probes_and_a_
         build.contains("/out/agenthost compile /out/components"),
         "{build}"
     );
-    let compiled = std::process::Command::new(binary())
-        .arg("compile")
-        .arg(&components)
-        .env("AGENTHOST_CACHE_DIR", root.path().join("build-stage-cache"))
-        .output()
-        .unwrap();
-    assert!(
-        compiled.status.success(),
-        "{}",
-        String::from_utf8_lossy(&compiled.stderr)
-    );
+    // Twice, the second from the folder above with a relative path and a
+    // new cache: compiling again what is already beside it still works.
+    for (cache, folder) in [
+        ("build-stage-cache", components.clone()),
+        ("second-cache", "components".into()),
+    ] {
+        let compiled = std::process::Command::new(binary())
+            .current_dir(root.path())
+            .arg("compile")
+            .arg(&folder)
+            .env("AGENTHOST_CACHE_DIR", root.path().join(cache))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&compiled.stderr);
+        assert!(compiled.status.success(), "{said}");
+        assert!(!said.contains("warning"), "{said}");
+    }
     let port = free_port();
     let local = |arg: &String| {
         arg.replace("/var/lib/agenthost", &data.display().to_string())

@@ -151,10 +151,12 @@ async fn new_and_build(lang: &str) {
     let projects = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     // No model configured, nothing served yet; a cache of the host's own,
-    // empty: what `build --into` compiled reaches it only beside the file.
+    // empty: what `build --into` compiled reaches it only beside the file,
+    // which it loads (`--load-precompiled`: the folder is this test's).
     let host = HostBuilder::new(dir.path())
         .components(&[])
         .cache_dir(&dir.path().join("own-cache"))
+        .arg("--load-precompiled")
         .start();
     let components = dir.path().join("components");
     let agent = format!("greeter-{lang}");
@@ -255,6 +257,7 @@ async fn new_and_build(lang: &str) {
     let fresh = HostBuilder::new(fresh_dir.path())
         .components(&[])
         .cache_dir(&fresh_dir.path().join("own-cache"))
+        .arg("--load-precompiled")
         .start();
     let answer = post_when_served(
         &fresh.url(&format!("/api/agents/{agent}/run")),

@@ -186,6 +186,7 @@ fn spawn_host(
         .arg(components)
         .arg("--cache-dir")
         .arg(cache)
+        .arg("--load-precompiled")
         .env("AGENTHOST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -203,8 +204,12 @@ async fn until_status(
     body: &str,
     want: u16,
     since: Instant,
+    host: &mut Launched,
 ) -> anyhow::Result<String> {
     loop {
+        if let Some(status) = host.0.try_wait()? {
+            anyhow::bail!("the host exited ({status}) before {url} answered {want}");
+        }
         let sent = client
             .post(url)
             .header("content-type", "application/json")
@@ -239,9 +244,17 @@ async fn launch_until_answer(
 ) -> anyhow::Result<Duration> {
     let port = free_port()?;
     let started = Instant::now();
-    let _host = spawn_host(binary, components, store, cache, port)?;
+    let mut host = spawn_host(binary, components, store, cache, port)?;
     let url = format!("http://127.0.0.1:{port}/api/agents/{agent}/run");
-    until_status(&client(), &url, r#"{"message":"hello"}"#, 200, started).await?;
+    until_status(
+        &client(),
+        &url,
+        r#"{"message":"hello"}"#,
+        200,
+        started,
+        &mut host,
+    )
+    .await?;
     Ok(started.elapsed())
 }
 
@@ -255,7 +268,7 @@ async fn launch_until_orchestration(
 ) -> anyhow::Result<Duration> {
     let port = free_port()?;
     let started = Instant::now();
-    let _host = spawn_host(binary, components, store, cache, port)?;
+    let mut host = spawn_host(binary, components, store, cache, port)?;
     let client = client();
     let id = format!("cold-{}-{sample}", uuid::Uuid::new_v4().simple());
     let base = format!("http://127.0.0.1:{port}");
@@ -265,11 +278,15 @@ async fn launch_until_orchestration(
         "{}",
         202,
         started,
+        &mut host,
     )
     .await?;
     let status = format!("{base}/runtime/webhooks/durabletask/instances/{id}");
     loop {
-        let read: serde_json::Value = client.get(&status).send().await?.json().await?;
+        let read = match client.get(&status).send().await {
+            Ok(answer) => answer.json::<serde_json::Value>().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
         match read["runtimeStatus"].as_str() {
             Some("Completed") => return Ok(started.elapsed()),
             Some("Failed" | "Terminated") => anyhow::bail!("{read}"),
@@ -345,7 +362,7 @@ async fn drop_into_running(binary: &Path, from: &Path, sample: usize) -> anyhow:
     let store = format!("sqlite://{}", dir.join("store.db").display());
     let port = free_port()?;
     let started = Instant::now();
-    let _host = spawn_host(binary, &components, &store, &dir.join("cache"), port)?;
+    let mut host = spawn_host(binary, &components, &store, &dir.join("cache"), port)?;
     let client = client();
     let health = format!("http://127.0.0.1:{port}/api/health/ready");
     loop {
@@ -369,8 +386,38 @@ async fn drop_into_running(binary: &Path, from: &Path, sample: usize) -> anyhow:
     let dropped = Instant::now();
     std::fs::rename(&staged, components.join("weather.wasm"))?;
     let url = format!("http://127.0.0.1:{port}/api/agents/weather/run");
-    until_status(&client, &url, r#"{"message":"hello"}"#, 200, dropped).await?;
-    Ok(dropped.elapsed())
+    until_status(
+        &client,
+        &url,
+        r#"{"message":"hello"}"#,
+        200,
+        dropped,
+        &mut host,
+    )
+    .await?;
+    let served = dropped.elapsed();
+    // A row that says "beside" measured a load of what is beside, not a
+    // compile.
+    let listed: serde_json::Value = client
+        .get(format!("http://127.0.0.1:{port}/api/components"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let artifact = listed["components"][0]["artifact"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let expected = if shelf.exists() {
+        "precompiled"
+    } else {
+        "compiled"
+    };
+    anyhow::ensure!(
+        artifact == expected,
+        "loaded from {artifact}, not {expected}: {listed}"
+    );
+    Ok(served)
 }
 
 fn copy_folder(from: &Path, to: &Path) -> anyhow::Result<()> {

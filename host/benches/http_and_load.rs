@@ -56,6 +56,7 @@ fn main() -> anyhow::Result<()> {
 fn runtime(cache: &Path) -> anyhow::Result<Runtime> {
     Runtime::new(RuntimeConfig {
         cache_dir: cache.to_path_buf(),
+        load_precompiled: false,
         limits: Limits::default(),
         max_instances: 64,
         describe_timeout: std::time::Duration::from_secs(30),

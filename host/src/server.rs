@@ -147,6 +147,7 @@ pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, CommandCache)> {
     let cache = CommandCache::open().context("cannot make a folder for compiled components")?;
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: cache.dir().to_path_buf(),
+        load_precompiled: false,
         limits: Limits::default(),
         max_instances: 4,
         describe_timeout: Duration::from_secs(30),

@@ -1,7 +1,8 @@
 //! `agenthost compile DIR`: compiles every component of a components folder
 //! ahead of time, into `DIR/.compiled/` ([`crate::wasm::PRECOMPILED`]), so
 //! that a host serving the folder on an empty cache (an image's first start,
-//! a new instance of a serverless app) loads them without compiling.
+//! a new instance of a serverless app) loads them without compiling, when it
+//! runs with `--load-precompiled`.
 
 use std::path::Path;
 use std::time::Instant;
@@ -29,12 +30,17 @@ pub(crate) async fn compile(dir: &Path) -> anyhow::Result<()> {
             Err(e) => Err(anyhow::Error::from(e).context("does not load")),
         };
         match placed {
-            Ok(artifact) => println!(
-                "compiled {} in {:.1} s: {}",
-                file.display(),
-                started.elapsed().as_secs_f64(),
-                artifact.display()
-            ),
+            Ok(artifact) => {
+                println!(
+                    "compiled {} in {:.1} s: {}",
+                    file.display(),
+                    started.elapsed().as_secs_f64(),
+                    artifact.display()
+                );
+                if !crate::wasm::ArtifactCache::trusted_beside(&artifact) {
+                    eprintln!("warning: a host running as this user will not load {}: it, or a folder on its path, may be written by another user than this one or root (docs/components.md)", artifact.display());
+                }
+            }
             Err(e) => {
                 eprintln!("{}: {e:#}", file.display());
                 failed.push(file.display().to_string());
@@ -42,7 +48,12 @@ pub(crate) async fn compile(dir: &Path) -> anyhow::Result<()> {
         }
     }
     cache.done();
-    remove_orphans(dir, &files);
+    // What is there for components no longer in the folder.
+    let names: Vec<String> = files
+        .iter()
+        .filter_map(|f| crate::wasm::component_name(f).ok())
+        .collect();
+    crate::wasm::ArtifactCache::remove_others(dir, &names);
     if !failed.is_empty() {
         bail!(
             "{} of {} components did not compile: {}",
@@ -52,20 +63,4 @@ pub(crate) async fn compile(dir: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Removes the compiled code of components no longer in the folder.
-fn remove_orphans(dir: &Path, files: &[std::path::PathBuf]) {
-    let Ok(shelves) = std::fs::read_dir(dir.join(crate::wasm::PRECOMPILED)) else {
-        return;
-    };
-    for shelf in shelves.flatten() {
-        let name = shelf.file_name();
-        let present = files
-            .iter()
-            .any(|file| file.file_stem() == Some(name.as_os_str()));
-        if !present {
-            let _ = std::fs::remove_dir_all(shelf.path());
-        }
-    }
 }

@@ -47,6 +47,10 @@ pub(crate) async fn dev(dir: &Path, port: u16) -> anyhow::Result<()> {
         store.as_ref(),
         "--port".as_ref(),
         port.as_ref(),
+        // The folder is this command's own: each build puts its compiled
+        // code there, replacing what was, so a rebuilt Python or JavaScript
+        // component is served without a second compile.
+        "--load-precompiled".as_ref(),
     ])
     .context("could not make the serve settings")?;
     let rebuilding = tokio::spawn(rebuild_on_save(dir.to_path_buf(), components));

@@ -166,6 +166,7 @@ impl AgentHost {
         let runtime = Arc::new(
             Runtime::new(RuntimeConfig {
                 cache_dir: args.cache_dir.clone(),
+                load_precompiled: args.load_precompiled,
                 limits: Limits {
                     memory_bytes: args.guest_memory_mb << 20,
                     cpu_time: args.guest_cpu_time,

@@ -257,6 +257,14 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_CACHE_DIR", default_value = defaults::CACHE_DIR)]
     pub cache_dir: PathBuf,
 
+    /// Load the compiled code found beside a component (`DIR/.compiled/`,
+    /// written by `agenthost build --into` or `agenthost compile`) instead of
+    /// compiling it. It is native code run outside the sandbox's checks:
+    /// set this only where the components folder is written by your own
+    /// build (an image, a deploy pipeline), never for downloaded content.
+    #[arg(long, env = "AGENTHOST_LOAD_PRECOMPILED", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub load_precompiled: bool,
+
     /// Timeout of one model HTTP request.
     #[arg(long, env = "AGENTHOST_MODEL_TIMEOUT", default_value = defaults::MODEL_TIMEOUT, value_parser = humantime::parse_duration)]
     pub model_timeout: Duration,
@@ -348,6 +356,7 @@ impl From<ServeArgs> for Settings {
             retain,
             shutdown_grace,
             cache_dir,
+            load_precompiled,
             model_timeout,
             max_tool_rounds,
             history_budget_tokens,
@@ -417,6 +426,7 @@ impl From<ServeArgs> for Settings {
             retain: retain.0,
             shutdown_grace,
             cache_dir,
+            load_precompiled,
             model_timeout,
             max_tool_rounds,
             history_budget_tokens,

@@ -176,6 +176,9 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
     pub cache_dir: PathBuf,
+    /// Load the compiled code beside a component (`DIR/.compiled/`) instead
+    /// of compiling it: only where your own build writes the folder.
+    pub load_precompiled: bool,
     #[serde(with = "humantime_serde")]
     pub model_timeout: Duration,
     pub max_tool_rounds: usize,
@@ -253,6 +256,7 @@ impl Default for Settings {
             retain: keep(RETAIN),
             shutdown_grace: duration(SHUTDOWN_GRACE),
             cache_dir: PathBuf::from(CACHE_DIR),
+            load_precompiled: false,
             model_timeout: duration(MODEL_TIMEOUT),
             max_tool_rounds: MAX_TOOL_ROUNDS,
             history_budget_tokens: HISTORY_BUDGET_TOKENS,

@@ -23,6 +23,17 @@ use super::{error, trust, LoadError};
 /// How long a load waits for another process compiling the same artifact.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_path: &Path, _mode: u32) -> std::io::Result<()> {
+    Ok(())
+}
+
 /// The folder of a components folder that holds artifacts made ahead of time.
 pub const PRECOMPILED: &str = ".compiled";
 
@@ -52,12 +63,32 @@ impl Artifact {
 pub struct Beside<'a> {
     pub name: &'a str,
     pub folder: &'a Path,
+    /// Whether the host may load what it finds there (`--load-precompiled`).
+    pub load: bool,
 }
 
 impl Beside<'_> {
-    fn shelf(&self) -> PathBuf {
-        self.folder.join(PRECOMPILED).join(self.name)
+    /// `FOLDER/.compiled/NAME`, for a name that is one plain path
+    /// component: never `..`, a hidden name or a path, whose folder would
+    /// be another's (or the components folder itself).
+    fn shelf(&self) -> Option<PathBuf> {
+        let plain = !self.name.is_empty()
+            && !self.name.starts_with('.')
+            && !self.name.contains(['/', '\\', '\0']);
+        plain.then(|| self.folder.join(PRECOMPILED).join(self.name))
     }
+}
+
+/// Whether `name` is one this cache writes: `HEX64-HEX16.cwasm`.
+fn is_artifact_name(name: &str) -> bool {
+    let Some((digest, engine)) = name
+        .strip_suffix(".cwasm")
+        .and_then(|stem| stem.split_once('-'))
+    else {
+        return false;
+    };
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    hex(digest, 64) && hex(engine, 16)
 }
 
 #[derive(Clone)]
@@ -141,12 +172,19 @@ impl ArtifactCache {
     /// The artifact made ahead of time for this component, if its folder
     /// and file are trusted and it loads on this engine.
     fn precompiled(&self, engine: &Engine, digest: &str, beside: Beside<'_>) -> Option<Component> {
-        let shelf = beside.shelf();
+        let shelf = beside.shelf()?;
         let path = shelf.join(self.file_name(digest));
         if !path.exists() {
             return None;
         }
-        let me = trust::uid_of_process()?;
+        if !beside.load {
+            tracing::info!(
+                artifact = %path.display(),
+                "compiled code beside the component is not loaded (loading it is off: serve --load-precompiled turns it on); compiling instead"
+            );
+            return None;
+        }
+        let me = trust::uid_of_process();
         if !trust::folder(&shelf, me, trust::Owner::MeOrRoot) || !trust::file(&path, me) {
             tracing::warn!(
                 artifact = %path.display(),
@@ -162,7 +200,20 @@ impl ArtifactCache {
     /// removes the artifacts of the component's earlier builds. Returns the
     /// artifact's path.
     pub fn place_beside(&self, digest: &str, beside: Beside<'_>) -> std::io::Result<PathBuf> {
-        let shelf = beside.shelf();
+        let shelf = beside.shelf().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("'{}' cannot name a folder of compiled code", beside.name),
+            )
+        })?;
+        for folder in [beside.folder.join(PRECOMPILED), shelf.clone()] {
+            if std::fs::symlink_metadata(&folder).is_ok_and(|m| !m.is_dir()) {
+                return Err(std::io::Error::other(format!(
+                    "{} is not a folder (a link?): not written to",
+                    folder.display()
+                )));
+            }
+        }
         let mut folder = std::fs::DirBuilder::new();
         folder.recursive(true);
         #[cfg(unix)]
@@ -172,18 +223,62 @@ impl ArtifactCache {
         let target = shelf.join(&name);
         // Copied beside, then renamed: a host loading meanwhile never reads
         // half an artifact.
-        let partial = shelf.join(format!(".{name}.partial-{}", std::process::id()));
+        // Readable by all, written by nobody else whatever the umask or the
+        // cache file's mode: what a host trusts ([`trust::file`]).
+        let partial = shelf.join(format!(".{name}.partial-{}", uuid::Uuid::new_v4().simple()));
         std::fs::copy(self.path_for(digest), &partial)
-            .and_then(|_| std::fs::rename(&partial, &target))
+            .and_then(|_| set_mode(&partial, 0o644))
+            .and_then(|()| std::fs::rename(&partial, &target))
             .inspect_err(|_| {
                 let _ = std::fs::remove_file(&partial);
             })?;
+        // The component's earlier builds; nothing this cache did not name.
         for entry in std::fs::read_dir(&shelf)?.flatten() {
-            if entry.file_name() != name.as_str() {
+            let earlier = entry.file_name();
+            let earlier = earlier.to_string_lossy();
+            if earlier != name.as_str() && is_artifact_name(&earlier) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
         Ok(target)
+    }
+
+    /// Whether a host running as this user would trust the artifact at
+    /// `path` (its folders and itself: [`trust`]).
+    pub fn trusted_beside(path: &Path) -> bool {
+        let me = trust::uid_of_process();
+        path.parent()
+            .is_some_and(|shelf| trust::folder(shelf, me, trust::Owner::MeOrRoot))
+            && trust::file(path, me)
+    }
+
+    /// Removes the folders of compiled code of components not in `names`
+    /// from `folder`'s [`PRECOMPILED`] (not a link; its entries that are
+    /// folders, not links, and only the artifacts in them).
+    pub fn remove_others(folder: &Path, names: &[String]) {
+        let root = folder.join(PRECOMPILED);
+        if !std::fs::symlink_metadata(&root).is_ok_and(|m| m.is_dir()) {
+            return;
+        }
+        let Ok(shelves) = std::fs::read_dir(&root) else {
+            return;
+        };
+        for shelf in shelves.flatten() {
+            let kept = names.iter().any(|n| shelf.file_name() == n.as_str());
+            if kept || !shelf.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let Ok(files) = std::fs::read_dir(shelf.path()) else {
+                continue;
+            };
+            for file in files.flatten() {
+                if is_artifact_name(&file.file_name().to_string_lossy()) {
+                    let _ = std::fs::remove_file(file.path());
+                }
+            }
+            // Only when nothing else is left in it.
+            let _ = std::fs::remove_dir(shelf.path());
+        }
     }
 
     /// The artifact at `path`, if it is there and loads.
@@ -247,7 +342,7 @@ mod tests {
 
     /// The smallest component: its header alone.
     const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\x00\x01\x00";
-    const DIGEST: &str = "sha256:00ff";
+    const DIGEST: &str = "sha256:00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff";
 
     fn engine_with(epochs: bool) -> Engine {
         let mut config = wasmtime::Config::new();
@@ -274,6 +369,7 @@ mod tests {
         let beside = Beside {
             name: "poet",
             folder: &folder,
+            load: true,
         };
         assert_eq!(load(&engine, root.path(), beside), Artifact::Compiled);
 
@@ -286,10 +382,17 @@ mod tests {
         let placed = builder.place_beside(DIGEST, beside).unwrap();
         assert!(placed.starts_with(folder.join(PRECOMPILED).join("poet")));
         assert_eq!(load(&engine, root.path(), beside), Artifact::Precompiled);
+        // A host that was not told to load it compiles.
+        let off = Beside {
+            load: false,
+            ..beside
+        };
+        assert_eq!(load(&engine, root.path(), off), Artifact::Compiled);
         // Another component's name has nothing beside it.
         let other = Beside {
             name: "other",
             folder: &folder,
+            load: true,
         };
         assert_eq!(load(&engine, root.path(), other), Artifact::Compiled);
 
@@ -317,6 +420,42 @@ mod tests {
     }
 
     #[test]
+    fn a_name_that_is_not_one_plain_file_name_places_nothing_and_removes_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let engine = engine_with(true);
+        let folder = root.path().join("components");
+        std::fs::create_dir(&folder).unwrap();
+        let kept = folder.join("poet.wasm");
+        std::fs::write(&kept, b"x").unwrap();
+        let cache = ArtifactCache::open(&root.path().join("builder"), &engine).unwrap();
+        cache
+            .get_or_compile(&engine, DIGEST, EMPTY_COMPONENT, None)
+            .unwrap();
+        for name in ["..", ".", ".hidden", "a/b", ""] {
+            let beside = Beside {
+                name,
+                folder: &folder,
+                load: true,
+            };
+            assert!(cache.place_beside(DIGEST, beside).is_err(), "{name:?}");
+            assert_eq!(load(&engine, root.path(), beside), Artifact::Compiled);
+        }
+        assert!(kept.exists());
+        // Removing the code of components no longer there touches only
+        // artifacts in folders of `.compiled`.
+        let beside = Beside {
+            name: "gone",
+            folder: &folder,
+            load: true,
+        };
+        let placed = cache.place_beside(DIGEST, beside).unwrap();
+        let mine = placed.with_file_name("notes.txt");
+        std::fs::write(&mine, b"mine").unwrap();
+        ArtifactCache::remove_others(&folder, &["poet".to_string()]);
+        assert!(!placed.exists() && mine.exists() && kept.exists());
+    }
+
+    #[test]
     fn placing_a_new_build_removes_the_earlier_ones() {
         let root = tempfile::tempdir().unwrap();
         let engine = engine_with(true);
@@ -324,15 +463,20 @@ mod tests {
         let beside = Beside {
             name: "poet",
             folder: &folder,
+            load: true,
         };
         let cache = ArtifactCache::open(&root.path().join("builder"), &engine).unwrap();
-        for digest in ["sha256:01", "sha256:02"] {
+        let (one, two) = (
+            format!("sha256:{}", "01".repeat(32)),
+            format!("sha256:{}", "02".repeat(32)),
+        );
+        for digest in [&one, &two] {
             cache
                 .get_or_compile(&engine, digest, EMPTY_COMPONENT, None)
                 .unwrap();
         }
-        let first = cache.place_beside("sha256:01", beside).unwrap();
-        let second = cache.place_beside("sha256:02", beside).unwrap();
+        let first = cache.place_beside(&one, beside).unwrap();
+        let second = cache.place_beside(&two, beside).unwrap();
         assert!(!first.exists() && second.exists());
         let left: Vec<_> = std::fs::read_dir(folder.join(PRECOMPILED).join("poet"))
             .unwrap()

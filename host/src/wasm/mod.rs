@@ -72,6 +72,11 @@ pub const WALL_CLOCK_FACTOR: u32 = 6;
 pub struct RuntimeConfig {
     /// Where compiled artifacts are kept between starts.
     pub cache_dir: PathBuf,
+    /// Whether a component's compiled code found beside it
+    /// ([`PRECOMPILED`]) is loaded: the operator's choice, since it is
+    /// native code ([`cache`]). Commands that load a file (`build`,
+    /// `inspect`, `compile`) never do.
+    pub load_precompiled: bool,
     pub limits: Limits,
     /// How many guest instances may be alive at once (pooling allocator slots).
     pub max_instances: u32,
@@ -106,6 +111,7 @@ pub struct Runtime {
     /// The same imports, with clock waits trapping ([`host::link_orchestration`]).
     orchestration_linker: Linker<GuestState>,
     cache: ArtifactCache,
+    load_precompiled: bool,
     ceilings: Ceilings,
     describe_timeout: Duration,
     episode_cpu_time: Duration,
@@ -182,6 +188,7 @@ impl Runtime {
             linker,
             orchestration_linker,
             cache,
+            load_precompiled: config.load_precompiled,
             ceilings: Ceilings {
                 limits: config.limits,
                 max_instances: config.max_instances.max(1),
@@ -218,6 +225,7 @@ impl Runtime {
                 Beside {
                     name: &name,
                     folder,
+                    load: false,
                 },
             )
             .map_err(|source| LoadError::Cache {
@@ -254,10 +262,12 @@ impl Runtime {
         let cache = self.cache.clone();
         let key = digest.clone();
         let (named, folder) = (name.to_string(), path.parent().map(Path::to_path_buf));
+        let load = self.load_precompiled;
         let (component, artifact) = tokio::task::spawn_blocking(move || {
             let beside = folder.as_deref().map(|folder| Beside {
                 name: &named,
                 folder,
+                load,
             });
             cache.get_or_compile(&engine, &key, &bytes, beside)
         })

@@ -31,23 +31,23 @@ pub(crate) fn uid_by_probe(writable: &Path) -> Option<u32> {
     me.ok()
 }
 
-/// This process's (effective) user, where no folder can be written: the
-/// owner of its own `/proc` entry.
+/// This process's effective user.
 #[cfg(unix)]
-pub(crate) fn uid_of_process() -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").map(|m| m.uid()).ok()
+pub(crate) fn uid_of_process() -> u32 {
+    rustix::process::geteuid().as_raw()
 }
 
 #[cfg(unix)]
 pub(crate) fn folder(dir: &Path, me: u32, owner: Owner) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let Ok(real) = dir.canonicalize() else {
+    // A relative path (`components/.compiled/x`) is checked up to the root,
+    // through the working folder.
+    let (Ok(named), Ok(real)) = (std::path::absolute(dir), dir.canonicalize()) else {
         return false;
     };
     // Both the path as named and the one its links lead to: a link is only
     // as safe as the folder it stands in.
-    for path in [dir, real.as_path()] {
+    for path in [named.as_path(), real.as_path()] {
         let mut below_owned_by_me = true;
         for (depth, folder) in path.ancestors().enumerate() {
             let Ok(meta) = std::fs::metadata(folder) else {
@@ -87,8 +87,8 @@ pub(crate) fn uid_by_probe(_writable: &Path) -> Option<u32> {
 }
 
 #[cfg(not(unix))]
-pub(crate) fn uid_of_process() -> Option<u32> {
-    None
+pub(crate) fn uid_of_process() -> u32 {
+    u32::MAX
 }
 
 #[cfg(not(unix))]
@@ -114,7 +114,7 @@ mod tests {
     fn a_folder_others_may_write_to_or_swap_is_not_trusted() {
         let root = tempfile::tempdir().unwrap();
         let me = uid_by_probe(root.path()).unwrap();
-        assert_eq!(uid_of_process(), Some(me));
+        assert_eq!(uid_of_process(), me);
         // tempdir's parent (/tmp) is sticky, and the folder is this user's.
         let mine = root.path().join("cache");
         std::fs::create_dir(&mine).unwrap();
@@ -139,6 +139,12 @@ mod tests {
         assert!(
             !folder(&inner, me, Owner::MeOrRoot),
             "its parent lets others swap it"
+        );
+        // A relative path is the folder it names from the working folder.
+        let here = std::env::current_dir().unwrap();
+        assert_eq!(
+            folder(Path::new("."), me, Owner::MeOrRoot),
+            folder(&here, me, Owner::MeOrRoot)
         );
         // A folder of another user's is trusted only if that user is root.
         assert!(folder(Path::new("/"), me, Owner::MeOrRoot));
