@@ -93,43 +93,6 @@ async fn post_when_served(url: &str, body: &str) -> reqwest::Response {
 /// well under one (`make bench`, "Cold start").
 const SERVED_WITHIN: Duration = Duration::from_secs(8);
 
-/// Where the compiled code of the component serving `agent` came from, as
-/// `/api/components` says (`compiled`, `cache`, `precompiled`).
-async fn artifact_of(host: &crate::support::host::Host, agent: &str) -> String {
-    let listed: Value = client()
-        .get(host.url("/api/components"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let components = listed["components"].as_array().cloned().unwrap_or_default();
-    components
-        .iter()
-        .find(|c| {
-            c["agents"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|a| a["name"] == agent))
-        })
-        .and_then(|c| c["artifact"].as_str())
-        .unwrap_or_else(|| panic!("no component serves {agent}: {listed}"))
-        .to_string()
-}
-
-fn copy_folder(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_folder(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// The guest toolchain `make guest-toolchains` installed, linked into a
 /// project where `agenthost build` looks first: `.venv` for Python,
 /// `node_modules` for JavaScript.
@@ -202,7 +165,7 @@ async fn new_and_build(lang: &str) {
     // the host (seconds for Python and JavaScript): `make bench` measures
     // it under a second; the bound here is generous, for a loaded machine.
     let served_after = dropped.elapsed();
-    assert_eq!(artifact_of(&host, &agent).await, "precompiled");
+    assert_eq!(host.artifact_of(&agent).await, "precompiled");
     assert!(
         served_after < SERVED_WITHIN,
         "{lang}: served {served_after:?} after the drop"
@@ -252,7 +215,7 @@ async fn new_and_build(lang: &str) {
     // A fresh host (the image's case: the components folder with what is
     // beside it, an empty cache of its own) answers its first run soon.
     let fresh_dir = tempfile::tempdir().unwrap();
-    copy_folder(&components, &fresh_dir.path().join("components"));
+    crate::support::copy_folder(&components, &fresh_dir.path().join("components"));
     let started = Instant::now();
     let fresh = HostBuilder::new(fresh_dir.path())
         .components(&[])
@@ -266,7 +229,7 @@ async fn new_and_build(lang: &str) {
     .await;
     assert_eq!(answer.status(), 200);
     let first_answer = started.elapsed();
-    assert_eq!(artifact_of(&fresh, &agent).await, "precompiled");
+    assert_eq!(fresh.artifact_of(&agent).await, "precompiled");
     assert!(
         first_answer < SERVED_WITHIN,
         "{lang}: a fresh host answered after {first_answer:?}"

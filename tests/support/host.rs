@@ -297,6 +297,23 @@ impl Host {
         format!("{}{path}", self.base)
     }
 
+    /// Where the compiled code of the component serving `agent` came from,
+    /// as `/api/components` says (`compiled`, `cache`, `precompiled`).
+    pub async fn artifact_of(&self, agent: &str) -> String {
+        let listed: serde_json::Value = super::get_json(self.url("/api/components")).await;
+        let components = listed["components"].as_array().cloned().unwrap_or_default();
+        components
+            .iter()
+            .find(|c| {
+                c["agents"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|a| a["name"] == agent))
+            })
+            .and_then(|c| c["artifact"].as_str())
+            .unwrap_or_else(|| panic!("no component serves {agent}: {listed}"))
+            .to_string()
+    }
+
     /// Everything the host printed so far.
     pub fn output(&self) -> String {
         self.output.lock().unwrap().join("\n")

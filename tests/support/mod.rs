@@ -60,6 +60,20 @@ pub fn venv_python(venv: &str) -> PathBuf {
     python
 }
 
+/// Copies the folder `from` (its subfolders too) to `to`.
+pub fn copy_folder(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_folder(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 /// A port free now, for a process started later (a host restarted on the
 /// same address, a URL written into a config first). Chosen below the
 /// kernel's ephemeral range (32768 and up on Linux), so that no listener
@@ -123,7 +137,6 @@ pub async fn wait_run_finished(url: &str) -> serde_json::Value {
     panic!("run at {url} did not finish");
 }
 
-/// `GET url` and its JSON body.
 /// The text of a `/metrics` answer: 200, the Prometheus text content type,
 /// and a body a Prometheus text-format parser accepts.
 pub async fn prometheus_text(response: reqwest::Response) -> String {
@@ -142,6 +155,7 @@ pub async fn prometheus_text(response: reqwest::Response) -> String {
     text
 }
 
+/// `GET url` and its JSON body.
 pub async fn get_json<T: serde::de::DeserializeOwned>(url: impl reqwest::IntoUrl) -> T {
     client()
         .get(url)

@@ -14,6 +14,7 @@ mod destinations;
 mod engine;
 mod engine_tick;
 mod error;
+mod files;
 mod grants;
 mod host;
 mod inputs_bindings;
@@ -27,6 +28,7 @@ pub use cache::{Artifact, ArtifactCache, Beside, PRECOMPILED};
 pub(crate) use command_cache::CommandCache;
 pub use destinations::NetworkPolicy;
 pub use error::{GuestError, LoadError};
+pub use files::{component_name, digest_of, ComponentFiles};
 pub use grants::{Ceilings, Grants};
 pub use manifest::{AgentOptions, AgentSpec, Approval, Manifest, OrchestrationSpec};
 pub use send_gate::{HeldBack, SendGate};
@@ -35,7 +37,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::Linker;
 use wasmtime::{Engine, Store};
 
@@ -537,51 +538,4 @@ fn instantiate_failed(component: &LoadedComponent, error: &wasmtime::Error) -> G
 struct Slot<'a> {
     _component: Option<tokio::sync::OwnedSemaphorePermit>,
     _host: tokio::sync::SemaphorePermit<'a>,
-}
-
-/// `sha256:` + hex of the bytes: the identity of a component version.
-pub fn digest_of(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-/// The component's name: its file stem (`weather` for `weather.wasm`).
-pub fn component_name(path: &Path) -> Result<String, LoadError> {
-    path.file_stem()
-        .and_then(|s| s.to_str())
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .ok_or_else(|| LoadError::BadFileName(path.to_path_buf()))
-}
-
-/// A component file and its sidecar grants (`NAME.toml`), as read from disk.
-pub struct ComponentFiles {
-    pub name: String,
-    pub bytes: Vec<u8>,
-    pub grants_source: Option<String>,
-}
-
-impl ComponentFiles {
-    pub async fn read(path: &Path) -> Result<Self, LoadError> {
-        let name = component_name(path)?;
-        let bytes = tokio::fs::read(path).await.map_err(|e| LoadError::Read {
-            path: path.to_path_buf(),
-            source: e,
-        })?;
-        let sidecar = path.with_extension("toml");
-        let grants_source = match tokio::fs::read_to_string(&sidecar).await {
-            Ok(source) => Some(source),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => {
-                return Err(LoadError::Read {
-                    path: sidecar,
-                    source: e,
-                })
-            }
-        };
-        Ok(Self {
-            name,
-            bytes,
-            grants_source,
-        })
-    }
 }

@@ -1,0 +1,256 @@
+//! The container image's command line and the Kubernetes manifests,
+//! parsed and run as written (no container runtime here: nothing builds
+//! the image).
+
+use std::time::Duration;
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::{binary, free_port, serve};
+use crate::support::{client, component, workspace};
+
+/// The Dockerfile's instructions: `(instruction, rest)` of each line (its
+/// continuations joined).
+fn dockerfile() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(workspace().join("Dockerfile")).unwrap();
+    let mut lines = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('#') || (line.is_empty() && current.is_empty()) {
+            continue;
+        }
+        current.push_str(line.trim_end_matches('\\'));
+        current.push(' ');
+        if !line.ends_with('\\') {
+            let (instruction, rest) = current
+                .trim()
+                .split_once(' ')
+                .unwrap_or((current.trim(), ""));
+            lines.push((instruction.to_uppercase(), rest.trim().to_string()));
+            current.clear();
+        }
+    }
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_image_runs_its_command_line_unprivileged_with_volumes_probes_and_a_drain() {
+    let lines = dockerfile();
+    let last = |instruction: &str| {
+        lines
+            .iter()
+            .rev()
+            .find(|(i, _)| i == instruction)
+            .map(|(_, rest)| rest.clone())
+            .unwrap_or_else(|| panic!("no {instruction} in the Dockerfile"))
+    };
+    let array = |text: String| -> Vec<String> {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    };
+    // Multi-stage, a small runtime image, not root, volumes for the
+    // components and the store.
+    assert!(lines.iter().filter(|(i, _)| i == "FROM").count() >= 2);
+    assert!(last("FROM").contains("slim"));
+    let user = last("USER");
+    assert!(!user.starts_with('0') && user != "root", "{user}");
+    let volumes = array(last("VOLUME"));
+    assert!(
+        volumes.contains(&"/components".to_string())
+            && volumes.contains(&"/var/lib/agenthost".to_string())
+    );
+    assert_eq!(last("STOPSIGNAL"), "SIGTERM");
+    let entrypoint = array(last("ENTRYPOINT"));
+    let cmd = array(last("CMD"));
+    assert_eq!(entrypoint, ["/usr/local/bin/agenthost"]);
+    let store_env = last("ENV");
+    assert!(
+        store_env.starts_with("AGENTHOST_STORE=sqlite:///var/lib/agenthost/"),
+        "{store_env}"
+    );
+
+    // The same command line, with the image's paths in a temporary folder
+    // and a free port for 7071.
+    let root = tempfile::tempdir().unwrap();
+    let components = root.path().join("components");
+    let data = root.path().join("var/lib/agenthost");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::copy(component("writer"), components.join("writer.wasm")).unwrap();
+    // The build stage's last step, on the image's components folder: their
+    // compiled code beside them, which the new host (its cache empty) loads.
+    let build = lines
+        .iter()
+        .find(|(i, rest)| i == "RUN" && rest.contains(" compile /out/components"))
+        .map(|(_, rest)| rest.clone())
+        .expect("the build stage compiles the components");
+    assert!(
+        build.contains("/out/agenthost compile /out/components"),
+        "{build}"
+    );
+    // Twice, the second from the folder above with a relative path and a
+    // new cache: compiling again what is already beside it still works.
+    for (cache, folder) in [
+        ("build-stage-cache", components.clone()),
+        ("second-cache", "components".into()),
+    ] {
+        let compiled = std::process::Command::new(binary())
+            .current_dir(root.path())
+            .arg("compile")
+            .arg(&folder)
+            .env("AGENTHOST_CACHE_DIR", root.path().join(cache))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&compiled.stderr);
+        assert!(compiled.status.success(), "{said}");
+        assert!(!said.contains("warning"), "{said}");
+    }
+    let port = free_port();
+    let local = |arg: &String| {
+        arg.replace("/var/lib/agenthost", &data.display().to_string())
+            .replace("/components", &components.display().to_string())
+            .replace("7071", &port.to_string())
+    };
+    let args: Vec<String> = cmd.iter().map(local).collect();
+    let store = local(&store_env["AGENTHOST_STORE=".len()..].to_string());
+    let mut served = serve(
+        Path::new(binary()),
+        root.path(),
+        &args,
+        &[("AGENTHOST_STORE", store)],
+        port,
+    )
+    .await;
+    for probe in ["/api/health/live", "/api/health/ready"] {
+        let answer = client()
+            .get(served.url(probe))
+            .header("host", "10.1.2.3:7071")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{probe}");
+    }
+    let answer = client()
+        .post(served.url("/api/agents/writer/run"))
+        .header("content-type", "text/plain")
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(
+        data.join("agenthost.db").is_file(),
+        "the store is on the data volume"
+    );
+    let listed: Value = client()
+        .get(served.url("/api/components"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["components"][0]["artifact"], "precompiled",
+        "loaded from what the build stage compiled: {listed}"
+    );
+    // SIGTERM drains and exits 0 well within a pod's grace period.
+    let pid = served.0.id().unwrap_or_default();
+    std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    let exited = tokio::time::timeout(Duration::from_secs(30), served.0.wait()).await;
+    assert!(
+        exited.is_ok_and(|status| status.is_ok_and(|s| s.success())),
+        "drained and exited 0"
+    );
+}
+
+#[test]
+fn the_kubernetes_manifests_run_the_images_command_with_keys_probes_and_a_budget() {
+    let read = |file: &str| {
+        std::fs::read_to_string(workspace().join("deploy/kubernetes").join(file)).unwrap()
+    };
+    let documents: Vec<Value> = serde_norway::Deserializer::from_str(&read("agenthost.yaml"))
+        .map(|document| serde::Deserialize::deserialize(document).unwrap())
+        .collect();
+    let kind = |k: &str| {
+        documents
+            .iter()
+            .find(|d| d["kind"] == k)
+            .unwrap_or_else(|| panic!("no {k}"))
+    };
+    let deployment = kind("Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap_or_default();
+    // The image's command, with keys required and a drain shorter than the
+    // grace period.
+    let cmd: Vec<String> = dockerfile()
+        .iter()
+        .rev()
+        .find(|(i, _)| i == "CMD")
+        .and_then(|(_, rest)| serde_json::from_str(rest).ok())
+        .unwrap_or_default();
+    assert_eq!(&args[..cmd.len()], &cmd[..], "{args:?}");
+    assert!(args.contains(&"--require-keys".to_string()));
+    let grace = args
+        .iter()
+        .position(|a| a == "--shutdown-grace")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|g| humantime::parse_duration(g).ok())
+        .unwrap_or_default();
+    assert!(
+        grace.as_secs() < pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30),
+        "{grace:?}"
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        container["livenessProbe"]["httpGet"]["path"],
+        "/api/health/live"
+    );
+    assert_eq!(
+        container["readinessProbe"]["httpGet"]["path"],
+        "/api/health/ready"
+    );
+    let secret_of = |name: &str| {
+        container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == name)
+            .map(|e| e["valueFrom"]["secretKeyRef"]["name"].clone())
+    };
+    assert_eq!(secret_of("AGENTHOST_STORE"), Some(json!("agenthost")));
+    assert_eq!(secret_of("AGENTHOST_API_KEYS"), Some(json!("agenthost")));
+    assert_eq!(kind("PodDisruptionBudget")["spec"]["minAvailable"], 1);
+    assert_eq!(
+        kind("Service")["spec"]["selector"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    // The scaler's query is the one `agenthost due --sql` prints.
+    let scaled: Value = serde_norway::from_str(&read("keda-scaledobject.yaml")).unwrap();
+    let query = scaled["spec"]["triggers"][0]["metadata"]["query"]
+        .as_str()
+        .unwrap_or_default();
+    let printed = std::process::Command::new(binary())
+        .args([
+            "due",
+            "--sql",
+            "--within",
+            "30s",
+            "--store",
+            "postgres://app@db/agents",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        query.trim(),
+        String::from_utf8_lossy(&printed.stdout).trim()
+    );
+    assert_eq!(scaled["spec"]["minReplicaCount"], 0);
+}
