@@ -226,6 +226,30 @@ async fn until_status(
     }
 }
 
+/// GETs `url` until it answers 2xx, while the process serving it runs.
+async fn until_get_ok(
+    client: &reqwest::Client,
+    url: &str,
+    since: Instant,
+    process: &mut Launched,
+) -> anyhow::Result<()> {
+    loop {
+        if let Some(status) = process.0.try_wait()? {
+            anyhow::bail!("the process exited ({status}) before {url} answered");
+        }
+        if client
+            .get(url)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(since.elapsed() < GIVE_UP, "{url} never answered");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
@@ -365,18 +389,7 @@ async fn drop_into_running(binary: &Path, from: &Path, sample: usize) -> anyhow:
     let mut host = spawn_host(binary, &components, &store, &dir.join("cache"), port)?;
     let client = client();
     let health = format!("http://127.0.0.1:{port}/api/health/ready");
-    loop {
-        if client
-            .get(&health)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            break;
-        }
-        anyhow::ensure!(started.elapsed() < GIVE_UP, "the host never got ready");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_get_ok(&client, &health, started, &mut host).await?;
     let shelf = from.join("components").join(".compiled");
     if shelf.exists() {
         copy_folder(&shelf, &components.join(".compiled"))?;
@@ -468,21 +481,9 @@ async fn wasmtime_serve(scratch: &Path) -> anyhow::Result<String> {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let _serving = Launched(child);
-        let client = client();
+        let mut serving = Launched(child);
         let url = format!("http://127.0.0.1:{port}/");
-        loop {
-            if client
-                .get(&url)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                break;
-            }
-            anyhow::ensure!(started.elapsed() < GIVE_UP, "wasmtime serve never answered");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        until_get_ok(&client(), &url, started, &mut serving).await?;
         // The first launch fills wasmtime's cache.
         if sample > 0 {
             samples.push(started.elapsed());

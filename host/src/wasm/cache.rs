@@ -7,9 +7,11 @@
 //! build step) in `.compiled/NAME/`: a Python or JavaScript component takes
 //! seconds to compile, which a host started on an empty cache (a new
 //! instance of a serverless app) would otherwise pay before its first
-//! answer. They are read, never written, by the host, and only from a
-//! folder [`super::trust`] trusts; one made by another engine or for
-//! another machine fails wasmtime's own check at load and is compiled anew.
+//! answer. They are read, never written, by the host: only when its
+//! operator says so (`--load-precompiled`: whoever wrote them chose the
+//! native code the host will run) and only from a folder [`super::trust`]
+//! trusts; one made by another engine or for another machine fails
+//! wasmtime's own check at load and is compiled anew.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
