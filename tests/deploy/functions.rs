@@ -14,6 +14,11 @@ async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler(
     let dir = app.path().join("app");
     let init = std::process::Command::new(binary())
         .args(["functions", "init"])
+        // What `init` compiles goes to the suite's cache, not the user's.
+        .env(
+            "AGENTHOST_CACHE_DIR",
+            crate::support::host::test_artifact_cache(),
+        )
         .arg(&dir)
         .arg("--components")
         .arg(components.path())
@@ -123,6 +128,19 @@ async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler(
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
+    // Served from the compiled code `init` put beside the component.
+    let listed: Value = client()
+        .get(served.url("/api/components"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["components"][0]["artifact"], "precompiled",
+        "{listed}"
+    );
     // The timer's invocation, as the Functions host posts a non-HTTP
     // trigger to /{function name}, answered in the custom handler shape.
     let invocation = json!({

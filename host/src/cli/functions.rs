@@ -56,7 +56,7 @@ pub(crate) struct InitArgs {
 }
 
 /// Writes the app folder; refuses one that has a `host.json` already.
-pub(crate) fn init(args: &InitArgs) -> anyhow::Result<()> {
+pub(crate) async fn init(args: &InitArgs) -> anyhow::Result<()> {
     let dir = &args.dir;
     if dir.join("host.json").exists() {
         bail!(
@@ -74,6 +74,12 @@ pub(crate) fn init(args: &InitArgs) -> anyhow::Result<()> {
     let target = dir.join(executable_name());
     std::fs::copy(&executable, &target)
         .with_context(|| format!("cannot copy {} into the app", executable.display()))?;
+    // Their compiled code beside them (`--load-precompiled` below): an
+    // instance the platform starts answers without compiling them first,
+    // on a worker of the same CPU kind (another compiles, as without it).
+    if copied > 0 {
+        super::compile::compile(&dir.join("components")).await?;
+    }
     write_json(&dir.join("host.json"), &host_json(args.store.as_deref()))?;
     for (name, route, methods) in HTTP_FUNCTIONS {
         write_json(
@@ -120,7 +126,7 @@ pub(crate) fn host_json(store: Option<&str>) -> Value {
                 // (authLevel) and forwards with the app's own host name.
                 "arguments": [
                     "serve", "--components", "components", "--watch", "false",
-                    "--store", store, "--allowed-hosts", "*"
+                    "--store", store, "--allowed-hosts", "*", "--load-precompiled"
                 ]
             },
             "enableForwardingHttpRequest": true

@@ -336,7 +336,7 @@ async fn run() -> ExitCode {
         Command::Client(args) => client::run(args).await,
         Command::Functions {
             command: FunctionsCommand::Init(args),
-        } => functions::init(&args),
+        } => functions::init(&args).await,
         Command::Due(args) => due(&args).await,
     };
     match result {

@@ -227,8 +227,9 @@ pub(super) struct Purged {
     pub more: bool,
 }
 
-/// Stored payloads are JSON text; one that is not (never written by this
-/// host, but possible in an old store) is shown as a string, not lost.
+/// Stored payloads are JSON text, but for a Durable Task SDK's own
+/// payloads, which are its text as sent (a large-payload store's token,
+/// say): one that is not JSON is shown as a string, not lost.
 fn parse_json(text: Option<&str>) -> Value {
     text.map_or(Value::Null, |t| {
         serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_string()))
