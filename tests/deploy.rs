@@ -36,6 +36,16 @@ impl Served {
     fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.1)
     }
+
+    /// Asserts that its one component was loaded from the compiled code
+    /// beside it (`"artifact": "precompiled"` in `/api/components`).
+    async fn assert_served_precompiled(&self, why: &str) {
+        let listed: Value = crate::support::get_json(self.url("/api/components")).await;
+        assert_eq!(
+            listed["components"][0]["artifact"], "precompiled",
+            "{why}: {listed}"
+        );
+    }
 }
 
 /// Starts `program ARGS` in `dir` (with `env`), once it answers on `port`.

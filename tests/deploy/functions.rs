@@ -128,19 +128,9 @@ async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler(
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
-    // Served from the compiled code `init` put beside the component.
-    let listed: Value = client()
-        .get(served.url("/api/components"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        listed["components"][0]["artifact"], "precompiled",
-        "{listed}"
-    );
+    served
+        .assert_served_precompiled("the compiled code `init` put beside it")
+        .await;
     // The timer's invocation, as the Functions host posts a non-HTTP
     // trigger to /{function name}, answered in the custom handler shape.
     let invocation = json!({

@@ -144,18 +144,9 @@ async fn the_image_runs_its_command_line_unprivileged_with_volumes_probes_and_a_
         data.join("agenthost.db").is_file(),
         "the store is on the data volume"
     );
-    let listed: Value = client()
-        .get(served.url("/api/components"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        listed["components"][0]["artifact"], "precompiled",
-        "loaded from what the build stage compiled: {listed}"
-    );
+    served
+        .assert_served_precompiled("what the build stage compiled")
+        .await;
     // SIGTERM drains and exits 0 well within a pod's grace period.
     let pid = served.0.id().unwrap_or_default();
     std::process::Command::new("kill")
