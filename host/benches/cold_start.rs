@@ -72,29 +72,25 @@ fn main() -> anyhow::Result<()> {
             for warm in [true, false] {
                 let mut answers = Vec::new();
                 let mut flows = Vec::new();
+                // Each cold launch on a folder of its own, empty.
+                let cache = |launch: &str| match warm {
+                    true => warm_cache.clone(),
+                    false => dir.join(format!("cold-cache-{launch}")),
+                };
                 for sample in 0..SAMPLES {
-                    let cache = if warm {
-                        warm_cache.clone()
-                    } else {
-                        dir.join(format!("cold-cache-{sample}"))
-                    };
+                    let cache_for_answer = cache(&format!("answer-{sample}"));
                     answers.push(tokio.block_on(launch_until_answer(
                         &binary,
                         &components,
                         &store,
-                        &cache,
+                        &cache_for_answer,
                         "numbered-agent-0000",
                     ))?);
-                    let cache = if warm {
-                        warm_cache.clone()
-                    } else {
-                        dir.join(format!("cold-cache-flow-{sample}"))
-                    };
                     flows.push(tokio.block_on(launch_until_orchestration(
                         &binary,
                         &components,
                         &store,
-                        &cache,
+                        &cache(&format!("flow-{sample}")),
                         sample,
                     ))?);
                 }

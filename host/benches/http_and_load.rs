@@ -90,7 +90,7 @@ async fn component_loading(components: &Path) -> anyhow::Result<String> {
             let start = Instant::now();
             let loaded = rt.load(&file).await.map_err(|e| anyhow::anyhow!("{e}"))?;
             warm.push(start.elapsed());
-            anyhow::ensure!(loaded.from_cache, "warm load did not use the cache");
+            anyhow::ensure!(loaded.from_cache(), "warm load did not use the cache");
         }
         out += &format!(
             "| {name} | {} KiB | {} | {} |\n",

@@ -194,7 +194,7 @@ impl Registry {
             tracing::info!(
                 component = %component.name,
                 digest = %component.digest,
-                from_cache = component.from_cache,
+                from_cache = component.from_cache(),
                 load_ms = component.load_time.as_millis() as u64,
                 agents = ?component.manifest.agents.iter().map(|a| &a.name).collect::<Vec<_>>(),
                 orchestrations = ?component.manifest.orchestrations.iter().map(|o| &o.name).collect::<Vec<_>>(),

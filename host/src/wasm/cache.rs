@@ -186,8 +186,7 @@ impl ArtifactCache {
             );
             return None;
         }
-        let me = trust::uid_of_process();
-        if !trust::folder(&shelf, me, trust::Owner::MeOrRoot) || !trust::file(&path, me) {
+        if !Self::trusted_beside(&path) {
             tracing::warn!(
                 artifact = %path.display(),
                 "not loading a precompiled artifact: it, or a folder on its path, may be written by another user than this host's or root; compiling instead"

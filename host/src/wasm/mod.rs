@@ -127,8 +127,6 @@ pub struct LoadedComponent {
     /// `sha256:` + hex of the file's bytes.
     pub digest: String,
     pub manifest: Manifest,
-    /// True when the compiled artifact came from the on-disk cache.
-    pub from_cache: bool,
     /// Where its compiled code came from.
     pub artifact: Artifact,
     pub load_time: Duration,
@@ -147,6 +145,11 @@ impl LoadedComponent {
         !self.manifest.orchestrations.is_empty() || !self.manifest.activities.is_empty()
     }
 
+    /// Whether its compiled code was read, not compiled by this load.
+    pub fn from_cache(&self) -> bool {
+        self.artifact != Artifact::Compiled
+    }
+
     /// What the component is and offers, as `GET /api/components` and
     /// `agenthost inspect` show it.
     pub fn describe_json(&self) -> serde_json::Value {
@@ -159,7 +162,7 @@ impl LoadedComponent {
             "orchestrations": self.manifest.orchestrations,
             "grants": *self.grants,
             "load_ms": self.load_time.as_secs_f64() * 1000.0,
-            "from_cache": self.from_cache,
+            "from_cache": self.from_cache(),
             "artifact": self.artifact.as_str(),
         })
     }
@@ -293,7 +296,6 @@ impl Runtime {
             path: path.to_path_buf(),
             digest,
             manifest: Manifest::default(),
-            from_cache: artifact != Artifact::Compiled,
             artifact,
             load_time: Duration::ZERO,
             grants: Arc::new(grants),
