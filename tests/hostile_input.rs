@@ -249,3 +249,67 @@ async fn a_body_that_stops_midway_gets_408_in_json_and_the_host_serves_on() {
         "{error}"
     );
 }
+
+/// One request written as given on a raw connection (`Connection: close`
+/// is added); returns the status line and the body.
+fn raw_request(base: &str, head: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let address = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let request = format!("{head}Connection: close\r\nContent-Length: 0\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (top, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (
+        top.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ambiguous_host_is_a_bad_request_and_an_absolute_target_is_checked_as_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path()).openai(&model, "sk").start();
+    let base = host.base.clone();
+    let address = base.trim_start_matches("http://").to_string();
+    let code = |body: &str| {
+        serde_json::from_str::<Value>(body).unwrap_or_default()["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let calls = tokio::task::spawn_blocking(move || {
+        [
+            // Two Host lines, the first loopback: the second must not be
+            // left for a proxy to read.
+            format!(
+                "POST /api/agents/writer/run HTTP/1.1\r\nHost: {address}\r\nHost: evil.example\r\n"
+            ),
+            // The target names the host; the Host line is ignored (RFC 9112 §3.2.2).
+            format!(
+                "POST http://evil.example/api/agents/writer/run HTTP/1.1\r\nHost: {address}\r\n"
+            ),
+            format!("GET http://{address}/api/health HTTP/1.1\r\nHost: evil.example\r\n"),
+            // HTTP/1.1 with no Host at all.
+            "GET /api/health HTTP/1.1\r\n".to_string(),
+        ]
+        .map(|head| raw_request(&base, &head))
+    })
+    .await
+    .unwrap();
+    let [(two, two_body), (absolute, absolute_body), (checked, _), (none, none_body)] = calls;
+    assert!(two.contains(" 400 "), "{two} {two_body}");
+    assert_eq!(code(&two_body), "duplicate_host", "{two_body}");
+    assert!(absolute.contains(" 403 "), "{absolute} {absolute_body}");
+    assert_eq!(code(&absolute_body), "host_not_allowed", "{absolute_body}");
+    assert!(checked.contains(" 200 "), "{checked}");
+    assert!(none.contains(" 400 "), "{none} {none_body}");
+    assert_eq!(code(&none_body), "missing_host", "{none_body}");
+    // Nothing of the refused runs reached the model.
+    assert_eq!(model.requests().len(), 0);
+}

@@ -12,7 +12,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::authorize::token_opens;
 use super::keys::{required_scope, Scope};
-use super::schemas::ErrorBody;
+use super::schemas::{A2aStatus, A2aStatusError, ErrorBody};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -63,7 +63,7 @@ use super::schemas::ErrorBody;
         super::health::ready,
         get,
     ),
-    components(schemas(ErrorBody)),
+    components(schemas(ErrorBody, A2aStatus, A2aStatusError)),
     modifiers(&Security),
 )]
 struct ApiDoc;

@@ -166,26 +166,76 @@ fn is_loopback(name: &str) -> bool {
         || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// The middleware: 403 in JSON for a foreign `Host` or `Origin`.
+/// The authority a request is addressed to, as RFC 9112 §3.2 reads it:
+/// the request target's when it names one (an absolute-form target, which
+/// a proxy sends; HTTP/2's `:authority`), else its one `Host`. More than one
+/// `Host`, a `Host` that is not text, or none on an HTTP/1.1 request that
+/// names no authority is a bad request (400), whoever sent it: which name
+/// the host then checks would depend on which line a proxy or this host
+/// reads.
+///
+/// The `Host` the handlers read (the URLs they hand out) is made the
+/// target's, so what they build is what was checked.
+fn addressed_to(request: &mut Request) -> Result<Option<String>, ApiError> {
+    let mut hosts = request.headers().get_all(HOST).iter();
+    let (first, more) = (hosts.next().cloned(), hosts.next().is_some());
+    if more {
+        return Err(ApiError::bad_request(
+            "duplicate_host",
+            "the request has more than one Host header (RFC 9112 §3.2): send exactly one",
+        ));
+    }
+    if let Some(authority) = request.uri().authority() {
+        // The name and port only: user information names no host.
+        let target = match authority.port() {
+            Some(port) => format!("{}:{port}", authority.host()),
+            None => authority.host().to_string(),
+        };
+        if let Ok(value) = HeaderValue::from_str(&target) {
+            request.headers_mut().insert(HOST, value);
+        }
+        return Ok(Some(target));
+    }
+    match first {
+        Some(value) => match value.to_str() {
+            Ok(text) if !text.trim().is_empty() => Ok(Some(text.to_string())),
+            _ => Err(ApiError::bad_request(
+                "invalid_host",
+                "the request's Host header is empty or not text: name the host it is addressed to",
+            )),
+        },
+        None if request.version() == axum::http::Version::HTTP_11 => Err(ApiError::bad_request(
+            "missing_host",
+            "an HTTP/1.1 request must name its host in a Host header (RFC 9112 §3.2)",
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The middleware: 400 in JSON for a request whose `Host` is ambiguous, 403
+/// for a foreign `Host` or `Origin`.
 pub async fn guard(
     State(allowed): State<std::sync::Arc<Allowed>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
+    let host = match addressed_to(&mut request) {
+        Ok(host) => host,
+        Err(refused) => {
+            tracing::warn!("refused a request whose Host is ambiguous or missing");
+            return refused.into_response();
+        }
+    };
     let path = request.uri().path();
     if path == "/api/health/live" || path == "/api/health/ready" {
         return next.run(request).await;
     }
-    let headers = request.headers();
-    // HTTP/2 carries it in the URI's authority instead.
-    let host = headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| request.uri().authority().map(|a| a.to_string()));
     // An `Origin` that is not text names no site this host knows: taken
     // as a foreign one (it parses as no URL).
-    let origin = headers.get(ORIGIN).map(|o| o.to_str().unwrap_or("\u{1}"));
+    let origin = request
+        .headers()
+        .get(ORIGIN)
+        .map(|o| o.to_str().unwrap_or("\u{1}"));
     if let Some(why) = allowed.refuses_host(host.as_deref()) {
         tracing::warn!(
             host = host.as_deref().unwrap_or_default(),
@@ -302,6 +352,52 @@ mod tests {
                 Some("agents.example.com")
             )
             .is_some());
+    }
+
+    fn request(target: &str, hosts: &[&str]) -> Request {
+        let mut builder = Request::builder().uri(target);
+        for host in hosts {
+            builder = builder.header(HOST, *host);
+        }
+        builder.body(axum::body::Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn the_authority_checked_is_the_one_host_or_the_targets() {
+        let addressed = |target: &str, hosts: &[&str]| {
+            let mut request = request(target, hosts);
+            addressed_to(&mut request).map(|host| {
+                let header = request.headers().get(HOST).cloned();
+                (host, header)
+            })
+        };
+        // Two Host lines: which one a proxy read is anyone's guess.
+        let refused = addressed("/api/health", &["localhost", "evil.example"]).unwrap_err();
+        assert_eq!(refused.code(), "duplicate_host");
+        assert_eq!(
+            addressed("/", &["localhost:7071", "localhost:7071"])
+                .unwrap_err()
+                .code(),
+            "duplicate_host"
+        );
+        assert_eq!(
+            addressed("/", &["localhost:7071"]).unwrap().0.as_deref(),
+            Some("localhost:7071")
+        );
+        // An absolute-form target names the host; its Host line is ignored
+        // and replaced, so the URLs handed out name what was checked.
+        let (host, header) =
+            addressed("http://evil.example/api/agents/writer/run", &["localhost"]).unwrap();
+        assert_eq!(host.as_deref(), Some("evil.example"));
+        assert_eq!(header.unwrap(), "evil.example");
+        let (host, _) = addressed("http://user@127.0.0.1:7071/x", &[]).unwrap();
+        assert_eq!(host.as_deref(), Some("127.0.0.1:7071"));
+        // HTTP/1.1 without a Host.
+        assert_eq!(addressed("/", &[]).unwrap_err().code(), "missing_host");
+        let mut old = request("/", &[]);
+        *old.version_mut() = axum::http::Version::HTTP_10;
+        assert_eq!(addressed_to(&mut old).ok(), Some(None));
+        assert_eq!(addressed("/", &[""]).unwrap_err().code(), "invalid_host");
     }
 
     #[test]

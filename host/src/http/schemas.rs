@@ -55,6 +55,68 @@ impl utoipa::IntoResponses for Failures {
     }
 }
 
+/// An A2A error on the HTTP+JSON binding: `google.rpc.Status`, as A2A 1.0
+/// (section 11) answers errors of that binding.
+#[derive(Serialize, ToSchema)]
+pub struct A2aStatus {
+    error: A2aStatusError,
+}
+
+/// The `error` of an [`A2aStatus`].
+#[derive(Serialize, ToSchema)]
+pub struct A2aStatusError {
+    /// The HTTP status, again.
+    code: u16,
+    /// The gRPC status name (`NOT_FOUND`, `INVALID_ARGUMENT`, …).
+    status: String,
+    /// What was wrong, in words.
+    message: String,
+    /// An `ErrorInfo` naming the A2A error (`TASK_NOT_FOUND`, …).
+    details: Vec<serde_json::Value>,
+}
+
+/// The error answers of an A2A HTTP+JSON route: the binding's own
+/// [`A2aStatus`] for what A2A defines (a task not found, a version not
+/// spoken, a body not JSON), the host's [`ErrorBody`] for what the host
+/// refuses before A2A is spoken (no key, an agent not served, a body too
+/// large).
+pub struct A2aFailures;
+
+impl utoipa::IntoResponses for A2aFailures {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        use utoipa::openapi::content::ContentBuilder;
+        use utoipa::openapi::response::ResponseBuilder;
+        use utoipa::openapi::schema::OneOfBuilder;
+        use utoipa::openapi::Ref;
+        let answer = |description: &str| {
+            let either = OneOfBuilder::new()
+                .item(Ref::from_schema_name("ErrorBody"))
+                .item(Ref::from_schema_name("A2aStatus"));
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(either)).build(),
+                )
+                .build()
+                .into()
+        };
+        std::collections::BTreeMap::from([
+            (
+                "4XX".to_string(),
+                answer("The request was refused: A2A's google.rpc.Status, or the host's error body"),
+            ),
+            (
+                "5XX".to_string(),
+                answer("The host or a component failed: A2A's google.rpc.Status, or the host's error body"),
+            ),
+        ])
+    }
+}
+
 /// Tokens a run used (from the model's own count).
 #[derive(Serialize, ToSchema)]
 pub struct UsageSchema {

@@ -84,7 +84,7 @@ async fn body_of(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Va
     request_body(content = Object, description = "A SendMessageRequest", content_type = "application/json"),
     responses(
         (status = 200, description = "The task (or, for `message:stream`, server-sent events of it)", body = Object),
-        super::super::schemas::Failures
+        super::super::schemas::A2aFailures
     )
 )]
 pub async fn message(
@@ -120,7 +120,7 @@ pub async fn message(
     params(("agent" = String, Path), ("id" = String, Path, description = "The task, or `{id}:subscribe`")),
     responses(
         (status = 200, description = "The task (or server-sent events of it)", body = Object),
-        super::super::schemas::Failures
+        super::super::schemas::A2aFailures
     )
 )]
 pub async fn task_get(
@@ -152,7 +152,7 @@ pub async fn task_get(
     params(("agent" = String, Path), ("id" = String, Path, description = "`{id}:cancel` or `{id}:subscribe`")),
     responses(
         (status = 200, description = "The task (or server-sent events of it)", body = Object),
-        super::super::schemas::Failures
+        super::super::schemas::A2aFailures
     )
 )]
 pub async fn task_post(
@@ -196,7 +196,7 @@ fn push_not_supported(state: &AppState, agent: &str, headers: &HeaderMap) -> Res
     path = "/a2a/{agent}/tasks/{id}/pushNotificationConfigs",
     tag = "a2a",
     params(("agent" = String, Path), ("id" = String, Path)),
-    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::Failures)
+    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::A2aFailures)
 )]
 pub async fn push_config_create(
     State(state): State<AppState>,
@@ -212,7 +212,7 @@ pub async fn push_config_create(
     path = "/a2a/{agent}/tasks/{id}/pushNotificationConfigs",
     tag = "a2a",
     params(("agent" = String, Path), ("id" = String, Path)),
-    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::Failures)
+    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::A2aFailures)
 )]
 pub async fn push_config_list(
     State(state): State<AppState>,
@@ -228,7 +228,7 @@ pub async fn push_config_list(
     path = "/a2a/{agent}/tasks/{id}/pushNotificationConfigs/{config}",
     tag = "a2a",
     params(("agent" = String, Path), ("id" = String, Path), ("config" = String, Path)),
-    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::Failures)
+    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::A2aFailures)
 )]
 pub async fn push_config_get(
     State(state): State<AppState>,
@@ -244,7 +244,7 @@ pub async fn push_config_get(
     path = "/a2a/{agent}/tasks/{id}/pushNotificationConfigs/{config}",
     tag = "a2a",
     params(("agent" = String, Path), ("id" = String, Path), ("config" = String, Path)),
-    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::Failures)
+    responses((status = 400, description = "PushNotificationNotSupportedError", body = Object), super::super::schemas::A2aFailures)
 )]
 pub async fn push_config_delete(
     State(state): State<AppState>,
@@ -269,7 +269,7 @@ fn subscribed(result: Result<Response, RpcError>) -> Response {
     params(("agent" = String, Path)),
     responses(
         (status = 200, description = "A page of tasks: {tasks, nextPageToken, pageSize}", body = Object),
-        super::super::schemas::Failures
+        super::super::schemas::A2aFailures
     )
 )]
 pub async fn list_tasks(
