@@ -4,6 +4,7 @@
 
 mod a2a;
 mod a2a_remote;
+mod access_enumeration;
 mod agent_framework_durabletask;
 mod agent_runs;
 mod api_fuzz;
