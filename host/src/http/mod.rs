@@ -19,6 +19,7 @@ mod instance_body;
 mod instances;
 mod keys;
 mod mcp;
+mod mcp_sessions;
 mod metrics;
 mod openapi;
 mod orchestrators;
@@ -178,7 +179,9 @@ fn routes(state: &AppState, mcp: bool) -> Router<AppState> {
             post(instances::resume),
         );
     if mcp {
-        router = router.nest_service(mcp::PATH, mcp::routes(state.clone()));
+        // An MCP session answers the caller that opened it alone.
+        let sessions = axum::middleware::from_fn(mcp_sessions::bound_to_caller);
+        router = router.nest_service(mcp::PATH, mcp::routes(state.clone()).layer(sessions));
     }
     if state.config.health_enabled {
         router = router
