@@ -336,3 +336,45 @@ async fn a_component_that_blocks_in_describe_is_refused_and_the_others_load() {
         "{health}"
     );
 }
+
+/// A guest's log line cannot forge a line of the host's own log (a newline
+/// and a fake host record, `\r`, a terminal escape are written escaped), and
+/// a flood of lines is cut to the component's share a second, the rest
+/// counted and said.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guests_log_lines_are_escaped_and_held_to_its_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile", "writer"])
+        .openai(&model, "sk-test")
+        .start();
+    let result = tool_result(&host, &model, "log_forge", json!({})).await;
+    assert!(result.contains("logged"), "{result}");
+    assert_healthy(&host).await;
+    let log = host.output();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("FORGED") && !l.contains("harmless")),
+        "a guest's text started a line of the host's log:\n{log}"
+    );
+    let forged = log
+        .lines()
+        .find(|l| l.contains("FORGED"))
+        .unwrap_or_else(|| panic!("the guest's line is not in the log:\n{log}"));
+    assert!(
+        forged.contains("harmless\\n2026") && forged.contains("\\r\\u{1b}[31mred"),
+        "{forged}"
+    );
+    assert!(!log.contains('\u{1b}'), "a terminal escape reached the log");
+    let flood = log.lines().filter(|l| l.contains("flood line")).count();
+    assert!(
+        (150..=1000).contains(&flood),
+        "{flood} of 5,000 flood lines were written (the share is 200 a second)"
+    );
+    assert!(
+        log.contains("more log lines than its share"),
+        "the drop is not said:\n{}",
+        &log[log.len().saturating_sub(2000)..]
+    );
+}

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::destinations::NetworkPolicy;
+use super::host::logging::{LogBudget, LINES_PER_SECOND};
 use super::{Limits, LoadError};
 
 /// Host settings that are credentials or control the host itself. They are
@@ -22,6 +23,9 @@ const HOST_SECRETS: &[&str] = &[
     "REDIS_CONNECTION_STRING",
     "DURABLE_TASK_SCHEDULER_CONNECTION_STRING",
 ];
+
+/// The most log lines a second a component may be granted.
+const MAX_LOG_LINES_PER_SECOND: u32 = 100_000;
 
 /// The sidecar file as written by the component's deployer.
 #[derive(Debug, Default, Deserialize)]
@@ -41,6 +45,8 @@ struct GrantsFile {
     cpu_time: Option<String>,
     /// Most instances of this component alive at once.
     max_instances: Option<u32>,
+    /// Log lines the component may write a second, across its instances.
+    log_lines_per_second: Option<u32>,
 }
 
 /// The checked grants of one component.
@@ -58,6 +64,11 @@ pub struct Grants {
     /// The host's outbound rules, which every request is also checked against.
     #[serde(skip)]
     pub network: Arc<NetworkPolicy>,
+    /// Log lines a second (`log_lines_per_second`).
+    pub log_lines_per_second: u32,
+    /// What is left of that share now, shared by the component's instances.
+    #[serde(skip)]
+    pub log_budget: Arc<LogBudget>,
 }
 
 /// A grant that allows an outgoing request.
@@ -171,6 +182,13 @@ impl Grants {
                 ));
             }
         }
+        let log_lines_per_second = file.log_lines_per_second.unwrap_or(LINES_PER_SECOND);
+        if !(1..=MAX_LOG_LINES_PER_SECOND).contains(&log_lines_per_second) {
+            return Err(refuse(
+                "log_lines_per_second",
+                format!("{log_lines_per_second} is outside 1..={MAX_LOG_LINES_PER_SECOND}"),
+            ));
+        }
         Ok(Self {
             allowed_hosts: file.allowed_hosts,
             env,
@@ -182,6 +200,8 @@ impl Grants {
             cpu_time_ms: u64::try_from(cpu_time.as_millis()).unwrap_or(u64::MAX),
             max_instances: file.max_instances,
             network: ceilings.network.clone(),
+            log_lines_per_second,
+            log_budget: Arc::new(LogBudget::new(log_lines_per_second)),
         })
     }
 

@@ -12,7 +12,7 @@
 //! | memory and CPU limits | `memory.rs`, [`store_with`] | [`memory::MemoryLimit`] |
 
 mod durable;
-mod logging;
+pub(crate) mod logging;
 mod memory;
 mod outbound_http;
 mod wasi;
@@ -165,6 +165,7 @@ fn store_with(
         },
         logging: logging::Logging {
             component: component.into(),
+            budget: grants.log_budget.clone(),
         },
         durable: durable::Durable {
             scope: orchestration,

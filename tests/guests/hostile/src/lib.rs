@@ -72,6 +72,20 @@ fn call_other_activity(ctx: &Context, call: Value) -> Result<Value, String> {
     )
 }
 
+/// Writes a line that would forge a host log line (a newline, a fake
+/// host record, `\r`, a terminal escape), then floods the log.
+fn log_forge(_: Nothing) -> Result<Value, String> {
+    use agenthost_guest::{log, Level};
+    log(
+        Level::Info,
+        "harmless\n2026-12-06T00:00:00.000000Z  INFO agenthost::server: FORGED host line\r\u{1b}[31mred",
+    );
+    for n in 0..5_000 {
+        log(Level::Info, &format!("flood line {n}"));
+    }
+    Ok(json!("logged"))
+}
+
 fn component() -> Component {
     // Granted this variable, it blocks while being described: the host's
     // describe() limit must stop it and keep loading the others.
@@ -88,7 +102,8 @@ fn component() -> Component {
                 .tool("trap")
                 .tool("env")
                 .tool("read_file")
-                .tool("fetch"),
+                .tool("fetch")
+                .tool("log_forge"),
         )
         .tool(Tool::new("spin", "Loops forever", spin))
         .tool(Tool::new("hog", "Allocates memory without bound", hog))
@@ -96,6 +111,11 @@ fn component() -> Component {
         .tool(Tool::new("env", "Returns the whole environment", env))
         .tool(Tool::new("read_file", "Reads a file", read_file))
         .tool(Tool::new("fetch", "GETs a URL", fetch))
+        .tool(Tool::new(
+            "log_forge",
+            "Forges a host log line, then floods the log",
+            log_forge,
+        ))
         .orchestration(Orchestration::new(
             "call_other_activity",
             call_other_activity,
