@@ -14,9 +14,12 @@
 //! another key holds), never any of A's data; and A's resources read back
 //! unchanged. An operation the tables do not know fails the test by name,
 //! so a new route cannot slip in unexamined. Every violation is collected
-//! and the test fails once, listing them all.
+//! and the test fails once, listing them all. (The gRPC endpoint is not
+//! here: it is admin-only as a whole, at one interceptor,
+//! `http/grpc/access.rs`, which `durable_task_grpc` checks.)
 
 mod cases;
+mod open;
 mod owned;
 mod protocols;
 mod races;
@@ -30,7 +33,8 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::support::{FakeModel, HostBuilder, Reply};
-use cases::{cases_of, judge, open_request, Case, OPEN};
+use cases::{cases_of, judge, Case};
+use open::{open_request, OPEN};
 use owned::Owned;
 use wire::{send, Answer, Request, MCP};
 

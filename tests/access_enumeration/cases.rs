@@ -4,7 +4,7 @@
 //! fails the test by name.
 
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::owned::Owned;
 use super::wire::{Answer, Request};
@@ -458,45 +458,4 @@ pub fn cases_of(method: &Method, template: &str, a: &Owned) -> Option<Vec<Case>>
         _ => return None,
     };
     Some(cases)
-}
-
-/// The routes open to anyone, and why; the enumeration checks they give
-/// nothing of A's away.
-pub const OPEN: [(&str, &str, &str); 7] = [
-    (
-        "GET",
-        "/api/health",
-        "health: load balancers and probes ask it without a key",
-    ),
-    ("GET", "/api/health/live", "liveness probe"),
-    ("GET", "/api/health/ready", "readiness probe"),
-    (
-        "GET",
-        "/api/openapi.json",
-        "the document of the routes: public by design",
-    ),
-    (
-        "POST",
-        "/agenthost-wake",
-        "the Functions timer's wake-up: runs what is due, answers nothing of any resource",
-    ),
-    (
-        "GET",
-        "/.well-known/agent-card.json",
-        "A2A discovery: cards are public",
-    ),
-    (
-        "GET",
-        "/a2a/{agent}/.well-known/agent-card.json",
-        "A2A discovery: cards are public",
-    ),
-];
-
-/// What an open route is called with.
-pub fn open_request(template: &str) -> Request {
-    let path = template.replace("{agent}", "writer");
-    match template {
-        "/agenthost-wake" => Request::post(path, Value::Null),
-        _ => Request::get(path),
-    }
 }
