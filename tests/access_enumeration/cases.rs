@@ -190,6 +190,14 @@ pub fn cases_of(method: &Method, template: &str, a: &Owned) -> Option<Vec<Case>>
                 ),
                 not_found,
             ),
+            case(
+                "B cancels the agent run of A's orchestration",
+                Request::post(
+                    format!("{}/cancel", run("writer", &a.orchestration_run)),
+                    json!({}),
+                ),
+                not_found,
+            ),
         ],
         ("POST", "/api/agents/{name}/runs/{correlation_id}/approvals") => vec![case(
             "B approves A's waiting tool call",
