@@ -29,6 +29,9 @@ COPY --from=build /out/components /components
 USER 10001:10001
 # The SQLite store and the compiled-component cache live here (one
 # replica); give a PostgreSQL URL in AGENTHOST_STORE for more than one.
+# The cache is named on the command line (this user has no home folder), and
+# used only while nobody but this user or root may write the folder: its
+# code is native code (docs/components.md, "Where compiled code comes from").
 ENV AGENTHOST_STORE=sqlite:///var/lib/agenthost/agenthost.db
 VOLUME ["/components", "/var/lib/agenthost"]
 EXPOSE 7071

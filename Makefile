@@ -67,7 +67,7 @@ HOST_CRATES = --workspace $(HOST_ONLY) --features agenthost/bench
 # sandbox and outbound rules, model endpoints and credentials, components
 # directory checks. Everything else, the API fuzzer and hot reload included,
 # runs on both stores.
-STORE_FREE := languages scaffold newcomer sandbox outbound_rules model_endpoints credentials components_dir
+STORE_FREE := languages scaffold newcomer sandbox outbound_rules model_endpoints credentials components_dir compiled_code_trust
 ON_EVERY_STORE = package(agenthost) & (kind(lib) | (binary(integration) & not test(/^($(subst $(space),|,$(STORE_FREE)))::/)))
 space := $(subst ,, )
 

@@ -64,6 +64,9 @@ async fn serve(
         .env_remove("AGENTHOST_PORT")
         .env_remove("AGENTHOST_API_KEYS")
         .env("AGENTHOST_LOG", "warn")
+        // A host with no `--cache-dir` (the function app's) uses the user's
+        // cache folder: the test's own, not the real user's.
+        .env("XDG_CACHE_HOME", dir.join(".test-user-cache"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true);

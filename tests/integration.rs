@@ -13,6 +13,7 @@ mod async_runs;
 mod bounded_work;
 mod chaos;
 mod client_cli;
+mod compiled_code_trust;
 mod components_dir;
 mod concurrency;
 mod credentials;

@@ -55,7 +55,7 @@ fn main() -> anyhow::Result<()> {
 
 fn runtime(cache: &Path) -> anyhow::Result<Runtime> {
     Runtime::new(RuntimeConfig {
-        cache_dir: cache.to_path_buf(),
+        cache_dir: Some(cache.to_path_buf()),
         load_precompiled: false,
         limits: Limits::default(),
         max_instances: 64,

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::embed::AgentHost;
 use crate::settings::Settings;
-use crate::wasm::{CommandCache, Limits, NetworkPolicy, Runtime, RuntimeConfig};
+use crate::wasm::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
 
 pub(crate) async fn serve(args: Settings) -> anyhow::Result<()> {
     let grace = args.shutdown_grace;
@@ -140,13 +140,16 @@ pub(crate) async fn work(mut args: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A runtime for one command on one component file (`build`, `inspect`,
-/// `tool call`): default limits, and the lasting artifact cache of
-/// [`CommandCache`] (the user's, or `AGENTHOST_CACHE_DIR`).
-pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, CommandCache)> {
-    let cache = CommandCache::open().context("cannot make a folder for compiled components")?;
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: cache.dir().to_path_buf(),
+/// A runtime for a command on component files (`build`, `compile`,
+/// `inspect`, `tool call`): default limits, and the cache a `serve` of this
+/// user reads by default (or `AGENTHOST_CACHE_DIR`, as `serve` reads it
+/// too), so that what a command compiled a host loads without compiling.
+pub(crate) fn local_runtime() -> anyhow::Result<Runtime> {
+    let configured = std::env::var_os("AGENTHOST_CACHE_DIR")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from);
+    Runtime::new(RuntimeConfig {
+        cache_dir: configured,
         load_precompiled: false,
         limits: Limits::default(),
         max_instances: 4,
@@ -154,15 +157,13 @@ pub(crate) fn local_runtime() -> anyhow::Result<(Runtime, CommandCache)> {
         episode_cpu_time: Duration::from_secs(1),
         network: NetworkPolicy::default(),
     })
-    .context("could not start the wasm runtime")?;
-    Ok((runtime, cache))
+    .context("could not start the wasm runtime")
 }
 
 /// `agenthost inspect FILE`: loads one component and prints its description.
 pub(crate) async fn inspect(file: &std::path::Path) -> anyhow::Result<()> {
-    let (runtime, cache) = local_runtime()?;
+    let runtime = local_runtime()?;
     let loaded = runtime.load(file).await;
-    cache.done();
     let component = loaded.with_context(|| format!("{} does not load", file.display()))?;
     println!(
         "{}",
@@ -182,7 +183,7 @@ pub(crate) async fn call_tool(
     if !parsed.is_ok_and(|v| v.is_object()) {
         anyhow::bail!("the arguments must be a JSON object, not: {arguments}");
     }
-    let (runtime, cache) = local_runtime()?;
+    let runtime = local_runtime()?;
     let called = async {
         let component = runtime
             .load(file)
@@ -219,7 +220,6 @@ pub(crate) async fn call_tool(
             .with_context(|| format!("tool '{tool}' stopped the component"))
     }
     .await;
-    cache.done();
     match called? {
         Ok(result) => {
             println!("{result}");

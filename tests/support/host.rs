@@ -42,7 +42,8 @@ pub struct HostBuilder {
     components: Vec<String>,
     env: Vec<(String, String)>,
     args: Vec<String>,
-    cache_dir: PathBuf,
+    /// `None`: no `--cache-dir`, the host's default.
+    cache_dir: Option<PathBuf>,
     hub: Option<String>,
     connection_string: bool,
     /// A store URL in place of the suite's (a proxy to it, say).
@@ -66,7 +67,7 @@ impl HostBuilder {
             components: vec!["writer".into(), "weather".into()],
             env: Vec::new(),
             args: Vec::new(),
-            cache_dir: test_artifact_cache(),
+            cache_dir: Some(test_artifact_cache()),
             hub: None,
             connection_string: false,
             store: None,
@@ -116,7 +117,14 @@ impl HostBuilder {
     }
 
     pub fn cache_dir(mut self, dir: &Path) -> Self {
-        self.cache_dir = dir.to_path_buf();
+        self.cache_dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// No `--cache-dir`: the host's default cache, the user's cache folder
+    /// (give the test's own with `.env("XDG_CACHE_HOME", …)`).
+    pub fn default_cache(mut self) -> Self {
+        self.cache_dir = None;
         self
     }
 
@@ -163,8 +171,11 @@ impl HostBuilder {
             })
             .arg("--port")
             .arg(self.port.to_string())
-            .arg("--cache-dir")
-            .arg(&self.cache_dir)
+            .args(
+                self.cache_dir
+                    .iter()
+                    .flat_map(|dir| [std::ffi::OsStr::new("--cache-dir"), dir.as_os_str()]),
+            )
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -43,10 +43,8 @@ pub(crate) async fn build(dir: &Path, into: Option<&Path>) -> anyhow::Result<()>
             dir.display()
         );
     };
-    let (runtime, cache) = crate::server::local_runtime()?;
-    let placed = load_and_place(&runtime, &built, &package, into).await;
-    cache.done();
-    let (component, placed) = placed?;
+    let runtime = crate::server::local_runtime()?;
+    let (component, placed) = load_and_place(&runtime, &built, &package, into).await?;
     let names = |v: Vec<&str>| {
         if v.is_empty() {
             "none".to_string()
@@ -84,9 +82,12 @@ pub(crate) async fn build(dir: &Path, into: Option<&Path>) -> anyhow::Result<()>
 }
 
 /// Loads what was built as a host would, then, with `--into`, copies it
-/// there with its compiled code beside it ([`crate::wasm::PRECOMPILED`]),
-/// so that a host serving that folder loads it without compiling (seconds
-/// for a Python or JavaScript component).
+/// there. Its compiled code is then in this user's cache, which a plain
+/// `serve` of the same user reads (no flag), so a host watching that folder
+/// serves it without compiling (seconds for a Python or JavaScript
+/// component); it is placed beside it too ([`crate::wasm::PRECOMPILED`]),
+/// for a host on another cache (an image's first start) that is told to
+/// load it (`--load-precompiled`).
 async fn load_and_place(
     runtime: &crate::wasm::Runtime,
     built: &Path,

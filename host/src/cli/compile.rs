@@ -19,7 +19,7 @@ pub(crate) async fn compile(dir: &Path) -> anyhow::Result<()> {
     if files.is_empty() {
         bail!("{} holds no .wasm component", dir.display());
     }
-    let (runtime, cache) = crate::server::local_runtime()?;
+    let runtime = crate::server::local_runtime()?;
     let mut failed = Vec::new();
     for file in &files {
         let started = Instant::now();
@@ -37,8 +37,8 @@ pub(crate) async fn compile(dir: &Path) -> anyhow::Result<()> {
                     started.elapsed().as_secs_f64(),
                     artifact.display()
                 );
-                if !crate::wasm::ArtifactCache::trusted_beside(&artifact) {
-                    eprintln!("warning: a host running as this user will not load {}: it, or a folder on its path, may be written by another user than this one or root (docs/components.md)", artifact.display());
+                if let Err(reason) = crate::wasm::ArtifactCache::trusted(&artifact) {
+                    eprintln!("warning: a host running as this user will not load {}: {reason} (docs/components.md)", artifact.display());
                 }
             }
             Err(e) => {
@@ -47,7 +47,6 @@ pub(crate) async fn compile(dir: &Path) -> anyhow::Result<()> {
             }
         }
     }
-    cache.done();
     // What is there for components no longer in the folder.
     let names: Vec<String> = files
         .iter()

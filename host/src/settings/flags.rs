@@ -253,13 +253,20 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_SHUTDOWN_GRACE", default_value = defaults::SHUTDOWN_GRACE, value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
 
-    /// Where compiled components are cached between starts.
-    #[arg(long, env = "AGENTHOST_CACHE_DIR", default_value = defaults::CACHE_DIR)]
-    pub cache_dir: PathBuf,
+    /// Where compiled components are cached between starts [default: the
+    /// user's cache folder, $XDG_CACHE_HOME/agenthost/compiled, else
+    /// ~/.cache/agenthost/compiled, where `agenthost build` compiles to].
+    /// Its code is native code: the folder is used only if it and every
+    /// folder above it belong to this user or root and nobody else may
+    /// write them; otherwise the host keeps compiled code in a private
+    /// folder for this run only, and says so.
+    #[arg(long, env = "AGENTHOST_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
 
     /// Load the compiled code found beside a component (`DIR/.compiled/`,
     /// written by `agenthost build --into` or `agenthost compile`) instead of
-    /// compiling it. It is native code run outside the sandbox's checks:
+    /// compiling it: for a host on a cache of its own (an image's first
+    /// start); a host of the user who ran `build` finds it in its cache. It is native code run outside the sandbox's checks:
     /// set this only where the components folder is written by your own
     /// build (an image, a deploy pipeline), never for downloaded content.
     #[arg(long, env = "AGENTHOST_LOAD_PRECOMPILED", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -425,7 +432,8 @@ impl From<ServeArgs> for Settings {
             session_ttl: session_ttl.0,
             retain: retain.0,
             shutdown_grace,
-            cache_dir,
+            // An empty AGENTHOST_CACHE_DIR is no folder: the default.
+            cache_dir: cache_dir.filter(|dir| !dir.as_os_str().is_empty()),
             load_precompiled,
             model_timeout,
             max_tool_rounds,

@@ -58,7 +58,6 @@ pub(crate) mod defaults {
     pub const SESSION_TTL: &str = "14d";
     pub const RETAIN: &str = "30d";
     pub const SHUTDOWN_GRACE: &str = "30s";
-    pub const CACHE_DIR: &str = ".agenthost/cache";
     pub const MODEL_TIMEOUT: &str = "120s";
     pub const MAX_TOOL_ROUNDS: usize = 8;
     pub const HISTORY_BUDGET_TOKENS: usize = 64_000;
@@ -175,7 +174,13 @@ pub struct Settings {
     pub retain: Option<Duration>,
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
-    pub cache_dir: PathBuf,
+    /// Where compiled components are kept between starts; `None`: the
+    /// user's cache folder (`$XDG_CACHE_HOME/agenthost/compiled`, else
+    /// `~/.cache/agenthost/compiled`), the one `agenthost build` compiles
+    /// into. Never the working folder: code found there is native code.
+    /// Used only if no other user may write it (else a private folder of
+    /// this run's, logged).
+    pub cache_dir: Option<PathBuf>,
     /// Load the compiled code beside a component (`DIR/.compiled/`) instead
     /// of compiling it: only where your own build writes the folder.
     pub load_precompiled: bool,
@@ -255,7 +260,7 @@ impl Default for Settings {
             session_ttl: keep(SESSION_TTL),
             retain: keep(RETAIN),
             shutdown_grace: duration(SHUTDOWN_GRACE),
-            cache_dir: PathBuf::from(CACHE_DIR),
+            cache_dir: None,
             load_precompiled: false,
             model_timeout: duration(MODEL_TIMEOUT),
             max_tool_rounds: MAX_TOOL_ROUNDS,

@@ -1,6 +1,10 @@
 //! Compiled artifacts on disk, keyed by the component's digest and the
 //! engine's compatibility hash, so a restart (or a second host on the same
-//! machine) never compiles the same bytes twice.
+//! machine, or `agenthost build` before the host) never compiles the same
+//! bytes twice. The folder is chosen once ([`CacheFolder`]: never the
+//! working folder), and every artifact, wherever it is, is loaded only if
+//! [`trust::artifact`] trusts it: it is native code, run outside the
+//! sandbox.
 //!
 //! Beside the host's own cache, a components folder may carry artifacts made
 //! ahead of time (`agenthost build --into`, `agenthost compile`, an image's
@@ -20,6 +24,7 @@ use std::sync::Arc;
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
+use super::cache_folder::CacheFolder;
 use super::{error, trust, LoadError};
 
 /// How long a load waits for another process compiling the same artifact.
@@ -95,20 +100,19 @@ fn is_artifact_name(name: &str) -> bool {
 
 #[derive(Clone)]
 pub struct ArtifactCache {
-    dir: Arc<PathBuf>,
+    folder: Arc<CacheFolder>,
     engine_hash: Arc<str>,
 }
 
 impl ArtifactCache {
-    pub fn open(dir: &Path, engine: &Engine) -> Result<Self, LoadError> {
-        std::fs::create_dir_all(dir).map_err(|e| LoadError::Cache {
-            path: dir.to_path_buf(),
-            source: e,
-        })?;
+    /// The cache in `dir` (the operator's), else in the user's cache folder
+    /// ([`CacheFolder::choose`]).
+    pub fn open(dir: Option<&Path>, engine: &Engine) -> Result<Self, LoadError> {
+        let folder = CacheFolder::choose(dir)?;
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         Ok(Self {
-            dir: Arc::new(dir.to_path_buf()),
+            folder: Arc::new(folder),
             engine_hash: format!("{:016x}", hasher.finish()).into(),
         })
     }
@@ -118,8 +122,10 @@ impl ArtifactCache {
         format!("{digest}-{}.cwasm", self.engine_hash)
     }
 
-    fn path_for(&self, digest: &str) -> PathBuf {
-        self.dir.join(self.file_name(digest))
+    /// Where this cache keeps the artifact of `digest`; `None` when it
+    /// keeps nothing on disk.
+    fn path_for(&self, digest: &str) -> Option<PathBuf> {
+        Some(self.folder.dir()?.join(self.file_name(digest)))
     }
 
     /// Returns the compiled component and where it came from: this cache,
@@ -135,7 +141,7 @@ impl ArtifactCache {
         beside: Option<Beside<'_>>,
     ) -> Result<(Component, Artifact), LoadError> {
         let path = self.path_for(digest);
-        if let Some(component) = Self::cached(engine, &path) {
+        if let Some(component) = path.as_deref().and_then(|p| Self::trusted_load(engine, p)) {
             return Ok((component, Artifact::Cached));
         }
         if let Some(component) = beside.and_then(|b| self.precompiled(engine, digest, b)) {
@@ -147,18 +153,24 @@ impl ArtifactCache {
         // each compiling the same bytes (seconds of CPU for a Python or
         // JavaScript component). Without a lock (a read-only folder, say)
         // each compiles, as before.
-        let _compiling = Self::lock(&path);
-        if let Some(component) = Self::cached(engine, &path) {
+        let _compiling = path.as_deref().and_then(Self::lock);
+        if let Some(component) = path.as_deref().and_then(|p| Self::trusted_load(engine, p)) {
             return Ok((component, Artifact::Cached));
         }
         let component = Component::from_binary(engine, bytes)
             .map_err(|e| LoadError::Compile(error::describe(&e)))?;
+        let Some(path) = path else {
+            return Ok((component, Artifact::Compiled));
+        };
         match component.serialize() {
             Ok(artifact) => {
-                // Write then rename, so a crash never leaves a torn artifact under the final name.
+                // Write then rename, so a crash never leaves a torn artifact
+                // under the final name; written by nobody else whatever the
+                // umask, as the next load checks ([`trust::artifact`]).
                 let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-                let written =
-                    std::fs::write(&tmp, artifact).and_then(|()| std::fs::rename(&tmp, &path));
+                let written = std::fs::write(&tmp, artifact)
+                    .and_then(|()| set_mode(&tmp, 0o644))
+                    .and_then(|()| std::fs::rename(&tmp, &path));
                 if let Err(e) = written {
                     tracing::warn!(path = %path.display(), error = %e, "could not cache compiled artifact");
                     let _ = std::fs::remove_file(&tmp);
@@ -171,8 +183,8 @@ impl ArtifactCache {
         Ok((component, Artifact::Compiled))
     }
 
-    /// The artifact made ahead of time for this component, if its folder
-    /// and file are trusted and it loads on this engine.
+    /// The artifact made ahead of time for this component, if it is
+    /// trusted and loads on this engine.
     fn precompiled(&self, engine: &Engine, digest: &str, beside: Beside<'_>) -> Option<Component> {
         let shelf = beside.shelf()?;
         let path = shelf.join(self.file_name(digest));
@@ -186,14 +198,7 @@ impl ArtifactCache {
             );
             return None;
         }
-        if !Self::trusted_beside(&path) {
-            tracing::warn!(
-                artifact = %path.display(),
-                "not loading a precompiled artifact: it, or a folder on its path, may be written by another user than this host's or root; compiling instead"
-            );
-            return None;
-        }
-        Self::cached(engine, &path)
+        Self::trusted_load(engine, &path)
     }
 
     /// Copies this cache's artifact of `digest` beside the component, where
@@ -222,12 +227,17 @@ impl ArtifactCache {
         folder.create(&shelf)?;
         let name = self.file_name(digest);
         let target = shelf.join(&name);
+        let source = self.path_for(digest).ok_or_else(|| {
+            std::io::Error::other(
+                "this run kept no compiled code on disk (no trusted cache folder)",
+            )
+        })?;
         // Copied beside, then renamed: a host loading meanwhile never reads
         // half an artifact.
         // Readable by all, written by nobody else whatever the umask or the
-        // cache file's mode: what a host trusts ([`trust::file`]).
+        // cache file's mode: what a host trusts ([`trust::artifact`]).
         let partial = shelf.join(format!(".{name}.partial-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::copy(self.path_for(digest), &partial)
+        std::fs::copy(source, &partial)
             .and_then(|_| set_mode(&partial, 0o644))
             .and_then(|()| std::fs::rename(&partial, &target))
             .inspect_err(|_| {
@@ -244,13 +254,10 @@ impl ArtifactCache {
         Ok(target)
     }
 
-    /// Whether a host running as this user would trust the artifact at
-    /// `path` (its folders and itself: [`trust`]).
-    pub fn trusted_beside(path: &Path) -> bool {
-        let me = trust::uid_of_process();
-        path.parent()
-            .is_some_and(|shelf| trust::folder(shelf, me, trust::Owner::MeOrRoot))
-            && trust::file(path, me)
+    /// Whether a host running as this user would load the artifact at
+    /// `path` ([`trust::artifact`]), and if not, why.
+    pub(crate) fn trusted(path: &Path) -> Result<(), trust::Untrusted> {
+        trust::artifact(path)
     }
 
     /// Removes the folders of compiled code of components not in `names`
@@ -282,14 +289,19 @@ impl ArtifactCache {
         }
     }
 
-    /// The artifact at `path`, if it is there and loads.
-    fn cached(engine: &Engine, path: &Path) -> Option<Component> {
-        if !path.exists() {
+    /// The artifact at `path`, if it is there, trusted and loads: the one
+    /// place native code is read from disk.
+    fn trusted_load(engine: &Engine, path: &Path) -> Option<Component> {
+        if std::fs::symlink_metadata(path).is_err() {
             return None;
         }
-        // SAFETY: the file is in this host's own cache (its operator's
-        // choice), or beside the component in a folder only this host's
-        // user or root may write ([`ArtifactCache::precompiled`]); each was
+        if let Err(reason) = trust::artifact(path) {
+            tracing::warn!(artifact = %path.display(), %reason, "not loading this compiled code: it would run as native code of this host, outside the sandbox, and another user may have written or swapped it; compiling instead");
+            return None;
+        }
+        // SAFETY: the file and every folder above it belong to this host's
+        // user or root and nobody else may write them ([`trust::artifact`],
+        // checked just above: nobody else can change them since); it was
         // written by `Component::serialize` under a name that includes the
         // engine's compatibility hash, and wasmtime checks the engine and
         // CPU it was made for before loading it.
@@ -354,7 +366,7 @@ mod tests {
     /// A host's load of the component, on a cache of its own, new.
     fn load(engine: &Engine, root: &Path, beside: Beside<'_>) -> Artifact {
         let own = root.join(format!("host-cache-{}", uuid::Uuid::new_v4().simple()));
-        let cache = ArtifactCache::open(&own, engine).unwrap();
+        let cache = ArtifactCache::open(Some(&own), engine).unwrap();
         cache
             .get_or_compile(engine, DIGEST, EMPTY_COMPONENT, Some(beside))
             .unwrap()
@@ -375,7 +387,7 @@ mod tests {
         assert_eq!(load(&engine, root.path(), beside), Artifact::Compiled);
 
         // What `build --into` does: compiled once, placed beside.
-        let builder = ArtifactCache::open(&root.path().join("builder"), &engine).unwrap();
+        let builder = ArtifactCache::open(Some(&root.path().join("builder")), &engine).unwrap();
         let (_, made) = builder
             .get_or_compile(&engine, DIGEST, EMPTY_COMPONENT, None)
             .unwrap();
@@ -400,11 +412,11 @@ mod tests {
         // Code made with other settings, under the name this engine looks
         // for: wasmtime's check refuses it and the host compiles.
         let elsewhere = engine_with(false);
-        let foreign = ArtifactCache::open(&root.path().join("foreign"), &elsewhere).unwrap();
+        let foreign = ArtifactCache::open(Some(&root.path().join("foreign")), &elsewhere).unwrap();
         foreign
             .get_or_compile(&elsewhere, DIGEST, EMPTY_COMPONENT, None)
             .unwrap();
-        std::fs::copy(foreign.path_for(DIGEST), &placed).unwrap();
+        std::fs::copy(foreign.path_for(DIGEST).unwrap(), &placed).unwrap();
         assert_eq!(load(&engine, root.path(), beside), Artifact::Compiled);
         std::fs::write(&placed, b"truncated").unwrap();
         assert_eq!(load(&engine, root.path(), beside), Artifact::Compiled);
@@ -421,6 +433,60 @@ mod tests {
     }
 
     #[test]
+    fn the_hosts_own_cache_loads_only_what_no_other_user_may_write_or_swap() {
+        let root = tempfile::tempdir().unwrap();
+        let engine = engine_with(true);
+        let compile = |cache: &ArtifactCache| {
+            cache
+                .get_or_compile(&engine, DIGEST, EMPTY_COMPONENT, None)
+                .unwrap()
+                .1
+        };
+        let mine = ArtifactCache::open(Some(&root.path().join("mine")), &engine).unwrap();
+        assert_eq!(compile(&mine), Artifact::Compiled);
+        assert_eq!(compile(&mine), Artifact::Cached);
+        let artifact = mine.path_for(DIGEST).unwrap();
+        let mode = |path: &Path| {
+            std::fs::symlink_metadata(path)
+                .unwrap()
+                .permissions()
+                .mode()
+        };
+        assert_eq!(mode(&artifact) & 0o777, 0o644);
+        // Writable by others: compiled instead, and written anew, private.
+        std::fs::set_permissions(&artifact, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(compile(&mine), Artifact::Compiled);
+        assert_eq!(mode(&artifact) & 0o777, 0o644);
+        assert_eq!(compile(&mine), Artifact::Cached);
+        // A link in its place (to a good artifact) is not followed.
+        let elsewhere = root.path().join("elsewhere.cwasm");
+        std::fs::rename(&artifact, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &artifact).unwrap();
+        assert_eq!(compile(&mine), Artifact::Compiled);
+
+        // The same code, under the name the host looks for, in a cache
+        // folder anyone may write to: neither read nor written.
+        let open = root.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::copy(&elsewhere, open.join(mine.file_name(DIGEST))).unwrap();
+        let listing = || {
+            let mut names: Vec<_> = std::fs::read_dir(&open)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = listing();
+        let untrusted = ArtifactCache::open(Some(&open), &engine).unwrap();
+        assert_eq!(compile(&untrusted), Artifact::Compiled);
+        // Kept, for this process, in a private folder of its own.
+        assert_eq!(compile(&untrusted), Artifact::Cached);
+        assert_eq!(listing(), before);
+    }
+
+    #[test]
     fn a_name_that_is_not_one_plain_file_name_places_nothing_and_removes_nothing() {
         let root = tempfile::tempdir().unwrap();
         let engine = engine_with(true);
@@ -428,7 +494,7 @@ mod tests {
         std::fs::create_dir(&folder).unwrap();
         let kept = folder.join("poet.wasm");
         std::fs::write(&kept, b"x").unwrap();
-        let cache = ArtifactCache::open(&root.path().join("builder"), &engine).unwrap();
+        let cache = ArtifactCache::open(Some(&root.path().join("builder")), &engine).unwrap();
         cache
             .get_or_compile(&engine, DIGEST, EMPTY_COMPONENT, None)
             .unwrap();
@@ -466,7 +532,7 @@ mod tests {
             folder: &folder,
             load: true,
         };
-        let cache = ArtifactCache::open(&root.path().join("builder"), &engine).unwrap();
+        let cache = ArtifactCache::open(Some(&root.path().join("builder")), &engine).unwrap();
         let (one, two) = (
             format!("sha256:{}", "01".repeat(32)),
             format!("sha256:{}", "02".repeat(32)),

@@ -8,7 +8,7 @@
 
 mod bindings;
 mod cache;
-mod command_cache;
+mod cache_folder;
 mod connect;
 mod destinations;
 mod engine;
@@ -25,7 +25,6 @@ mod settings_bindings;
 mod trust;
 
 pub use cache::{Artifact, ArtifactCache, Beside, PRECOMPILED};
-pub(crate) use command_cache::CommandCache;
 pub use destinations::NetworkPolicy;
 pub use error::{GuestError, LoadError};
 pub use files::{component_name, digest_of, ComponentFiles};
@@ -71,8 +70,10 @@ pub const WALL_CLOCK_FACTOR: u32 = 6;
 /// Settings of the runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// Where compiled artifacts are kept between starts.
-    pub cache_dir: PathBuf,
+    /// Where compiled artifacts are kept between starts; `None`: the
+    /// user's cache folder ([`cache_folder`]). Either is used only if no
+    /// other user may write it ([`trust`]).
+    pub cache_dir: Option<PathBuf>,
     /// Whether a component's compiled code found beside it
     /// ([`PRECOMPILED`]) is loaded: the operator's choice, since it is
     /// native code ([`cache`]). Commands that load a file (`build`,
@@ -183,7 +184,7 @@ impl Runtime {
         host::link(&mut linker)?;
         let mut orchestration_linker = Linker::new(&engine);
         host::link_orchestration(&mut orchestration_linker)?;
-        let cache = ArtifactCache::open(&config.cache_dir, &engine)?;
+        let cache = ArtifactCache::open(config.cache_dir.as_deref(), &engine)?;
         let ticker = engine::EpochTicker::start(engine.clone());
         let slots = tokio::sync::Semaphore::new(config.max_instances.max(1) as usize);
         Ok(Self {

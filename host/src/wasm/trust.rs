@@ -1,44 +1,62 @@
-//! Whether a folder of compiled artifacts may be loaded from.
+//! Whether native code on disk may be loaded: the one rule every door to it
+//! goes through (the host's own cache, the code made ahead of time beside
+//! the components in `.compiled/`, the commands' cache, which is the same
+//! folder as the host's by default).
 //!
 //! A compiled artifact is native code that `Component::deserialize_file`
 //! loads without a check of its own: whoever can write the folder, or swap a
-//! folder on its path, runs code as this host's user. A folder is trusted
-//! when every folder on its path (as named, and as its links resolve) is
-//! this user's or root's and nobody else may write it; a sticky folder such
-//! as /tmp may stand above a folder of this user's, since others can then
-//! neither rename nor remove it.
+//! folder on its path, runs code as this host's user, outside the sandbox.
+//! A folder is trusted when every folder on its path (as named, and as its
+//! links resolve) is this user's or root's and nobody else may write it; a
+//! sticky folder such as /tmp may stand above a folder of this user's, since
+//! others can then neither rename nor remove it. An artifact is trusted when
+//! its folder is and it is a plain file (not a link), this user's or root's,
+//! that nobody else may write.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Who may own the folder itself.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Owner {
-    /// This user only: a cache the host writes.
-    Me,
-    /// This user or root: artifacts made at image build, read-only here.
-    MeOrRoot,
+/// Why compiled code at a path is not loaded (or a folder not used for it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Untrusted {
+    #[error("{}, or a folder above it, belongs to another user than this host's or root, or another user may write to it (or swap it)", .0.display())]
+    Folder(PathBuf),
+    #[error("{} is not a plain file (a link?)", .0.display())]
+    NotAFile(PathBuf),
+    #[error("{} belongs to another user than this host's or root, or another user may write to it", .0.display())]
+    File(PathBuf),
 }
 
-/// This process's user, as the owner of a file made now in `writable`.
-#[cfg(unix)]
-pub(crate) fn uid_by_probe(writable: &Path) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    let probe = writable.join(format!(".owner-{}", uuid::Uuid::new_v4().simple()));
-    let me = std::fs::File::create_new(&probe)
-        .and_then(|f| f.metadata())
-        .map(|m| m.uid());
-    let _ = std::fs::remove_file(&probe);
-    me.ok()
+/// The rule: the artifact at `path` may be loaded as native code. Checked
+/// right before every load of one ([`super::cache`]), wherever it is.
+pub(crate) fn artifact(path: &Path) -> Result<(), Untrusted> {
+    let me = uid_of_process();
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if !folder_of(parent, me) {
+        return Err(Untrusted::Folder(parent.to_path_buf()));
+    }
+    file(path, me)
+}
+
+/// Whether compiled code may be kept in (and loaded from) `dir`.
+pub(crate) fn folder(dir: &Path) -> Result<(), Untrusted> {
+    if folder_of(dir, uid_of_process()) {
+        Ok(())
+    } else {
+        Err(Untrusted::Folder(dir.to_path_buf()))
+    }
 }
 
 /// This process's effective user.
 #[cfg(unix)]
-pub(crate) fn uid_of_process() -> u32 {
+fn uid_of_process() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
 #[cfg(unix)]
-pub(crate) fn folder(dir: &Path, me: u32, owner: Owner) -> bool {
+fn folder_of(dir: &Path, me: u32) -> bool {
     use std::os::unix::fs::MetadataExt;
     // A relative path (`components/.compiled/x`) is checked up to the root,
     // through the working folder.
@@ -53,8 +71,7 @@ pub(crate) fn folder(dir: &Path, me: u32, owner: Owner) -> bool {
             let Ok(meta) = std::fs::metadata(folder) else {
                 return false;
             };
-            let owner_ok =
-                meta.uid() == me || (meta.uid() == 0 && (depth > 0 || owner == Owner::MeOrRoot));
+            let owner_ok = meta.uid() == me || meta.uid() == 0;
             let others_write = meta.mode() & 0o022 != 0;
             let sticky = meta.mode() & 0o1000 != 0;
             // The folder itself: nobody else's to write.
@@ -74,31 +91,29 @@ pub(crate) fn folder(dir: &Path, me: u32, owner: Owner) -> bool {
 
 /// A file in a trusted folder: itself, not a link, and nobody else's to write.
 #[cfg(unix)]
-pub(crate) fn file(path: &Path, me: u32) -> bool {
+fn file(path: &Path, me: u32) -> Result<(), Untrusted> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path).is_ok_and(|meta| {
-        meta.is_file() && (meta.uid() == me || meta.uid() == 0) && meta.mode() & 0o022 == 0
-    })
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.is_file() => Err(Untrusted::NotAFile(path.to_path_buf())),
+        Ok(meta) if (meta.uid() == me || meta.uid() == 0) && meta.mode() & 0o022 == 0 => Ok(()),
+        _ => Err(Untrusted::File(path.to_path_buf())),
+    }
 }
 
+/// Elsewhere nothing here can tell who may write a file: nothing is trusted.
 #[cfg(not(unix))]
-pub(crate) fn uid_by_probe(_writable: &Path) -> Option<u32> {
-    None
-}
-
-#[cfg(not(unix))]
-pub(crate) fn uid_of_process() -> u32 {
+fn uid_of_process() -> u32 {
     u32::MAX
 }
 
 #[cfg(not(unix))]
-pub(crate) fn folder(_dir: &Path, _me: u32, _owner: Owner) -> bool {
+fn folder_of(_dir: &Path, _me: u32) -> bool {
     false
 }
 
 #[cfg(not(unix))]
-pub(crate) fn file(_path: &Path, _me: u32) -> bool {
-    false
+fn file(path: &Path, _me: u32) -> Result<(), Untrusted> {
+    Err(Untrusted::File(path.to_path_buf()))
 }
 
 #[cfg(all(test, unix))]
@@ -113,21 +128,13 @@ mod tests {
     #[test]
     fn a_folder_others_may_write_to_or_swap_is_not_trusted() {
         let root = tempfile::tempdir().unwrap();
-        let me = uid_by_probe(root.path()).unwrap();
-        assert_eq!(uid_of_process(), me);
         // tempdir's parent (/tmp) is sticky, and the folder is this user's.
         let mine = root.path().join("cache");
         std::fs::create_dir(&mine).unwrap();
         mode(&mine, 0o700);
-        assert!(
-            folder(&mine, me, Owner::Me),
-            "a private folder of this user's"
-        );
+        assert_eq!(folder(&mine), Ok(()), "a private folder of this user's");
         mode(&mine, 0o777);
-        assert!(
-            !folder(&mine, me, Owner::Me),
-            "a folder anyone may write to"
-        );
+        assert!(folder(&mine).is_err(), "a folder anyone may write to");
         mode(&mine, 0o755);
         // A folder of this user's inside a folder anyone may write to (not
         // sticky): the inner folder could be swapped.
@@ -136,34 +143,42 @@ mod tests {
         mode(&open, 0o777);
         let inner = open.join("cache");
         std::fs::create_dir(&inner).unwrap();
-        assert!(
-            !folder(&inner, me, Owner::MeOrRoot),
-            "its parent lets others swap it"
-        );
+        assert!(folder(&inner).is_err(), "its parent lets others swap it");
+        // A link to a trusted folder, standing in one others may write to.
+        let link = open.join("link");
+        std::os::unix::fs::symlink(&mine, &link).unwrap();
+        assert!(folder(&link).is_err(), "the link could be swapped");
         // A relative path is the folder it names from the working folder.
         let here = std::env::current_dir().unwrap();
-        assert_eq!(
-            folder(Path::new("."), me, Owner::MeOrRoot),
-            folder(&here, me, Owner::MeOrRoot)
-        );
-        // A folder of another user's is trusted only if that user is root.
-        assert!(folder(Path::new("/"), me, Owner::MeOrRoot));
-        assert_eq!(folder(Path::new("/"), me, Owner::Me), me == 0);
+        assert_eq!(folder(Path::new(".")).is_ok(), folder(&here).is_ok());
+        // Root's folders are trusted.
+        assert_eq!(folder(Path::new("/")), Ok(()));
     }
 
     #[test]
-    fn an_artifact_others_may_write_or_a_link_is_not_trusted() {
+    fn an_artifact_others_may_write_or_a_link_or_one_in_an_open_folder_is_not_trusted() {
         let root = tempfile::tempdir().unwrap();
-        let me = uid_by_probe(root.path()).unwrap();
         let artifact = root.path().join("a.cwasm");
         std::fs::write(&artifact, b"x").unwrap();
         mode(&artifact, 0o644);
-        assert!(file(&artifact, me));
+        assert_eq!(super::artifact(&artifact), Ok(()));
         mode(&artifact, 0o666);
-        assert!(!file(&artifact, me));
+        assert_eq!(
+            super::artifact(&artifact),
+            Err(Untrusted::File(artifact.clone()))
+        );
         mode(&artifact, 0o644);
         let link = root.path().join("b.cwasm");
         std::os::unix::fs::symlink(&artifact, &link).unwrap();
-        assert!(!file(&link, me));
+        assert_eq!(
+            super::artifact(&link),
+            Err(Untrusted::NotAFile(link.clone()))
+        );
+        mode(root.path(), 0o777);
+        assert_eq!(
+            super::artifact(&artifact),
+            Err(Untrusted::Folder(root.path().to_path_buf()))
+        );
+        mode(root.path(), 0o700);
     }
 }
