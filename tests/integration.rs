@@ -31,6 +31,7 @@ mod durable_task_waiting;
 mod embedding;
 mod endpoint_keys;
 mod foreign_callers;
+mod hostile_guest;
 mod hostile_input;
 mod hot_reload;
 mod languages;

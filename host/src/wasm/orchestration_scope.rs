@@ -22,6 +22,10 @@ pub enum Stop {
     NotAnOrchestration,
     #[error("orchestration code waited on the clock (std::thread::sleep or another wait on wasi:clocks): the clock of an orchestration is its journal's, so it never advances while the code runs; wait with a durable timer (ctx.start_timer / create-timer), or do the waiting in an activity")]
     ClockWait,
+    /// A value handed to the host that it will not store or run (a retry
+    /// policy whose coefficient is not a number): the guest's own error.
+    #[error("the orchestration code handed the host {0}")]
+    Refused(String),
 }
 
 /// The orchestration a store is running: its id, its replay, and the clock the

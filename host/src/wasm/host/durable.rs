@@ -57,13 +57,29 @@ impl Durable {
     }
 }
 
-fn retry(policy: Option<WitRetry>) -> Option<RetryPolicy> {
-    policy.map(|p| RetryPolicy {
+/// The guest's retry policy as the journal records it. A coefficient that
+/// is not a finite number is refused here, before anything is stored: JSON
+/// has no NaN or infinity, so it would be written as `null` and every later
+/// read of the row (the scheduler's, for every instance) would fail on it.
+/// Finite values are recorded as given, so replays of journals written
+/// before this check still match; [`RetryPolicy::bounded`] clamps them
+/// where they are used.
+fn retry(policy: Option<WitRetry>) -> wasmtime::Result<Option<RetryPolicy>> {
+    let Some(p) = policy else {
+        return Ok(None);
+    };
+    if !p.backoff_coefficient.is_finite() {
+        return Err(stop(Stop::Refused(format!(
+            "a retry policy whose backoff_coefficient is {}: it must be a finite number (1 to 100 is used)",
+            p.backoff_coefficient
+        ))));
+    }
+    Ok(Some(RetryPolicy {
         max_attempts: p.max_attempts,
         first_delay_ms: p.first_delay_ms,
         backoff_coefficient: p.backoff_coefficient,
         max_delay_ms: p.max_delay_ms,
-    })
+    }))
 }
 
 impl wit::Host for Durable {
@@ -80,7 +96,7 @@ impl wit::Host for Durable {
             message,
             session,
             response_schema,
-            retry: retry(retry_policy),
+            retry: retry(retry_policy)?,
         };
         Ok(self.record(call)?.1)
     }
@@ -96,7 +112,7 @@ impl wit::Host for Durable {
             card_url,
             message,
             context_id,
-            retry: retry(retry_policy),
+            retry: retry(retry_policy)?,
         };
         Ok(self.record(call)?.1)
     }
@@ -111,7 +127,7 @@ impl wit::Host for Durable {
             .record(Call::CallActivity {
                 name,
                 input,
-                retry: retry(retry_policy),
+                retry: retry(retry_policy)?,
             })?
             .1)
     }

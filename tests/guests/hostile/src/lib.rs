@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use agenthost_guest::{Agent, Component, Context, Orchestration, Tool};
+use agenthost_guest::{Agent, Component, Context, Orchestration, RetryPolicy, Tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -86,6 +86,22 @@ fn log_forge(_: Nothing) -> Result<Value, String> {
     Ok(json!("logged"))
 }
 
+/// Schedules an activity with a retry policy whose coefficient is not a
+/// number (`{"coefficient": "nan" | "inf" | "-inf"}`).
+fn poisoned_retry(ctx: &Context, input: Value) -> Result<Value, String> {
+    let coefficient = match input["coefficient"].as_str() {
+        Some("inf") => f64::INFINITY,
+        Some("-inf") => f64::NEG_INFINITY,
+        _ => f64::NAN,
+    };
+    let mut policy = RetryPolicy::new(3, std::time::Duration::from_millis(50));
+    policy.backoff_coefficient = coefficient;
+    ctx.call_activity("trap", &json!({}))
+        .retry(policy)
+        .wait::<Value>()
+        .map_err(|e| e.to_string())
+}
+
 fn component() -> Component {
     // Granted this variable, it blocks while being described: the host's
     // describe() limit must stop it and keep loading the others.
@@ -120,6 +136,7 @@ fn component() -> Component {
             "call_other_activity",
             call_other_activity,
         ))
+        .orchestration(Orchestration::new("poisoned_retry", poisoned_retry))
 }
 
 agenthost_guest::export!(component);
