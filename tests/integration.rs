@@ -34,6 +34,7 @@ mod foreign_callers;
 mod hostile_guest;
 mod hostile_input;
 mod hot_reload;
+mod instance_ownership;
 mod languages;
 mod long_threads;
 mod management_api;

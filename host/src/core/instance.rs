@@ -109,4 +109,9 @@ pub struct NewInstance {
     /// Started for later (Unix ms): it stays Pending, and runs nothing,
     /// until then. `None`: at once.
     pub start_at: Option<i64>,
+    /// The invoke key that starts it (its id, as a run records it), who
+    /// then owns it. `None`: a caller who reaches every instance (an admin
+    /// key, the gRPC endpoint, a host without keys), or a sub-orchestration,
+    /// which the store records as its parent's.
+    pub caller: Option<String>,
 }

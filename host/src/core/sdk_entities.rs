@@ -63,6 +63,7 @@ pub fn new_instance(id: &str) -> Option<NewInstance> {
         parent: None,
         traceparent: None,
         start_at: None,
+        caller: None,
     })
 }
 
@@ -258,6 +259,7 @@ pub fn decide(
                     parent: None,
                     traceparent: None,
                     start_at,
+                    caller: None,
                 }));
             }
             // Refused above.

@@ -28,6 +28,7 @@ mod tasks;
 
 /// The records callers of this service read and the operations they ask for.
 pub use crate::store::{InstanceFilter, InstanceRecord, Operation, VersionInUse};
+pub use answers::InstanceView;
 pub use orchestrator::{Orchestrator, OrchestratorConfig};
 
 use crate::core::limits::LimitError;

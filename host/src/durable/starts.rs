@@ -23,16 +23,33 @@ enum Unserved<'a> {
     SdkWorker { version: Option<&'a str> },
 }
 
+/// How a start is made, besides what it starts.
+struct How<'a> {
+    unserved: Unserved<'a>,
+    /// Started for later (Unix ms).
+    start_at: Option<i64>,
+    /// Who owns the instance (see [`NewInstance::caller`]).
+    caller: Option<String>,
+}
+
 impl Orchestrator {
-    /// Starts an instance of orchestration `name`; returns its id.
+    /// Starts an instance of orchestration `name` for `caller` (the invoke
+    /// key that then owns it; `None`, a caller who reaches every instance);
+    /// returns its id. A chosen id that another caller's instance holds is
+    /// refused ([`DurableError::AlreadyExists`]), finished or not.
     pub async fn start_instance(
         self: &Arc<Self>,
         name: &str,
         instance_id: Option<String>,
         input: String,
+        caller: Option<String>,
     ) -> Result<String, DurableError> {
-        self.start_named(name, instance_id, input, Unserved::Refused, None)
-            .await
+        let how = How {
+            unserved: Unserved::Refused,
+            start_at: None,
+            caller,
+        };
+        self.start_named(name, instance_id, input, how).await
     }
 
     /// Starts an instance as the Durable Task protocol does: a name no
@@ -52,9 +69,13 @@ impl Orchestrator {
         version: Option<&str>,
         start_at: Option<i64>,
     ) -> Result<String, DurableError> {
-        let unserved = Unserved::SdkWorker { version };
-        self.start_named(name, instance_id, input, unserved, start_at)
-            .await
+        // The gRPC endpoint is admin's: its starts reach every instance.
+        let how = How {
+            unserved: Unserved::SdkWorker { version },
+            start_at,
+            caller: None,
+        };
+        self.start_named(name, instance_id, input, how).await
     }
 
     async fn start_named(
@@ -62,9 +83,13 @@ impl Orchestrator {
         name: &str,
         instance_id: Option<String>,
         input: String,
-        unserved: Unserved<'_>,
-        start_at: Option<i64>,
+        how: How<'_>,
     ) -> Result<String, DurableError> {
+        let How {
+            unserved,
+            start_at,
+            caller,
+        } = how;
         self.config.limits.check_payload("input", &input)?;
         let (digest, activity_set) = match self.registry.orchestration(name) {
             Some(served) => {
@@ -115,6 +140,7 @@ impl Orchestrator {
             parent: None,
             traceparent: crate::telemetry::current_traceparent(),
             start_at,
+            caller,
         };
         // Rows committed for it before it is seeded join its image.
         let _expecting = self.hot.expecting(&id);

@@ -12,7 +12,8 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
-use super::AppState;
+use super::{ApiError, AppState};
+use crate::durable::{DurableError, InstanceFilter, InstanceView};
 use crate::runs::RunFilter;
 use crate::runs::RunsError;
 
@@ -110,6 +111,62 @@ pub(super) async fn may_continue(
         .runs
         .first()
         .is_none_or(|run| caller.sees(run.record.caller.as_deref())))
+}
+
+// Instances: owned as runs are. The invoke key that starts an instance
+// owns it (`instances.caller`, written by the store in the transaction that
+// creates it; a sub-orchestration is its parent's); another invoke key
+// reaches none of it. Every instance route asks one of the three functions
+// below: `instance_starter` (a start), `visible_instance` (any operation on
+// one instance: it answers one the caller may not reach as unknown), and
+// `instances_of` (a listing or a purge by filter).
+
+/// Who an instance `caller` starts belongs to: `Ok(None)` for a caller who
+/// reaches every instance (a host without keys, an admin key), `Ok(Some)`
+/// the invoke key. A URL token and a request no key admitted start nothing
+/// (no start route admits them; refused here too, so that a route table
+/// change cannot make them starters of full reach).
+pub(super) fn instance_starter(caller: &Caller) -> Result<Option<String>, ApiError> {
+    match caller {
+        Caller::Anyone | Caller::Admin => Ok(None),
+        Caller::Invoke(id) => Ok(Some(id.clone())),
+        Caller::Token | Caller::Unknown => Err(ApiError::forbidden(
+            "starting an orchestration needs a key".to_string(),
+        )),
+    }
+}
+
+/// The instance `id` (its history too when `with_history`), if `caller`
+/// may reach it: one another caller owns answers as one that never was
+/// (`InstanceNotFound`, the same 404 and body). A URL token was checked
+/// against the id it names before the handler ran. The owner is fixed when
+/// the id is created, so a check here holds for the write that follows
+/// (short of the instance being purged and its id started anew by another
+/// caller in between, when the write meets that caller's instance).
+pub(super) async fn visible_instance(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    with_history: bool,
+) -> Result<InstanceView, DurableError> {
+    let view = state.orchestrator.status(id, with_history).await?;
+    match caller.sees(view.instance.caller.as_deref()) {
+        true => Ok(view),
+        false => Err(DurableError::InstanceNotFound(id.to_string())),
+    }
+}
+
+/// `filter` narrowed to the instances `caller` may reach (an invoke key:
+/// its own); `None` when that is none (a request no key admitted).
+pub(super) fn instances_of(caller: &Caller, filter: InstanceFilter) -> Option<InstanceFilter> {
+    match caller.narrows_to() {
+        Ok(None) => Some(filter),
+        Ok(Some(id)) => Some(InstanceFilter {
+            caller: Some(id.to_string()),
+            ..filter
+        }),
+        Err(()) => None,
+    }
 }
 
 impl FromRequestParts<AppState> for Caller {

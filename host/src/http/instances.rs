@@ -1,5 +1,12 @@
 //! The durable management API, in the shapes and status codes of the Durable
 //! Functions HTTP API, under `/runtime/webhooks/durabletask/instances`.
+//!
+//! Every operation on one instance goes through
+//! [`visible_instance`](super::caller::visible_instance) first, and a listing
+//! or a purge by filter through
+//! [`instances_of`](super::caller::instances_of): a caller reaches the
+//! instances it owns and no other (an admin key and a URL token, checked
+//! against the instance it names, reach theirs).
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -11,6 +18,7 @@ use chrono::DateTime;
 use serde::Deserialize;
 
 use super::body::json_body;
+use super::caller::{instances_of, visible_instance, Caller};
 use super::instance_body::{AgentRunRef, HistoryEvent, InstanceStatus, Purged};
 use super::keys::Grant;
 use super::{error, ApiError, AppState};
@@ -57,12 +65,10 @@ pub struct StatusQuery {
 pub async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    caller: Caller,
     Query(query): Query<StatusQuery>,
 ) -> Result<Response, ApiError> {
-    let view = state
-        .orchestrator
-        .status(&id, query.show_history.unwrap_or(false))
-        .await?;
+    let view = visible_instance(&state, &caller, &id, query.show_history.unwrap_or(false)).await?;
     let instance = &view.instance;
     let mut body = InstanceStatus::new(instance, query.show_input.unwrap_or(true));
     body.waiting_for = view.waiting_for;
@@ -168,10 +174,13 @@ fn filter_of(query: &ListQuery) -> Result<InstanceFilter, ApiError> {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     Query(query): Query<ListQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let filter = filter_of(&query)?;
+    let Some(filter) = instances_of(&caller, filter_of(&query)?) else {
+        return Ok(Json(Vec::<InstanceStatus>::new()).into_response());
+    };
     let top = query.top.unwrap_or(100).clamp(1, 1000);
     let token = headers
         .get(CONTINUATION)
@@ -225,10 +234,12 @@ pub async fn list(
 pub async fn raise_event(
     State(state): State<AppState>,
     Path((id, event)): Path<(String, String)>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let payload = json_body(&headers, body, &state.config).await?;
+    visible_instance(&state, &caller, &id, false).await?;
     state
         .orchestrator
         .raise_event(&id, &event, &payload)
@@ -256,9 +267,11 @@ pub struct ReasonQuery {
 pub async fn terminate(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    caller: Caller,
     Query(query): Query<ReasonQuery>,
 ) -> Result<Response, ApiError> {
     let reason = query.reason.unwrap_or_else(|| "terminated".into());
+    visible_instance(&state, &caller, &id, false).await?;
     state
         .orchestrator
         .manage(&id, Operation::terminate_for(&reason))
@@ -280,7 +293,9 @@ pub async fn terminate(
 pub async fn suspend(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
+    visible_instance(&state, &caller, &id, false).await?;
     state.orchestrator.manage(&id, Operation::Suspend).await?;
     Ok(error::accepted(()))
 }
@@ -299,7 +314,9 @@ pub async fn suspend(
 pub async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
+    visible_instance(&state, &caller, &id, false).await?;
     state.orchestrator.manage(&id, Operation::Resume).await?;
     Ok(error::accepted(()))
 }
@@ -318,7 +335,9 @@ pub async fn resume(
 pub async fn purge(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
+    visible_instance(&state, &caller, &id, false).await?;
     state.orchestrator.manage(&id, Operation::Purge).await?;
     Ok(Json(Purged {
         instances_deleted: 1,
@@ -340,9 +359,16 @@ pub async fn purge(
 )]
 pub async fn purge_matching(
     State(state): State<AppState>,
+    caller: Caller,
     Query(query): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
-    let filter = filter_of(&query)?;
+    let Some(filter) = instances_of(&caller, filter_of(&query)?) else {
+        return Ok(Json(Purged {
+            instances_deleted: 0,
+            more: false,
+        })
+        .into_response());
+    };
     let purge = state.orchestrator.purge_matching(&filter).await?;
     Ok(Json(Purged {
         instances_deleted: purge.deleted,

@@ -250,7 +250,15 @@ impl Tools {
         Ok(result)
     }
 
-    async fn start(&self, name: &str, arguments: &JsonObject) -> Result<CallToolResult, McpError> {
+    /// Starts an instance that `caller` then owns, as the HTTP start does.
+    async fn start(
+        &self,
+        name: &str,
+        arguments: &JsonObject,
+        caller: &Caller,
+    ) -> Result<CallToolResult, McpError> {
+        let starter = super::caller::instance_starter(caller)
+            .map_err(|e| McpError::invalid_params(e.message().to_string(), None))?;
         if self.state.registry.orchestration(name).is_none() {
             return Err(McpError::invalid_params(
                 format!("no tool named '{START}{name}'"),
@@ -273,7 +281,7 @@ impl Tools {
         let started = self
             .state
             .orchestrator
-            .start_instance(name, id, input)
+            .start_instance(name, id, input, starter)
             .await;
         let id = match started {
             Ok(id) => id,
@@ -329,7 +337,7 @@ impl ServerHandler for Tools {
         let name = request.name.as_ref();
         let result = match name.strip_prefix(START) {
             Some(orchestration) if self.state.registry.agent(name).is_none() => {
-                self.start(orchestration, &arguments).await?
+                self.start(orchestration, &arguments, &caller).await?
             }
             _ => self.ask(name, &arguments, &caller).await?,
         };

@@ -1,6 +1,10 @@
 //! Starting orchestrations: `POST /api/orchestrators/{name}[/{instanceId}]`,
 //! the start routes components declare (e.g. `POST /api/writer/run`), and
 //! their event routes (e.g. `POST /api/approval/{instanceId}`).
+//!
+//! The key that starts an instance owns it; an event route answers another
+//! invoke key as for an unknown instance, and a start on an id another
+//! caller's instance holds is refused (409), as `caller` decides.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -10,6 +14,7 @@ use axum::response::Response;
 use axum::Json;
 
 use super::body::json_body;
+use super::caller::{instance_starter, visible_instance, Caller};
 use super::instance_body::{EventAccepted, InstanceUrls};
 use super::instances::base_url;
 use super::keys::Grant;
@@ -32,13 +37,15 @@ use crate::registry::RouteTarget;
 pub async fn start(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    start_instance(&state, &name, None, &headers, body).await
+    start_instance(&state, &caller, &name, None, &headers, body).await
 }
 
-/// Starts an instance with a chosen id (a finished id starts anew).
+/// Starts an instance with a chosen id (a finished id starts anew, if it is
+/// the caller's: another invoke key's id is refused, 409).
 #[utoipa::path(
     post,
     path = "/api/orchestrators/{name}/{instance_id}",
@@ -53,10 +60,11 @@ pub async fn start(
 pub async fn start_with_id(
     State(state): State<AppState>,
     Path((name, instance_id)): Path<(String, String)>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    start_instance(&state, &name, Some(instance_id), &headers, body).await
+    start_instance(&state, &caller, &name, Some(instance_id), &headers, body).await
 }
 
 /// `POST /api/{*path}`: a route declared by a component (it starts an
@@ -75,15 +83,17 @@ pub async fn start_with_id(
 pub async fn declared_route(
     State(state): State<AppState>,
     Path(path): Path<String>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     match state.registry.route(&path) {
         Some(RouteTarget::Start { orchestration }) => {
-            start_instance(&state, &orchestration, None, &headers, body).await
+            start_instance(&state, &caller, &orchestration, None, &headers, body).await
         }
         Some(RouteTarget::Event { event, instance_id }) => {
             let payload = json_body(&headers, body, &state.config).await?;
+            visible_instance(&state, &caller, &instance_id, false).await?;
             state
                 .orchestrator
                 .raise_event(&instance_id, &event, &payload)
@@ -103,15 +113,17 @@ pub async fn declared_route(
 
 async fn start_instance(
     state: &AppState,
+    caller: &Caller,
     name: &str,
     instance_id: Option<String>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let starter = instance_starter(caller)?;
     let input = json_body(headers, body, &state.config).await?;
     let id = state
         .orchestrator
-        .start_instance(name, instance_id, input)
+        .start_instance(name, instance_id, input, starter)
         .await?;
     // The token names the instance's creation, so it never opens a later
     // instance of the same id: read back only when tokens are handed out.

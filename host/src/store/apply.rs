@@ -222,9 +222,12 @@ pub(super) async fn apply(
     Ok(applied)
 }
 
-/// Creates `new` unless an unfinished instance holds its id (`Err(())`); a
-/// finished one is purged first: its id begins a new execution. The
-/// instance as stored.
+/// Creates `new` unless an unfinished instance holds its id, or a finished
+/// one its starter may not start again ([`start::claim`]: another invoke
+/// key's), both `Err(())` with nothing touched; a finished one is purged
+/// first: its id begins a new execution, with the same owner. Who owns it
+/// is decided here, in the transaction that writes it, never by a read
+/// before. The instance as stored.
 pub(super) async fn create(
     tx: &mut impl Tx,
     new: NewInstance,
@@ -234,7 +237,16 @@ pub(super) async fn create(
     let new = match start::plan(existing.as_ref(), new) {
         Err(_) => return Ok(Err(())),
         Ok(start::Start::Fresh(new)) => new,
-        Ok(start::Start::Again(new)) => {
+        Ok(start::Start::Again(mut new)) => {
+            let by = match &new.parent {
+                Some(parent) => tx.caller_of(&parent.id).await?,
+                None => new.caller.clone(),
+            };
+            let owner = tx.caller_of(&new.id).await?;
+            match start::claim(owner.as_deref(), by.as_deref()) {
+                Ok(caller) => new.caller = caller,
+                Err(_) => return Ok(Err(())),
+            }
             tx.purge(&new.id).await?;
             new
         }

@@ -36,6 +36,10 @@ pub struct InstanceRecord {
     pub updated_at: i64,
     /// Started for later: when it starts (Unix ms).
     pub start_at: Option<i64>,
+    /// The invoke key that owns it (see [`NewInstance::caller`]); never
+    /// shown.
+    #[serde(skip)]
+    pub caller: Option<String>,
 }
 
 /// Filters of list and purge requests.
@@ -57,6 +61,9 @@ pub struct InstanceFilter {
     /// the Durable Task protocol lists orchestrations alone (entities have
     /// `QueryEntities`).
     pub orchestrations_only: bool,
+    /// Only the instances this invoke key owns (see
+    /// [`NewInstance::caller`]).
+    pub caller: Option<String>,
 }
 
 fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord, StoreError> {
@@ -74,11 +81,12 @@ fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord, StoreError> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         start_at: row.try_get("start_at")?,
+        caller: row.try_get("caller")?,
     })
 }
 
 const INSTANCE_COLUMNS: &str =
-    "id, name, status, input, output, custom_status, component_digest, execution, created_at, updated_at, start_at";
+    "id, name, status, input, output, custom_status, component_digest, execution, created_at, updated_at, start_at, caller";
 
 impl Store {
     /// Creates an instance (or a new execution of a finished id). `Ok(None)`
@@ -454,6 +462,12 @@ fn filter_clause(filter: &InstanceFilter) -> (String, Vec<Bind>) {
             mark(&mut binds, Bind::Text(name.clone()))
         ));
     }
+    if let Some(caller) = &filter.caller {
+        clauses.push(format!(
+            "caller = {}",
+            mark(&mut binds, Bind::Text(caller.clone()))
+        ));
+    }
     if filter.orchestrations_only {
         clauses.push(format!(
             "component_digest <> {}",
@@ -501,6 +515,45 @@ mod tests {
             .instances_with_work(crate::store::now_ms(), 10)
             .await?
             .contains(&"a".to_string()));
+        Ok(())
+    }
+
+    /// On each store: a finished id starts again for its owner or a caller
+    /// of full reach (and stays its owner's), never for another invoke key,
+    /// whose start leaves it as it was.
+    #[tokio::test]
+    async fn a_finished_id_is_started_again_by_its_owner_alone(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        use crate::core::instance::NewInstance;
+        let by = |caller: Option<&str>| NewInstance {
+            caller: caller.map(str::to_string),
+            ..new("owned")
+        };
+        for (store, _dir) in crate::store::test_fixtures::both("owned").await? {
+            store.start(by(Some("key:a"))).await?.ok_or("not created")?;
+            store.manage("owned", Operation::terminate_for("x")).await?;
+            let ended = store.instance("owned").await?.ok_or("gone")?;
+            assert_eq!(ended.caller.as_deref(), Some("key:a"));
+            assert!(
+                store.start(by(Some("key:b"))).await?.is_none(),
+                "another key's"
+            );
+            let after = store.instance("owned").await?.ok_or("gone")?;
+            assert_eq!(
+                (after.execution, after.status, after.updated_at),
+                (ended.execution, ended.status, ended.updated_at),
+                "untouched"
+            );
+            store.start(by(None)).await?.ok_or("an admin's restart")?;
+            let again = store.instance("owned").await?.ok_or("gone")?;
+            assert_eq!(again.caller.as_deref(), Some("key:a"), "still A's");
+            assert!(again.execution > ended.execution);
+            store.manage("owned", Operation::terminate_for("x")).await?;
+            store
+                .start(by(Some("key:a")))
+                .await?
+                .ok_or("its owner's restart")?;
+        }
         Ok(())
     }
 

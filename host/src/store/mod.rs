@@ -147,6 +147,7 @@ pub(crate) mod test_fixtures {
             parent: None,
             traceparent: None,
             start_at: None,
+            caller: None,
         }
     }
 }

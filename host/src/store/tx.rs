@@ -86,6 +86,10 @@ pub(super) trait Tx {
         update: RowUpdate,
         now: i64,
     ) -> impl Future<Output = Result<(), StoreError>>;
+    /// The invoke key that owns instance `id` (`instances.caller`); `None`
+    /// for one a caller of full reach started, or none at all. Read only
+    /// when a finished id is started again (see [`super::apply::create`]).
+    fn caller_of(&mut self, id: &str) -> impl Future<Output = Result<Option<String>, StoreError>>;
     /// A fresh execution number, never handed out before.
     fn new_execution(&mut self, id: &str) -> impl Future<Output = Result<i64, StoreError>>;
     fn insert_instance(

@@ -164,6 +164,7 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                     }),
                     traceparent: None,
                     start_at: None,
+                    caller: None,
                 }));
             }
             Call::StartTimer { fire_at } => effects.push(Effect::ArmTimer {

@@ -181,6 +181,7 @@ pub fn decide(
                         }),
                         traceparent: None,
                         start_at: None,
+                        caller: None,
                     },
                     id,
                 });

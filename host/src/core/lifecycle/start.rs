@@ -24,6 +24,21 @@ pub fn plan(existing: Option<&InstanceState>, new: NewInstance) -> Result<Start,
     }
 }
 
+/// Who a finished instance started again belongs to, or
+/// `Err(NotApplicable)` when `by` may not start it again: the invoke key
+/// that owns it (`owner`) may, and so may a caller who reaches every
+/// instance (`by` is `None`: an admin key, the gRPC endpoint, a host without
+/// keys), which leaves it its owner; any other caller is refused, as a start
+/// of a running id is, and nothing of the instance is touched. For a
+/// sub-orchestration, `by` is its parent's caller.
+pub fn claim(owner: Option<&str>, by: Option<&str>) -> Result<Option<String>, Change> {
+    match by {
+        None => Ok(owner.map(str::to_string)),
+        Some(by) if owner == Some(by) => Ok(Some(by.to_string())),
+        Some(_) => Err(Change::NotApplicable),
+    }
+}
+
 /// A sub-orchestration whose id is taken by a running instance (only a
 /// caller who made the same id by hand can collide with a derived child
 /// id): its parent's task fails, with the reason. `None` for an instance
@@ -54,6 +69,7 @@ mod tests {
             parent: None,
             traceparent: None,
             start_at: None,
+            caller: None,
         }
     }
 
@@ -79,6 +95,25 @@ mod tests {
                 error: "instance i already exists".into(),
                 details: None,
             }
+        );
+    }
+
+    #[test]
+    fn a_finished_id_starts_again_for_its_owner_or_a_caller_of_full_reach_and_keeps_its_owner() {
+        assert_eq!(
+            claim(Some("key:a"), Some("key:a")),
+            Ok(Some("key:a".into()))
+        );
+        assert_eq!(claim(Some("key:a"), None), Ok(Some("key:a".into())));
+        assert_eq!(claim(None, None), Ok(None));
+        assert_eq!(
+            claim(Some("key:a"), Some("key:b")),
+            Err(Change::NotApplicable)
+        );
+        assert_eq!(
+            claim(None, Some("key:b")),
+            Err(Change::NotApplicable),
+            "one an admin started is no invoke key's"
         );
     }
 

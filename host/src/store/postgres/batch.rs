@@ -505,6 +505,12 @@ impl Tx for Planned<'_> {
         Ok(())
     }
 
+    async fn caller_of(&mut self, _id: &str) -> Result<Option<String>, StoreError> {
+        // Read only to start a finished id again, which purges it first:
+        // that goes down the statement path anyway.
+        self.fallback("a finished instance started again")
+    }
+
     async fn new_execution(&mut self, id: &str) -> Result<i64, StoreError> {
         let execution = self.next_id(Sequence::Executions).await?;
         self.rows.executions.0.push(execution);

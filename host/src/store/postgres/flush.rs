@@ -274,14 +274,22 @@ pub(super) fn add_rows(s: &mut Statement, rows: Rows) -> Result<(), StoreError> 
             s.bind(c.traceparent)? + "::TEXT[]",
             s.bind(c.activity_set)? + "::TEXT[]",
             s.bind(c.start_at)? + "::BIGINT[]",
+            s.bind(c.caller)? + "::TEXT[]",
         ];
+        // A sub-orchestration records its parent's caller (the parent's row
+        // was committed before the episode that starts it).
         s.part(
             "instances_added",
             format!(
                 "INSERT INTO instances (id, name, status, input, output, custom_status, component_digest, \
                  parent_id, parent_execution, parent_task, execution, history_events, history_bytes, traceparent, \
-                 activity_set, start_at, created_at, updated_at, owner) \
-                 SELECT c.*, {now}, {now}, {me}::TEXT FROM UNNEST({}) AS c",
+                 activity_set, start_at, created_at, updated_at, owner, caller) \
+                 SELECT c.id, c.name, c.status, c.input, c.output, c.custom_status, c.digest, c.parent_id, \
+                 c.parent_execution, c.parent_task, c.execution, c.events, c.bytes, c.traceparent, \
+                 c.activity_set, c.start_at, {now}, {now}, {me}::TEXT, \
+                 COALESCE(c.caller, (SELECT p.caller FROM instances p WHERE p.id = c.parent_id)) \
+                 FROM UNNEST({}) AS c(id, name, status, input, output, custom_status, digest, parent_id, \
+                 parent_execution, parent_task, execution, events, bytes, traceparent, activity_set, start_at, caller)",
                 columns.join(", ")
             ),
         );
@@ -400,6 +408,7 @@ struct Columns {
     traceparent: Vec<Option<String>>,
     activity_set: Vec<Option<String>>,
     start_at: Vec<Option<i64>>,
+    caller: Vec<Option<String>>,
     /// An updated row's fence: the execution and journal length it must have.
     fence_execution: Vec<Option<i64>>,
     fence_replayed: Vec<Option<i64>>,
@@ -434,6 +443,7 @@ impl Columns {
             c.traceparent.push(new.traceparent);
             c.activity_set.push(new.activity_set);
             c.start_at.push(new.start_at);
+            c.caller.push(new.caller);
         }
         c
     }

@@ -261,6 +261,16 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
+    async fn caller_of(&mut self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT caller FROM instances WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *self.0)
+                .await?
+                .flatten(),
+        )
+    }
+
     async fn new_execution(&mut self, id: &str) -> Result<i64, StoreError> {
         Ok(
             sqlx::query_scalar("INSERT INTO executions (instance_id) VALUES ($1) RETURNING id")
@@ -278,8 +288,9 @@ impl Tx for PgTx<'_> {
     ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO instances (id, name, status, input, component_digest, parent_id, parent_execution, \
-             parent_task, execution, created_at, updated_at, owner, traceparent, activity_set, start_at) \
-             VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13)",
+             parent_task, execution, created_at, updated_at, owner, traceparent, activity_set, start_at, caller) \
+             VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, \
+             COALESCE($14, (SELECT p.caller FROM instances p WHERE p.id = $5)))",
         )
         .bind(&new.id)
         .bind(&new.name)
@@ -294,6 +305,7 @@ impl Tx for PgTx<'_> {
         .bind(new.traceparent.as_deref())
         .bind(new.activity_set.as_deref())
         .bind(new.start_at)
+        .bind(new.caller.as_deref())
         .execute(&mut *self.0)
         .await?;
         Ok(())

@@ -199,6 +199,17 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    async fn caller_of(&mut self, id: &str) -> Result<Option<String>, StoreError> {
+        let mut statement = self
+            .0
+            .prepare_cached("SELECT caller FROM instances WHERE id = ?")?;
+        let mut rows = statement.query([id])?;
+        Ok(match rows.next()? {
+            Some(row) => row.get(0)?,
+            None => None,
+        })
+    }
+
     async fn new_execution(&mut self, id: &str) -> Result<i64, StoreError> {
         Ok(self
             .0
@@ -215,7 +226,8 @@ impl Tx for SqliteTx<'_> {
         self.0
             .prepare_cached(
                 "INSERT INTO instances (id, name, status, input, component_digest, activity_set, parent_id, parent_execution, \
-                 parent_task, execution, created_at, updated_at, traceparent, start_at) VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 parent_task, execution, created_at, updated_at, traceparent, start_at, caller) VALUES (?, ?, 'Pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, \
+                 COALESCE(?, (SELECT p.caller FROM instances p WHERE p.id = ?)))",
             )?
             .execute(params![
                 new.id,
@@ -231,6 +243,8 @@ impl Tx for SqliteTx<'_> {
                 now,
                 new.traceparent,
                 new.start_at,
+                new.caller,
+                new.parent.as_ref().map(|p| p.id.as_str()),
             ])?;
         Ok(())
     }
