@@ -58,3 +58,36 @@ async fn a_retry_policy_that_is_not_a_number_fails_its_own_instance_and_no_other
         "the scheduler failed to read its tasks:\n{log}"
     );
 }
+
+/// `await-all` naming one task thousands of times was answered with a copy
+/// of its result per name, made in the host's memory before the guest's
+/// limit could stop it (0.9 MB × 6,000: 5 GB of host memory). A task named
+/// twice in one await is refused before any copy, as the guest's own error.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_await_naming_one_task_many_times_is_refused_before_any_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile", "orchestration-tests"])
+        .openai(&model, "sk-test")
+        .start();
+    let attack = start(
+        &host,
+        "await_repeated",
+        &json!({ "times": 300, "bytes": 900_000 }),
+    )
+    .await;
+    let done = wait_for(&host, &attack, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Failed", "{done}");
+    assert!(
+        done["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("named more than once in one await")),
+        "{done}"
+    );
+    // The same task awaited once is answered.
+    let once = start(&host, "await_repeated", &json!({ "times": 1, "bytes": 10 })).await;
+    let done = wait_for(&host, &once, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    assert_eq!(done["output"], json!(1), "{done}");
+}

@@ -31,6 +31,20 @@ pub enum ReplayError {
     UnknownTask(u32),
     #[error("await-any needs at least one task")]
     EmptyAwaitAny,
+    /// Each id of an await is answered with its own copy of the result,
+    /// made by the host: a result named thousands of times in one await
+    /// was copied as often, outside the guest's memory limit.
+    #[error("task {0} is named more than once in one await: await each task once")]
+    RepeatedTask(u32),
+}
+
+/// `tasks`, if no task is named twice.
+fn each_once(tasks: &[u32]) -> Result<(), ReplayError> {
+    let mut seen = std::collections::HashSet::with_capacity(tasks.len());
+    match tasks.iter().find(|&&task| !seen.insert(task)) {
+        Some(&task) => Err(ReplayError::RepeatedTask(task)),
+        None => Ok(()),
+    }
 }
 
 /// A task's outcome as the code sees it.
@@ -228,6 +242,7 @@ impl Replay {
     /// Every task's result, or `None` (and nothing taken) while any is
     /// unfinished. Waits for one event name take one event each.
     pub fn results(&mut self, tasks: &[u32]) -> Result<Option<Vec<TaskResult>>, ReplayError> {
+        each_once(tasks)?;
         let mut arrived = Vec::with_capacity(tasks.len());
         let mut newly_taken = Vec::new();
         for &task in tasks {
@@ -258,6 +273,7 @@ impl Replay {
         if tasks.is_empty() {
             return Err(ReplayError::EmptyAwaitAny);
         }
+        each_once(tasks)?;
         let mut best: Option<(usize, usize)> = None;
         for (position, &task) in tasks.iter().enumerate() {
             if let Some(at) = self.peek(task)? {
@@ -438,6 +454,9 @@ mod tests {
         );
         assert_eq!(r.results(&[a, c])?, None);
         assert_eq!(r.result(7), Err(ReplayError::UnknownTask(7)));
+        // One task named twice in one await is refused, before any copy.
+        assert_eq!(r.results(&[a, b, a]), Err(ReplayError::RepeatedTask(a)));
+        assert_eq!(r.first_of(&[b, b]), Err(ReplayError::RepeatedTask(b)));
         Ok(())
     }
 

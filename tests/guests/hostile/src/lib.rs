@@ -102,6 +102,31 @@ fn poisoned_retry(ctx: &Context, input: Value) -> Result<Value, String> {
         .map_err(|e| e.to_string())
 }
 
+#[derive(Deserialize, JsonSchema)]
+struct Size {
+    /// How many bytes.
+    bytes: usize,
+}
+
+/// A result of `bytes` bytes.
+fn big_result(args: Size) -> Result<Value, String> {
+    Ok(json!("x".repeat(args.bytes)))
+}
+
+/// Schedules one activity with a large result and awaits it `times` times
+/// in one await-all (`{"times": N, "bytes": M}`).
+fn await_repeated(ctx: &Context, input: Value) -> Result<Value, String> {
+    let times = input["times"].as_u64().unwrap_or(2) as usize;
+    let bytes = input["bytes"].as_u64().unwrap_or(1024);
+    let task = ctx
+        .call_activity("big_result", &json!({ "bytes": bytes }))
+        .schedule::<Value>();
+    let id = agenthost_guest::Pending::task_id(&task);
+    // The SDK's own when_all names each task once; the raw import does not.
+    let results = agenthost_guest::bindings::agenthost::host::durable::await_all(&vec![id; times]);
+    Ok(json!(results.len()))
+}
+
 fn component() -> Component {
     // Granted this variable, it blocks while being described: the host's
     // describe() limit must stop it and keep loading the others.
@@ -128,6 +153,11 @@ fn component() -> Component {
         .tool(Tool::new("read_file", "Reads a file", read_file))
         .tool(Tool::new("fetch", "GETs a URL", fetch))
         .tool(Tool::new(
+            "big_result",
+            "Returns a large result",
+            big_result,
+        ))
+        .tool(Tool::new(
             "log_forge",
             "Forges a host log line, then floods the log",
             log_forge,
@@ -137,6 +167,7 @@ fn component() -> Component {
             call_other_activity,
         ))
         .orchestration(Orchestration::new("poisoned_retry", poisoned_retry))
+        .orchestration(Orchestration::new("await_repeated", await_repeated))
 }
 
 agenthost_guest::export!(component);
