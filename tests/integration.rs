@@ -51,6 +51,7 @@ mod run_control;
 mod sandbox;
 mod scaffold;
 mod session_contract;
+mod session_race;
 mod sessions_ttl;
 mod shared_hub;
 mod shared_hub_faults;

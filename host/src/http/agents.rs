@@ -1,6 +1,6 @@
 //! `POST /api/agents/{name}/run`: run an agent, synchronously or not.
 
-use super::caller::{may_continue, Caller};
+use super::caller::Caller;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE, LOCATION};
@@ -84,7 +84,9 @@ pub async fn run(
             format!("sessionId must be 1 to {MAX_THREAD_ID_LEN} characters, none of them NUL"),
         ));
     }
-    if !may_continue(&state, &caller, &name, &thread_id).await? {
+    // Whether this caller may go on with the session is the store's to
+    // decide as it stores the run (403 then, from `RunsError`).
+    if !caller.may_start_runs() {
         return Err(ApiError::session_of_another(&thread_id));
     }
     let wait = contract.wait.unwrap_or(true);

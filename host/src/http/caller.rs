@@ -8,13 +8,20 @@
 //! cannot be continued. An admin key sees everything. A host without keys
 //! has one caller, who sees everything (who may reach it at all is
 //! `origin_guard`'s question).
+//!
+//! Who holds a conversation is the store's to decide, in the transaction
+//! that stores a run (`store::run_tx::continues`): a session belongs to the
+//! caller whose first message was stored first, so two keys racing for one
+//! new session id leave one owner, and the other's run is refused with
+//! nothing of it stored (`RunsError::SessionOfAnother`, which each edge
+//! answers as it documents: 403, A2A -32602, MCP invalid params). A read
+//! here before the write would decide on what the write no longer finds.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use super::{ApiError, AppState};
 use crate::durable::{DurableError, InstanceFilter, InstanceView};
-use crate::runs::RunFilter;
 use crate::runs::RunsError;
 
 /// Set by `authorize` on a request its key admitted; absent on a host
@@ -52,6 +59,18 @@ impl Caller {
         }
     }
 
+    /// Whether it may start runs at all: a URL token (which opens one run)
+    /// and a request no key admitted start none. Their routes never let
+    /// them get that far; asked so that their `None` as [`Self::id`] is
+    /// never taken by the store for a keyless caller's, who continues any
+    /// session.
+    pub fn may_start_runs(&self) -> bool {
+        match self {
+            Self::Anyone | Self::Admin | Self::Invoke(_) => true,
+            Self::Token | Self::Unknown => false,
+        }
+    }
+
     /// The caller a listing is narrowed to: `Ok(None)` everything,
     /// `Ok(Some(id))` the runs of `id`, `Err(())` nothing.
     pub fn narrows_to(&self) -> Result<Option<&str>, ()> {
@@ -79,38 +98,6 @@ pub(super) async fn visible_run(
         agent: agent.to_string(),
         correlation_id: correlation_id.to_string(),
     })
-}
-
-/// Whether `caller` may go on with the conversation `session` of `agent`:
-/// one nobody started yet, or whose latest run it sees. (An invoke key
-/// cannot continue another caller's conversation, nor read it back through
-/// the model's answer.)
-pub(super) async fn may_continue(
-    state: &AppState,
-    caller: &Caller,
-    agent: &str,
-    session: &str,
-) -> Result<bool, RunsError> {
-    if caller.narrows_to() == Ok(None) {
-        return Ok(true);
-    }
-    let latest = state
-        .runs
-        .list(
-            agent,
-            RunFilter {
-                session_id: Some(session.to_string()),
-                status: None,
-                before: None,
-                limit: 1,
-                caller: None,
-            },
-        )
-        .await?;
-    Ok(latest
-        .runs
-        .first()
-        .is_none_or(|run| caller.sees(run.record.caller.as_deref())))
 }
 
 // Instances: owned as runs are. The invoke key that starts an instance
@@ -203,5 +190,7 @@ mod tests {
         }
         assert_eq!(me.narrows_to(), Ok(Some("key:a")));
         assert!(!Caller::Unknown.sees(None) && Caller::Unknown.narrows_to().is_err());
+        assert!(me.may_start_runs() && Caller::Admin.may_start_runs());
+        assert!(!Caller::Unknown.may_start_runs() && !Caller::Token.may_start_runs());
     }
 }

@@ -66,7 +66,7 @@ impl ApiError {
     }
 
     /// 403: the conversation was started by another caller (an invoke key
-    /// continues only its own).
+    /// continues only its own; the store decides, as it stores the run).
     pub fn session_of_another(session: &str) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
@@ -168,6 +168,7 @@ impl From<RunsError> for ApiError {
                 Self::new(StatusCode::NOT_FOUND, "session_not_found", message)
             }
             RunsError::SessionBusy(_) => Self::new(StatusCode::CONFLICT, "session_busy", message),
+            RunsError::SessionOfAnother(session) => Self::session_of_another(&session.session_id),
             RunsError::NoSuchApproval { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "approval_not_found", message)
             }

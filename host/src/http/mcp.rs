@@ -19,9 +19,9 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::caller::{may_continue, Caller};
+use super::caller::Caller;
 use super::AppState;
-use crate::runs::{Answer, NewRun, SessionKey};
+use crate::runs::{Answer, NewRun, RunsError, SessionKey};
 
 /// Where MCP is served.
 pub const PATH: &str = "/runtime/webhooks/mcp";
@@ -166,16 +166,16 @@ impl Tools {
                 ))
             }
         };
-        let ours = may_continue(&self.state, caller, agent, &thread)
-            .await
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        if !ours {
-            return Err(McpError::invalid_params(
+        let another = || {
+            McpError::invalid_params(
                 format!(
                     "thread '{thread}' was started by another caller: use a threadId of your own"
                 ),
                 None,
-            ));
+            )
+        };
+        if !caller.may_start_runs() {
+            return Err(another());
         }
         let run = NewRun {
             correlation_id: Uuid::new_v4().to_string(),
@@ -193,7 +193,11 @@ impl Tools {
             .runs
             .ask(served, run, self.state.config.wait_budget, false)
             .await
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            .map_err(|e| match e {
+                // Decided by the store as it stored the run.
+                RunsError::SessionOfAnother(_) => another(),
+                e => McpError::internal_error(e.to_string(), None),
+            })?;
         let runs = format!("/api/agents/{agent}/runs");
         let result = match answer {
             Answer::Completed { record, .. } => {

@@ -30,6 +30,10 @@ pub enum RunsError {
     SessionNotFound(SessionKey),
     #[error("session '{}' of agent '{}' has a run under way: delete it once the run ended", .0.session_id, .0.agent)]
     SessionBusy(SessionKey),
+    /// The store refused the run: the session is another caller's (its
+    /// first message claimed it). Nothing of the run was stored.
+    #[error("session '{}' of agent '{}' was started by another caller: use a session id of your own", .0.session_id, .0.agent)]
+    SessionOfAnother(SessionKey),
     #[error("run '{correlation_id}' of agent '{agent}' waits for no decision on call '{call_id}'")]
     NoSuchApproval {
         agent: String,
@@ -44,7 +48,21 @@ pub enum RunsError {
     #[error("call '{call_id}' was already {}", if *approved { "approved" } else { "denied" })]
     AlreadyDecided { call_id: String, approved: bool },
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+/// A store error as the runs service tells it: the store's refusal of a
+/// run on another caller's session is the caller's to hear, typed.
+impl From<StoreError> for RunsError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::SessionOfAnother { agent, session } => Self::SessionOfAnother(SessionKey {
+                agent,
+                session_id: session,
+            }),
+            other => Self::Store(other),
+        }
+    }
 }
 
 /// An agent served when its request arrived: what its runs are stored with.

@@ -32,6 +32,11 @@ pub enum StoreError {
     },
     #[error("this host no longer owns session '{session}': another host took it over while this one was paused or cut off, so this host's write was refused and its work on the run dropped")]
     Fenced { session: String },
+    /// A run's caller may not continue the session: another caller's first
+    /// message claimed it ([`super::run_tx::continues`]). Nothing of the
+    /// run was stored.
+    #[error("session '{session}' of agent '{agent}' was started by another caller: use a session id of your own")]
+    SessionOfAnother { agent: String, session: String },
     #[error("this host's lease on the task hub ran out before it could send session '{session}' its next model request: the request was not sent, and the run goes on once the lease is renewed (or on the host that takes the session over)")]
     LeaseLapsed { session: String },
     #[error("the SQLite store {path} is already served by another process (pid {holder}): one process serves a SQLite file. Stop that one first, give this one another --store or --taskhub, or use PostgreSQL (--store postgres://…) to run several hosts on one task hub")]

@@ -83,7 +83,9 @@ pub struct NewRun {
     /// The trace the run continues ([`crate::telemetry`]).
     pub traceparent: Option<String>,
     /// The invoke key that started it (its id), when one did: that key
-    /// alone sees it, with the admin keys (`http::caller`).
+    /// alone sees it, with the admin keys (`http::caller`). A new session
+    /// is claimed for it, and it may go on only with a session it claimed
+    /// (`None` with any): [`super::run_tx::continues`].
     pub caller: Option<String>,
 }
 

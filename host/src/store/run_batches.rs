@@ -37,6 +37,26 @@ fn start(run: &str, session_id: &str, expire_before: Option<i64>) -> Write {
     })
 }
 
+/// A start by `caller` (an invoke key's id; `None` a caller without one).
+fn start_by(
+    run: &str,
+    session_id: &str,
+    caller: Option<&str>,
+    expire_before: Option<i64>,
+) -> Write {
+    Write::Run(RunWrite::Start {
+        run: NewRun {
+            correlation_id: run.into(),
+            session: session(session_id),
+            message: format!("question of {run}"),
+            response_format: None,
+            traceparent: None,
+            caller: caller.map(str::to_string),
+        },
+        expire_before,
+    })
+}
+
 fn end(run: &str, session_id: &str, fence: Option<SessionFence>) -> Write {
     Write::Run(RunWrite::End {
         agent: "writer".into(),
@@ -274,13 +294,15 @@ async fn a_run_queued_by_another_host_meanwhile_is_ahead_of_this_batchs() -> Res
     let committer = store.committer().clone();
     let mine =
         tokio::spawn(async move { committer.commit_all(vec![start("mine", "s", None)]).await });
-    // Until this batch's statement waits for the session's row.
+    // Until this batch's statement waits for the session's row (its text
+    // as PostgreSQL shows it: the first kilobyte, `run_input` its first
+    // part; the upsert that waits comes later).
     let mut watcher = sqlx::PgConnection::connect(&url).await?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let waiting: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-             AND query LIKE '%run_touched%'",
+             AND query LIKE '%run_input%'",
         )
         .fetch_one(&mut watcher)
         .await?;
@@ -308,5 +330,80 @@ async fn a_run_queued_by_another_host_meanwhile_is_ahead_of_this_batchs() -> Res
         "queued behind the other host's run: {answer:?}"
     );
     store.close().await;
+    Ok(())
+}
+
+/// A session is the caller's whose first message the store took first:
+/// another key's start on it is refused in the writing transaction, alone
+/// (nothing of it stored, the rest of its batch written), in a batch of
+/// distinct sessions (PostgreSQL's one statement) and in one naming a
+/// session twice (statement by statement). Callers without a key continue
+/// any session, and a session they started is no key's; a session
+/// forgotten for idleness is claimed anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_callers_start_on_a_claimed_session_is_refused_alone() -> Result<(), StoreError> {
+    let (a, b) = (Some("key:a"), Some("key:b"));
+    let refused = |answer: &RunWritten| matches!(answer, RunWritten::SessionOfAnother);
+    for (store, _dir) in stores().await? {
+        let kind = store.kind();
+        let first = batch(
+            &store,
+            vec![
+                start_by("a1", "s1", a, None),
+                start_by("n1", "s2", None, None),
+            ],
+        )
+        .await?;
+        assert!(first.iter().all(|w| started(w).is_some()), "{first:?}");
+
+        let second = batch(
+            &store,
+            vec![
+                start_by("b1", "s1", b, None),
+                start_by("b2", "s2", b, None),
+                start_by("b3", "s3", b, None),
+                chunks("b3", 2),
+            ],
+        )
+        .await?;
+        assert!(
+            refused(&second[0]) && refused(&second[1]),
+            "{second:?} on {kind:?}"
+        );
+        assert_eq!(started(&second[2]), Some((true, true, true)), "{kind:?}");
+        assert!(matches!(&second[3], RunWritten::Streamed(ids) if ids.len() == 2));
+        for run in ["b1", "b2"] {
+            assert!(store.run(run).await?.is_none(), "{run} stored on {kind:?}");
+        }
+
+        // One session twice: the keyless caller and its owner go on.
+        let third = batch(
+            &store,
+            vec![
+                start_by("n2", "s1", None, None),
+                start_by("a2", "s1", a, None),
+                start_by("b4", "s1", b, None),
+            ],
+        )
+        .await?;
+        assert_eq!(started(&third[0]).map(|s| s.1), Some(false), "{kind:?}");
+        assert_eq!(started(&third[1]).map(|s| s.1), Some(false), "{kind:?}");
+        assert!(refused(&third[2]), "{third:?} on {kind:?}");
+        assert!(store.run("b4").await?.is_none());
+
+        // Forgotten for idleness, a session is the next caller's.
+        let opened = batch(&store, vec![start_by("a4", "s4", a, None)]).await?;
+        let ended = batch(&store, vec![end("a4", "s4", fence(&store, &opened[0]))]).await?;
+        assert!(matches!(&ended[0], RunWritten::Ended { changed: true, .. }));
+        let taken = batch(
+            &store,
+            vec![start_by("b5", "s4", b, Some(now_ms() + 1_000))],
+        )
+        .await?;
+        assert_eq!(started(&taken[0]), Some((true, true, true)), "{kind:?}");
+        let after = batch(&store, vec![start_by("a5", "s4", a, None)]).await?;
+        assert!(refused(&after[0]), "{after:?} on {kind:?}");
+        store.close().await;
+    }
     Ok(())
 }

@@ -42,13 +42,16 @@ pub(super) trait RunTx {
         id: &str,
         cutoff: i64,
     ) -> impl Future<Output = Result<bool, StoreError>>;
-    /// Creates the session or marks it active; true when it is new.
+    /// Creates the session, claimed for `caller`, or marks it active if
+    /// `caller` may continue it ([`continues`]); one it may not is left as
+    /// it was.
     fn touch_session(
         &mut self,
         agent: &str,
         id: &str,
+        caller: Option<&str>,
         now: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>>;
+    ) -> impl Future<Output = Result<Touched, StoreError>>;
     /// Takes the session for this host if no live host has it: whether this
     /// host executes its runs (always on SQLite), and on a shared hub the
     /// epoch it holds the session at.
@@ -105,25 +108,31 @@ pub(super) trait RunTx {
         fence: &SessionFence,
         bodies: &[String],
     ) -> impl Future<Output = Result<FencedEnd, StoreError>>;
-    /// Queues a run: the session created or marked active and claimed,
-    /// whether it waits behind another run read, and the run stored. Steps
-    /// of their own by default; one statement where the database allows it.
+    /// Queues a run: the session created (claimed for the run's caller) or
+    /// marked active and claimed, whether it waits behind another run read,
+    /// and the run stored. `None`, with nothing written, when the session
+    /// is another caller's ([`continues`]). Steps of their own by default;
+    /// one statement where the database allows it.
     fn open_run(
         &mut self,
         run: &RunRow<'_>,
         now: i64,
-    ) -> impl Future<Output = Result<Opened, StoreError>> {
+    ) -> impl Future<Output = Result<Option<Opened>, StoreError>> {
         async move {
             let (agent, id) = (run.agent, run.session_id);
-            let new_session = self.touch_session(agent, id, now).await?;
+            let new_session = match self.touch_session(agent, id, run.caller, now).await? {
+                Touched::New => true,
+                Touched::Continued => false,
+                Touched::Refused => return Ok(None),
+            };
             let claimed = self.claim_session(agent, id).await?;
             let next_in_line = !self.has_unfinished_run(agent, id).await?;
             self.insert_run(run, now).await?;
-            Ok(Opened {
+            Ok(Some(Opened {
                 new_session,
                 claimed,
                 next_in_line,
-            })
+            }))
         }
     }
     /// Response stream entries; their ids.
@@ -133,6 +142,30 @@ pub(super) trait RunTx {
         now: i64,
         expires_at: i64,
     ) -> impl Future<Output = Result<Vec<i64>, StoreError>>;
+}
+
+/// Whether a run of `caller` may go on with a session that `owner`'s first
+/// message claimed: the one rule of who continues a conversation, applied
+/// by the store in the transaction that stores the run (never by a read
+/// before it, which two callers racing for one new session both pass).
+/// `None` as the run's caller (no keys, an admin key, an orchestration, an
+/// Agent Framework session) continues any session; an invoke key only one
+/// it claimed, not one a caller without a key started, whose runs it could
+/// not see either (`http::caller`). PostgreSQL's statements say the same in
+/// SQL: `$caller IS NULL OR s.caller = $caller`.
+pub(crate) fn continues(owner: Option<&str>, caller: Option<&str>) -> bool {
+    caller.is_none() || owner == caller
+}
+
+/// What touching a session for a run found ([`RunTx::touch_session`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Touched {
+    /// There was no such session: it is the run's caller's now.
+    New,
+    /// The run's caller may continue it: marked active.
+    Continued,
+    /// Another caller's: left as it was.
+    Refused,
 }
 
 /// Who executes a session's runs, as an enqueue found it.
@@ -163,4 +196,20 @@ pub(crate) enum FencedEnd {
     AlreadyEnded,
     /// The session changed hands since the fence was read: nothing written.
     Fenced,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::continues;
+
+    #[test]
+    fn a_session_is_continued_by_its_first_caller_and_by_callers_without_a_key() {
+        assert!(continues(Some("key:a"), Some("key:a")));
+        assert!(!continues(Some("key:a"), Some("key:b")));
+        assert!(
+            !continues(None, Some("key:a")),
+            "an admin's or an orchestration's session"
+        );
+        assert!(continues(Some("key:a"), None) && continues(None, None));
+    }
 }

@@ -69,6 +69,9 @@ pub enum RunWritten {
     Streamed(Vec<i64>),
     /// Refused: the session changed hands since its writer began the run.
     Fenced,
+    /// A start refused: the session is another caller's
+    /// ([`super::run_tx::continues`]). Nothing of the run was written.
+    SessionOfAnother,
 }
 
 pub(super) async fn write_run(
@@ -93,7 +96,9 @@ pub(super) async fn write_run(
                 traceparent: run.traceparent.as_deref(),
                 caller: run.caller.as_deref(),
             };
-            let opened = tx.open_run(&row, now).await?;
+            let Some(opened) = tx.open_run(&row, now).await? else {
+                return Ok(RunWritten::SessionOfAnother);
+            };
             let (run_here, epoch) = match opened.claimed {
                 Claimed::Here(epoch) => (true, epoch),
                 Claimed::Elsewhere => (false, None),

@@ -26,6 +26,10 @@ impl Store {
     /// leaks into a new answer. On a shared hub, a host that works claims
     /// the session unless a live host has it; the others are told of a run
     /// it does not take.
+    /// The session is its first caller's ([`super::run_tx::continues`]),
+    /// decided in the same transaction: a run of another caller is refused
+    /// with [`StoreError::SessionOfAnother`], nothing of it stored, and the
+    /// other writes of its batch go on.
     pub async fn enqueue_run(
         &self,
         run: &NewRun,
@@ -51,6 +55,12 @@ impl Store {
                 expire_before,
             }))
             .await?;
+        if let Written::Run(RunWritten::SessionOfAnother) = written {
+            return Err(StoreError::SessionOfAnother {
+                agent: run.session.agent.clone(),
+                session: run.session.session_id.clone(),
+            });
+        }
         let Written::Run(RunWritten::Started {
             expired,
             new_session,

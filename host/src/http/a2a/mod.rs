@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::body::read_limited;
-use super::caller::{may_continue, visible_run, Caller};
+use super::caller::{visible_run, Caller};
 use super::{ApiError, AppState};
 use crate::runs::{
     Answer, CancelOutcome, Decision, Listening, NewRun, RunFilter, RunRecord, RunsError, SessionKey,
@@ -267,6 +267,10 @@ impl A2a<'_> {
                 RpcError::invalid_params(e.to_string())
             }
             RunsError::UnknownAgent { .. } => RpcError::invalid_params(e.to_string()),
+            RunsError::SessionOfAnother(context) => RpcError::invalid_params(format!(
+                "context '{}' was started by another caller: use a contextId of your own",
+                context.session_id
+            )),
             other => {
                 tracing::warn!(error = %other, "an A2A call failed");
                 RpcError::internal(format!("Internal error: {other}"))
@@ -361,6 +365,9 @@ impl A2a<'_> {
         if said.text.trim().is_empty() {
             return Err(RpcError::invalid_params("the message has no text"));
         }
+        if !self.caller.may_start_runs() {
+            return Err(RpcError::invalid_params("this caller starts no task"));
+        }
         let context_named = params.message.context_id.as_deref();
         let message_id = params
             .message
@@ -380,15 +387,9 @@ impl A2a<'_> {
             None => Uuid::new_v4().to_string(),
         };
         let context = match &params.message.context_id {
+            // Whether this caller may go on with the context is the store's
+            // to decide as it stores the run (`refused`).
             Some(c) if !c.trim().is_empty() && c.len() <= MAX_CONTEXT_LEN && !c.contains('\0') => {
-                let ours = may_continue(self.state, &self.caller, self.agent, c)
-                    .await
-                    .map_err(|e| self.refused("", e))?;
-                if !ours {
-                    return Err(RpcError::invalid_params(format!(
-                        "context '{c}' was started by another caller: use a contextId of your own"
-                    )));
-                }
                 c.clone()
             }
             Some(_) => {

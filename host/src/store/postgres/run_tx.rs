@@ -6,7 +6,7 @@ use super::tx::PgTx;
 use crate::core::fence::{SessionFence, SessionHolder};
 use crate::store::error::StoreError;
 use crate::store::records::NewStreamRow;
-use crate::store::run_tx::{Claimed, FencedEnd, Opened, RunEndRow, RunRow, RunTx};
+use crate::store::run_tx::{Claimed, FencedEnd, Opened, RunEndRow, RunRow, RunTx, Touched};
 
 impl RunTx for PgTx<'_> {
     async fn expire_idle_session(
@@ -36,18 +36,33 @@ impl RunTx for PgTx<'_> {
         Ok(deleted > 0)
     }
 
-    async fn touch_session(&mut self, agent: &str, id: &str, now: i64) -> Result<bool, StoreError> {
-        // `xmax = 0` only on a row this statement inserted.
-        Ok(sqlx::query_scalar(
-            "INSERT INTO sessions (agent, id, created_at, last_active_at) VALUES ($1, $2, $3, $3) \
+    async fn touch_session(
+        &mut self,
+        agent: &str,
+        id: &str,
+        caller: Option<&str>,
+        now: i64,
+    ) -> Result<Touched, StoreError> {
+        // `xmax = 0` only on a row this statement inserted. A session
+        // another caller claimed is locked and left as it was: no row.
+        let new: Option<bool> = sqlx::query_scalar(
+            "INSERT INTO sessions AS s (agent, id, created_at, last_active_at, caller) \
+             VALUES ($1, $2, $3, $3, $4) \
              ON CONFLICT (agent, id) DO UPDATE SET last_active_at = excluded.last_active_at \
+             WHERE $4::TEXT IS NULL OR s.caller = $4 \
              RETURNING (xmax = 0)",
         )
         .bind(agent)
         .bind(id)
         .bind(now)
-        .fetch_one(&mut *self.0)
-        .await?)
+        .bind(caller)
+        .fetch_optional(&mut *self.0)
+        .await?;
+        Ok(match new {
+            Some(true) => Touched::New,
+            Some(false) => Touched::Continued,
+            None => Touched::Refused,
+        })
     }
 
     async fn claim_session(&mut self, agent: &str, id: &str) -> Result<Claimed, StoreError> {
@@ -113,50 +128,58 @@ impl RunTx for PgTx<'_> {
         Ok(())
     }
 
-    async fn open_run(&mut self, run: &RunRow<'_>, now: i64) -> Result<Opened, StoreError> {
+    async fn open_run(&mut self, run: &RunRow<'_>, now: i64) -> Result<Option<Opened>, StoreError> {
         // The claim rides on the upsert (a fresh session is born claimed, at
-        // epoch 1, as a claim right after its insert would leave it); the
-        // final SELECT reads the runs as they were before this one.
+        // epoch 1, as a claim right after its insert would leave it), and so
+        // does the session's caller: set by the insert, and an existing
+        // session another caller claimed is locked and left as it was
+        // (`continues`), which leaves `touched` empty and stores no run. A
+        // session inserted meanwhile by another host's transaction is waited
+        // for and then read as it committed. The final SELECT reads the
+        // runs as they were before this one.
         let sql = format!(
             "WITH touched AS ( \
-               INSERT INTO sessions AS s (agent, id, created_at, last_active_at, owner, epoch) \
-               VALUES ($1, $2, $3, $3, $4, CASE WHEN $4::TEXT IS NULL THEN 0 ELSE 1 END) \
+               INSERT INTO sessions AS s (agent, id, created_at, last_active_at, owner, epoch, caller) \
+               VALUES ($1, $2, $3, $3, $4, CASE WHEN $4::TEXT IS NULL THEN 0 ELSE 1 END, $9) \
                ON CONFLICT (agent, id) DO UPDATE SET last_active_at = excluded.last_active_at, \
                  owner = CASE WHEN $4::TEXT IS NOT NULL AND (s.owner IS NULL OR s.owner = $4 OR s.owner NOT IN ({live})) \
                    THEN $4 ELSE s.owner END, \
                  epoch = CASE WHEN $4::TEXT IS NOT NULL AND s.owner IS DISTINCT FROM $4 AND (s.owner IS NULL OR s.owner NOT IN ({live})) \
                    THEN s.epoch + 1 ELSE s.epoch END \
+               WHERE $9::TEXT IS NULL OR s.caller = $9 \
                RETURNING (xmax = 0) AS new_session, owner, epoch \
              ), queued AS ( \
                INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, caller, status, created_at, updated_at) \
-               VALUES ($5, $1, $2, $6, $7, $8, $9, 'pending', $3, $3) \
+               SELECT $5, $1, $2, $6, $7, $8, $9, 'pending', $3, $3 WHERE EXISTS (SELECT 1 FROM touched) \
              ) \
              SELECT t.new_session, t.owner, t.epoch, EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_id = $2 \
                AND status IN ('pending', 'running')) AS busy FROM touched t",
             live = SharedHub::live_hosts()
         );
-        let (new_session, owner, epoch, busy): (bool, Option<String>, i64, bool) =
-            sqlx::query_as(&sql)
-                .bind(run.agent)
-                .bind(run.session_id)
-                .bind(now)
-                .bind(self.1)
-                .bind(run.correlation_id)
-                .bind(run.message)
-                .bind(run.response_format)
-                .bind(run.traceparent)
-                .bind(run.caller)
-                .fetch_one(&mut *self.0)
-                .await?;
+        let opened: Option<(bool, Option<String>, i64, bool)> = sqlx::query_as(&sql)
+            .bind(run.agent)
+            .bind(run.session_id)
+            .bind(now)
+            .bind(self.1)
+            .bind(run.correlation_id)
+            .bind(run.message)
+            .bind(run.response_format)
+            .bind(run.traceparent)
+            .bind(run.caller)
+            .fetch_optional(&mut *self.0)
+            .await?;
+        let Some((new_session, owner, epoch, busy)) = opened else {
+            return Ok(None);
+        };
         let claimed = match (self.1, owner) {
             (Some(me), Some(owner)) if me == owner => Claimed::Here(Some(epoch)),
             _ => Claimed::Elsewhere,
         };
-        Ok(Opened {
+        Ok(Some(Opened {
             new_session,
             claimed,
             next_in_line: !busy,
-        })
+        }))
     }
 
     async fn append_messages(

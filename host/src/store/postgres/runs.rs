@@ -127,6 +127,9 @@ impl RunParts {
                 Shape::Start => {
                     let a = starts.next().ok_or_else(missing)?;
                     let flag = |i: usize| a[i].as_bool().unwrap_or(false);
+                    if flag(6) {
+                        return Ok(RunWritten::SessionOfAnother);
+                    }
                     let run_here = flag(3);
                     Ok(RunWritten::Started {
                         new_session: flag(1),
@@ -163,7 +166,10 @@ impl RunParts {
 /// host unless a live host has it (a fresh session is born claimed at
 /// epoch 1, as a claim right after its insert would leave it). `busy` reads
 /// the runs as they were before these. A run queued for a session this
-/// host does not take wakes the hosts that may.
+/// host does not take wakes the hosts that may. A run whose caller may not
+/// continue its session (another caller's first message claimed it,
+/// [`crate::store::run_tx::continues`]) is refused alone: nothing of it is
+/// written, and the batch's other runs are queued.
 fn add_starts(
     s: &mut Statement,
     hub: &SharedHub,
@@ -249,20 +255,40 @@ fn add_starts(
     // host's run queued or ended in between changed that row (every queue
     // and end writes it): the upsert then leaves it, the statement is
     // refused whole, and the batch is decided again on a fresh snapshot.
+    // Who may go on with each session is read on the same snapshot, and
+    // holds: a session's caller is written only with the row's insert (or
+    // its start over, which admits anyone), and the upsert below writes a
+    // row only at the version read here. A session inserted since (another
+    // host's first message) refuses the statement whole, as above, and the
+    // runs are decided again on what that host committed.
     s.part(
         "run_seen",
-        "SELECT i.agent, i.sid, s.xmin::TEXT AS version FROM run_input i \
-         LEFT JOIN sessions s ON s.agent = i.agent AND s.id = i.sid"
+        "SELECT i.n, i.agent, i.sid, s.xmin::TEXT AS version, s.id IS NOT NULL AS found, \
+         s.caller FROM run_input i LEFT JOIN sessions s ON s.agent = i.agent AND s.id = i.sid"
             .into(),
+    );
+    s.part(
+        "run_admitted",
+        "SELECT v.n FROM run_seen v JOIN run_input i ON i.n = v.n \
+         WHERE i.caller IS NULL OR NOT v.found OR v.caller = i.caller \
+         OR EXISTS (SELECT 1 FROM run_expiring e WHERE e.n = i.n)"
+            .into(),
+    );
+    s.part(
+        "run_refused",
+        "SELECT i.n FROM run_input i WHERE i.n NOT IN (SELECT n FROM run_admitted)".into(),
     );
     s.part(
         "run_touched",
         format!(
-            "INSERT INTO sessions AS s (agent, id, created_at, last_active_at, owner, epoch) \
-             SELECT agent, sid, {now}, {now}, taker, CASE WHEN taker IS NULL THEN 0 ELSE 1 END FROM run_input \
+            "INSERT INTO sessions AS s (agent, id, created_at, last_active_at, owner, epoch, caller) \
+             SELECT agent, sid, {now}, {now}, taker, CASE WHEN taker IS NULL THEN 0 ELSE 1 END, caller FROM run_input \
+             WHERE n IN (SELECT n FROM run_admitted) \
              ON CONFLICT (agent, id) DO UPDATE SET last_active_at = excluded.last_active_at, \
                created_at = CASE WHEN EXISTS (SELECT 1 FROM run_expiring e WHERE e.agent = s.agent AND e.sid = s.id) \
                  THEN excluded.created_at ELSE s.created_at END, \
+               caller = CASE WHEN EXISTS (SELECT 1 FROM run_expiring e WHERE e.agent = s.agent AND e.sid = s.id) \
+                 THEN excluded.caller ELSE s.caller END, \
                owner = CASE WHEN excluded.owner IS NOT NULL \
                  AND (s.owner IS NULL OR s.owner = excluded.owner OR s.owner NOT IN ({live})) \
                  THEN excluded.owner ELSE s.owner END, \
@@ -273,13 +299,17 @@ fn add_starts(
              RETURNING s.agent, s.id, (xmax = 0) AS new_session, s.owner, s.epoch"
         ),
     );
-    s.must_hold(queued, "(SELECT COUNT(*) FROM run_touched)".into());
+    s.must_hold(
+        queued,
+        "(SELECT COUNT(*) FROM run_touched) + (SELECT COUNT(*) FROM run_refused)".into(),
+    );
     s.part(
         "run_queued",
         format!(
             "INSERT INTO runs (correlation_id, agent, session_id, message, response_format, traceparent, \
              caller, status, created_at, updated_at) \
-             SELECT corr, agent, sid, message, format, trace, caller, 'pending', {now}, {now} FROM run_input ORDER BY n"
+             SELECT corr, agent, sid, message, format, trace, caller, 'pending', {now}, {now} FROM run_input \
+             WHERE n IN (SELECT n FROM run_admitted) ORDER BY n"
         ),
     );
     s.part(
@@ -292,10 +322,13 @@ fn add_starts(
              JOIN run_busy b ON b.n = i.n"
         ),
     );
+    // Each start's answer, in order; the last element says it was refused.
     s.answer(
         "starts",
-        "(SELECT COALESCE(json_agg(json_build_array(n, new_session, expired, run_here, epoch, busy) \
-         ORDER BY n), '[]'::json) FROM run_started)"
+        "(SELECT COALESCE(json_agg(a ORDER BY n), '[]'::json) FROM ( \
+           SELECT n, json_build_array(n, new_session, expired, run_here, epoch, busy, false) AS a FROM run_started \
+           UNION ALL SELECT n, json_build_array(n, false, false, false, NULL, false, true) FROM run_refused \
+         ) AS started)"
             .into(),
     );
     // A run for a session another live host owns is told to that host

@@ -1,12 +1,12 @@
 //! [`RunTx`] on the SQLite writer thread's connection.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use super::tx::SqliteTx;
 use crate::core::fence::{self, SessionFence, SessionHolder};
 use crate::store::error::StoreError;
 use crate::store::records::NewStreamRow;
-use crate::store::run_tx::{Claimed, FencedEnd, RunEndRow, RunRow, RunTx};
+use crate::store::run_tx::{continues, Claimed, FencedEnd, RunEndRow, RunRow, RunTx, Touched};
 
 impl RunTx for SqliteTx<'_> {
     async fn expire_idle_session(
@@ -31,20 +31,40 @@ impl RunTx for SqliteTx<'_> {
         Ok(deleted > 0)
     }
 
-    async fn touch_session(&mut self, agent: &str, id: &str, now: i64) -> Result<bool, StoreError> {
-        let updated = self
+    /// Read, then written: this connection is the file's one writer, and
+    /// the transaction holds its lock from the read on.
+    async fn touch_session(
+        &mut self,
+        agent: &str,
+        id: &str,
+        caller: Option<&str>,
+        now: i64,
+    ) -> Result<Touched, StoreError> {
+        let owner: Option<Option<String>> = self
             .0
-            .prepare_cached("UPDATE sessions SET last_active_at = ? WHERE agent = ? AND id = ?")?
-            .execute(params![now, agent, id])?;
-        if updated > 0 {
-            return Ok(false);
+            .prepare_cached("SELECT caller FROM sessions WHERE agent = ? AND id = ?")?
+            .query_row(params![agent, id], |row| row.get(0))
+            .optional()?;
+        match owner {
+            None => {
+                self.0
+                    .prepare_cached(
+                        "INSERT INTO sessions (agent, id, created_at, last_active_at, caller) \
+                         VALUES (?, ?, ?, ?, ?)",
+                    )?
+                    .execute(params![agent, id, now, now, caller])?;
+                Ok(Touched::New)
+            }
+            Some(owner) if continues(owner.as_deref(), caller) => {
+                self.0
+                    .prepare_cached(
+                        "UPDATE sessions SET last_active_at = ? WHERE agent = ? AND id = ?",
+                    )?
+                    .execute(params![now, agent, id])?;
+                Ok(Touched::Continued)
+            }
+            Some(_) => Ok(Touched::Refused),
         }
-        self.0
-            .prepare_cached(
-                "INSERT INTO sessions (agent, id, created_at, last_active_at) VALUES (?, ?, ?, ?)",
-            )?
-            .execute(params![agent, id, now, now])?;
-        Ok(true)
     }
 
     async fn claim_session(&mut self, _agent: &str, _id: &str) -> Result<Claimed, StoreError> {
