@@ -5,7 +5,8 @@
 //! protocol's refusal (403 `session_of_another_caller`, JSON-RPC -32602),
 //! and nothing of the loser's message reaches the winner's conversation:
 //! not the model's answer (the fake model answers with every user message
-//! it was sent), not the session's stored messages.
+//! it was sent), not the session's stored messages. On PostgreSQL the race
+//! is run again with each caller on a host of its own, on one hub.
 
 use std::sync::Arc;
 
@@ -42,11 +43,9 @@ fn secret(caller: usize, round: usize) -> String {
     format!("SECRET-OF-{}-{round}", ["A", "B"][caller])
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn two_callers_racing_for_one_new_session_leave_one_owner_and_no_cross_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    // Every user message of the conversation, so a cross-read shows.
+/// Answers with every user message of the conversation, so a cross-read
+/// shows.
+fn echoing_model(model: &FakeModel) {
     model.respond_with(Arc::new(|request: &Recorded| {
         let said: Vec<String> = request
             .messages()
@@ -56,37 +55,89 @@ async fn two_callers_racing_for_one_new_session_leave_one_owner_and_no_cross_rea
             .collect();
         Reply::Text(format!("heard: {}", said.join(" | ")))
     }));
-    let host = Arc::new(
-        HostBuilder::new(dir.path())
-            .components(&["writer"])
-            .openai(&model, "sk")
-            .arg("--mcp")
-            .arg("--api-key")
-            .arg(&format!("admin:{ADMIN}"))
-            .arg("--api-key")
-            .arg(&format!("invoke:{}", KEYS[0]))
-            .arg("--api-key")
-            .arg(&format!("invoke:{}", KEYS[1]))
-            .start(),
+}
+
+/// A host with the admin key and both invoke keys.
+fn keyed(dir: &std::path::Path, model: &FakeModel) -> HostBuilder {
+    HostBuilder::new(dir)
+        .components(&["writer"])
+        .openai(model, "sk")
+        .arg("--mcp")
+        .arg("--api-key")
+        .arg(&format!("admin:{ADMIN}"))
+        .arg("--api-key")
+        .arg(&format!("invoke:{}", KEYS[0]))
+        .arg("--api-key")
+        .arg(&format!("invoke:{}", KEYS[1]))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_callers_racing_for_one_new_session_leave_one_owner_and_no_cross_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    echoing_model(&model);
+    let host = Arc::new(keyed(dir.path(), &model).start());
+    let failures = race(
+        [host.clone(), host],
+        &[Protocol::Http, Protocol::A2a, Protocol::Mcp],
+    )
+    .await;
+    assert!(
+        failures.is_empty(),
+        "{} of {} rounds went wrong:\n{}",
+        failures.len(),
+        3 * ROUNDS,
+        failures.join("\n")
     );
+}
+
+/// The same race with each caller on a host of its own, both on one
+/// PostgreSQL hub: the two first writes meet in the database, not in one
+/// host's writer. PostgreSQL only (one process serves a SQLite file).
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_of_one_hub_leave_a_racing_session_one_owner_and_no_cross_read() {
+    if crate::support::host::test_store().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    echoing_model(&model);
+    let hosts = [
+        Arc::new(keyed(dir.path(), &model).start()),
+        Arc::new(keyed(dir.path(), &model).start()),
+    ];
+    let failures = race(hosts, &[Protocol::Http, Protocol::A2a, Protocol::Mcp]).await;
+    assert!(
+        failures.is_empty(),
+        "{} of {} rounds went wrong:\n{}",
+        failures.len(),
+        3 * ROUNDS,
+        failures.join("\n")
+    );
+}
+
+/// `ROUNDS` rounds over each protocol, `AT_ONCE` at a time: caller A on
+/// `hosts[0]`, B on `hosts[1]`, each sending its secret on the round's new
+/// session at the same moment. What went wrong, one line a round.
+async fn race(hosts: [Arc<Host>; 2], protocols: &[Protocol]) -> Vec<String> {
     let mcp = [
-        mcp_session(&host, KEYS[0]).await,
-        mcp_session(&host, KEYS[1]).await,
+        mcp_session(&hosts[0], KEYS[0]).await,
+        mcp_session(&hosts[1], KEYS[1]).await,
     ];
     let mut failures = Vec::new();
-    for protocol in [Protocol::Http, Protocol::A2a, Protocol::Mcp] {
+    for &protocol in protocols {
         let run = uuid::Uuid::new_v4().simple().to_string();
         for group in (0..ROUNDS).collect::<Vec<_>>().chunks(AT_ONCE) {
             let mut rounds = JoinSet::new();
             for &round in group {
-                let (host, mcp) = (host.clone(), mcp.clone());
+                let (hosts, mcp) = (hosts.clone(), mcp.clone());
                 let session = format!("race-{protocol:?}-{run}-{round}");
                 rounds.spawn(async move {
                     let fates = tokio::join!(
-                        say(&host, protocol, &mcp[0], 0, &session, round),
-                        say(&host, protocol, &mcp[1], 1, &session, round),
+                        say(&hosts[0], protocol, &mcp[0], 0, &session, round),
+                        say(&hosts[1], protocol, &mcp[1], 1, &session, round),
                     );
-                    let stored = stored_messages(&host, &session).await;
+                    let stored = stored_messages(&hosts[0], &session).await;
                     judge(protocol, round, [fates.0, fates.1], &stored)
                 });
             }
@@ -98,13 +149,7 @@ async fn two_callers_racing_for_one_new_session_leave_one_owner_and_no_cross_rea
         }
         eprintln!("{protocol:?}: {} rounds went wrong so far", failures.len());
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} rounds went wrong:\n{}",
-        failures.len(),
-        3 * ROUNDS,
-        failures.join("\n")
-    );
+    failures
 }
 
 /// One owner, the other refused, and neither shown nor stored the other's.
