@@ -2,10 +2,11 @@
 //! ends in a clear error for the attacker's own instance or run, and another
 //! component's work goes on meanwhile.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::support::durable::{start, wait_for};
-use crate::support::{FakeModel, HostBuilder};
+use crate::support::durable::{start, status as status_of, wait_for, wait_for_custom_status};
+use crate::support::host::Host;
+use crate::support::{client, FakeModel, HostBuilder, Reply};
 
 /// A retry policy whose backoff coefficient is NaN or ±infinity cannot be
 /// stored (JSON has no such numbers: it would be written as `null`, and the
@@ -90,4 +91,161 @@ async fn an_await_naming_one_task_many_times_is_refused_before_any_copy() {
     let done = wait_for(&host, &once, &["Completed", "Failed"]).await;
     assert_eq!(done["runtimeStatus"], "Completed", "{done}");
     assert_eq!(done["output"], json!(1), "{done}");
+}
+
+/// A component's event route reaches only the instances of the
+/// orchestrations its own component serves. The hostile component declares
+/// `evil/{instanceId}` raising `go`, the event another component's
+/// `wait_event` waits for: called on that instance, it answers as for an
+/// unknown instance (404, the same body) and the instance keeps waiting,
+/// then completes by its own route. The route still raises on the hostile
+/// component's own instance. (Before, it completed the other component's
+/// instance with the attacker's payload.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_components_event_route_reaches_only_its_own_components_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile", "orchestration-tests"])
+        .openai(&model, "sk-test")
+        .start();
+    let victim = start(&host, "wait_event", &json!(null)).await;
+    wait_for_custom_status(&host, &victim, "", &json!("waiting")).await;
+
+    let (status, refused) = post(&host, &format!("/api/evil/{victim}"), "attacker").await;
+    let never = "never-was-an-instance";
+    let (unknown_status, unknown) = post(&host, &format!("/api/evil/{never}"), "attacker").await;
+    assert_eq!(
+        (status, unknown_status),
+        (404, 404),
+        "{refused} / {unknown}"
+    );
+    assert_eq!(
+        refused.to_string().replace(&victim, never),
+        unknown.to_string(),
+        "another component's instance answers as an unknown one"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (_, waiting) = status_of(&host, &victim).await;
+    assert_eq!(waiting["runtimeStatus"], "Running", "{waiting}");
+
+    // Its own component's route completes it, with its own payload.
+    let (status, accepted) = post(&host, &format!("/api/go/{victim}"), "owner").await;
+    assert_eq!(status, 202, "{accepted}");
+    let done = wait_for(&host, &victim, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    assert_eq!(done["output"], json!("owner"), "{done}");
+
+    // The route works on the instances of its own component.
+    let own = start(&host, "evil_route", &json!(null)).await;
+    wait_for(&host, &own, &["Running"]).await;
+    let (status, accepted) = post(&host, &format!("/api/evil/{own}"), "mine").await;
+    assert_eq!(status, 202, "{accepted}");
+    let done = wait_for(&host, &own, &["Completed", "Failed"]).await;
+    assert_eq!(done["output"], json!("mine"), "{done}");
+}
+
+/// `POST` `path` with the JSON string `payload`: status and body.
+async fn post(host: &Host, path: &str, payload: &str) -> (u16, Value) {
+    let response = client()
+        .post(host.url(path))
+        .json(&json!(payload))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// A tool's result over `--max-tool-result-bytes` is refused to the model
+/// with a tool error saying its size, and nothing of it is stored: a 30 MB
+/// result went to the model in a 31.5 MB request and stayed in the session
+/// for every later one. Results under the limit are held to the history
+/// budget: while a turn is over it, its oldest results are left out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_result_over_the_limit_is_refused_to_the_model_and_not_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile"])
+        .openai(&model, "sk-test")
+        .start();
+    model.push(Reply::ToolCall(
+        "big_result".into(),
+        json!({ "bytes": 30_000_000 }),
+    ));
+    model.push(Reply::ToolResult);
+    let answer = run(&host, "huge").await;
+    let request = model.requests().last().cloned().expect("a model request");
+    let size = request.body.to_string().len();
+    assert!(size < 1 << 20, "the model was sent {size} bytes");
+    let said = request.last_tool_result().unwrap_or_default();
+    assert!(
+        said.contains("'big_result' was 30000002 bytes, over the host's limit of 131072 bytes"),
+        "{said}"
+    );
+    assert!(answer.contains("over the host's limit"), "{answer}");
+    let stored = session(&host, "huge").await;
+    assert!(
+        stored.len() < 1 << 20,
+        "the session holds {} bytes",
+        stored.len()
+    );
+
+    // Four results of 100 KB each (under the limit), about 100,000 tokens
+    // in one turn: over the default budget of 64,000, the oldest two go.
+    let calls = (0..4)
+        .map(|_| ("big_result".to_string(), json!({ "bytes": 100_000 })))
+        .collect();
+    model.push(Reply::ToolCalls(calls));
+    model.push(Reply::ToolResult);
+    run(&host, "four").await;
+    let request = model.requests().last().cloned().expect("a model request");
+    let size = request.body.to_string().len();
+    assert!(size < 300_000, "the model was sent {size} bytes");
+    let results: Vec<String> = request
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(results.len(), 4, "one result per call");
+    assert!(
+        results[..2]
+            .iter()
+            .all(|r| r.contains("left out") && r.contains("history budget")),
+        "{:?}",
+        results.iter().map(|r| r.len()).collect::<Vec<_>>()
+    );
+    assert!(results[2..].iter().all(|r| r.len() > 100_000));
+}
+
+/// Runs the hostile agent in session `session`: its answer.
+async fn run(host: &Host, session: &str) -> String {
+    let response = client()
+        .post(host.url("/api/agents/hostile/run"))
+        .header("accept", "application/json")
+        .json(&json!({ "message": "call the tool", "sessionId": session }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["response"].as_str().unwrap_or_default().to_string()
+}
+
+/// The stored conversation of `session`, as the sessions API answers it.
+async fn session(host: &Host, session: &str) -> String {
+    client()
+        .get(host.url(&format!("/api/agents/hostile/sessions/{session}")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }

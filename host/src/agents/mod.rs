@@ -172,23 +172,37 @@ pub struct AgentRunner {
     model: ModelClient,
     store: Store,
     max_tool_rounds: usize,
-    history_budget: usize,
+    window: ModelWindow,
     /// How long a tool call waits for a human before it counts as denied.
     approval_timeout: Duration,
     /// The operator's per-agent settings.
     settings: Arc<AgentsSettings>,
 }
 
+/// How much of a conversation one model request carries at most: what keeps
+/// a tool that returns megabytes from sending them to the model, storing
+/// them, and holding them in the host's memory for every later request.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelWindow {
+    /// Tokens (estimated) of the conversation sent to the model at most
+    /// (an agent's own setting may lower it): older whole turns are left
+    /// out first, then the oldest tool results of the turns sent.
+    pub history_budget_tokens: usize,
+    /// Bytes of one tool result at most: a larger one is neither sent nor
+    /// stored, the model gets a tool error saying its size instead.
+    pub max_tool_result_bytes: usize,
+}
+
 impl AgentRunner {
-    /// `history_budget`: tokens (estimated) of the conversation sent to
-    /// the model at most; older whole turns are left out. `approval_timeout`:
-    /// how long a tool call waits for a human's decision before it is denied.
+    /// `window`: how much of the conversation a model request carries at
+    /// most. `approval_timeout`: how long a tool call waits for a human's
+    /// decision before it is denied.
     pub fn new(
         runtime: Arc<Runtime>,
         model: ModelClient,
         store: Store,
         max_tool_rounds: usize,
-        history_budget: usize,
+        window: ModelWindow,
         approval_timeout: Duration,
         settings: Arc<AgentsSettings>,
     ) -> Self {
@@ -197,7 +211,7 @@ impl AgentRunner {
             model,
             store,
             max_tool_rounds: max_tool_rounds.max(1),
-            history_budget,
+            window,
             approval_timeout,
             settings,
         }
@@ -235,7 +249,7 @@ impl AgentRunner {
         let settings = self.settings.of(&agent.spec.name).over(&agent.spec.options);
         let budget = settings
             .history_budget_tokens
-            .unwrap_or(self.history_budget);
+            .unwrap_or(self.window.history_budget_tokens);
         // A structured answer is streamed once it is valid, whole: a client
         // must never see an answer the repair round replaces.
         let format = run
@@ -293,7 +307,17 @@ impl AgentRunner {
                     "older turns left out of the model's window"
                 );
             }
-            messages.extend(all.into_iter().skip(from));
+            let mut window: Vec<ChatMessage> = all.into_iter().skip(from).collect();
+            let results_left_out = history_window::leave_out_tool_results(&mut window, budget);
+            if results_left_out > 0 {
+                tracing::info!(
+                    agent = %agent.spec.name,
+                    left_out = results_left_out,
+                    budget,
+                    "tool results left out of the model's window: the turn is over the history budget"
+                );
+            }
+            messages.extend(window);
             let sending = self.send_check(&session, fence);
             let request = ChatRequest {
                 model: settings.model.as_deref().or(agent.spec.model.as_deref()),

@@ -6,7 +6,9 @@
 //! no instance or thread is held while a human decides).
 //!
 //! Each result is stored as soon as its tool returns: a crash between two
-//! tools of a round re-runs only those without a stored result.
+//! tools of a round re-runs only those without a stored result. A result
+//! over `--max-tool-result-bytes` is replaced by a tool error saying its
+//! size before it is stored or sent.
 
 use std::collections::HashMap;
 use tokio_util::sync::CancellationToken;
@@ -155,11 +157,33 @@ impl AgentRunner {
             }
             .into());
         }
-        match called? {
-            Ok(result) => Ok(result),
-            Err(failure) => Ok(tool_error(&failure.to_string())),
-        }
+        let content = match called? {
+            Ok(result) => result,
+            Err(failure) => tool_error(&failure.to_string()),
+        };
+        Ok(bounded(name, content, self.window.max_tool_result_bytes))
     }
+}
+
+/// `content`, or a tool error saying its size when it is over `max` bytes:
+/// a result that large is neither sent to the model nor stored (it was
+/// sent whole, megabytes at a time, and kept in the session for every
+/// later request).
+fn bounded(tool: &str, content: String, max: usize) -> String {
+    if content.len() <= max {
+        return content;
+    }
+    tracing::warn!(
+        tool = %tool,
+        bytes = content.len(),
+        max,
+        "a tool result over --max-tool-result-bytes was refused to the model"
+    );
+    tool_error(&format!(
+        "the result of '{tool}' was {} bytes, over the host's limit of {max} bytes \
+         (--max-tool-result-bytes): it was not sent; ask for less",
+        content.len()
+    ))
 }
 
 /// The approval mode of one of the agent's tools; `None` when the agent has
@@ -208,4 +232,19 @@ pub(super) fn has_unanswered_calls(history: &[ChatMessage]) -> bool {
 
 pub(super) fn tool_error(message: &str) -> String {
     serde_json::json!({ "error": message }).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded;
+
+    #[test]
+    fn a_result_over_the_limit_becomes_an_error_saying_its_size() {
+        assert_eq!(bounded("t", "x".repeat(10), 10), "x".repeat(10));
+        let refused = bounded("big_result", "x".repeat(11), 10);
+        assert!(
+            refused.contains("'big_result' was 11 bytes") && refused.contains("limit of 10 bytes"),
+            "{refused}"
+        );
+    }
 }

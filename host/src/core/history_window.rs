@@ -5,7 +5,10 @@
 //! at turn starts never separates a tool call from its result. The system
 //! message is not part of the history: the caller always puts it first.
 //! The newest turn is always sent, even alone over the budget: the model
-//! must see the question.
+//! must see the question. The budget applies to tool results too: while the
+//! turns sent are over it, their oldest tool results are left out (each
+//! replaced by a short note), so a turn of many large results is not sent
+//! whole.
 
 use super::chat::{ChatMessage, Role};
 
@@ -51,6 +54,43 @@ pub fn start(history: &[ChatMessage], budget: usize) -> usize {
         Some(first) if turn > 0 && used + turn > budget => first,
         _ => 0,
     }
+}
+
+/// Leaves out the content of tool results of `window` (the messages
+/// [`start`] chose), oldest first, while the window is over `budget`: the
+/// newest turn is sent even over the budget, and a turn of tool rounds can
+/// gather results far over it. Each result left out is replaced by a short
+/// tool error saying so (the model must still see one result per call).
+/// Returns how many were left out.
+pub fn leave_out_tool_results(window: &mut [ChatMessage], budget: usize) -> usize {
+    let mut used: usize = window.iter().map(estimate).sum();
+    let mut left_out = 0;
+    for message in window.iter_mut() {
+        if used <= budget {
+            break;
+        }
+        if message.role != Role::Tool {
+            continue;
+        }
+        let bytes = message.content.as_deref().map_or(0, str::len);
+        let note = serde_json::json!({
+            "error": format!(
+                "this tool result ({bytes} bytes) was left out: the conversation is over \
+                 its history budget of {budget} tokens"
+            )
+        })
+        .to_string();
+        // A result not much longer than its note is kept: leaving it out
+        // would save little (and a note is never replaced by a note).
+        if bytes <= 2 * note.len() {
+            continue;
+        }
+        let before = estimate(message);
+        message.content = Some(note);
+        used = used - before + estimate(message);
+        left_out += 1;
+    }
+    left_out
 }
 
 #[cfg(test)]
@@ -142,5 +182,32 @@ mod tests {
     fn the_newest_turn_is_sent_even_alone_over_the_budget() {
         let history = [user("old"), answer("old"), user(&"long ".repeat(400))];
         assert_eq!(start(&history, 10), 2);
+    }
+
+    #[test]
+    fn tool_results_are_left_out_oldest_first_until_the_newest_turn_fits() {
+        let big = "x".repeat(4_000);
+        let mut window = vec![
+            user("read both"),
+            call("c1"),
+            ChatMessage::tool_result("c1", big.clone()),
+            call("c2"),
+            ChatMessage::tool_result("c2", big.clone()),
+        ];
+        // Fits one result (about 1,000 tokens) and not two.
+        assert_eq!(leave_out_tool_results(&mut window, 1_500), 1);
+        assert!(window[2]
+            .content
+            .as_deref()
+            .is_some_and(|c| c.contains("4000 bytes") && c.contains("left out")));
+        assert_eq!(window[4].content.as_deref(), Some(big.as_str()));
+        assert!(tokens(&window) <= 1_500);
+        // Under a budget nothing fits, every result goes; the calls stay.
+        assert_eq!(leave_out_tool_results(&mut window, 10), 1);
+        assert_eq!(window.iter().filter(|m| m.tool_calls.len() == 1).count(), 2);
+        // Within the budget nothing changes.
+        let mut small = vec![user("a"), call("c"), result("c")];
+        assert_eq!(leave_out_tool_results(&mut small, 1_000), 0);
+        assert_eq!(small[2].content.as_deref(), Some("{\"temperature\": 3}"));
     }
 }

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::agents::{AgentRunner, AgentsSettings};
+use crate::agents::{AgentRunner, AgentsSettings, ModelWindow};
 use crate::durable::{Orchestrator, OrchestratorConfig};
 use crate::http::{self, ApiKeys, AppState, HttpConfig, Scope};
 use crate::model::{ModelClient, ModelSettings};
@@ -224,7 +224,10 @@ impl AgentHost {
             model,
             store.clone(),
             args.max_tool_rounds,
-            args.history_budget_tokens,
+            ModelWindow {
+                history_budget_tokens: args.history_budget_tokens,
+                max_tool_result_bytes: args.max_tool_result_bytes,
+            },
             args.approval_timeout,
             settings.clone(),
         );

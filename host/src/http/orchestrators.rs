@@ -2,6 +2,10 @@
 //! the start routes components declare (e.g. `POST /api/writer/run`), and
 //! their event routes (e.g. `POST /api/approval/{instanceId}`).
 //!
+//! An event route reaches only the instances of the orchestrations its own
+//! component serves: another component's instance answers as an unknown one
+//! (404, the same body).
+//!
 //! The key that starts an instance owns it; an event route answers another
 //! invoke key as for an unknown instance, and a start on an id another
 //! caller's instance holds is refused (409), as `caller` decides.
@@ -19,6 +23,7 @@ use super::instance_body::{EventAccepted, InstanceUrls};
 use super::instances::base_url;
 use super::keys::Grant;
 use super::{error, ApiError, AppState};
+use crate::durable::DurableError;
 use crate::registry::RouteTarget;
 
 /// Starts an instance of an orchestration; the body is its JSON input.
@@ -91,9 +96,18 @@ pub async fn declared_route(
         Some(RouteTarget::Start { orchestration }) => {
             start_instance(&state, &caller, &orchestration, None, &headers, body).await
         }
-        Some(RouteTarget::Event { event, instance_id }) => {
+        Some(RouteTarget::Event {
+            event,
+            instance_id,
+            component,
+        }) => {
             let payload = json_body(&headers, body, &state.config).await?;
-            visible_instance(&state, &caller, &instance_id, false).await?;
+            let view = visible_instance(&state, &caller, &instance_id, false).await?;
+            // A route reaches its own component's instances only; another
+            // component's answers as unknown, as another caller's does.
+            if !state.registry.serves(&component, &view.instance.name) {
+                return Err(DurableError::InstanceNotFound(instance_id).into());
+            }
             state
                 .orchestrator
                 .raise_event(&instance_id, &event, &payload)

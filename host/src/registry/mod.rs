@@ -59,8 +59,13 @@ pub struct ServedOrchestration {
 pub enum RouteTarget {
     /// Start the orchestration.
     Start { orchestration: String },
-    /// Raise `event` on instance `instance_id`.
-    Event { event: String, instance_id: String },
+    /// Raise `event` on instance `instance_id`, if the instance is one of
+    /// an orchestration `component` serves (see [`Registry::serves`]).
+    Event {
+        event: String,
+        instance_id: String,
+        component: String,
+    },
 }
 
 /// A file whose latest version could not be loaded, kept so operators can see
@@ -305,11 +310,26 @@ impl Registry {
                     return Some(RouteTarget::Event {
                         event: route.event.clone(),
                         instance_id,
+                        component: served.component.name.clone(),
                     });
                 }
             }
         }
         None
+    }
+
+    /// Whether orchestration `name` is served by component `component`: a
+    /// component's event route reaches only the instances of its own
+    /// orchestrations (an attacker's route `evil/{instanceId}` must not
+    /// raise events on another component's instance). Names are served by
+    /// one component at most, so the name's server decides.
+    pub fn serves(&self, component: &str, name: &str) -> bool {
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .orchestrations
+            .get(name)
+            .is_some_and(|served| served.component.name == component)
     }
 
     pub fn agent(&self, name: &str) -> Option<ServedAgent> {

@@ -290,6 +290,16 @@ pub(crate) struct ServeArgs {
     )]
     pub history_budget_tokens: usize,
 
+    /// Bytes of one tool result an agent's model may receive at most: a
+    /// larger result is neither sent nor stored, the model gets a tool error
+    /// saying its size instead.
+    #[arg(
+        long,
+        env = "AGENTHOST_MAX_TOOL_RESULT_BYTES",
+        default_value_t = defaults::MAX_TOOL_RESULT_BYTES
+    )]
+    pub max_tool_result_bytes: usize,
+
     /// How long a call of a tool marked `always-require` waits for a human's
     /// decision (`POST …/runs/{id}/approvals`) before it counts as denied.
     #[arg(long, env = "AGENTHOST_APPROVAL_TIMEOUT", default_value = defaults::APPROVAL_TIMEOUT, value_parser = humantime::parse_duration)]
@@ -367,6 +377,7 @@ impl From<ServeArgs> for Settings {
             model_timeout,
             max_tool_rounds,
             history_budget_tokens,
+            max_tool_result_bytes,
             approval_timeout,
             guest_memory_mb,
             guest_cpu_time,
@@ -438,6 +449,7 @@ impl From<ServeArgs> for Settings {
             model_timeout,
             max_tool_rounds,
             history_budget_tokens,
+            max_tool_result_bytes,
             approval_timeout,
             guest_memory_mb,
             guest_cpu_time,

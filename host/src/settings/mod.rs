@@ -61,6 +61,11 @@ pub(crate) mod defaults {
     pub const MODEL_TIMEOUT: &str = "120s";
     pub const MAX_TOOL_ROUNDS: usize = 8;
     pub const HISTORY_BUDGET_TOKENS: usize = 64_000;
+    /// 128 KiB: about 32,000 tokens at the host's four bytes a token, half
+    /// the default history budget, so that one result this large still
+    /// leaves the model the other half for its conversation (a model's
+    /// context is what a larger one would crowd out first).
+    pub const MAX_TOOL_RESULT_BYTES: usize = 128 << 10;
     pub const APPROVAL_TIMEOUT: &str = "24h";
     pub const GUEST_MEMORY_MB: usize = 128;
     pub const GUEST_CPU_TIME: &str = "10s";
@@ -188,6 +193,7 @@ pub struct Settings {
     pub model_timeout: Duration,
     pub max_tool_rounds: usize,
     pub history_budget_tokens: usize,
+    pub max_tool_result_bytes: usize,
     #[serde(with = "humantime_serde")]
     pub approval_timeout: Duration,
     pub guest_memory_mb: usize,
@@ -265,6 +271,7 @@ impl Default for Settings {
             model_timeout: duration(MODEL_TIMEOUT),
             max_tool_rounds: MAX_TOOL_ROUNDS,
             history_budget_tokens: HISTORY_BUDGET_TOKENS,
+            max_tool_result_bytes: MAX_TOOL_RESULT_BYTES,
             approval_timeout: duration(APPROVAL_TIMEOUT),
             guest_memory_mb: GUEST_MEMORY_MB,
             guest_cpu_time: duration(GUEST_CPU_TIME),

@@ -127,6 +127,14 @@ fn await_repeated(ctx: &Context, input: Value) -> Result<Value, String> {
     Ok(json!(results.len()))
 }
 
+/// Waits for `go`, the event `orchestration-tests`' `wait_event` waits for,
+/// and declares the route `evil/{instanceId}` that raises it: the route
+/// must reach this component's own instances, never another's.
+fn evil_route(ctx: &Context, _input: Value) -> Result<Value, String> {
+    let payload: Value = ctx.wait_for_event("go").wait()?;
+    Ok(payload)
+}
+
 fn component() -> Component {
     // Granted this variable, it blocks while being described: the host's
     // describe() limit must stop it and keep loading the others.
@@ -144,7 +152,8 @@ fn component() -> Component {
                 .tool("env")
                 .tool("read_file")
                 .tool("fetch")
-                .tool("log_forge"),
+                .tool("log_forge")
+                .tool("big_result"),
         )
         .tool(Tool::new("spin", "Loops forever", spin))
         .tool(Tool::new("hog", "Allocates memory without bound", hog))
@@ -168,6 +177,9 @@ fn component() -> Component {
         ))
         .orchestration(Orchestration::new("poisoned_retry", poisoned_retry))
         .orchestration(Orchestration::new("await_repeated", await_repeated))
+        .orchestration(
+            Orchestration::new("evil_route", evil_route).event_route("evil/{instanceId}", "go"),
+        )
 }
 
 agenthost_guest::export!(component);
