@@ -11,6 +11,7 @@ use crate::support::host::test_store;
 use crate::support::{client, health, FakeModel, HostBuilder};
 
 mod paused;
+mod takeover;
 
 /// The answer to a commit lost with its connection: the writer asks the
 /// database whether the batch committed instead of writing it again. Two
