@@ -106,6 +106,7 @@ const COMPONENT_LOADS: &str = "agenthost_component_loads_total";
 const COMPONENT_LOAD: &str = "agenthost_component_load_seconds";
 const HTTP_REQUESTS: &str = "agenthost_http_requests_total";
 const HTTP_REQUEST: &str = "agenthost_http_request_seconds";
+const TASKS_UNREADABLE: &str = "agenthost_tasks_unreadable_total";
 
 fn describe() {
     use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
@@ -189,6 +190,11 @@ fn describe() {
         Unit::Seconds,
         "HTTP requests, by route template"
     );
+    describe_counter!(
+        TASKS_UNREADABLE,
+        "Due tasks whose stored call could not be read, each failed (its instance sees why), \
+         by orchestration"
+    );
 }
 
 /// Series that would otherwise appear only at their first sample, exported
@@ -198,6 +204,7 @@ fn at_zero() {
     counter!(LEASE_RENEWALS).absolute(0);
     counter!(TAKE_OVERS).absolute(0);
     counter!(INSTANCE_LOADS).absolute(0);
+    counter!(TASKS_UNREADABLE).absolute(0);
     gauge!(STREAM_FOLLOWERS).set(0.0);
     gauge!(WAITING_RUNS).set(0.0);
 }
@@ -315,4 +322,9 @@ pub(crate) fn http_request(route: &str, method: &str, status: u16, took: Duratio
     counter!(HTTP_REQUESTS, "route" => route.to_string(), "method" => method.to_string(), "status" => status.to_string())
         .increment(1);
     histogram!(HTTP_REQUEST, "route" => route.to_string()).record(took.as_secs_f64());
+}
+
+/// A due task whose stored call could not be read, failed instead of run.
+pub(crate) fn task_unreadable(orchestration: &str) {
+    counter!(TASKS_UNREADABLE, "orchestration" => orchestration.to_string()).increment(1);
 }

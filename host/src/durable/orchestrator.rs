@@ -17,14 +17,18 @@ use super::hot::HotInstances;
 use super::in_flight::{InHand, ResultsInHand, TaskRunning, TasksInFlight};
 use super::in_hand_episode;
 use super::tasks;
+use crate::core::failure::{TaskError, TaskOutcome};
 use crate::core::journal::Call;
 use crate::core::lifecycle::task_done::Attempt;
 use crate::core::lifecycle::Change;
 use crate::core::limits::{LimitError, Limits};
+use crate::health::SchedulerReads;
 use crate::registry::Registry;
 use crate::runs::Runs;
 use crate::sdk_workers::{Patience, SdkWorkers};
-use crate::store::{now_ms, Applied, Store, StoreError, TaskFate, TaskRow, Wake};
+use crate::store::{
+    now_ms, Applied, DueTask, Store, StoreError, TaskFate, TaskRow, UnreadableTask, Wake,
+};
 use crate::wasm::Runtime;
 use crate::workers::{drain, KeyedWorkers};
 
@@ -32,6 +36,10 @@ const MAX_CONCURRENT_EPISODES: usize = 32;
 
 /// Due tasks one scheduler pass starts at most, besides those running.
 const DUE_AT_ONCE: usize = 1_000;
+
+/// While the scheduler's reads keep failing, one ERROR line per this many
+/// passes (about a minute), not one a second.
+const FAILING_PASSES_PER_LOG: u32 = 60;
 
 #[derive(Debug, Clone)]
 pub struct OrchestratorConfig {
@@ -74,6 +82,8 @@ pub struct Orchestrator {
     pub(super) given_back: GivenBack,
     /// SDK instances no connected worker runs: not offered until one does.
     pub(super) for_a_worker: ForAWorker,
+    /// Whether the scheduler's passes can read the store (health asks).
+    scheduler_reads: Arc<SchedulerReads>,
 }
 
 impl Orchestrator {
@@ -108,7 +118,13 @@ impl Orchestrator {
             sdk_workers,
             given_back: GivenBack::default(),
             for_a_worker: ForAWorker::default(),
+            scheduler_reads: Arc::default(),
         })
+    }
+
+    /// Whether the scheduler's passes can read the store, for health.
+    pub fn scheduler_reads(&self) -> Arc<SchedulerReads> {
+        self.scheduler_reads.clone()
     }
 
     /// The Durable Task SDK workers connected here (the gRPC edge adds them).
@@ -215,6 +231,7 @@ impl Orchestrator {
         loop {
             let now = now_ms();
             let store = &self.store;
+            let mut failed = None;
             match store
                 .within(
                     "the instances with work",
@@ -223,7 +240,7 @@ impl Orchestrator {
                 .await
             {
                 Ok(ids) => ids.into_iter().for_each(|id| self.wake_instance(id)),
-                Err(e) => tracing::error!(error = %e, "could not read instances with work"),
+                Err(e) => failed = Some(format!("could not read instances with work: {e}")),
             }
             let running_here = self.tasks_in_flight.len();
             match store
@@ -233,9 +250,13 @@ impl Orchestrator {
                 )
                 .await
             {
-                Ok(rows) => rows.into_iter().for_each(|row| self.spawn_task(row, false)),
-                Err(e) => tracing::error!(error = %e, "could not read due tasks"),
+                Ok(due) => due.into_iter().for_each(|due| match due {
+                    DueTask::Ready(row) => self.spawn_task(row, false),
+                    DueTask::Unreadable(bad) => self.fail_unreadable(bad),
+                }),
+                Err(e) => failed = Some(format!("could not read due tasks: {e}")),
             }
+            self.count_pass(failed);
             let next = store
                 .within("the next due time", store.next_due_after(now))
                 .await
@@ -248,6 +269,58 @@ impl Orchestrator {
                 () = self.stopping.cancelled() => return,
             }
         }
+    }
+
+    /// Records whether a scheduler pass could read the store. A read that
+    /// keeps failing is logged at its first failure and then once a
+    /// minute, not every second, and health reports it after a few passes.
+    fn count_pass(&self, failed: Option<String>) {
+        match failed {
+            None => {
+                let were = self.scheduler_reads.passed();
+                if were > 0 {
+                    tracing::info!(failed_passes = were, "the scheduler reads the store again");
+                }
+            }
+            Some(reason) => {
+                let failing = self.scheduler_reads.failed(reason.clone());
+                if failing % FAILING_PASSES_PER_LOG == 1 {
+                    tracing::error!(failed_passes = failing, error = %reason, "the scheduler could not read the store; timers and delayed retries wait");
+                }
+            }
+        }
+    }
+
+    /// A due task whose stored call cannot be read is failed with the
+    /// reason, as a task that ran and failed is (its instance's code sees
+    /// it; no retry: the call it would retry is what cannot be read), so it
+    /// leaves the due tasks once and stops no other. Logged once: its row
+    /// is gone when the failure is stored.
+    fn fail_unreadable(self: &Arc<Self>, bad: UnreadableTask) {
+        if !self.works || self.stopping.is_cancelled() {
+            return;
+        }
+        let key = (bad.instance_id.clone(), bad.execution, bad.task);
+        let Some(running) = self.tasks_in_flight.start(key) else {
+            return;
+        };
+        tracing::error!(instance_id = %bad.instance_id, execution = bad.execution, task = bad.task, attempt = bad.attempt, orchestration = %bad.orchestration, error = %bad.reason, "a due task could not be read from the store; it is failed with the reason");
+        crate::metrics::task_unreadable(&bad.orchestration);
+        let attempt = Attempt {
+            execution: bad.execution,
+            task: bad.task,
+            attempt: bad.attempt,
+            retry: None,
+        };
+        let result: TaskOutcome = Err(TaskError::from(format!(
+            "the stored task could not be read: {}",
+            bad.reason
+        )));
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            this.deliver(&bad.instance_id, attempt, result, running)
+                .await;
+        });
     }
 
     fn wake_instance(self: &Arc<Self>, id: String) {
@@ -401,6 +474,19 @@ impl Orchestrator {
             attempt: row.attempt,
             retry,
         };
+        self.deliver(&row.instance_id, attempt, result, running)
+            .await;
+    }
+
+    /// Hands a task's outcome to its instance.
+    async fn deliver(
+        self: &Arc<Self>,
+        instance_id: &str,
+        attempt: Attempt,
+        result: TaskOutcome,
+        running: TaskRunning,
+    ) {
+        let attempt_key = (attempt.execution, attempt.task);
         // The result goes to the instance's worker (started, or told to
         // look again), whose next episode runs on it before it is stored:
         // both are committed at once.
@@ -410,20 +496,15 @@ impl Orchestrator {
                 result,
                 running,
             };
-            self.results_in_hand.hold(&row.instance_id, in_hand);
-            if self.instances.claim(&row.instance_id) {
-                self.run_instance(row.instance_id.clone());
+            self.results_in_hand.hold(instance_id, in_hand);
+            if self.instances.claim(&instance_id.to_string()) {
+                self.run_instance(instance_id.to_string());
             }
             return;
         }
         match self
             .store
-            .task_done(
-                &row.instance_id,
-                attempt,
-                result,
-                self.config.limits.clone(),
-            )
+            .task_done(instance_id, attempt, result, self.config.limits.clone())
             .await
         {
             Ok((outcome, applied)) => {
@@ -432,14 +513,14 @@ impl Orchestrator {
                     // The scheduler must learn when the next attempt is due.
                     TaskFate::Retrying => self.notify(),
                     TaskFate::Dropped => {
-                        tracing::info!(instance_id = %row.instance_id, execution = row.execution, task = row.task, "dropped the result of a task the instance no longer waits for")
+                        tracing::info!(instance_id = %instance_id, execution = attempt_key.0, task = attempt_key.1, "dropped the result of a task the instance no longer waits for")
                     }
                     TaskFate::Delivered => {}
                 }
                 self.dispatch(applied);
             }
             Err(e) => {
-                tracing::error!(instance_id = %row.instance_id, task = row.task, error = %e, "could not record the task's outcome; it runs again")
+                tracing::error!(instance_id = %instance_id, task = attempt_key.1, error = %e, "could not record the task's outcome; it runs again")
             }
         }
     }

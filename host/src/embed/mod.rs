@@ -297,7 +297,11 @@ impl AgentHost {
             registry,
             runs: runs.clone(),
             orchestrator: orchestrator.clone(),
-            health: crate::health::Health::new(store.clone(), args.writer_deadline),
+            health: crate::health::Health::new(
+                store.clone(),
+                args.writer_deadline,
+                orchestrator.scheduler_reads(),
+            ),
             streams: streams.clone(),
             config: Arc::new(HttpConfig {
                 health_enabled: args.enable_health_check,

@@ -20,7 +20,7 @@ use super::AppState;
     tag = "health",
     security(()),
     responses(
-        (status = 200, description = "Healthy", body = Health),
+        (status = 200, description = "Healthy, or degraded (its scheduler cannot read the store: timers and delayed retries wait) with the reason", body = Health),
         (status = 503, description = "Unhealthy, with the reason", body = Health),
     )
 )]
@@ -34,14 +34,15 @@ pub async fn get(State(state): State<AppState>) -> Response {
             status: "ready",
         })
         .collect();
-    let reason = state.health.not_ready();
-    let healthy = reason.is_none();
+    let not_ready = state.health.not_ready();
+    let healthy = not_ready.is_none();
+    let (status, reason) = match (not_ready, state.health.degraded()) {
+        (Some(reason), _) => ("unhealthy", Some(reason)),
+        (None, Some(reason)) => ("degraded", Some(reason)),
+        (None, None) => ("healthy", None),
+    };
     let body = Health {
-        status: if reason.is_some() {
-            "unhealthy"
-        } else {
-            "healthy"
-        },
+        status,
         reason,
         agents,
     };

@@ -7,12 +7,12 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::clock::now_ms;
-use super::durable_records::TaskRow;
 use super::episodes::to_start;
 use super::error::StoreError;
 use super::open::Store;
 use super::postgres::SharedHub;
 use super::records::SessionKey;
+use super::tasks::DueTask;
 use crate::core::fence::SessionFence;
 
 impl Store {
@@ -132,7 +132,7 @@ impl Store {
         now: i64,
         limit: usize,
         running_here: usize,
-    ) -> Result<Vec<TaskRow>, StoreError> {
+    ) -> Result<Vec<DueTask>, StoreError> {
         let Some(me) = hub.owner() else {
             return Ok(Vec::new());
         };
@@ -148,7 +148,7 @@ impl Store {
         .fetch_all(self.pool())
         .await?;
         if hub.lease_lapsed() {
-            return rows.iter().map(super::tasks::task_from_row).collect();
+            return rows.iter().map(super::tasks::due_from_row).collect();
         }
         let claimed = sqlx::query(&format!(
             "WITH picked AS ( \
@@ -169,7 +169,7 @@ impl Store {
         .await?;
         took_over(&claimed, "tasks")?;
         rows.extend(claimed);
-        rows.iter().map(super::tasks::task_from_row).collect()
+        rows.iter().map(super::tasks::due_from_row).collect()
     }
 
     /// Sessions with runs to execute that this host should work on: its

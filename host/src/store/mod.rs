@@ -82,6 +82,7 @@ pub use records::{
 };
 pub use run_control::RunFilter;
 pub use sessions::{Deletion, RunOutcome};
+pub use tasks::{DueTask, UnreadableTask};
 pub use versions::VersionInUse;
 pub use writer_health::WriterCheck;
 

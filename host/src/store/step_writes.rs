@@ -111,8 +111,8 @@ async fn seen(store: &Store, id: &str) -> Result<(u64, Vec<Event>, Vec<u32>), St
         .due_tasks(i64::MAX, 100, 0)
         .await?
         .into_iter()
-        .filter(|t| t.instance_id == id)
-        .map(|t| t.task)
+        .filter(|t| t.instance_id() == id)
+        .map(|t| t.task())
         .collect();
     tasks.sort_unstable();
     Ok((

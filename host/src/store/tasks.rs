@@ -24,7 +24,7 @@ impl Store {
         now: i64,
         limit: usize,
         running_here: usize,
-    ) -> Result<Vec<TaskRow>, StoreError> {
+    ) -> Result<Vec<DueTask>, StoreError> {
         if let Some(hub) = self.shared() {
             return self.claim_tasks(hub, now, limit, running_here).await;
         }
@@ -38,7 +38,7 @@ impl Store {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(self.pool())
         .await?;
-        rows.iter().map(task_from_row).collect()
+        rows.iter().map(due_from_row).collect()
     }
 
     /// Whether this attempt of the task is still waiting to run: a task read
@@ -113,16 +113,85 @@ pub(super) fn next_due(kind: Kind) -> String {
     )
 }
 
-/// A row of `instance_id, execution, name, component_digest, task, call, attempt`.
-pub(super) fn task_from_row(r: &AnyRow) -> Result<TaskRow, StoreError> {
-    Ok(TaskRow {
-        instance_id: r.try_get("instance_id")?,
-        execution: r.try_get("execution")?,
-        orchestration: r.try_get("name")?,
-        component_digest: r.try_get("component_digest")?,
-        task: u32::try_from(r.try_get::<i64, _>("task")?)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-        call: from_json(&r.try_get::<String, _>("call")?, "task call")?,
-        attempt: u32::try_from(r.try_get::<i64, _>("attempt")?).unwrap_or(0),
+/// A due task as read: one to run, or one whose stored call cannot be
+/// read. The second is not a reason to fail the whole read (every other
+/// instance's tasks would wait behind it, pass after pass, across restarts):
+/// the scheduler fails that task alone, and its instance's code sees why.
+#[derive(Debug)]
+pub enum DueTask {
+    Ready(TaskRow),
+    Unreadable(UnreadableTask),
+}
+
+#[cfg(test)]
+impl DueTask {
+    pub fn instance_id(&self) -> &str {
+        match self {
+            Self::Ready(row) => &row.instance_id,
+            Self::Unreadable(bad) => &bad.instance_id,
+        }
+    }
+
+    pub fn task(&self) -> u32 {
+        match self {
+            Self::Ready(row) => row.task,
+            Self::Unreadable(bad) => bad.task,
+        }
+    }
+}
+
+/// A due task whose stored call could not be decoded (written by an older
+/// host, or damaged): its key, and why.
+#[derive(Debug, Clone)]
+pub struct UnreadableTask {
+    pub instance_id: String,
+    pub execution: i64,
+    pub orchestration: String,
+    pub task: u32,
+    pub attempt: u32,
+    pub reason: String,
+}
+
+/// A row of `instance_id, execution, name, component_digest, task, call,
+/// attempt`. Only a row whose key cannot be read is an error (nothing then
+/// names the task to fail); an unreadable call is [`DueTask::Unreadable`].
+pub(super) fn due_from_row(r: &AnyRow) -> Result<DueTask, StoreError> {
+    let instance_id: String = r.try_get("instance_id")?;
+    let execution: i64 = r.try_get("execution")?;
+    let orchestration: String = r.try_get("name")?;
+    let task = u32::try_from(r.try_get::<i64, _>("task")?)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let attempt = u32::try_from(r.try_get::<i64, _>("attempt")?).unwrap_or(0);
+    let call = r
+        .try_get::<String, _>("call")
+        .map_err(StoreError::from)
+        .and_then(|text| from_json(&text, "task call"));
+    let digest = r.try_get::<String, _>("component_digest");
+    Ok(match (call, digest) {
+        (Ok(call), Ok(component_digest)) => DueTask::Ready(TaskRow {
+            instance_id,
+            execution,
+            orchestration,
+            component_digest,
+            task,
+            call,
+            attempt,
+        }),
+        (Err(e), _) => DueTask::Unreadable(UnreadableTask {
+            instance_id,
+            execution,
+            orchestration,
+            task,
+            attempt,
+            reason: e.to_string(),
+        }),
+        (_, Err(e)) => DueTask::Unreadable(UnreadableTask {
+            instance_id,
+            execution,
+            orchestration,
+            task,
+            attempt,
+            reason: format!("component digest: {e}"),
+        }),
     })
 }

@@ -127,6 +127,49 @@ fn await_repeated(ctx: &Context, input: Value) -> Result<Value, String> {
     Ok(json!(results.len()))
 }
 
+/// Schedules an activity that fails, retried once after `delay_ms`
+/// (`{"delay_ms": N}`): the instance waits on a delayed retry meanwhile.
+fn slow_retry(ctx: &Context, input: Value) -> Result<Value, String> {
+    let delay = input["delay_ms"].as_u64().unwrap_or(2_000);
+    ctx.call_activity("trap", &json!({}))
+        .retry(RetryPolicy::new(2, std::time::Duration::from_millis(delay)))
+        .wait::<Value>()
+        .map_err(|e| e.to_string())
+}
+
+/// Continues as new at once, forever: its input is its generation.
+fn forever_new(ctx: &Context, generation: u64) -> Result<Value, String> {
+    ctx.continue_as_new(&(generation + 1));
+    Ok(json!(generation))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Millis {
+    /// How long, in milliseconds.
+    ms: u64,
+}
+
+/// Blocks its thread for `ms` (no CPU: a host slot held while it sleeps).
+fn nap(args: Millis) -> Result<Value, String> {
+    std::thread::sleep(std::time::Duration::from_millis(args.ms));
+    Ok(json!("rested"))
+}
+
+/// Schedules `count` activities that each sleep `ms`, and awaits them all
+/// (`{"count": N, "ms": M}`): they hold that many host slots meanwhile.
+fn nap_flood(ctx: &Context, input: Value) -> Result<Value, String> {
+    let count = input["count"].as_u64().unwrap_or(8);
+    let ms = input["ms"].as_u64().unwrap_or(1_000);
+    let naps = (0..count)
+        .map(|_| {
+            ctx.call_activity("nap", &json!({ "ms": ms }))
+                .schedule::<Value>()
+        })
+        .collect();
+    let done = ctx.when_all(naps).map_err(|e| e.to_string())?;
+    Ok(json!(done.len()))
+}
+
 /// Waits for `go`, the event `orchestration-tests`' `wait_event` waits for,
 /// and declares the route `evil/{instanceId}` that raises it: the route
 /// must reach this component's own instances, never another's.
@@ -177,6 +220,10 @@ fn component() -> Component {
         ))
         .orchestration(Orchestration::new("poisoned_retry", poisoned_retry))
         .orchestration(Orchestration::new("await_repeated", await_repeated))
+        .orchestration(Orchestration::new("slow_retry", slow_retry))
+        .orchestration(Orchestration::new("forever_new", forever_new))
+        .tool(Tool::new("nap", "Sleeps, blocking its thread", nap))
+        .orchestration(Orchestration::new("nap_flood", nap_flood))
         .orchestration(
             Orchestration::new("evil_route", evil_route).event_route("evil/{instanceId}", "go"),
         )
