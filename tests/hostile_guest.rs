@@ -474,3 +474,55 @@ async fn session(host: &Host, session: &str) -> String {
         .await
         .unwrap()
 }
+
+/// An orchestration's agent call acts for the instance (or, with keys, the
+/// key that started it): a conversation a user started over HTTP cannot be
+/// joined by a component naming its session id, and nothing of the call
+/// lands in it; a conversation the instance starts is its own to continue.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_orchestration_cannot_join_a_conversation_it_did_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile", "writer"])
+        .openai(&model, "sk-test")
+        .start();
+    let told = crate::support::client()
+        .post(host.url("/api/agents/writer/run"))
+        .json(&json!({"message": "my secret is 42", "sessionId": "bob-session-7"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(told.status(), 200);
+    let attack = start(&host, "join_session", &json!({"session": "bob-session-7"})).await;
+    let done = wait_for(&host, &attack, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Failed", "{done}");
+    assert!(
+        done["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("started by another caller")),
+        "{done}"
+    );
+    assert!(
+        !done.to_string().contains("42"),
+        "the user's conversation leaked: {done}"
+    );
+    // The model never saw the user's message again, and the user's
+    // conversation holds only the user's turn.
+    let heard = model
+        .requests()
+        .iter()
+        .filter(|r| r.body.to_string().contains("my secret is 42"))
+        .count();
+    assert_eq!(heard, 1, "the model was asked over the user's history");
+    let session: serde_json::Value =
+        crate::support::get_json(host.url("/api/agents/writer/sessions/bob-session-7")).await;
+    assert!(
+        !session.to_string().contains("what did I tell you"),
+        "the component's turn landed in the user's conversation: {session}"
+    );
+    // A conversation of its own (the chaining sample continues one).
+    let own = start(&host, "join_session", &json!({"session": "mine-1"})).await;
+    let done = wait_for(&host, &own, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+}

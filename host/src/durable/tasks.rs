@@ -271,6 +271,12 @@ async fn agent_call(
                     return Outcome::Done(Err(format!("the response schema is not JSON: {e}")))
                 }
             };
+            let caller = match store.instance(&row.instance_id).await {
+                Ok(instance) => {
+                    agent_call_caller(&row.instance_id, instance.and_then(|i| i.caller))
+                }
+                Err(e) => return store_unavailable(row, &e),
+            };
             let run = NewRun {
                 correlation_id: correlation_id.clone(),
                 session: SessionKey {
@@ -280,10 +286,18 @@ async fn agent_call(
                 message: message.to_string(),
                 response_format,
                 traceparent: crate::telemetry::current_traceparent(),
-                caller: None,
+                caller: Some(caller),
             };
-            if let Err(e) = orchestrator.runs.submit(run).await {
-                return store_unavailable(row, &e);
+            match orchestrator.runs.submit(run).await {
+                Ok(_) => {}
+                // The conversation is someone else's: the code's own error,
+                // not the store's (asking again would meet the same refusal).
+                Err(refused @ StoreError::SessionOfAnother { .. }) => {
+                    return Outcome::Done(Err(format!(
+                        "{refused} (an orchestration continues only conversations it started, or its starter's)"
+                    )))
+                }
+                Err(e) => return store_unavailable(row, &e),
             }
         }
         Err(e) => return store_unavailable(row, &e),
@@ -312,6 +326,17 @@ async fn agent_call(
             Err(e) => return store_unavailable(row, &e),
         }
     }
+}
+
+/// Whom an orchestration's agent call acts for, as its run records it: the
+/// invoke key that started the instance, else the instance itself. So a
+/// conversation the call names is one the instance started, or (with keys)
+/// one of its starter's (the store's rule, `store::run_tx::continues`, applied where
+/// the run is stored): a component cannot join a conversation of another
+/// caller's, whatever session id its code names, and a key cannot read
+/// another key's through an orchestration it starts.
+fn agent_call_caller(instance_id: &str, owner: Option<String>) -> String {
+    owner.unwrap_or_else(|| format!("instance:{instance_id}"))
 }
 
 /// The store could not be read or written (a connection gone, a deadline
