@@ -299,6 +299,12 @@ pub(super) async fn decide_by_code(
     if let Some(reason) = Effect::failure(&effects) {
         tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }
+    if effects
+        .iter()
+        .any(|e| matches!(e, Effect::NewExecution { .. }))
+    {
+        orchestrator.continue_pace.continued(id);
+    }
     Ok(Some(effects))
 }
 

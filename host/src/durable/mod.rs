@@ -19,6 +19,7 @@ mod hot;
 mod in_flight;
 mod in_hand_episode;
 mod orchestrator;
+mod pace;
 mod remote_call;
 mod sdk_entity;
 mod sdk_episode;

@@ -16,6 +16,7 @@ use super::given_back::GivenBack;
 use super::hot::HotInstances;
 use super::in_flight::{InHand, ResultsInHand, TaskRunning, TasksInFlight};
 use super::in_hand_episode;
+use super::pace::ContinuePace;
 use super::tasks;
 use crate::core::failure::{TaskError, TaskOutcome};
 use crate::core::journal::Call;
@@ -84,6 +85,8 @@ pub struct Orchestrator {
     pub(super) for_a_worker: ForAWorker,
     /// Whether the scheduler's passes can read the store (health asks).
     scheduler_reads: Arc<SchedulerReads>,
+    /// How fast each instance may continue as new.
+    pub(super) continue_pace: ContinuePace,
 }
 
 impl Orchestrator {
@@ -119,6 +122,7 @@ impl Orchestrator {
             given_back: GivenBack::default(),
             for_a_worker: ForAWorker::default(),
             scheduler_reads: Arc::default(),
+            continue_pace: ContinuePace::default(),
         })
     }
 
@@ -348,6 +352,14 @@ impl Orchestrator {
                     this.store_results_in_hand(&id).await;
                     this.instances.release(&id);
                     return;
+                }
+                // A tight continue-as-new loop waits for its turn before
+                // it takes a slot (see `pace`).
+                if let Some(wait) = this.continue_pace.wait(&id) {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = this.stopping.cancelled() => continue,
+                    }
                 }
                 // Boxed: an instance queued for a permit then costs a small
                 // task, not the whole episode's state (a burst of 100,000
