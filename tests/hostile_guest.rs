@@ -578,3 +578,34 @@ async fn a_continue_as_new_loop_is_paced_and_others_run_meanwhile() {
         );
     }
 }
+
+/// Activities that sleep (no CPU) holding every guest slot made another
+/// component's one-step orchestration fail after the episode timeout,
+/// "orchestration code must not block": its wait for a slot was counted as
+/// its own running time. The timeout starts when the guest has a slot; the
+/// victim completes once one is free.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_component_holding_every_slot_does_not_fail_another_components_episode() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile", "orchestration-tests"])
+        .openai(&model, "sk-test")
+        .arg("--max-instances")
+        .arg("8")
+        .arg("--episode-timeout")
+        .arg("2s")
+        .start();
+    let flood = start(&host, "nap_flood", &json!({ "count": 8, "ms": 4_000 })).await;
+    // Until the naps hold their slots (none is free: an episode of the
+    // flood itself needs one too).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let victim = start(&host, "sequence", &json!({ "n": 1 })).await;
+    let done = wait_for(&host, &victim, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    eprintln!("the victim completed in {:?}", started.elapsed());
+    let done = wait_for(&host, &flood, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    assert_eq!(done["output"], json!(8), "{done}");
+}

@@ -16,7 +16,7 @@ use crate::core::lifecycle::{self, Command};
 use crate::core::replay::Replay;
 use crate::registry::VersionError;
 use crate::store::{now_ms, Applied, Image, InboxRow, StoreError, Target};
-use crate::wasm::LoadedComponent;
+use crate::wasm::{GuestError, LoadedComponent};
 
 use super::episode_slot::Slot;
 
@@ -319,19 +319,21 @@ async fn run_code(
     id: &str,
     replay: Replay,
 ) -> (Ending, Option<Replay>) {
+    // Counted from when the guest has a wasm slot (the runtime starts the
+    // clock): waiting for one is not the code's time.
     let limit = orchestrator.config.episode_timeout;
     let run = orchestrator
         .runtime
-        .run_orchestration(component, name, input, id, replay);
-    match tokio::time::timeout(limit, run).await {
-        Err(_) => (
+        .run_orchestration(component, name, input, id, replay, limit);
+    match run.await {
+        Err(GuestError::WallClock { .. }) => (
             Ending::Broken(format!(
                 "the orchestration code ran for more than {limit:?} in one episode: orchestration code must not block \
                  (std::thread::sleep, waiting on I/O); wait with a durable timer or an activity instead"
             )),
             None,
         ),
-        Ok(Err(guest)) => (Ending::Broken(guest.to_string()), None),
-        Ok(Ok((end, replay))) => (end.checked(&replay), Some(replay)),
+        Err(guest) => (Ending::Broken(guest.to_string()), None),
+        Ok((end, replay)) => (end.checked(&replay), Some(replay)),
     }
 }

@@ -426,6 +426,11 @@ impl Runtime {
     /// Runs one episode of an orchestration: the guest from the start, with
     /// its durable calls answered by `replay`. Returns how the episode ended
     /// and the replay (with the calls to journal).
+    ///
+    /// `wall_clock` bounds the guest's own time, counted from when it has a
+    /// slot: a wait for one (every slot held by another component's sleeping
+    /// activities) is the host's queue, not code that blocks, and ended in
+    /// [`GuestError::WallClock`] blaming the guest.
     pub async fn run_orchestration(
         &self,
         component: &LoadedComponent,
@@ -433,8 +438,28 @@ impl Runtime {
         input: &str,
         instance_id: &str,
         replay: Replay,
+        wall_clock: std::time::Duration,
     ) -> Result<(Ending, Replay), GuestError> {
         let _slot = self.slot(component).await?;
+        tokio::time::timeout(
+            wall_clock,
+            self.run_orchestration_in_slot(component, name, input, instance_id, replay),
+        )
+        .await
+        .map_err(|_| GuestError::WallClock {
+            component: component.name.clone(),
+            limit: wall_clock,
+        })?
+    }
+
+    async fn run_orchestration_in_slot(
+        &self,
+        component: &LoadedComponent,
+        name: &str,
+        input: &str,
+        instance_id: &str,
+        replay: Replay,
+    ) -> Result<(Ending, Replay), GuestError> {
         let cpu_time = self.episode_cpu_time.min(component.grants.limits.cpu_time);
         let mut store = host::new_orchestration_store(
             &self.engine,
