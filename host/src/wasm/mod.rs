@@ -132,8 +132,9 @@ pub struct LoadedComponent {
     pub artifact: Artifact,
     pub load_time: Duration,
     pub grants: Arc<Grants>,
-    /// The `max_instances` grant, when the component has one.
-    instances: Option<Arc<tokio::sync::Semaphore>>,
+    /// Its share of the host's slots: the `max_instances` grant, else
+    /// [`default_share`].
+    instances: Arc<tokio::sync::Semaphore>,
     pre: AgenthostComponentPre<GuestState>,
     /// Instantiates it for orchestration episodes.
     orchestration_pre: AgenthostComponentPre<GuestState>,
@@ -289,9 +290,10 @@ impl Runtime {
             .instantiate_pre(&component)
             .and_then(AgenthostComponentPre::new)
             .map_err(|e| LoadError::Link(error::describe(&e)))?;
-        let instances = grants
+        let share = grants
             .max_instances
-            .map(|n| Arc::new(tokio::sync::Semaphore::new(n as usize)));
+            .unwrap_or_else(|| default_share(self.ceilings.max_instances));
+        let instances = Arc::new(tokio::sync::Semaphore::new(share as usize));
         let mut loaded = LoadedComponent {
             name: name.to_string(),
             path: path.to_path_buf(),
@@ -514,17 +516,20 @@ impl Runtime {
         Ok((end, replay))
     }
 
-    /// Waits for a slot of the component (its `max_instances` grant), then
-    /// for one of the host's pooling slots.
+    /// Waits for a slot of the component (its share: the `max_instances`
+    /// grant, else [`default_share`]), then for one of the host's pooling
+    /// slots.
     async fn slot(&self, component: &LoadedComponent) -> Result<Slot<'_>, GuestError> {
         let closed = |_| GuestError::Instantiate {
             component: component.name.clone(),
             reason: "the runtime is shutting down".into(),
         };
-        let own = match &component.instances {
-            Some(instances) => Some(instances.clone().acquire_owned().await.map_err(closed)?),
-            None => None,
-        };
+        let own = component
+            .instances
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(closed)?;
         let host = self.slots.acquire().await.map_err(closed)?;
         Ok(Slot {
             _component: own,
@@ -554,6 +559,14 @@ impl Runtime {
     }
 }
 
+/// The slots a component may hold at once without a `max_instances` grant:
+/// half of the host's (`--max-instances`), so that one component's sleeping
+/// activities (no CPU: the CPU budget never stops them) cannot take every
+/// slot and queue every other component's work behind them.
+pub(crate) fn default_share(max_instances: u32) -> u32 {
+    (max_instances / 2).max(1)
+}
+
 fn instantiate_failed(component: &LoadedComponent, error: &wasmtime::Error) -> GuestError {
     GuestError::Instantiate {
         component: component.name.clone(),
@@ -561,9 +574,9 @@ fn instantiate_failed(component: &LoadedComponent, error: &wasmtime::Error) -> G
     }
 }
 
-/// Held while a guest instance is alive: its component's permit (if the
-/// component has a `max_instances` grant) and a host pooling slot.
+/// Held while a guest instance is alive: its component's permit (of its
+/// share) and a host pooling slot.
 struct Slot<'a> {
-    _component: Option<tokio::sync::OwnedSemaphorePermit>,
+    _component: tokio::sync::OwnedSemaphorePermit,
     _host: tokio::sync::SemaphorePermit<'a>,
 }
