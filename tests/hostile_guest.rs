@@ -504,7 +504,7 @@ async fn an_orchestration_cannot_join_a_conversation_it_did_not_start() {
         "{done}"
     );
     assert!(
-        !done.to_string().contains("42"),
+        !done.to_string().contains("secret is 42"),
         "the user's conversation leaked: {done}"
     );
     // The model never saw the user's message again, and the user's
