@@ -617,3 +617,42 @@ async fn a_component_holding_every_slot_does_not_fail_another_components_episode
     assert_eq!(done["runtimeStatus"], "Completed", "{done}");
     assert_eq!(done["output"], json!(8), "{done}");
 }
+
+/// Many instances of one component, each with an activity that sleeps:
+/// their share of guest slots held, the rest of their episodes waited for
+/// it holding the engine's episode slots (32), and another component's
+/// episodes queued behind them for as long as the naps lasted. An episode
+/// waits for its component's share without an engine slot.
+#[tokio::test(flavor = "multi_thread")]
+async fn episodes_waiting_for_their_components_share_do_not_hold_others_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path())
+        .components(&["hostile", "orchestration-tests"])
+        .openai(&model, "sk-test")
+        .arg("--max-instances")
+        .arg("64")
+        .start();
+    // 32 naps hold the share (half of 64); 34 more episodes wait for it.
+    let input = json!({ "count": 1, "ms": 3_000 });
+    let mut floods = Vec::new();
+    for _ in 0..66 {
+        floods.push(start(&host, "nap_flood", &input).await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let victim = start(&host, "sequence", &json!({ "n": 1 })).await;
+    let done = wait_for(&host, &victim, &["Completed", "Failed"]).await;
+    assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    let took = started.elapsed();
+    eprintln!("the victim completed in {took:?}");
+    // Queued behind the naps it waited about as long as they last.
+    assert!(
+        took < std::time::Duration::from_millis(1_500),
+        "the victim took {took:?}"
+    );
+    for id in &floods {
+        let done = wait_for(&host, id, &["Completed", "Failed"]).await;
+        assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    }
+}

@@ -229,9 +229,10 @@ pub(super) async fn decide_by_code(
                 || tracing::info_span!("episode", instance_id = %id, orchestration = %name),
             );
             crate::telemetry::continue_trace(&span, hot.loaded.traceparent.as_deref());
-            let (ending, replay) = run_code(orchestrator, &component, name, input, id, replay)
-                .instrument(span)
-                .await;
+            let (ending, replay) =
+                run_code(orchestrator, &component, name, input, id, replay, slot)
+                    .instrument(span)
+                    .await;
             (ending, replay, Some(component))
         }
     };
@@ -318,13 +319,20 @@ async fn run_code(
     input: &str,
     id: &str,
     replay: Replay,
+    slot: &Slot,
 ) -> (Ending, Option<Replay>) {
-    // Counted from when the guest has a wasm slot (the runtime starts the
-    // clock): waiting for one is not the code's time.
+    // Waited for without the engine's slot: the component's share may be
+    // held by its own sleeping activities for long. The episode's clock
+    // starts once the guest has its slot.
     let limit = orchestrator.config.episode_timeout;
-    let run = orchestrator
-        .runtime
-        .run_orchestration(component, name, input, id, replay, limit);
+    let guest_slot = match slot
+        .given_up_while(orchestrator.runtime.orchestration_slot(component, limit))
+        .await
+    {
+        Ok(guest_slot) => guest_slot,
+        Err(guest) => return (Ending::Broken(guest.to_string()), None),
+    };
+    let run = guest_slot.run_orchestration(component, name, input, id, replay);
     match run.await {
         Err(GuestError::WallClock { .. }) => (
             Ending::Broken(format!(

@@ -427,34 +427,9 @@ impl Runtime {
 
     /// Runs one episode of an orchestration: the guest from the start, with
     /// its durable calls answered by `replay`. Returns how the episode ended
-    /// and the replay (with the calls to journal).
-    ///
-    /// `wall_clock` bounds the guest's own time, counted from when it has a
-    /// slot: a wait for one (every slot held by another component's sleeping
-    /// activities) is the host's queue, not code that blocks, and ended in
-    /// [`GuestError::WallClock`] blaming the guest.
-    pub async fn run_orchestration(
-        &self,
-        component: &LoadedComponent,
-        name: &str,
-        input: &str,
-        instance_id: &str,
-        replay: Replay,
-        wall_clock: std::time::Duration,
-    ) -> Result<(Ending, Replay), GuestError> {
-        let _slot = self.slot(component).await?;
-        tokio::time::timeout(
-            wall_clock,
-            self.run_orchestration_in_slot(component, name, input, instance_id, replay),
-        )
-        .await
-        .map_err(|_| GuestError::WallClock {
-            component: component.name.clone(),
-            limit: wall_clock,
-        })?
-    }
-
-    async fn run_orchestration_in_slot(
+    /// and the replay (with the calls to journal). Called holding a guest
+    /// slot (see [`GuestSlot::run_orchestration`]).
+    async fn run_orchestration(
         &self,
         component: &LoadedComponent,
         name: &str,
@@ -516,6 +491,25 @@ impl Runtime {
         Ok((end, replay))
     }
 
+    /// A guest slot for an orchestration episode of `component`, waited
+    /// for apart from the episode (its caller may wait without its own
+    /// engine slot). `wall_clock` bounds the episode's code, counted from
+    /// when it has the slot: a wait for one (every slot held by a
+    /// component's sleeping activities) is the host's queue, not code that
+    /// blocks, and ended in [`GuestError::WallClock`] blaming the guest.
+    pub async fn orchestration_slot(
+        &self,
+        component: &LoadedComponent,
+        wall_clock: std::time::Duration,
+    ) -> Result<GuestSlot<'_>, GuestError> {
+        let slot = self.slot(component).await?;
+        Ok(GuestSlot {
+            runtime: self,
+            wall_clock,
+            _slot: slot,
+        })
+    }
+
     /// Waits for a slot of the component (its share: the `max_instances`
     /// grant, else [`default_share`]), then for one of the host's pooling
     /// slots.
@@ -571,6 +565,38 @@ fn instantiate_failed(component: &LoadedComponent, error: &wasmtime::Error) -> G
     GuestError::Instantiate {
         component: component.name.clone(),
         reason: error::describe(error),
+    }
+}
+
+/// A guest slot taken for an orchestration episode (see
+/// [`Runtime::orchestration_slot`]), and the episode's wall-clock limit.
+pub struct GuestSlot<'a> {
+    runtime: &'a Runtime,
+    wall_clock: std::time::Duration,
+    _slot: Slot<'a>,
+}
+
+impl GuestSlot<'_> {
+    /// Runs one episode of an orchestration in this slot, under its
+    /// wall-clock limit; the slot is freed when it ends.
+    pub async fn run_orchestration(
+        self,
+        component: &LoadedComponent,
+        name: &str,
+        input: &str,
+        instance_id: &str,
+        replay: Replay,
+    ) -> Result<(Ending, Replay), GuestError> {
+        let limit = self.wall_clock;
+        let run = self
+            .runtime
+            .run_orchestration(component, name, input, instance_id, replay);
+        tokio::time::timeout(limit, run)
+            .await
+            .map_err(|_| GuestError::WallClock {
+                component: component.name.clone(),
+                limit,
+            })?
     }
 }
 
