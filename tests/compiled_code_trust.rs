@@ -136,3 +136,49 @@ async fn a_cache_folder_another_user_may_write_to_is_neither_read_nor_written() 
         "{output}"
     );
 }
+
+/// A relative `--cache-dir` (or `AGENTHOST_CACHE_DIR`, left set from when
+/// the cache was `.agenthost/cache`) names a folder of wherever the host is
+/// started: a cloned folder's own. It is refused at start, naming the fix,
+/// before anything is loaded.
+#[test]
+fn a_relative_cache_folder_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    spam_named_as_writer(dir.path(), &dir.path().join(".agenthost/cache"));
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::copy(component("writer"), components.join("writer.wasm")).unwrap();
+    for (flag, env) in [(true, false), (false, true)] {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agenthost"));
+        command
+            .current_dir(dir.path())
+            .args(["serve", "--components", "components", "--port"])
+            .arg(crate::support::free_port().to_string())
+            .args(["--store", "sqlite://agenthost.db"])
+            .env("XDG_CACHE_HOME", dir.path().join("user-cache"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        if flag {
+            command.args(["--cache-dir", ".agenthost/cache"]);
+        }
+        if env {
+            command.env("AGENTHOST_CACHE_DIR", ".agenthost/cache");
+        }
+        let mut child = command.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the host started on a relative cache folder (flag {flag}, env {env})");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let output = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(!status.success(), "{said}");
+        assert!(said.contains("absolute path"), "{said}");
+    }
+}

@@ -100,10 +100,14 @@ async fn post_when_served(url: &str, body: &str) -> reqwest::Response {
 /// (`make bench`, "Cold start").
 const SERVED_WITHIN: Duration = Duration::from_secs(8);
 
-/// The bound on a drop by `build --into` to the first answer of a plain
-/// `serve` of the same user: 1 s (issue 53), with slack for this 2-core
-/// machine running the other tests at once.
-const DROP_SERVED_WITHIN: Duration = Duration::from_secs(3);
+/// A generous bound on a drop by `build --into` to the first answer of a
+/// plain `serve` of the same user. What proves the dev loop is the artifact
+/// `/api/components` reports (`cache`: the host loaded what `build` compiled,
+/// it compiled nothing); the time is printed, and measured for the release
+/// binary by `make bench` ("Cold start"; under 1 s is the aim). A bound near
+/// that figure would fail a busy machine (5.2 s was seen with a PostgreSQL
+/// pass beside it), and a compile here takes far longer than this.
+const DROP_SERVED_WITHIN: Duration = Duration::from_secs(15);
 
 /// The guest toolchain `make guest-toolchains` installed, linked into a
 /// project where `agenthost build` looks first: `.venv` for Python,

@@ -175,6 +175,18 @@ fn spawn_host(
     cache: &Path,
     port: u16,
 ) -> anyhow::Result<Launched> {
+    spawn_host_with(binary, components, store, cache, port, true)
+}
+
+/// [`spawn_host`], with `--load-precompiled` or without (a plain `serve`).
+fn spawn_host_with(
+    binary: &Path,
+    components: &Path,
+    store: &str,
+    cache: &Path,
+    port: u16,
+    precompiled: bool,
+) -> anyhow::Result<Launched> {
     let mut command = Command::new(binary);
     command
         .args(["serve", "--port", &port.to_string(), "--store", store])
@@ -182,7 +194,7 @@ fn spawn_host(
         .arg(components)
         .arg("--cache-dir")
         .arg(cache)
-        .arg("--load-precompiled")
+        .args(precompiled.then_some("--load-precompiled"))
         .env("AGENTHOST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -324,7 +336,8 @@ async fn languages(binary: &Path, scratch: &Path) -> anyhow::Result<String> {
         "\n### Cold start in Python and JavaScript\n\n`weather` (componentize-py, componentize-js). A fresh host: an \
          empty cache folder, a migrated SQLite store, exec → first answer. A drop: the file renamed into a running \
          host's components folder → its first answer. \"beside\": `agenthost compile` (as `agenthost build --into` \
-         does) put its compiled code in the folder's `.compiled/`; \"none\": the host compiles it. Medians of 5 \
+         does) put its compiled code in the folder's `.compiled/`; \"none\": the host compiles it; \"the user's cache\": a plain `serve` (no flag) on the cache folder `compile` wrote, \
+         as `build --into` and `serve` of one user share it. Medians of 5 \
          (\"none\": 1 launch each).\n\n| language | compiled code | fresh host → first answer | dropped → first answer |\n|---|---|---|---|\n",
     );
     for lang in ["python", "js"] {
@@ -360,7 +373,7 @@ async fn languages(binary: &Path, scratch: &Path) -> anyhow::Result<String> {
                     )
                     .await?,
                 );
-                dropped.push(drop_into_running(binary, dir, sample).await?);
+                dropped.push(drop_into_running(binary, dir, sample, None).await?);
             }
             out += &format!(
                 "| {lang} | {label} | {} | {} |\n",
@@ -368,6 +381,24 @@ async fn languages(binary: &Path, scratch: &Path) -> anyhow::Result<String> {
                 common::fmt(median(&mut dropped)),
             );
         }
+        // The dev loop with no flag: `compile` (as `build --into`) wrote the
+        // user's cache, and a plain `serve` of that user loads from it.
+        let mut dropped = Vec::new();
+        for sample in 0..SAMPLES {
+            dropped.push(
+                drop_into_running(
+                    binary,
+                    &without,
+                    sample,
+                    Some(&scratch.join("command-cache")),
+                )
+                .await?,
+            );
+        }
+        out += &format!(
+            "| {lang} | the user's cache, plain `serve` | – | {} |\n",
+            common::fmt(median(&mut dropped)),
+        );
     }
     Ok(out)
 }
@@ -375,19 +406,40 @@ async fn languages(binary: &Path, scratch: &Path) -> anyhow::Result<String> {
 /// A host serving an empty folder (its own empty cache); the component and
 /// what is beside it (`.compiled/`, when there) moved in, the file last;
 /// the time from that rename to the first answer.
-async fn drop_into_running(binary: &Path, from: &Path, sample: usize) -> anyhow::Result<Duration> {
-    let dir = from.join(format!("drop-{sample}"));
+///
+/// With `user_cache`, the host is a plain `serve` (no `--load-precompiled`)
+/// on that cache folder, the one `agenthost build`/`compile` of the same
+/// user compiled into: the dev loop, which loads from the cache.
+async fn drop_into_running(
+    binary: &Path,
+    from: &Path,
+    sample: usize,
+    user_cache: Option<&Path>,
+) -> anyhow::Result<Duration> {
+    let dir = from.join(format!(
+        "drop-{}{sample}",
+        if user_cache.is_some() { "plain-" } else { "" }
+    ));
     let components = dir.join("components");
     std::fs::create_dir_all(&components)?;
     let store = format!("sqlite://{}", dir.join("store.db").display());
     let port = free_port()?;
     let started = Instant::now();
-    let mut host = spawn_host(binary, &components, &store, &dir.join("cache"), port)?;
+    let own_cache = dir.join("cache");
+    let mut host = spawn_host_with(
+        binary,
+        &components,
+        &store,
+        user_cache.unwrap_or(&own_cache),
+        port,
+        user_cache.is_none(),
+    )?;
     let client = client();
     let health = format!("http://127.0.0.1:{port}/api/health/ready");
     until_get_ok(&client, &health, started, &mut host).await?;
     let shelf = from.join("components").join(".compiled");
-    if shelf.exists() {
+    let beside = user_cache.is_none() && shelf.exists();
+    if beside {
         copy_folder(&shelf, &components.join(".compiled"))?;
     }
     let staged = dir.join("weather.wasm");
@@ -417,10 +469,10 @@ async fn drop_into_running(binary: &Path, from: &Path, sample: usize) -> anyhow:
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let expected = if shelf.exists() {
-        "precompiled"
-    } else {
-        "compiled"
+    let expected = match (user_cache, beside) {
+        (Some(_), _) => "cache",
+        (None, true) => "precompiled",
+        (None, false) => "compiled",
     };
     anyhow::ensure!(
         artifact == expected,

@@ -212,6 +212,21 @@ fn addressed_to(request: &mut Request) -> Result<Option<String>, ApiError> {
     }
 }
 
+/// The request's `Origin`. An `Origin` that is not text names no site this
+/// host knows: taken as a foreign one (it parses as no URL). Two are a bad
+/// request (no browser sends two; checking one would let the other pass).
+fn one_origin(headers: &axum::http::HeaderMap) -> Result<Option<&str>, ApiError> {
+    let mut origins = headers.get_all(ORIGIN).iter();
+    let first = origins.next();
+    if origins.next().is_some() {
+        return Err(ApiError::bad_request(
+            "duplicate_origin",
+            "the request has more than one Origin header: send at most one",
+        ));
+    }
+    Ok(first.map(|o| o.to_str().unwrap_or("\u{1}")))
+}
+
 /// The middleware: 400 in JSON for a request whose `Host` is ambiguous, 403
 /// for a foreign `Host` or `Origin`.
 pub async fn guard(
@@ -230,12 +245,10 @@ pub async fn guard(
     if path == "/api/health/live" || path == "/api/health/ready" {
         return next.run(request).await;
     }
-    // An `Origin` that is not text names no site this host knows: taken
-    // as a foreign one (it parses as no URL).
-    let origin = request
-        .headers()
-        .get(ORIGIN)
-        .map(|o| o.to_str().unwrap_or("\u{1}"));
+    let origin = match one_origin(request.headers()) {
+        Ok(origin) => origin,
+        Err(refused) => return refused.into_response(),
+    };
     if let Some(why) = allowed.refuses_host(host.as_deref()) {
         tracing::warn!(
             host = host.as_deref().unwrap_or_default(),
@@ -398,6 +411,19 @@ mod tests {
         *old.version_mut() = axum::http::Version::HTTP_10;
         assert_eq!(addressed_to(&mut old).ok(), Some(None));
         assert_eq!(addressed("/", &[""]).unwrap_err().code(), "invalid_host");
+    }
+
+    #[test]
+    fn two_origins_are_a_bad_request() {
+        let mut headers = axum::http::HeaderMap::new();
+        assert_eq!(one_origin(&headers).ok(), Some(None));
+        headers.append(ORIGIN, HeaderValue::from_static("http://localhost"));
+        assert_eq!(one_origin(&headers).ok(), Some(Some("http://localhost")));
+        headers.append(ORIGIN, HeaderValue::from_static("https://evil.example"));
+        assert_eq!(
+            one_origin(&headers).map(|_| ()).unwrap_err().code(),
+            "duplicate_origin"
+        );
     }
 
     #[test]

@@ -219,7 +219,8 @@ fn response_value(run: &RunRecord) -> Value {
 pub(super) struct Health {
     #[schema(example = "healthy")]
     pub status: &'static str,
-    /// Why the host cannot do its work now (absent when healthy).
+    /// Why the host cannot do its work now, or does it degraded (absent
+    /// when healthy).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub agents: Vec<AgentHealth>,

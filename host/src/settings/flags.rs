@@ -313,7 +313,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_GUEST_CPU_TIME", default_value = defaults::GUEST_CPU_TIME, value_parser = humantime::parse_duration)]
     pub guest_cpu_time: Duration,
 
-    /// Most guest instances alive at once.
+    /// Most guest instances alive at once. Each component may hold half of
+    /// them at most, unless its NAME.toml grants it its own `max_instances`.
     #[arg(long, env = "AGENTHOST_MAX_INSTANCES", default_value_t = defaults::MAX_INSTANCES)]
     pub max_instances: u32,
 

@@ -40,6 +40,20 @@ impl CacheFolder {
     /// (the operator named it); anything else falls back, logged.
     pub(crate) fn choose(configured: Option<&Path>) -> Result<Self, LoadError> {
         let dir = match configured {
+            // A relative path is read from the working folder, which may be a
+            // cloned folder's: its `.agenthost/cache` would be loaded as this
+            // host's own native code (an `AGENTHOST_CACHE_DIR` left set from
+            // before the cache moved out of the working folder, say).
+            Some(dir) if dir.is_relative() => {
+                return Err(LoadError::Cache {
+                    path: dir.to_path_buf(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "a relative path names a folder of whatever folder the host is started in; \
+                         give --cache-dir (AGENTHOST_CACHE_DIR) as an absolute path",
+                    ),
+                });
+            }
             Some(dir) => {
                 make_private(dir).map_err(|source| LoadError::Cache {
                     path: dir.to_path_buf(),

@@ -65,25 +65,36 @@ fn folder_of(dir: &Path, me: u32) -> bool {
     };
     // Both the path as named and the one its links lead to: a link is only
     // as safe as the folder it stands in.
+    let mine_or_root = |uid: u32| uid == me || uid == 0;
     for path in [named.as_path(), real.as_path()] {
-        let mut below_owned_by_me = true;
+        // Whether the entry just below (as it stands in this folder: a
+        // link is its own entry) is this user's or root's.
+        let mut below_ours = true;
         for (depth, folder) in path.ancestors().enumerate() {
-            let Ok(meta) = std::fs::metadata(folder) else {
+            let (Ok(meta), Ok(entry)) =
+                (std::fs::metadata(folder), std::fs::symlink_metadata(folder))
+            else {
                 return false;
             };
-            let owner_ok = meta.uid() == me || meta.uid() == 0;
+            // A link on the path is re-pointed at will by whoever owns it,
+            // whatever the folder it stands in allows (another user's link
+            // in /tmp).
+            if entry.file_type().is_symlink() && !mine_or_root(entry.uid()) {
+                return false;
+            }
+            let owner_ok = mine_or_root(meta.uid());
             let others_write = meta.mode() & 0o022 != 0;
             let sticky = meta.mode() & 0o1000 != 0;
             // The folder itself: nobody else's to write.
             if depth == 0 && (!owner_ok || others_write) {
                 return false;
             }
-            // Above it: written by nobody else, or sticky above a folder
-            // of this user's (others cannot rename or remove it).
-            if !owner_ok || (others_write && !(sticky && below_owned_by_me)) {
+            // Above it: written by nobody else, or sticky above an entry of
+            // this user's or root's (others can neither rename nor remove it).
+            if !owner_ok || (others_write && !(sticky && below_ours)) {
                 return false;
             }
-            below_owned_by_me = meta.uid() == me;
+            below_ours = mine_or_root(entry.uid());
         }
     }
     true
@@ -123,6 +134,50 @@ mod tests {
 
     fn mode(path: &Path, mode: u32) {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Run as root (as the tests here are), another user's folders and
+    /// links are made with chown; elsewhere the case is passed over.
+    #[test]
+    fn another_users_link_on_the_path_is_not_trusted_and_roots_folder_in_a_sticky_one_is() {
+        use std::os::unix::fs::{lchown, symlink};
+        if uid_of_process() != 0 {
+            return;
+        }
+        let other = 65_534;
+        let root = tempfile::tempdir().unwrap();
+        let sticky = root.path().join("sticky");
+        std::fs::create_dir(&sticky).unwrap();
+        mode(&sticky, 0o1777);
+        let target = root.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        mode(&target, 0o700);
+        let link = sticky.join("cache");
+        symlink(&target, &link).unwrap();
+        assert!(folder_of(&link, 0), "root's own link to root's folder");
+        // Another user's link in a sticky folder: that user re-points it.
+        lchown(&link, Some(other), Some(other)).unwrap();
+        assert!(!folder_of(&link, 0), "another user's link on the path");
+        // A user's private folder below a folder of root's in a sticky one
+        // (/tmp/work/home): nobody else can rename or remove root's.
+        let user = 12_345;
+        let roots = sticky.join("roots");
+        std::fs::create_dir(&roots).unwrap();
+        mode(&roots, 0o755);
+        let home = roots.join("home");
+        std::fs::create_dir(&home).unwrap();
+        mode(&home, 0o700);
+        std::os::unix::fs::chown(&home, Some(user), Some(user)).unwrap();
+        assert!(folder_of(&home, user), "root's folder in a sticky one");
+        // ...but not below another user's folder there.
+        let theirs = sticky.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        mode(&theirs, 0o755);
+        std::os::unix::fs::chown(&theirs, Some(other), Some(other)).unwrap();
+        let inside = theirs.join("home");
+        std::fs::create_dir(&inside).unwrap();
+        std::os::unix::fs::chown(&inside, Some(user), Some(user)).unwrap();
+        assert!(!folder_of(&inside, user), "another user's folder above");
     }
 
     #[test]
