@@ -8,6 +8,14 @@ use crate::support::durable::{start, status as status_of, wait_for, wait_for_cus
 use crate::support::host::Host;
 use crate::support::{client, FakeModel, HostBuilder, Reply};
 
+/// A host serving `components` (the attacker, `hostile`, and the others its
+/// attacks meet), on the fake model.
+fn beside(dir: &std::path::Path, model: &FakeModel, components: &[&str]) -> HostBuilder {
+    HostBuilder::new(dir)
+        .components(components)
+        .openai(model, "sk-test")
+}
+
 /// A retry policy whose backoff coefficient is NaN or ±infinity cannot be
 /// stored (JSON has no such numbers: it would be written as `null`, and the
 /// scheduler's read of due tasks, every instance's, failed on it from then
@@ -16,12 +24,8 @@ use crate::support::{client, FakeModel, HostBuilder, Reply};
 /// activity fails on time, as its own code says.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_policy_that_is_not_a_number_fails_its_own_instance_and_no_other() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile", "orchestration-tests"])
-        .openai(&model, "sk-test")
-        .start();
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
     let mut poisoned = Vec::new();
     for coefficient in ["nan", "inf", "-inf"] {
         let id = start(
@@ -66,12 +70,8 @@ async fn a_retry_policy_that_is_not_a_number_fails_its_own_instance_and_no_other
 /// twice in one await is refused before any copy, as the guest's own error.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_await_naming_one_task_many_times_is_refused_before_any_copy() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile", "orchestration-tests"])
-        .openai(&model, "sk-test")
-        .start();
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
     let attack = start(
         &host,
         "await_repeated",
@@ -211,12 +211,8 @@ async fn sleep_past(due_at: i64, margin_ms: i64) {
 /// another component's delayed retry runs on time.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreadable_task_row_fails_its_own_instance_and_no_other() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile", "orchestration-tests"])
-        .openai(&model, "sk-test")
-        .start();
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
     let (raw, damaged, due_at) = waiting_on_a_retry(&host, dir.path(), 1_500).await;
     raw.set_task_column(&damaged, r#"call = '{"bad":'"#).await;
     sleep_past(due_at, 300).await;
@@ -279,12 +275,8 @@ async fn health_reports_a_scheduler_whose_reads_keep_failing() {
         // PostgreSQL keeps a column's type: nothing to damage this way.
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile"])
-        .openai(&model, "sk-test")
-        .start();
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile"]).start();
     let health: serde_json::Value = crate::support::get_json(host.url("/api/health")).await;
     assert_eq!(health["status"], "healthy", "{health}");
     let (raw, damaged, due_at) = waiting_on_a_retry(&host, dir.path(), 300).await;
@@ -328,12 +320,8 @@ async fn health_reports_a_scheduler_whose_reads_keep_failing() {
 /// instance with the attacker's payload.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_components_event_route_reaches_only_its_own_components_instances() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile", "orchestration-tests"])
-        .openai(&model, "sk-test")
-        .start();
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
     let victim = start(&host, "wait_event", &json!(null)).await;
     wait_for_custom_status(&host, &victim, "", &json!("waiting")).await;
 
@@ -393,12 +381,8 @@ async fn post(host: &Host, path: &str, payload: &str) -> (u16, Value) {
 /// budget: while a turn is over it, its oldest results are left out.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_result_over_the_limit_is_refused_to_the_model_and_not_stored() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile"])
-        .openai(&model, "sk-test")
-        .start();
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile"]).start();
     model.push(Reply::ToolCall(
         "big_result".into(),
         json!({ "bytes": 30_000_000 }),
@@ -481,12 +465,8 @@ async fn session(host: &Host, session: &str) -> String {
 /// lands in it; a conversation the instance starts is its own to continue.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_orchestration_cannot_join_a_conversation_it_did_not_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile", "writer"])
-        .openai(&model, "sk-test")
-        .start();
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile", "writer"]).start();
     let told = crate::support::client()
         .post(host.url("/api/agents/writer/run"))
         .json(&json!({"message": "my secret is 42", "sessionId": "bob-session-7"}))
@@ -534,12 +514,8 @@ async fn an_orchestration_cannot_join_a_conversation_it_did_not_start() {
 /// completes meanwhile.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_continue_as_new_loop_is_paced_and_others_run_meanwhile() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile", "orchestration-tests"])
-        .openai(&model, "sk-test")
-        .start();
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
     let input = json!(0);
     let mut loops = Vec::new();
     for _ in 0..2 {
@@ -587,11 +563,8 @@ async fn a_continue_as_new_loop_is_paced_and_others_run_meanwhile() {
 /// at most: the victim completes before any nap ends.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_component_holding_every_slot_does_not_fail_another_components_episode() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile", "orchestration-tests"])
-        .openai(&model, "sk-test")
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"])
         .arg("--max-instances")
         .arg("8")
         .arg("--episode-timeout")
@@ -625,11 +598,8 @@ async fn a_component_holding_every_slot_does_not_fail_another_components_episode
 /// waits for its component's share without an engine slot.
 #[tokio::test(flavor = "multi_thread")]
 async fn episodes_waiting_for_their_components_share_do_not_hold_others_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = HostBuilder::new(dir.path())
-        .components(&["hostile", "orchestration-tests"])
-        .openai(&model, "sk-test")
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"])
         .arg("--max-instances")
         .arg("64")
         .start();
