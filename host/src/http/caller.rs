@@ -143,6 +143,22 @@ pub(super) async fn visible_instance(
     }
 }
 
+/// That `caller` may act on the instance `id` (raise, terminate, suspend,
+/// resume, purge), as [`visible_instance`] decides. A caller that reaches
+/// every instance (no keys, an admin key, a URL token already checked
+/// against `id`) is not made to read the instance first: the operation
+/// answers an unknown id itself, and a raise stays one write.
+pub(super) async fn may_act_on_instance(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<(), DurableError> {
+    if caller.narrows_to() == Ok(None) {
+        return Ok(());
+    }
+    visible_instance(state, caller, id, false).await.map(|_| ())
+}
+
 /// `filter` narrowed to the instances `caller` may reach (an invoke key:
 /// its own); `None` when that is none (a request no key admitted).
 pub(super) fn instances_of(caller: &Caller, filter: InstanceFilter) -> Option<InstanceFilter> {

@@ -2,7 +2,8 @@
 //! Functions HTTP API, under `/runtime/webhooks/durabletask/instances`.
 //!
 //! Every operation on one instance goes through
-//! [`visible_instance`](super::caller::visible_instance) first, and a listing
+//! [`visible_instance`](super::caller::visible_instance) (or, to act on it,
+//! [`may_act_on_instance`](super::caller::may_act_on_instance)) first, and a listing
 //! or a purge by filter through
 //! [`instances_of`](super::caller::instances_of): a caller reaches the
 //! instances it owns and no other (an admin key and a URL token, checked
@@ -18,7 +19,7 @@ use chrono::DateTime;
 use serde::Deserialize;
 
 use super::body::json_body;
-use super::caller::{instances_of, visible_instance, Caller};
+use super::caller::{instances_of, may_act_on_instance, visible_instance, Caller};
 use super::instance_body::{AgentRunRef, HistoryEvent, InstanceStatus, Purged};
 use super::keys::Grant;
 use super::{error, ApiError, AppState};
@@ -239,7 +240,7 @@ pub async fn raise_event(
     body: Body,
 ) -> Result<Response, ApiError> {
     let payload = json_body(&headers, body, &state.config).await?;
-    visible_instance(&state, &caller, &id, false).await?;
+    may_act_on_instance(&state, &caller, &id).await?;
     state
         .orchestrator
         .raise_event(&id, &event, &payload)
@@ -271,7 +272,7 @@ pub async fn terminate(
     Query(query): Query<ReasonQuery>,
 ) -> Result<Response, ApiError> {
     let reason = query.reason.unwrap_or_else(|| "terminated".into());
-    visible_instance(&state, &caller, &id, false).await?;
+    may_act_on_instance(&state, &caller, &id).await?;
     state
         .orchestrator
         .manage(&id, Operation::terminate_for(&reason))
@@ -295,7 +296,7 @@ pub async fn suspend(
     Path(id): Path<String>,
     caller: Caller,
 ) -> Result<Response, ApiError> {
-    visible_instance(&state, &caller, &id, false).await?;
+    may_act_on_instance(&state, &caller, &id).await?;
     state.orchestrator.manage(&id, Operation::Suspend).await?;
     Ok(error::accepted(()))
 }
@@ -316,7 +317,7 @@ pub async fn resume(
     Path(id): Path<String>,
     caller: Caller,
 ) -> Result<Response, ApiError> {
-    visible_instance(&state, &caller, &id, false).await?;
+    may_act_on_instance(&state, &caller, &id).await?;
     state.orchestrator.manage(&id, Operation::Resume).await?;
     Ok(error::accepted(()))
 }
@@ -337,7 +338,7 @@ pub async fn purge(
     Path(id): Path<String>,
     caller: Caller,
 ) -> Result<Response, ApiError> {
-    visible_instance(&state, &caller, &id, false).await?;
+    may_act_on_instance(&state, &caller, &id).await?;
     state.orchestrator.manage(&id, Operation::Purge).await?;
     Ok(Json(Purged {
         instances_deleted: 1,
