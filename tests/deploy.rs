@@ -17,6 +17,7 @@ use crate::support::{client, component, HostBuilder};
 
 mod functions;
 mod image;
+mod kubernetes;
 
 fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_agenthost")

@@ -1,12 +1,11 @@
-//! The container image's command line and the Kubernetes manifests,
+//! The container image's command line (the Kubernetes manifests:
+//! kubernetes.rs),
 //! parsed and run as written (no container runtime here: nothing builds
 //! the image).
 
 use std::time::Duration;
 
 use std::path::Path;
-
-use serde_json::{json, Value};
 
 use super::{binary, free_port, serve};
 use crate::support::{client, component, workspace};
@@ -159,89 +158,4 @@ async fn the_image_runs_its_command_line_unprivileged_with_volumes_probes_and_a_
         exited.is_ok_and(|status| status.is_ok_and(|s| s.success())),
         "drained and exited 0"
     );
-}
-
-#[test]
-fn the_kubernetes_manifests_run_the_images_command_with_keys_probes_and_a_budget() {
-    let read = |file: &str| {
-        std::fs::read_to_string(workspace().join("deploy/kubernetes").join(file)).unwrap()
-    };
-    let documents: Vec<Value> = serde_norway::Deserializer::from_str(&read("agenthost.yaml"))
-        .map(|document| serde::Deserialize::deserialize(document).unwrap())
-        .collect();
-    let kind = |k: &str| {
-        documents
-            .iter()
-            .find(|d| d["kind"] == k)
-            .unwrap_or_else(|| panic!("no {k}"))
-    };
-    let deployment = kind("Deployment");
-    let pod = &deployment["spec"]["template"]["spec"];
-    let container = &pod["containers"][0];
-    let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap_or_default();
-    // The image's command, with keys required and a drain shorter than the
-    // grace period.
-    let cmd: Vec<String> = dockerfile()
-        .iter()
-        .rev()
-        .find(|(i, _)| i == "CMD")
-        .and_then(|(_, rest)| serde_json::from_str(rest).ok())
-        .unwrap_or_default();
-    assert_eq!(&args[..cmd.len()], &cmd[..], "{args:?}");
-    assert!(args.contains(&"--require-keys".to_string()));
-    let grace = args
-        .iter()
-        .position(|a| a == "--shutdown-grace")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|g| humantime::parse_duration(g).ok())
-        .unwrap_or_default();
-    assert!(
-        grace.as_secs() < pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30),
-        "{grace:?}"
-    );
-    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(
-        container["livenessProbe"]["httpGet"]["path"],
-        "/api/health/live"
-    );
-    assert_eq!(
-        container["readinessProbe"]["httpGet"]["path"],
-        "/api/health/ready"
-    );
-    let secret_of = |name: &str| {
-        container["env"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|e| e["name"] == name)
-            .map(|e| e["valueFrom"]["secretKeyRef"]["name"].clone())
-    };
-    assert_eq!(secret_of("AGENTHOST_STORE"), Some(json!("agenthost")));
-    assert_eq!(secret_of("AGENTHOST_API_KEYS"), Some(json!("agenthost")));
-    assert_eq!(kind("PodDisruptionBudget")["spec"]["minAvailable"], 1);
-    assert_eq!(
-        kind("Service")["spec"]["selector"],
-        deployment["spec"]["selector"]["matchLabels"]
-    );
-    // The scaler's query is the one `agenthost due --sql` prints.
-    let scaled: Value = serde_norway::from_str(&read("keda-scaledobject.yaml")).unwrap();
-    let query = scaled["spec"]["triggers"][0]["metadata"]["query"]
-        .as_str()
-        .unwrap_or_default();
-    let printed = std::process::Command::new(binary())
-        .args([
-            "due",
-            "--sql",
-            "--within",
-            "30s",
-            "--store",
-            "postgres://app@db/agents",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        query.trim(),
-        String::from_utf8_lossy(&printed.stdout).trim()
-    );
-    assert_eq!(scaled["spec"]["minReplicaCount"], 0);
 }
