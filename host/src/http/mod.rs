@@ -12,6 +12,7 @@ mod components;
 mod dashboard;
 mod deprecation;
 mod error;
+mod front_key;
 mod functions;
 pub(crate) mod grpc;
 mod health;
@@ -222,6 +223,10 @@ fn finish(router: Router<AppState>, state: &AppState) -> Router {
     let allowed = std::sync::Arc::new(state.config.allowed.clone());
     let cors = allowed.cors();
     let router = checked(router, state)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            front_key::carry,
+        ))
         .layer(axum::middleware::from_fn(metrics::record))
         .layer(axum::middleware::from_fn(spans::trace))
         .with_state(state.clone())
