@@ -1,36 +1,59 @@
 //! A function app folder (`agenthost functions init`) checked against the
 //! published schemas and run as the Azure Functions host runs a custom
-//! handler.
+//! handler; [`read_only`] runs it as a deployed app runs, from a read-only
+//! package, every request through a route its functions declare
+//! ([`front`]); [`init_safety`] holds what `init` keeps and leaves.
+
+mod front;
+mod init_safety;
+mod read_only;
+
+use std::path::Path;
 
 use serde_json::{json, Value};
 
 use super::{binary, components_with, free_port, read_json, serve};
 use crate::support::{client, workspace};
 
+/// `agenthost functions init DIR --executable <the test binary> ARGS` run
+/// in `cwd`; what it compiles goes to the suite's cache, not the user's.
+fn init_app(cwd: &Path, dir: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(binary())
+        .current_dir(cwd)
+        .args(["functions", "init"])
+        .env(
+            "AGENTHOST_CACHE_DIR",
+            crate::support::host::test_artifact_cache(),
+        )
+        .env_remove("AGENTHOST_STORE")
+        .arg(dir)
+        .arg("--executable")
+        .arg(binary())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn assert_succeeded(output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler() {
     let components = components_with(&["writer"]);
     let app = tempfile::tempdir().unwrap();
     let dir = app.path().join("app");
-    let init = std::process::Command::new(binary())
-        .args(["functions", "init"])
-        // What `init` compiles goes to the suite's cache, not the user's.
-        .env(
-            "AGENTHOST_CACHE_DIR",
-            crate::support::host::test_artifact_cache(),
-        )
-        .arg(&dir)
-        .arg("--components")
-        .arg(components.path())
-        .arg("--executable")
-        .arg(binary())
-        .output()
-        .unwrap();
-    assert!(
-        init.status.success(),
-        "{}",
-        String::from_utf8_lossy(&init.stderr)
+    let init = init_app(
+        app.path(),
+        &dir,
+        &["--components", &components.path().display().to_string()],
     );
+    assert_succeeded(&init);
 
     // host.json as the Functions host reads a custom handler's, valid
     // against the schema SchemaStore publishes for it.
@@ -98,14 +121,37 @@ async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler(
             other => panic!("{}: trigger {other:?}", function.display()),
         }
     }
-    for family in [
-        "api/agents/{*path}",
-        "api/orchestrators/{*path}",
-        "runtime/webhooks/durabletask/{*path}",
-        "a2a/{*path}",
+    // One catch-all: every path the host serves reaches it (the Functions
+    // host refuses routes under `admin` and `runtime`: `Front::read`).
+    assert_eq!(routes, ["{*path}"]);
+    let front = front::Front::read(&dir);
+    for (method, path) in [
+        ("POST", "/api/agents/writer/run"),
+        ("GET", "/api/openapi.json"),
+        ("GET", "/.well-known/agent-card.json"),
+        ("POST", "/a2a/writer"),
     ] {
-        assert!(routes.iter().any(|r| r == family), "{family} in {routes:?}");
+        front.assert_reaches(method, path);
     }
+    // `func start`'s settings: a custom handler, the timer's storage, and
+    // (no --store given) the store of a local run; valid against the schema.
+    let settings = read_json(dir.join("local.settings.json"));
+    conforms(&settings, "local.settings.json");
+    assert_eq!(settings["Values"]["FUNCTIONS_WORKER_RUNTIME"], "custom");
+    assert_eq!(
+        settings["Values"]["AzureWebJobsStorage"],
+        "UseDevelopmentStorage=true"
+    );
+    assert!(
+        settings["Values"]["AGENTHOST_STORE"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("sqlite://")),
+        "{settings}"
+    );
+    assert!(
+        !arguments.iter().any(|a| a == "--store"),
+        "no store given: the app setting decides, {arguments:?}"
+    );
 
     // Started as the Functions host starts it: the executable, in the app
     // folder, with host.json's arguments, on FUNCTIONS_CUSTOMHANDLER_PORT.
@@ -114,7 +160,17 @@ async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler(
         &executable,
         &dir,
         &arguments,
-        &[("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string())],
+        &[
+            ("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string()),
+            // As `func start` sets local.settings.json's values.
+            (
+                "AGENTHOST_STORE",
+                settings["Values"]["AGENTHOST_STORE"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+        ],
         port,
     )
     .await;
@@ -133,16 +189,18 @@ async fn a_function_app_folder_runs_as_the_functions_host_runs_a_custom_handler(
         .await;
     // The timer's invocation, as the Functions host posts a non-HTTP
     // trigger to /{function name}, answered in the custom handler shape.
+    assert_wake_answered(&served.url("/agenthost-wake")).await;
+}
+
+/// Posts the timer's invocation to `url` as the Functions host posts a
+/// non-HTTP trigger to `/{function name}`, and asserts the answer is in the
+/// custom handler's shape.
+async fn assert_wake_answered(url: &str) {
     let invocation = json!({
         "Data": {"timer": {"Schedule": {"AdjustForDST": true}, "ScheduleStatus": null, "IsPastDue": false}},
         "Metadata": {"sys": {"MethodName": "agenthost-wake", "UtcNow": "2026-11-29T04:00:00Z", "RandGuid": "0f8fad5b-d9cb-469f-a165-70867728950e"}}
     });
-    let woke = client()
-        .post(served.url("/agenthost-wake"))
-        .json(&invocation)
-        .send()
-        .await
-        .unwrap();
+    let woke = client().post(url).json(&invocation).send().await.unwrap();
     assert_eq!(woke.status(), 200);
     let body: Value = woke.json().await.unwrap();
     assert!(
