@@ -254,11 +254,7 @@ async fn the_default_chain_tries_workload_then_managed_identity_then_the_cli() {
         .start();
     assert_eq!(ask(&host, "chain").await.status(), 200);
     assert!(bearer(&model, 0).starts_with("Bearer workload-token"));
-    assert!(
-        host.output().contains("workload-identity"),
-        "{}",
-        host.output()
-    );
+    host.wait_logged("workload-identity", 0).await;
     drop(host);
     // No workload identity here: the managed identity is next.
     let dir = tempfile::tempdir().unwrap();

@@ -75,7 +75,7 @@ async fn a_run_interrupted_by_kill_9_resumes_at_the_next_start() {
         requests[1].transcript()[1..],
         ["user: Survive this.".to_string()]
     );
-    assert!(host.output().contains("resuming"), "{}", host.output());
+    host.wait_logged("resuming", 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

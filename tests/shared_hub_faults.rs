@@ -31,11 +31,8 @@ async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice
     // The event's journal entry travels in the statement's parameters.
     raise_losing_the_answer(&proxy, &host, "ambiguous", |p, bytes| p.cut_after(bytes)).await;
     start_losing_the_answer(&proxy, &host, "second-start", |p, id| p.cut_after(id)).await;
-    assert!(
-        host.output().contains("the batch had committed"),
-        "{}",
-        host.output()
-    );
+    // The log is read from the host's pipe by another thread: wait for it.
+    host.wait_logged("the batch had committed", 0).await;
 }
 
 /// A batch's one statement that commits on the server while its answer
@@ -53,11 +50,8 @@ async fn a_commit_whose_answer_never_comes_is_found_committed_and_not_written_ag
     let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
     raise_losing_the_answer(&proxy, &host, "unanswered", |p, bytes| p.hush_after(bytes)).await;
     start_losing_the_answer(&proxy, &host, "unanswered-start", |p, id| p.hush_after(id)).await;
-    assert!(
-        host.output().contains("the batch had committed"),
-        "{}",
-        host.output()
-    );
+    // The log is read from the host's pipe by another thread: wait for it.
+    host.wait_logged("the batch had committed", 0).await;
 }
 
 /// A start's statement that reaches the server only after the host gave up
@@ -76,12 +70,8 @@ async fn a_commit_still_on_its_way_to_the_server_is_waited_for_not_written_twice
         p.cut_after_late(id, Duration::from_millis(500))
     })
     .await;
-    assert!(
-        host.output()
-            .contains("the server process of the lost connection has ended"),
-        "{}",
-        host.output()
-    );
+    host.wait_logged("the server process of the lost connection has ended", 0)
+        .await;
 }
 
 /// An event raised at an instance that is not hot on the host (it restarted)
@@ -157,6 +147,7 @@ async fn raise_losing_the_answer(
     let id = start_with_id(host, "two_events", id, &serde_json::json!(null)).await;
     wait_for(host, &id, &["Running"]).await;
     let cuts = proxy.cuts_after_done();
+    let committed = host.output().matches("the batch had committed").count();
     lose(proxy, b"event_raised");
     assert_eq!(raise(host, &id, "step", &serde_json::json!(1)).await, 202);
     assert_eq!(
@@ -164,11 +155,9 @@ async fn raise_losing_the_answer(
         cuts + 1,
         "the statement's answer was lost"
     );
-    assert!(
-        host.output().contains("the batch had committed"),
-        "the one statement was its own commit: {}",
-        host.output()
-    );
+    // The one statement was its own commit. The log is read from the
+    // host's pipe by another thread: wait for the line, do not peek.
+    host.wait_logged("the batch had committed", committed).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, running) = status(host, &id).await;
     assert_eq!(
