@@ -1,6 +1,9 @@
 //! A component built to attack the host from inside (issue 54): each attack
-//! ends in a clear error for the attacker's own instance or run, and another
-//! component's work goes on meanwhile.
+//! ends in a clear error for the attacker's own instance or run, and a
+//! second tenant's work is measured while the attack is under way
+//! ([`tenant::measure`]): its one-step orchestration and its agent run
+//! answer within the bounds stated in `docs/reliability.md`, and the host's
+//! memory stays under its bound.
 
 use serde_json::{json, Value};
 
@@ -8,12 +11,194 @@ use crate::support::durable::{start, status as status_of, wait_for, wait_for_cus
 use crate::support::host::Host;
 use crate::support::{client, FakeModel, HostBuilder, Reply};
 
-/// A host serving `components` (the attacker, `hostile`, and the others its
-/// attacks meet), on the fake model.
-fn beside(dir: &std::path::Path, model: &FakeModel, components: &[&str]) -> HostBuilder {
+/// A host serving the attacker (`hostile`), the second tenant
+/// ([`tenant::COMPONENTS`]) and `others` (what an attack meets), on the
+/// fake model, answering as [`script_the_model`] says.
+fn beside(dir: &std::path::Path, model: &FakeModel, others: &[&str]) -> HostBuilder {
+    script_the_model(model);
+    let mut components = vec!["hostile"];
+    components.extend(tenant::COMPONENTS);
+    for other in others {
+        if !components.contains(other) {
+            components.push(other);
+        }
+    }
     HostBuilder::new(dir)
-        .components(components)
+        .components(&components)
         .openai(model, "sk-test")
+}
+
+/// The hostile agent's requests are answered from its user message (a JSON
+/// list of tool calls, `[[name, arguments], …]`) and then with what its
+/// tools said; every other agent's with the echo. Scripted replies would
+/// go to whichever agent asks first, the tenant's included.
+fn script_the_model(model: &FakeModel) {
+    model.respond_with(std::sync::Arc::new(|request| {
+        if !is_hostile(request) {
+            return Reply::Echo;
+        }
+        let last = request.messages().last().cloned().unwrap_or_default();
+        if last["role"] == "tool" {
+            return Reply::ToolResult;
+        }
+        let calls: Vec<(String, Value)> =
+            serde_json::from_str(&request.last_user_message()).unwrap_or_default();
+        Reply::ToolCalls(calls)
+    }));
+}
+
+/// Whether `request` is the hostile agent's (by its instructions).
+fn is_hostile(request: &crate::support::fake_model::Recorded) -> bool {
+    request
+        .messages()
+        .first()
+        .is_some_and(|m| m["content"].as_str() == Some("Call the tool the user names."))
+}
+
+/// The hostile agent's last request to the model.
+fn last_hostile_request(model: &FakeModel) -> crate::support::fake_model::Recorded {
+    model
+        .requests()
+        .into_iter()
+        .rev()
+        .find(is_hostile)
+        .expect("a request of the hostile agent")
+}
+
+/// A second tenant: another component's one-step orchestration and agent
+/// run, measured while an attack is under way, and the host's memory.
+pub(crate) mod tenant {
+    use std::time::{Duration, Instant};
+
+    use serde_json::{json, Value};
+
+    use crate::support::durable::{start, wait_for_within};
+    use crate::support::host::Host;
+
+    /// What the host must serve besides the attacker: the sample agent
+    /// `writer`, and `orchestration-tests` (its `sequence`, one activity).
+    pub(crate) const COMPONENTS: [&str; 2] = ["writer", "orchestration-tests"];
+
+    /// The tenant's one-step orchestration, start to `Completed`. It takes
+    /// about 0.1 s on an idle debug build; the bound leaves room for a busy
+    /// machine (two cores, other builds) and still tells a tenant held
+    /// behind an attack (30 s before issue 54) from one that is not.
+    pub(crate) const TENANT_ORCHESTRATION_BOUND: Duration = Duration::from_secs(5);
+
+    /// The tenant's agent run, `POST /api/agents/writer/run` to its 200
+    /// (one model turn against the fake model).
+    pub(crate) const TENANT_RUN_BOUND: Duration = Duration::from_secs(5);
+
+    /// The host's peak resident memory (`VmHWM`) at the end of the
+    /// measurement: a debug build serving the three components peaks at
+    /// 72 to 95 MiB under these attacks; one attack (an await naming one
+    /// task 6,000 times) used to take a host to 5.9 GB.
+    pub(crate) const RSS_BOUND_MIB: u64 = 512;
+
+    /// What was measured.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Measured {
+        pub(crate) orchestration: Duration,
+        pub(crate) run: Duration,
+        pub(crate) rss_mib: u64,
+        pub(crate) peak_rss_mib: u64,
+    }
+
+    impl Measured {
+        /// Prints what was measured during `attack`, and asserts each
+        /// against its bound.
+        pub(crate) fn check(&self, attack: &str) {
+            let Self {
+                orchestration,
+                run,
+                rss_mib,
+                peak_rss_mib,
+            } = *self;
+            eprintln!(
+                "tenant during {attack}: orchestration {:.2} s, run {:.2} s, RSS {rss_mib} MiB (peak {peak_rss_mib} MiB)",
+                orchestration.as_secs_f64(),
+                run.as_secs_f64(),
+            );
+            assert!(
+                orchestration < TENANT_ORCHESTRATION_BOUND,
+                "during {attack} the tenant's orchestration took {orchestration:?} (bound {TENANT_ORCHESTRATION_BOUND:?})"
+            );
+            assert!(
+                run < TENANT_RUN_BOUND,
+                "during {attack} the tenant's agent run took {run:?} (bound {TENANT_RUN_BOUND:?})"
+            );
+            assert!(
+                peak_rss_mib < RSS_BOUND_MIB,
+                "during {attack} the host's RSS peaked at {peak_rss_mib} MiB (bound {RSS_BOUND_MIB} MiB)"
+            );
+        }
+    }
+
+    /// Runs the tenant's orchestration and agent run at once, on `host`
+    /// (which serves [`COMPONENTS`]), while `attack` is under way; asserts
+    /// each against its bound, prints and returns what was measured.
+    pub(crate) async fn measure(host: &Host, attack: &str) -> Measured {
+        let (orchestration, run) = tokio::join!(one_step(host, attack), agent_run(host, attack));
+        let measured = Measured {
+            orchestration,
+            run,
+            rss_mib: host.rss_kib().unwrap_or(0) / 1024,
+            peak_rss_mib: peak_rss_kib(host) / 1024,
+        };
+        measured.check(attack);
+        measured
+    }
+
+    async fn one_step(host: &Host, attack: &str) -> Duration {
+        let began = Instant::now();
+        let id = start(host, "sequence", &json!({ "n": 1 })).await;
+        // Waited for past its bound, so that a slow tenant fails on its
+        // time (said above) rather than on the wait.
+        let done =
+            wait_for_within(host, &id, &["Completed", "Failed"], Duration::from_secs(60)).await;
+        let took = began.elapsed();
+        assert_eq!(
+            done["runtimeStatus"], "Completed",
+            "during {attack} the tenant's orchestration: {done}"
+        );
+        assert_eq!(done["output"], json!(0), "{done}");
+        took
+    }
+
+    async fn agent_run(host: &Host, attack: &str) -> Duration {
+        let began = Instant::now();
+        let response = crate::support::client()
+            .post(host.url("/api/agents/writer/run"))
+            .header("accept", "application/json")
+            .json(&json!({ "message": "a tenant's question" }))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or_default();
+        let took = began.elapsed();
+        assert_eq!(status, 200, "during {attack} the tenant's run: {body}");
+        assert!(
+            body["response"]
+                .as_str()
+                .is_some_and(|r| r.contains("a tenant's question")),
+            "during {attack} the tenant's run: {body}"
+        );
+        took
+    }
+
+    /// The host's peak resident memory so far (`VmHWM`), in KiB.
+    fn peak_rss_kib(host: &Host) -> u64 {
+        host.pid()
+            .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
 }
 
 /// A retry policy whose backoff coefficient is NaN or ±infinity cannot be
@@ -25,7 +210,7 @@ fn beside(dir: &std::path::Path, model: &FakeModel, components: &[&str]) -> Host
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_policy_that_is_not_a_number_fails_its_own_instance_and_no_other() {
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
+    let host = beside(dir.path(), &model, &[]).start();
     let mut poisoned = Vec::new();
     for coefficient in ["nan", "inf", "-inf"] {
         let id = start(
@@ -36,6 +221,7 @@ async fn a_retry_policy_that_is_not_a_number_fails_its_own_instance_and_no_other
         .await;
         poisoned.push((coefficient, id));
     }
+    tenant::measure(&host, "retry policies that are not numbers").await;
     let victim = start(&host, "failing_activity", &json!(null)).await;
     // Two attempts 50 ms apart: it fails as soon as the scheduler runs the
     // second (wait_for's bound is 30 s; before the fix it stayed Running).
@@ -71,13 +257,14 @@ async fn a_retry_policy_that_is_not_a_number_fails_its_own_instance_and_no_other
 #[tokio::test(flavor = "multi_thread")]
 async fn an_await_naming_one_task_many_times_is_refused_before_any_copy() {
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
+    let host = beside(dir.path(), &model, &[]).start();
     let attack = start(
         &host,
         "await_repeated",
         &json!({ "times": 300, "bytes": 900_000 }),
     )
     .await;
+    tenant::measure(&host, "an await naming one task 300 times").await;
     let done = wait_for(&host, &attack, &["Completed", "Failed"]).await;
     assert_eq!(done["runtimeStatus"], "Failed", "{done}");
     assert!(
@@ -212,10 +399,11 @@ async fn sleep_past(due_at: i64, margin_ms: i64) {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreadable_task_row_fails_its_own_instance_and_no_other() {
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
+    let host = beside(dir.path(), &model, &[]).start();
     let (raw, damaged, due_at) = waiting_on_a_retry(&host, dir.path(), 1_500).await;
     raw.set_task_column(&damaged, r#"call = '{"bad":'"#).await;
     sleep_past(due_at, 300).await;
+    tenant::measure(&host, "an unreadable task row").await;
     // Two attempts 50 ms apart: the second is found by the scheduler's
     // read of due tasks, the one the damaged row used to fail.
     let started = std::time::Instant::now();
@@ -276,7 +464,7 @@ async fn health_reports_a_scheduler_whose_reads_keep_failing() {
         return;
     }
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile"]).start();
+    let host = beside(dir.path(), &model, &[]).start();
     let health: serde_json::Value = crate::support::get_json(host.url("/api/health")).await;
     assert_eq!(health["status"], "healthy", "{health}");
     let (raw, damaged, due_at) = waiting_on_a_retry(&host, dir.path(), 300).await;
@@ -301,6 +489,8 @@ async fn health_reports_a_scheduler_whose_reads_keep_failing() {
             .is_some_and(|r| r.contains("could not read due tasks")),
         "{health}"
     );
+    // The reads keep failing meanwhile.
+    tenant::measure(&host, "a scheduler whose reads keep failing").await;
     let log = host.output();
     assert_eq!(
         log.matches("the scheduler could not read the store")
@@ -321,11 +511,18 @@ async fn health_reports_a_scheduler_whose_reads_keep_failing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_components_event_route_reaches_only_its_own_components_instances() {
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
+    let host = beside(dir.path(), &model, &[]).start();
     let victim = start(&host, "wait_event", &json!(null)).await;
     wait_for_custom_status(&host, &victim, "", &json!("waiting")).await;
 
-    let (status, refused) = post(&host, &format!("/api/evil/{victim}"), "attacker").await;
+    let evil = format!("/api/evil/{victim}");
+    let ((status, refused), _) = tokio::join!(
+        post(&host, &evil, "attacker"),
+        tenant::measure(
+            &host,
+            "an event route called on another component's instance"
+        )
+    );
     let never = "never-was-an-instance";
     let (unknown_status, unknown) = post(&host, &format!("/api/evil/{never}"), "attacker").await;
     assert_eq!(
@@ -382,14 +579,13 @@ async fn post(host: &Host, path: &str, payload: &str) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_result_over_the_limit_is_refused_to_the_model_and_not_stored() {
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile"]).start();
-    model.push(Reply::ToolCall(
-        "big_result".into(),
-        json!({ "bytes": 30_000_000 }),
-    ));
-    model.push(Reply::ToolResult);
-    let answer = run(&host, "huge").await;
-    let request = model.requests().last().cloned().expect("a model request");
+    let host = beside(dir.path(), &model, &[]).start();
+    let calls = json!([["big_result", { "bytes": 30_000_000 }]]);
+    let (answer, _) = tokio::join!(
+        run(&host, "huge", &calls),
+        tenant::measure(&host, "a 30 MB tool result")
+    );
+    let request = last_hostile_request(&model);
     let size = request.body.to_string().len();
     assert!(size < 1 << 20, "the model was sent {size} bytes");
     let said = request.last_tool_result().unwrap_or_default();
@@ -407,13 +603,11 @@ async fn a_tool_result_over_the_limit_is_refused_to_the_model_and_not_stored() {
 
     // Four results of 100 KB each (under the limit), about 100,000 tokens
     // in one turn: over the default budget of 64,000, the oldest two go.
-    let calls = (0..4)
-        .map(|_| ("big_result".to_string(), json!({ "bytes": 100_000 })))
+    let calls: Vec<Value> = (0..4)
+        .map(|_| json!(["big_result", { "bytes": 100_000 }]))
         .collect();
-    model.push(Reply::ToolCalls(calls));
-    model.push(Reply::ToolResult);
-    run(&host, "four").await;
-    let request = model.requests().last().cloned().expect("a model request");
+    run(&host, "four", &json!(calls)).await;
+    let request = last_hostile_request(&model);
     let size = request.body.to_string().len();
     assert!(size < 300_000, "the model was sent {size} bytes");
     let results: Vec<String> = request
@@ -433,12 +627,13 @@ async fn a_tool_result_over_the_limit_is_refused_to_the_model_and_not_stored() {
     assert!(results[2..].iter().all(|r| r.len() > 100_000));
 }
 
-/// Runs the hostile agent in session `session`: its answer.
-async fn run(host: &Host, session: &str) -> String {
+/// Runs the hostile agent in session `session`, the model asking for the
+/// tool `calls` (`[[name, arguments], …]`): its answer.
+async fn run(host: &Host, session: &str, calls: &Value) -> String {
     let response = client()
         .post(host.url("/api/agents/hostile/run"))
         .header("accept", "application/json")
-        .json(&json!({ "message": "call the tool", "sessionId": session }))
+        .json(&json!({ "message": calls.to_string(), "sessionId": session }))
         .send()
         .await
         .unwrap();
@@ -466,7 +661,7 @@ async fn session(host: &Host, session: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_orchestration_cannot_join_a_conversation_it_did_not_start() {
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile", "writer"]).start();
+    let host = beside(dir.path(), &model, &[]).start();
     let told = crate::support::client()
         .post(host.url("/api/agents/writer/run"))
         .json(&json!({"message": "my secret is 42", "sessionId": "bob-session-7"}))
@@ -475,6 +670,7 @@ async fn an_orchestration_cannot_join_a_conversation_it_did_not_start() {
         .unwrap();
     assert_eq!(told.status(), 200);
     let attack = start(&host, "join_session", &json!({"session": "bob-session-7"})).await;
+    tenant::measure(&host, "an orchestration joining another's conversation").await;
     let done = wait_for(&host, &attack, &["Completed", "Failed"]).await;
     assert_eq!(done["runtimeStatus"], "Failed", "{done}");
     assert!(
@@ -515,7 +711,7 @@ async fn an_orchestration_cannot_join_a_conversation_it_did_not_start() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_continue_as_new_loop_is_paced_and_others_run_meanwhile() {
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"]).start();
+    let host = beside(dir.path(), &model, &[]).start();
     let input = json!(0);
     let mut loops = Vec::new();
     for _ in 0..2 {
@@ -523,6 +719,7 @@ async fn a_continue_as_new_loop_is_paced_and_others_run_meanwhile() {
     }
     let began = std::time::Instant::now();
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    tenant::measure(&host, "two continue-as-new loops").await;
     let victim = start(&host, "sequence", &json!({ "n": 1 })).await;
     let done = crate::support::durable::wait_for_within(
         &host,
@@ -564,7 +761,7 @@ async fn a_continue_as_new_loop_is_paced_and_others_run_meanwhile() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_component_holding_every_slot_does_not_fail_another_components_episode() {
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"])
+    let host = beside(dir.path(), &model, &[])
         .arg("--max-instances")
         .arg("8")
         .arg("--episode-timeout")
@@ -588,6 +785,12 @@ async fn a_component_holding_every_slot_does_not_fail_another_components_episode
         took < std::time::Duration::from_secs(4),
         "the victim took {took:?}"
     );
+    tenant::measure(&host, "eight naps holding the component's share").await;
+    let (_, napping) = status_of(&host, &flood).await;
+    assert!(
+        ["Pending", "Running"].contains(&napping["runtimeStatus"].as_str().unwrap_or_default()),
+        "measured after the attack: {napping}"
+    );
     let done = wait_for(&host, &flood, &["Completed", "Failed"]).await;
     assert_eq!(done["runtimeStatus"], "Completed", "{done}");
     assert_eq!(done["output"], json!(8), "{done}");
@@ -601,7 +804,7 @@ async fn a_component_holding_every_slot_does_not_fail_another_components_episode
 #[tokio::test(flavor = "multi_thread")]
 async fn episodes_waiting_for_their_components_share_do_not_hold_others_back() {
     let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
-    let host = beside(dir.path(), &model, &["hostile", "orchestration-tests"])
+    let host = beside(dir.path(), &model, &[])
         .arg("--max-instances")
         .arg("64")
         .start();
@@ -625,8 +828,405 @@ async fn episodes_waiting_for_their_components_share_do_not_hold_others_back() {
         took < std::time::Duration::from_secs(3),
         "the victim took {took:?}"
     );
+    tenant::measure(&host, "66 instances of naps holding their share").await;
+    let (_, napping) = status_of(&host, &floods[65]).await;
+    assert!(
+        ["Pending", "Running"].contains(&napping["runtimeStatus"].as_str().unwrap_or_default()),
+        "measured after the attack: {napping}"
+    );
     for id in &floods {
         let done = wait_for(&host, id, &["Completed", "Failed"]).await;
         assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+    }
+}
+
+/// Starts `attacks` (orchestration, input) of the hostile component at
+/// once, measures the tenant while they run, and returns each one's end.
+async fn attacked(host: &Host, what: &str, attacks: &[(&str, Value)]) -> Vec<Value> {
+    let mut ids = Vec::new();
+    for (name, input) in attacks {
+        ids.push(start(host, name, input).await);
+    }
+    tenant::measure(host, what).await;
+    let mut ends = Vec::new();
+    for id in &ids {
+        ends.push(wait_for(host, id, &["Completed", "Failed"]).await);
+    }
+    ends
+}
+
+/// The instance failed, its output saying each of `said`.
+fn failed_saying(done: &Value, said: &[&str]) {
+    assert_eq!(done["runtimeStatus"], "Failed", "{done}");
+    let output = done["output"].as_str().unwrap_or_default();
+    for words in said {
+        assert!(output.contains(words), "'{words}' not in: {done}");
+    }
+}
+
+/// Runs the hostile component's own activity `{activity, input}`; the
+/// instance fails with the activity's error.
+fn activity(name: &str, input: Value) -> (&'static str, Value) {
+    (
+        "strict_activity",
+        json!({ "activity": name, "input": input }),
+    )
+}
+
+/// No file of the host is open to a guest (no directory is preopened):
+/// not the system's, not the host's store, not its process's environment.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_reads_no_file_of_the_host() {
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &[]).start();
+    let store = dir.path().join("agenthost.db");
+    let paths = [
+        "/etc/passwd".to_string(),
+        store.display().to_string(),
+        // The host runs in the test's directory.
+        "agenthost.db".to_string(),
+        "/proc/self/environ".to_string(),
+    ];
+    let attacks: Vec<_> = paths
+        .iter()
+        .map(|path| activity("read_file", json!({ "path": path })))
+        .collect();
+    let ends = attacked(&host, "reads of the host's files", &attacks).await;
+    for (path, done) in paths.iter().zip(&ends) {
+        failed_saying(done, &[&format!("cannot open {path}")]);
+        assert!(!done.to_string().contains("root:"), "{done}");
+    }
+}
+
+/// A guest's environment holds only the variables its grants name: with
+/// none, nothing, in activities and in orchestration code alike (the host
+/// runs with the model's key in its own).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_sees_no_environment_it_was_not_granted() {
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &[]).start();
+    let attacks = [activity("env", json!({})), ("env_in_code", json!(null))];
+    for done in attacked(&host, "reads of the environment", &attacks).await {
+        assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+        assert_eq!(done["output"], json!({}), "{done}");
+    }
+}
+
+/// A local server: `/away` redirects to another local server (never
+/// granted, counting what reaches it), `/near` to its own `/here`.
+async fn serve_redirector() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let elsewhere = axum::Router::new().fallback(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { "the ungranted server answered" }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let away = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, elsewhere).await });
+    let app = axum::Router::new()
+        .route(
+            "/away",
+            axum::routing::get(move || {
+                let away = away.clone();
+                async move { axum::response::Redirect::temporary(&away) }
+            }),
+        )
+        .route(
+            "/near",
+            axum::routing::get(|| async { axum::response::Redirect::to("/here") }),
+        )
+        .route("/here", axum::routing::get(|| async { "reached" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, hits)
+}
+
+/// The network past a guest's grants, each way there is: sockets opened
+/// with the standard library (no `wasi:sockets` address is allowed), the
+/// host's own address and the metadata service written every way a URL
+/// can write them (none granted: refused before a connection), granted
+/// names that resolve inside the host's network (refused once resolved),
+/// and a redirect from a granted server to an ungranted one. Each fails
+/// the attacker's own instance with the reason; nothing reaches a local
+/// listener or the ungranted server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_reaches_nothing_inside_the_hosts_network() {
+    use std::sync::atomic::Ordering;
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let (redirector, elsewhere_hits) = serve_redirector().await;
+    // A listener no guest may reach: anything accepted here is a leak.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let local = listener.local_addr().unwrap();
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::write(
+        components.join("hostile.toml"),
+        format!("allowed_hosts = [\"*.inside.test\", \"127.0.0.1:{redirector}\"]\n"),
+    )
+    .unwrap();
+    let inside = [
+        ("loopback", "127.0.0.1"),
+        ("metadata", "169.254.169.254"),
+        ("mapped", "::ffff:127.0.0.1"),
+        ("nat64", "64:ff9b::a9fe:a9fe"),
+        ("unique-local", "fd00:ec2::254"),
+        ("private", "10.0.0.1"),
+        ("shared", "100.100.100.200"),
+        ("unspecified", "0.0.0.0"),
+    ];
+    let resolve: Vec<String> = inside
+        .iter()
+        .map(|(name, address)| format!("{name}.inside.test={address}"))
+        .collect();
+    let host = beside(dir.path(), &model, &[])
+        .arg("--resolve")
+        .arg(&resolve.join(";"))
+        .start();
+    let port = local.port();
+    let mut cases: Vec<(String, (&str, Value), &str)> = Vec::new();
+    for (op, address) in [
+        ("connect", format!("127.0.0.1:{port}")),
+        ("connect", format!("localhost:{port}")),
+        ("connect", "169.254.169.254:80".to_string()),
+        ("bind", "0.0.0.0:0".to_string()),
+        ("udp", format!("127.0.0.1:{port}")),
+    ] {
+        let case = activity("socket", json!({ "op": op, "address": address }));
+        cases.push((format!("{op} {address}"), case, "socket"));
+    }
+    let own = host.base.trim_start_matches("http://").to_string();
+    let own_port = own.rsplit(':').next().unwrap_or_default().to_string();
+    let ungranted = [
+        format!("http://{own}/api/health"),
+        format!("http://localhost:{own_port}/api/health"),
+        format!("http://0x7f000001:{own_port}/"),
+        format!("http://2130706433:{own_port}/"),
+        format!("http://0177.0.0.1:{own_port}/"),
+        format!("http://127.1:{own_port}/"),
+        format!("http://[::1]:{own_port}/"),
+        format!("http://[::ffff:7f00:1]:{own_port}/"),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+        "http://metadata.google.internal/computeMetadata/v1/".to_string(),
+        "http://100.100.100.200/latest/meta-data/".to_string(),
+        "http://[fd00:ec2::254]/latest/meta-data/".to_string(),
+    ];
+    for url in ungranted {
+        let case = activity("fetch", json!({ "url": url }));
+        cases.push((url, case, "HttpRequestDenied"));
+    }
+    for (name, _) in inside {
+        let url = format!("http://{name}.inside.test/");
+        let case = activity("fetch", json!({ "url": url }));
+        cases.push((url, case, "DestinationIpProhibited"));
+    }
+    let away = format!("http://127.0.0.1:{redirector}/away");
+    cases.push((
+        away.clone(),
+        activity("fetch", json!({ "url": away })),
+        "HttpRequestDenied",
+    ));
+    let attacks: Vec<_> = cases.iter().map(|(_, case, _)| case.clone()).collect();
+    let ends = attacked(&host, "reaches into the host's network", &attacks).await;
+    for ((what, _, said), done) in cases.iter().zip(&ends) {
+        assert_eq!(done["runtimeStatus"], "Failed", "{what}: {done}");
+        let output = done["output"].as_str().unwrap_or_default();
+        let expected = if *said == "socket" {
+            // The standard library's words for a refused socket.
+            [
+                "ermission denied",
+                "not supported",
+                "failed to lookup address",
+            ]
+            .iter()
+            .any(|words| output.contains(words))
+        } else {
+            output.contains(said)
+        };
+        assert!(expected, "{what}: {done}");
+    }
+    assert!(
+        listener.accept().is_err(),
+        "a guest connected to a local listener"
+    );
+    assert_eq!(
+        elsewhere_hits.load(Ordering::SeqCst),
+        0,
+        "a redirect was followed"
+    );
+    // Within the grant, a redirect is followed: the refusals are the grants'.
+    let near = start(
+        &host,
+        "strict_activity",
+        &json!({ "activity": "fetch", "input": { "url": format!("http://127.0.0.1:{redirector}/near") } }),
+    )
+    .await;
+    let done = wait_for(&host, &near, &["Completed", "Failed"]).await;
+    assert_eq!(
+        done["output"],
+        json!({ "status": 200, "body": "reached" }),
+        "{done}"
+    );
+}
+
+/// Orchestration code that tries to tell a replay from the first run by
+/// the clock, randomness or a hash map's order (to take another step on
+/// replay) computes on every replay the values it journaled: the instance
+/// completes, nothing differed. (`determinism::` shows the same for the
+/// values one by one, and a code change caught as non-deterministic.)
+#[tokio::test(flavor = "multi_thread")]
+async fn orchestration_code_cannot_tell_a_replay_by_the_clock_randomness_or_map_order() {
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &[]).start();
+    let attacks = [("leak_ambient", json!(null)), ("leak_ambient", json!(null))];
+    let ends = attacked(&host, "replays looking for a leak", &attacks).await;
+    for done in &ends {
+        assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+        assert_eq!(done["output"]["differed"], json!(false), "{done}");
+        assert_eq!(
+            done["output"]["journaled"]["map_order"]
+                .as_array()
+                .map(Vec::len),
+            Some(16),
+            "{done}"
+        );
+    }
+    // Two instances are two seeds: what is fixed is each replay, not the
+    // values themselves.
+    assert_ne!(
+        ends[0]["output"]["journaled"]["random"], ends[1]["output"]["journaled"]["random"],
+        "{ends:?}"
+    );
+}
+
+/// Orchestration code that blocks (a sleep) traps at once, naming the
+/// durable timer to use instead; code that spins is stopped by the
+/// episode's CPU budget. Neither holds another component's episode.
+#[tokio::test(flavor = "multi_thread")]
+async fn orchestration_code_that_blocks_or_spins_fails_its_own_instance() {
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &[]).start();
+    let attacks = [
+        ("block", json!(null)),
+        ("block", json!(null)),
+        ("spin_code", json!(null)),
+    ];
+    let ends = attacked(&host, "orchestration code that blocks or spins", &attacks).await;
+    failed_saying(&ends[0], &["waited on the clock", "durable timer"]);
+    failed_saying(&ends[1], &["waited on the clock", "durable timer"]);
+    failed_saying(&ends[2], &["--episode-cpu-time"]);
+}
+
+/// Every value orchestration code hands the host is held to
+/// `--max-payload-bytes` (1 MiB) before it is stored: its output, custom
+/// status, an activity's input and result, a continue-as-new input. Each
+/// 2 MiB one fails its own instance, naming the limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_values_fail_their_own_instance_naming_the_limit() {
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &[]).start();
+    let places = [
+        "output",
+        "custom_status",
+        "activity_input",
+        "activity_result",
+        "continue_as_new",
+    ];
+    let attacks: Vec<_> = places
+        .iter()
+        .map(|place| {
+            (
+                "hand_over",
+                json!({ "place": place, "shape": "big", "bytes": 2 << 20 }),
+            )
+        })
+        .collect();
+    let ends = attacked(&host, "2 MiB values", &attacks).await;
+    for (place, done) in places.iter().zip(&ends) {
+        assert_eq!(done["runtimeStatus"], "Failed", "{place}: {done}");
+        let output = done["output"].as_str().unwrap_or_default();
+        assert!(
+            output.contains("over the limit of 1048576 bytes"),
+            "{place}: {output}"
+        );
+    }
+}
+
+/// JSON nested 100,000 deep (200 KB, under the payload limit; 1,000 where
+/// the guest's serializer must write it) handed to the host at each place
+/// a guest can: no parser of the host recurses down it (serde_json stops
+/// at 128): what it keeps it keeps as text, served back whole as a JSON
+/// string; where the attacker's own SDK parses it back (an activity's
+/// arguments, a continue-as-new input) its instance fails with the
+/// parser's error. The host answers for every instance and stays healthy.
+#[tokio::test(flavor = "multi_thread")]
+async fn deeply_nested_json_is_kept_as_text_and_never_parsed_down_by_the_host() {
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &[]).start();
+    let places = [
+        ("output", 1_000),
+        ("custom_status", 100_000),
+        ("activity_input", 100_000),
+        ("activity_result", 1_000),
+        ("continue_as_new", 100_000),
+    ];
+    let attacks: Vec<_> = places
+        .iter()
+        .map(|(place, depth)| {
+            (
+                "hand_over",
+                json!({ "place": place, "shape": "deep", "depth": depth }),
+            )
+        })
+        .collect();
+    let ends = attacked(&host, "JSON nested 100,000 deep", &attacks).await;
+    let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    // Where the guest's own SDK parses it back, its parser's limit fails
+    // the instance with its error.
+    failed_saying(&ends[2], &["invalid arguments: recursion limit exceeded"]);
+    failed_saying(&ends[4], &["invalid input: recursion limit exceeded"]);
+    // What the host keeps, it keeps as the text it was given, parsed no
+    // deeper than its parser's limit: served as a JSON string, whole.
+    assert_eq!(ends[0]["runtimeStatus"], "Completed", "{}", ends[0]);
+    assert_eq!(ends[0]["output"], json!(nested(1_000)));
+    assert_eq!(ends[1]["runtimeStatus"], "Completed", "{}", ends[1]);
+    assert_eq!(ends[1]["customStatus"], json!(nested(100_000)));
+    // A result the code awaits without parsing reaches it.
+    assert_eq!(
+        ends[3]["output"],
+        json!("the result came back"),
+        "{}",
+        ends[3]
+    );
+    let health: Value = crate::support::get_json(host.url("/api/health")).await;
+    assert_eq!(health["status"], "healthy", "{health}");
+}
+
+/// One orchestration scheduling thousands of timers, or of activities, at
+/// once: past `--max-history-events` (here 2,000) the instance fails
+/// naming the limit, before anything of it is stored; within it the flood
+/// runs on its component's share while the tenant is measured.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timer_or_activity_flood_is_held_to_the_history_limit() {
+    let (dir, model) = (tempfile::tempdir().unwrap(), FakeModel::start().await);
+    let host = beside(dir.path(), &model, &[])
+        .arg("--max-history-events")
+        .arg("2000")
+        .start();
+    let attacks = [
+        ("timer_flood", json!({ "count": 5_000, "ms": 500 })),
+        ("activity_flood", json!({ "count": 5_000 })),
+        ("timer_flood", json!({ "count": 500, "ms": 500 })),
+        ("activity_flood", json!({ "count": 500 })),
+    ];
+    let ends = attacked(&host, "timer and activity floods", &attacks).await;
+    failed_saying(&ends[0], &["over the limit of 2000 events"]);
+    failed_saying(&ends[1], &["over the limit of 2000 events"]);
+    for done in &ends[2..] {
+        assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+        assert_eq!(done["output"], json!(500), "{done}");
     }
 }

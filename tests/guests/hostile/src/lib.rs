@@ -187,6 +187,209 @@ fn join_session(_ctx: &Context, input: Value) -> Result<Value, String> {
     raw::await_(task).map(Value::String)
 }
 
+/// Returns its input.
+fn echo(args: Value) -> Result<Value, String> {
+    Ok(args)
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Socket {
+    /// `connect` (TCP), `bind` (a TCP listener) or `udp` (one datagram).
+    op: String,
+    /// `host:port`.
+    address: String,
+}
+
+/// Opens a socket with the standard library, past the SDK: whatever
+/// `wasi:sockets` would let a guest reach without a grant.
+fn socket(args: Socket) -> Result<Value, String> {
+    let denied = |e: std::io::Error| format!("{} {}: {e}", args.op, args.address);
+    match args.op.as_str() {
+        "connect" => std::net::TcpStream::connect(&args.address)
+            .map(|s| json!({ "connected": format!("{:?}", s.peer_addr()) }))
+            .map_err(denied),
+        "bind" => std::net::TcpListener::bind(&args.address)
+            .map(|l| json!({ "listening": format!("{:?}", l.local_addr()) }))
+            .map_err(denied),
+        _ => std::net::UdpSocket::bind("0.0.0.0:0")
+            .and_then(|s| s.send_to(b"hello", &args.address))
+            .map(|n| json!({ "sent": n }))
+            .map_err(denied),
+    }
+}
+
+/// Runs this component's activity `{"activity": name, "input": {...}}`
+/// and fails with its failure: the attack's error is the instance's.
+fn strict_activity(ctx: &Context, call: Value) -> Result<Value, String> {
+    let name = call["activity"].as_str().unwrap_or_default();
+    ctx.call_activity(name, &call["input"])
+        .wait::<Value>()
+        .map_err(|e| e.to_string())
+}
+
+/// The environment orchestration code sees.
+fn env_in_code(_ctx: &Context, _input: Value) -> Result<BTreeMap<String, String>, String> {
+    Ok(std::env::vars().collect())
+}
+
+/// What ordinary code would see differently on every run: the clock,
+/// randomness (a fresh hasher's keys), a hash map's order.
+fn ambient() -> Value {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let keyed =
+        std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 7);
+    let map: std::collections::HashMap<u32, u32> = (0..16).map(|i| (i, i)).collect();
+    let order: Vec<u32> = map.keys().copied().collect();
+    json!({ "now_ns": now, "random": keyed, "map_order": order })
+}
+
+/// Tries to tell a replay from the first run by the values ordinary code
+/// sees, and to act on it: the values are journaled by an activity, a
+/// durable timer makes the code replay, and the code compares what it
+/// computes again with what it journaled. Had any value changed, it would
+/// take a step on replay the first run never took (a non-deterministic
+/// instance). Its output says whether anything differed.
+fn leak_ambient(ctx: &Context, _input: Value) -> Result<Value, String> {
+    let first = ambient();
+    let journaled: Value = ctx.call_activity("echo", &first).wait()?;
+    ctx.timer(std::time::Duration::from_millis(50)).wait()?;
+    let differed = first != journaled;
+    if differed {
+        let _: Value = ctx.call_activity("trap", &json!({})).wait()?;
+    }
+    ctx.timer(std::time::Duration::from_millis(50)).wait()?;
+    Ok(json!({ "differed": differed, "journaled": journaled }))
+}
+
+/// Blocks its thread in orchestration code for an hour.
+fn block(_ctx: &Context, _input: Value) -> Result<Value, String> {
+    std::thread::sleep(std::time::Duration::from_secs(3600));
+    Ok(json!("woke up"))
+}
+
+/// Spins in orchestration code.
+fn spin_code(_ctx: &Context, _input: Value) -> Result<Value, String> {
+    let mut x: u64 = 1;
+    loop {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        if x == 0 {
+            return Ok(json!(x));
+        }
+    }
+}
+
+/// An output written as given: a JSON text, or `Nested(n)` arrays.
+enum Output {
+    Value(Value),
+    Nested(usize),
+}
+
+impl serde::Serialize for Output {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        match self {
+            Self::Value(value) => value.serialize(serializer),
+            Self::Nested(0 | 1) => serializer.serialize_seq(Some(0))?.end(),
+            Self::Nested(n) => {
+                let mut seq = serializer.serialize_seq(Some(1))?;
+                seq.serialize_element(&Self::Nested(n - 1))?;
+                seq.end()
+            }
+        }
+    }
+}
+
+/// Hands the host a value at `{"place": P}`: the orchestration's `output`,
+/// its `custom_status`, an `activity_input`, an `activity_result` (of
+/// `big_result` or `deep_result`) or a `continue_as_new` input. The value
+/// is `{"shape": "big", "bytes": N}` (a string of N bytes) or `{"shape":
+/// "deep", "depth": N}` (N nested arrays).
+fn hand_over(ctx: &Context, input: Value) -> Result<Output, String> {
+    use agenthost_guest::bindings::agenthost::host::durable as raw;
+    let deep = input["shape"] == json!("deep");
+    let size = input["depth"]
+        .as_u64()
+        .or(input["bytes"].as_u64())
+        .unwrap_or(2 << 20) as usize;
+    // The text of the value, made without recursion.
+    let text = if deep {
+        format!("{}{}", "[".repeat(size), "]".repeat(size))
+    } else {
+        format!("\"{}\"", "x".repeat(size))
+    };
+    match input["place"].as_str().unwrap_or("output") {
+        "custom_status" => {
+            raw::set_custom_status(&text);
+            let _: Value = ctx.call_activity("echo", &json!(1)).wait()?;
+            Ok(Output::Value(json!("status set")))
+        }
+        "activity_input" => {
+            raw::await_(raw::call_activity("echo", &text, None))?;
+            Ok(Output::Value(json!("the activity took it")))
+        }
+        "activity_result" if deep => {
+            let arguments = json!({ "depth": size }).to_string();
+            raw::await_(raw::call_activity("deep_result", &arguments, None))?;
+            Ok(Output::Value(json!("the result came back")))
+        }
+        "activity_result" => {
+            let arguments = json!({ "bytes": size }).to_string();
+            raw::await_(raw::call_activity("big_result", &arguments, None))?;
+            Ok(Output::Value(json!("the result came back")))
+        }
+        "continue_as_new" => {
+            if input["again"] == json!(true) {
+                return Ok(Output::Value(json!("continued")));
+            }
+            raw::continue_as_new(&text);
+            Ok(Output::Value(json!("continuing")))
+        }
+        _ if deep => Ok(Output::Nested(size)),
+        _ => Ok(Output::Value(json!("x".repeat(size)))),
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Depth {
+    /// How many arrays, one inside the other.
+    depth: usize,
+}
+
+/// A result of `depth` nested arrays.
+fn deep_result(args: Depth) -> Result<Output, String> {
+    Ok(Output::Nested(args.depth))
+}
+
+#[derive(Deserialize)]
+struct Flood {
+    count: u32,
+    /// Timers: when they fire, from now.
+    #[serde(default)]
+    ms: u64,
+}
+
+/// Schedules `count` durable timers at once, each firing after `ms`, and
+/// awaits them all.
+fn timer_flood(ctx: &Context, flood: Flood) -> Result<Value, String> {
+    let timers = (0..flood.count)
+        .map(|_| ctx.timer(std::time::Duration::from_millis(flood.ms)))
+        .collect();
+    let fired = ctx.when_all(timers).map_err(|e| e.to_string())?;
+    Ok(json!(fired.len()))
+}
+
+/// Schedules `count` activities at once (each `echo`), and awaits them all.
+fn activity_flood(ctx: &Context, flood: Flood) -> Result<Value, String> {
+    let calls = (0..flood.count)
+        .map(|i| ctx.call_activity("echo", &i).schedule::<Value>())
+        .collect();
+    let done = ctx.when_all(calls).map_err(|e| e.to_string())?;
+    Ok(json!(done.len()))
+}
+
 fn component() -> Component {
     // Granted this variable, it blocks while being described: the host's
     // describe() limit must stop it and keep loading the others.
@@ -207,6 +410,21 @@ fn component() -> Component {
                 .tool("log_forge")
                 .tool("big_result"),
         )
+        .tool(Tool::new("echo", "Returns its input", echo))
+        .tool(Tool::new("socket", "Opens a socket past the SDK", socket))
+        .tool(Tool::new(
+            "deep_result",
+            "Returns deeply nested arrays",
+            deep_result,
+        ))
+        .orchestration(Orchestration::new("strict_activity", strict_activity))
+        .orchestration(Orchestration::new("env_in_code", env_in_code))
+        .orchestration(Orchestration::new("leak_ambient", leak_ambient))
+        .orchestration(Orchestration::new("block", block))
+        .orchestration(Orchestration::new("spin_code", spin_code))
+        .orchestration(Orchestration::new("hand_over", hand_over))
+        .orchestration(Orchestration::new("timer_flood", timer_flood))
+        .orchestration(Orchestration::new("activity_flood", activity_flood))
         .tool(Tool::new("spin", "Loops forever", spin))
         .tool(Tool::new("hog", "Allocates memory without bound", hog))
         .tool(Tool::new("trap", "Traps", trap))
