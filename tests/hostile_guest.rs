@@ -221,7 +221,8 @@ async fn a_retry_policy_that_is_not_a_number_fails_its_own_instance_and_no_other
         .await;
         poisoned.push((coefficient, id));
     }
-    tenant::measure(&host, "retry policies that are not numbers").await;
+    let attack = [("poisoned_retry", json!({ "coefficient": "nan" }))];
+    measure_while_attacking(&host, "retry policies that are not numbers", &attack).await;
     let victim = start(&host, "failing_activity", &json!(null)).await;
     // Two attempts 50 ms apart: it fails as soon as the scheduler runs the
     // second (wait_for's bound is 30 s; before the fix it stayed Running).
@@ -264,7 +265,8 @@ async fn an_await_naming_one_task_many_times_is_refused_before_any_copy() {
         &json!({ "times": 300, "bytes": 900_000 }),
     )
     .await;
-    tenant::measure(&host, "an await naming one task 300 times").await;
+    let again = [("await_repeated", json!({ "times": 300, "bytes": 900_000 }))];
+    measure_while_attacking(&host, "an await naming one task 300 times", &again).await;
     let done = wait_for(&host, &attack, &["Completed", "Failed"]).await;
     assert_eq!(done["runtimeStatus"], "Failed", "{done}");
     assert!(
@@ -670,7 +672,13 @@ async fn an_orchestration_cannot_join_a_conversation_it_did_not_start() {
         .unwrap();
     assert_eq!(told.status(), 200);
     let attack = start(&host, "join_session", &json!({"session": "bob-session-7"})).await;
-    tenant::measure(&host, "an orchestration joining another's conversation").await;
+    let again = [("join_session", json!({"session": "bob-session-7"}))];
+    measure_while_attacking(
+        &host,
+        "an orchestration joining another's conversation",
+        &again,
+    )
+    .await;
     let done = wait_for(&host, &attack, &["Completed", "Failed"]).await;
     assert_eq!(done["runtimeStatus"], "Failed", "{done}");
     assert!(
@@ -841,18 +849,46 @@ async fn episodes_waiting_for_their_components_share_do_not_hold_others_back() {
 }
 
 /// Starts `attacks` (orchestration, input) of the hostile component at
-/// once, measures the tenant while they run, and returns each one's end.
+/// once, measures the tenant while more of them keep coming
+/// ([`measure_while_attacking`]), and returns how the first ones ended.
 async fn attacked(host: &Host, what: &str, attacks: &[(&str, Value)]) -> Vec<Value> {
     let mut ids = Vec::new();
     for (name, input) in attacks {
         ids.push(start(host, name, input).await);
     }
-    tenant::measure(host, what).await;
+    measure_while_attacking(host, what, attacks).await;
     let mut ends = Vec::new();
     for id in &ids {
         ends.push(wait_for(host, id, &["Completed", "Failed"]).await);
     }
     ends
+}
+
+/// Measures the tenant while the hostile component's `attacks` are started
+/// again and again, until the measurement ends: an attack that fails in a
+/// millisecond is still under way for the whole measurement.
+async fn measure_while_attacking(
+    host: &Host,
+    what: &str,
+    attacks: &[(&str, Value)],
+) -> tenant::Measured {
+    let measuring = tenant::measure(host, what);
+    tokio::pin!(measuring);
+    let mut rounds = 0;
+    loop {
+        let round = async {
+            for (name, input) in attacks {
+                start(host, name, input).await;
+            }
+        };
+        tokio::select! {
+            measured = &mut measuring => {
+                eprintln!("{what}: {rounds} more rounds of the attack started whole while measuring, one in part");
+                return measured;
+            }
+            () = round => rounds += 1,
+        }
+    }
 }
 
 /// The instance failed, its output saying each of `said`.
