@@ -59,4 +59,5 @@ mod store_faults;
 mod streaming;
 mod support;
 mod task_hubs;
+mod timers_on_time;
 mod tools;

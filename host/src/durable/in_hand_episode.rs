@@ -64,10 +64,10 @@ pub async fn run_on_result(
     drop(running);
     Ok(match written {
         ArrivalWritten::WithEpisode(applied) | ArrivalWritten::Event(_, applied) => applied,
+        // A retry's next attempt is due later: `applied` says when.
         ArrivalWritten::Result(fate, applied) => {
-            if fate == TaskFate::Retrying {
-                // The scheduler must learn when the next attempt is due.
-                orchestrator.notify();
+            if fate == TaskFate::Dropped {
+                tracing::info!(instance_id = %id, "dropped the result of a task the instance no longer waits for");
             }
             applied
         }
@@ -91,10 +91,8 @@ pub async fn run_on_results(
     drop(running);
     let mut applied = Applied::default();
     for result in results {
-        let (fate, done) = result?;
-        if fate == TaskFate::Retrying {
-            orchestrator.notify();
-        }
+        let (_, done) = result?;
+        applied.comes_due(done.due);
         applied.tasks.extend(done.tasks);
         applied
             .wake
@@ -103,6 +101,7 @@ pub async fn run_on_results(
     let ran = run(orchestrator, id, slot).await?;
     applied.tasks.extend(ran.tasks);
     applied.wake.extend(ran.wake);
+    applied.comes_due(ran.due);
     Ok(applied)
 }
 

@@ -2,6 +2,7 @@
 //! time per instance, running their tasks, firing timers, and the management
 //! operations (raise, suspend, resume, terminate, purge).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,10 @@ const DUE_AT_ONCE: usize = 1_000;
 /// passes (about a minute), not one a second.
 const FAILING_PASSES_PER_LOG: u32 = 60;
 
+/// The longest the scheduler sleeps between passes (ms): what it cannot be
+/// told of (a row another host wrote, a notification lost) waits no longer.
+const LONGEST_PAUSE_MS: i64 = 1_000;
+
 #[derive(Debug, Clone)]
 pub struct OrchestratorConfig {
     pub limits: Arc<Limits>,
@@ -72,6 +77,10 @@ pub struct Orchestrator {
     /// queues here rather than in the store's connection pool.
     pub(super) episodes: Arc<tokio::sync::Semaphore>,
     wake: Notify,
+    /// When the scheduler's sleep ends (ms): something armed to come due
+    /// sooner lowers it, and `due_sooner` tells the sleeping scheduler.
+    planned_wake: AtomicI64,
+    due_sooner: Notify,
     pub(super) stopping: CancellationToken,
     tracker: TaskTracker,
     /// Whether this process runs episodes and tasks (not an HTTP-only front).
@@ -115,6 +124,8 @@ impl Orchestrator {
             results_in_hand: ResultsInHand::default(),
             episodes: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_EPISODES)),
             wake: Notify::new(),
+            planned_wake: AtomicI64::new(i64::MIN),
+            due_sooner: Notify::new(),
             stopping: CancellationToken::new(),
             tracker: TaskTracker::new(),
             works,
@@ -175,6 +186,7 @@ impl Orchestrator {
                 // the whole instance on the writer's connection).
                 Ok(Wake::Posted(ids)) => self.heard_of(ids, |id| self.hot.inbox_changed(id)),
                 Ok(Wake::Everything) => self.notify(),
+                Ok(Wake::Due(at)) => self.wake_at(at),
                 Ok(
                     Wake::Sessions
                     | Wake::Assigned(_)
@@ -231,6 +243,15 @@ impl Orchestrator {
         self.wake.notify_one();
     }
 
+    /// Something comes due at `at` (ms): a scheduler asleep until later
+    /// wakes then instead (a 50 ms timer fired a second late when its
+    /// commit came after the pass that planned the sleep).
+    fn wake_at(&self, at: i64) {
+        if at < self.planned_wake.fetch_min(at, Ordering::AcqRel) {
+            self.due_sooner.notify_one();
+        }
+    }
+
     async fn schedule(self: Arc<Self>) {
         loop {
             let now = now_ms();
@@ -261,16 +282,36 @@ impl Orchestrator {
                 Err(e) => failed = Some(format!("could not read due tasks: {e}")),
             }
             self.count_pass(failed);
+            // Set before the read: what is armed from here on and due
+            // sooner than the read finds lowers it (`wake_at`).
+            self.planned_wake
+                .store(now + LONGEST_PAUSE_MS, Ordering::Release);
             let next = store
                 .within("the next due time", store.next_due_after(now))
                 .await
                 .ok()
                 .flatten();
-            let pause = next.map_or(1_000, |t| (t - now).clamp(1, 1_000));
+            if let Some(next) = next {
+                self.planned_wake
+                    .fetch_min(next.max(now + 1), Ordering::AcqRel);
+            }
+            if !self.sleep_until_planned().await {
+                return;
+            }
+        }
+    }
+
+    /// Sleeps until the planned wake, which `wake_at` may bring forward
+    /// meanwhile, or until a pass is asked for. False when stopping.
+    async fn sleep_until_planned(&self) -> bool {
+        loop {
+            let until = self.planned_wake.load(Ordering::Acquire);
+            let pause = u64::try_from(until - now_ms()).unwrap_or(0);
             tokio::select! {
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(Duration::from_millis(u64::try_from(pause).unwrap_or(1_000))) => {}
-                () = self.stopping.cancelled() => return,
+                () = self.wake.notified() => return true,
+                () = self.due_sooner.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(pause)) => return true,
+                () = self.stopping.cancelled() => return false,
             }
         }
     }
@@ -417,6 +458,9 @@ impl Orchestrator {
     /// the instances it touched (those it created, and this host runs, are
     /// hot from the start).
     pub(super) fn dispatch(self: &Arc<Self>, applied: Applied) {
+        if let Some(at) = applied.due {
+            self.wake_at(at);
+        }
         if self.works {
             let me = self.store.owner_id();
             applied
@@ -521,13 +565,9 @@ impl Orchestrator {
         {
             Ok((outcome, applied)) => {
                 drop(running);
-                match outcome {
-                    // The scheduler must learn when the next attempt is due.
-                    TaskFate::Retrying => self.notify(),
-                    TaskFate::Dropped => {
-                        tracing::info!(instance_id = %instance_id, execution = attempt_key.0, task = attempt_key.1, "dropped the result of a task the instance no longer waits for")
-                    }
-                    TaskFate::Delivered => {}
+                // A retry's next attempt is due later: `applied` says when.
+                if outcome == TaskFate::Dropped {
+                    tracing::info!(instance_id = %instance_id, execution = attempt_key.0, task = attempt_key.1, "dropped the result of a task the instance no longer waits for")
                 }
                 self.dispatch(applied);
             }

@@ -89,7 +89,7 @@ impl Runs {
                 false
             }
             Wake::Sessions | Wake::Everything => true,
-            Wake::Instances(_) | Wake::Posted(_) => false,
+            Wake::Instances(_) | Wake::Posted(_) | Wake::Due(_) => false,
         }
     }
 

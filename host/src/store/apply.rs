@@ -65,6 +65,7 @@ pub(super) async fn apply(
             Effect::ScheduleTask { task, call } => scheduled.push((task, call)),
             Effect::Create(new) => match create(tx, new.clone(), now).await? {
                 Ok(created) => {
+                    applied.comes_due(created.start_at);
                     applied.wake.push(new.id);
                     applied.created.push(created);
                 }
@@ -79,6 +80,7 @@ pub(super) async fn apply(
             },
             Effect::Start(new) => match create(tx, new.clone(), now).await? {
                 Ok(created) => {
+                    applied.comes_due(created.start_at);
                     applied.wake.push(new.id);
                     applied.created.push(created);
                 }
@@ -87,6 +89,7 @@ pub(super) async fn apply(
                 }
             },
             Effect::ArmTimer { task, fire_at } => {
+                applied.comes_due(Some(fire_at));
                 push_inbox(
                     tx,
                     &mut applied,
@@ -103,6 +106,7 @@ pub(super) async fn apply(
                 event,
                 visible_at,
             } => {
+                applied.comes_due(visible_at.filter(|at| *at > now));
                 let visible_at = visible_at.map_or(now, |at| at.max(now));
                 push_inbox(tx, &mut applied, &instance, execution, event, visible_at).await?;
                 applied.wake.push(instance);
@@ -152,7 +156,10 @@ pub(super) async fn apply(
                 task,
                 attempt,
                 due_at,
-            } => tx.retry_task(target, task, attempt, due_at).await?,
+            } => {
+                applied.comes_due(Some(due_at));
+                tx.retry_task(target, task, attempt, due_at).await?
+            }
             Effect::Purge => {
                 row = PendingRow::default();
                 tx.purge(&target.id).await?
@@ -193,6 +200,7 @@ pub(super) async fn apply(
                 };
                 // One scheduled for later waits in the inbox, unseen,
                 // until its time: the scheduler's pass finds it then.
+                applied.comes_due(due_at.filter(|at| *at > now));
                 let visible_at = due_at.map_or(now, |at| at.max(now));
                 push_inbox(tx, &mut applied, &entity.id, execution, event, visible_at).await?;
                 applied.wake.push(entity.id);

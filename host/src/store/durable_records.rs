@@ -62,6 +62,21 @@ pub struct Applied {
     /// Instances this write created, as stored: the host that runs them
     /// starts from these instead of reading them back.
     pub created: Vec<Loaded>,
+    /// The earliest time (ms) something this write armed for later comes
+    /// due: a timer, a retry's next attempt, a row unseen until then, a
+    /// start for later. The scheduler sleeps until the next due time it
+    /// read; this wakes it sooner when sooner is due.
+    pub due: Option<i64>,
+}
+
+impl Applied {
+    /// Something this write armed comes due at `at` (ms).
+    pub fn comes_due(&mut self, at: Option<i64>) {
+        self.due = match (self.due, at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
 }
 
 /// One row of an instance's inbox.

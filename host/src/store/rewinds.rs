@@ -71,6 +71,7 @@ pub(super) async fn rewind_tree(
         all.posted.extend(applied.posted);
         all.news.extend(applied.news);
         all.created.extend(applied.created);
+        all.comes_due(applied.due);
     }
     Ok((change, all))
 }

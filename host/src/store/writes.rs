@@ -177,6 +177,7 @@ pub(super) async fn write_durable(
                 Ok(created) => {
                     let applied = Applied {
                         wake: vec![id.clone()],
+                        due: created.start_at,
                         created: vec![created],
                         ..Applied::default()
                     };

@@ -620,6 +620,16 @@ fn payloads<'a>(hub: &SharedHub, results: impl IntoIterator<Item = &'a Written>)
     if !posted.is_empty() {
         payloads.extend(hub.posted_payloads(&posted));
     }
+    // Something due later for an instance another host may run (an event
+    // or operation unseen until then): that host's scheduler may sleep
+    // past it, so all are told when.
+    let due = results
+        .iter()
+        .filter_map(|written| written.applied())
+        .filter(|applied| !applied.news.is_empty())
+        .filter_map(|applied| applied.due)
+        .min();
+    payloads.extend(due.map(|at| hub.due_payload(at)));
     for written in results {
         match written {
             // Queued for a session this host does not run: its owner, or

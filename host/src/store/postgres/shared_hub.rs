@@ -107,6 +107,10 @@ pub enum Wake {
     /// Notifications may have been lost (the listener reconnected), or a
     /// host handed its work back: look at everything.
     Everything,
+    /// Something another host wrote for later comes due at this time (ms,
+    /// the writer's clock): an event or operation unseen until then, maybe
+    /// for an instance this host runs. Its scheduler looks then.
+    Due(i64),
 }
 
 /// The longest payload sent; PostgreSQL refuses one of 8000 bytes or more.
@@ -164,6 +168,10 @@ mod payload {
 
     pub fn everything(sender: &str) -> String {
         format!("w {sender}")
+    }
+
+    pub fn due(sender: &str, at: i64) -> String {
+        format!("t {sender} {at}")
     }
 
     /// A run queued for a session `host` owns: written by the statement
@@ -252,6 +260,7 @@ mod payload {
                 .next()
                 .map(|id| Wake::RunFinished(id.to_string(), None)),
             "w" => Some(Wake::Everything),
+            "t" => parts.next()?.parse().ok().map(Wake::Due),
             _ => None,
         }
     }
@@ -427,6 +436,11 @@ impl SharedHub {
 
     pub fn sessions_payload(&self) -> String {
         payload::sessions(&self.host)
+    }
+
+    /// A payload telling the others that something comes due at `at` (ms).
+    pub fn due_payload(&self, at: i64) -> String {
+        payload::due(&self.host, at)
     }
 
     /// The start of a payload carrying an ended run's record; the
@@ -608,6 +622,12 @@ mod tests {
             payload::parse(&payload::everything("h1"), "h2"),
             Some(Wake::Everything)
         );
+        assert_eq!(
+            payload::parse(&payload::due("h1", 1_700_000_000_123), "h2"),
+            Some(Wake::Due(1_700_000_000_123))
+        );
+        assert_eq!(payload::parse(&payload::due("h1", 5), "h1"), None);
+        assert_eq!(payload::parse("t h1 soon", "h2"), None);
         assert_eq!(payload::parse("garbage", "h2"), None);
         let session = SessionKey {
             agent: "a".into(),

@@ -232,6 +232,28 @@ fn greedy_retry(ctx: &Context, _input: Value) -> Result<Value, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Waits on one durable timer of `ms`.
+fn timer(ctx: &Context, ms: u64) -> Result<u64, String> {
+    ctx.timer(Duration::from_millis(ms)).wait()?;
+    Ok(ms)
+}
+
+/// Calls an activity that always fails, 3 attempts `ms` apart; whether it
+/// failed in the end.
+fn retry_backoff(ctx: &Context, ms: u64) -> Result<bool, String> {
+    let policy = RetryPolicy {
+        max_attempts: 3,
+        first_delay: Duration::from_millis(ms),
+        backoff_coefficient: 1.0,
+        max_delay: Duration::from_millis(ms),
+    };
+    Ok(ctx
+        .call_activity("fail", &json!({}))
+        .retry(policy)
+        .wait::<Value>()
+        .is_err())
+}
+
 /// Two waits for one event name awaited together: each takes its own event.
 fn both_waits(ctx: &Context, _input: Value) -> Result<Vec<Value>, String> {
     let a = ctx.wait_for_event("step");
@@ -384,6 +406,8 @@ fn component() -> Component {
         .orchestration(Orchestration::new("spinner", spinner))
         .orchestration(Orchestration::new("greedy_retry", greedy_retry))
         .orchestration(Orchestration::new("both_waits", both_waits))
+        .orchestration(Orchestration::new("timer", timer))
+        .orchestration(Orchestration::new("retry_backoff", retry_backoff))
         .orchestration(Orchestration::new("remote_call", remote_call))
         .orchestration(Orchestration::new("call_activity_of", call_activity_of))
 }
