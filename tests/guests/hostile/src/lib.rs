@@ -188,7 +188,7 @@ fn join_session(_ctx: &Context, input: Value) -> Result<Value, String> {
 }
 
 /// Returns its input.
-fn echo(args: Value) -> Result<Value, String> {
+fn give_back(args: Value) -> Result<Value, String> {
     Ok(args)
 }
 
@@ -254,7 +254,7 @@ fn ambient() -> Value {
 /// instance). Its output says whether anything differed.
 fn leak_ambient(ctx: &Context, _input: Value) -> Result<Value, String> {
     let first = ambient();
-    let journaled: Value = ctx.call_activity("echo", &first).wait()?;
+    let journaled: Value = ctx.call_activity("give_back", &first).wait()?;
     ctx.timer(std::time::Duration::from_millis(50)).wait()?;
     let differed = first != journaled;
     if differed {
@@ -323,11 +323,11 @@ fn hand_over(ctx: &Context, input: Value) -> Result<Output, String> {
     match input["place"].as_str().unwrap_or("output") {
         "custom_status" => {
             raw::set_custom_status(&text);
-            let _: Value = ctx.call_activity("echo", &json!(1)).wait()?;
+            let _: Value = ctx.call_activity("give_back", &json!(1)).wait()?;
             Ok(Output::Value(json!("status set")))
         }
         "activity_input" => {
-            raw::await_(raw::call_activity("echo", &text, None))?;
+            raw::await_(raw::call_activity("give_back", &text, None))?;
             Ok(Output::Value(json!("the activity took it")))
         }
         "activity_result" if deep => {
@@ -381,10 +381,10 @@ fn timer_flood(ctx: &Context, flood: Flood) -> Result<Value, String> {
     Ok(json!(fired.len()))
 }
 
-/// Schedules `count` activities at once (each `echo`), and awaits them all.
+/// Schedules `count` activities at once (each `give_back`), and awaits them all.
 fn activity_flood(ctx: &Context, flood: Flood) -> Result<Value, String> {
     let calls = (0..flood.count)
-        .map(|i| ctx.call_activity("echo", &i).schedule::<Value>())
+        .map(|i| ctx.call_activity("give_back", &i).schedule::<Value>())
         .collect();
     let done = ctx.when_all(calls).map_err(|e| e.to_string())?;
     Ok(json!(done.len()))
@@ -410,7 +410,7 @@ fn component() -> Component {
                 .tool("log_forge")
                 .tool("big_result"),
         )
-        .tool(Tool::new("echo", "Returns its input", echo))
+        .tool(Tool::new("give_back", "Returns its input", give_back))
         .tool(Tool::new("socket", "Opens a socket past the SDK", socket))
         .tool(Tool::new(
             "deep_result",
