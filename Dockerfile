@@ -4,20 +4,35 @@
 # runs as a user of its own. The components directory and the store are
 # volumes; probes: GET /api/health/live and /api/health/ready on 7071.
 # docs/deploy.md walks through it (and the Kubernetes manifests beside it).
+#
+# `docker build .` compiles everything in the Rust image. Where that image
+# cannot be pulled, `--build-arg BUILDER=prebuilt` takes the host and the
+# components from target/image/prebuilt/ instead (`make image-test` puts
+# what `make release components` built there), and `--build-arg BASE=...`
+# names another Debian bookworm root for the runtime image.
+ARG BUILDER=source
+ARG RUST_IMAGE=rust:1.95-bookworm
+ARG BASE=debian:bookworm-slim
 
-FROM rust:1.95-bookworm AS build
+FROM ${RUST_IMAGE} AS build-source
 WORKDIR /src
 COPY . .
+RUN make release components COMPONENTS=/out/components \
+    && cp target/release/agenthost /out/agenthost
+
+FROM ${BASE} AS build-prebuilt
+COPY target/image/prebuilt/agenthost /out/agenthost
+COPY target/image/prebuilt/components /out/components
+
+FROM build-${BUILDER} AS build
 # `agenthost compile` puts each component's compiled code beside it
 # (/out/components/.compiled/): a new container, its cache empty, loads
 # them without compiling (`--load-precompiled` below: this image's own
 # build wrote them). It is checked at load against the engine and the CPU;
 # where it does not fit (another CPU kind), the host compiles instead.
-RUN make release components COMPONENTS=/out/components \
-    && cp target/release/agenthost /out/agenthost \
-    && /out/agenthost compile /out/components
+RUN /out/agenthost compile /out/components
 
-FROM debian:bookworm-slim
+FROM ${BASE}
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \

@@ -1,7 +1,8 @@
 //! The container image's command line (the Kubernetes manifests:
 //! kubernetes.rs),
-//! parsed and run as written (no container runtime here: nothing builds
-//! the image).
+//! parsed and run as written. A container runtime builds and runs the image
+//! itself in `make image-test` (scripts/image-test.sh), which takes minutes
+//! and is not part of `make test`.
 
 use std::time::Duration;
 
@@ -35,6 +36,64 @@ fn dockerfile() -> Vec<(String, String)> {
     lines
 }
 
+/// `text` with each `${NAME}` the Dockerfile's `ARG NAME=default` gives
+/// replaced by that default: what `docker build .` builds.
+fn with_arg_defaults(lines: &[(String, String)], text: &str) -> String {
+    lines
+        .iter()
+        .filter(|(i, _)| i == "ARG")
+        .filter_map(|(_, rest)| rest.split_once('='))
+        .fold(text.to_string(), |text, (name, default)| {
+            text.replace(&format!("${{{name}}}"), default)
+        })
+}
+
+/// `docker build .` compiles in the Rust image (`make image-test` takes the
+/// prebuilt stage instead, where that image cannot be pulled), and the
+/// build context leaves out what a built checkout holds.
+#[test]
+fn a_plain_build_compiles_in_the_rust_image_from_a_context_without_target() {
+    let lines = dockerfile();
+    let from = |stage: &str| {
+        lines
+            .iter()
+            .find(|(i, rest)| i == "FROM" && rest.ends_with(&format!(" AS {stage}")))
+            .map(|(_, rest)| with_arg_defaults(&lines, rest))
+            .unwrap_or_else(|| panic!("no stage {stage}"))
+    };
+    let chosen = from("build");
+    let chosen = chosen.trim_end_matches(" AS build");
+    let source = from(chosen);
+    assert!(source.starts_with("rust:"), "{chosen}: {source}");
+    let builds = lines
+        .iter()
+        .skip_while(|(i, rest)| !(i == "FROM" && rest.ends_with(&format!(" AS {chosen}"))))
+        .skip(1)
+        .take_while(|(i, _)| i != "FROM")
+        .any(|(i, rest)| i == "RUN" && rest.contains("make release components"));
+    assert!(builds, "the {chosen} stage runs make release components");
+    from("build-prebuilt");
+
+    let ignored = std::fs::read_to_string(workspace().join(".dockerignore")).unwrap();
+    let patterns: Vec<&str> = ignored
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    for left_out in ["**/target", ".git", "**/*.db", "**/node_modules"] {
+        assert!(patterns.contains(&left_out), "{left_out}: {patterns:?}");
+    }
+    // The one way back into target/: the folder the prebuilt stage copies.
+    let kept: Vec<_> = patterns.iter().filter(|p| p.starts_with('!')).collect();
+    assert_eq!(kept, [&"!target/image/prebuilt"]);
+    let copies_prebuilt = lines
+        .iter()
+        .filter(|(i, _)| i == "COPY")
+        .filter(|(_, rest)| rest.starts_with("target/"))
+        .all(|(_, rest)| rest.starts_with("target/image/prebuilt/"));
+    assert!(copies_prebuilt);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_image_runs_its_command_line_unprivileged_with_volumes_probes_and_a_drain() {
     let lines = dockerfile();
@@ -52,7 +111,7 @@ async fn the_image_runs_its_command_line_unprivileged_with_volumes_probes_and_a_
     // Multi-stage, a small runtime image, not root, volumes for the
     // components and the store.
     assert!(lines.iter().filter(|(i, _)| i == "FROM").count() >= 2);
-    assert!(last("FROM").contains("slim"));
+    assert!(with_arg_defaults(&lines, &last("FROM")).contains("slim"));
     let user = last("USER");
     assert!(!user.starts_with('0') && user != "root", "{user}");
     let volumes = array(last("VOLUME"));
