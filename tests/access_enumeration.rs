@@ -6,8 +6,10 @@
 //! one waiting for an approval, a finished one). Then every operation the
 //! host serves is called on A's resources with B's key and with none:
 //! every operation of `/api/openapi.json` (also under the dashboard's mount
-//! of the API), every A2A JSON-RPC method and HTTP+JSON call, every MCP
-//! method and tool, every dashboard page. No key gets 401; B gets what the
+//! of the API, and those under `/runtime/` also at their alias under
+//! `/api/runtime/`, where a Functions front forwards them), every A2A
+//! JSON-RPC method and HTTP+JSON call, every MCP method and tool (at both
+//! of MCP's paths), every dashboard page. No key gets 401; B gets what the
 //! documented rule gives it (docs/operations.md: 403 on an admin route, 404
 //! as for an unknown run, task or instance, 403 / -32602 / invalid params
 //! for a conversation another caller started, 409 for an instance id
@@ -131,6 +133,8 @@ async fn key_b_reaches_nothing_of_key_a_by_any_route_method_or_tool_and_no_key_r
     let mcp = protocols::mcp_cases(&a, &tools, &mut found);
     for case in &mcp {
         exercise(&base, "MCP", case, false, None, &mut found).await;
+        let alias = alias_of(case);
+        exercise(&base, "MCP at /api", &alias, false, None, &mut found).await;
     }
     eprintln!(
         "access_enumeration: {} documented operations ({exercised} calls on A's resources), {} MCP tools ({} calls), {} dashboard pages",
@@ -145,6 +149,14 @@ async fn key_b_reaches_nothing_of_key_a_by_any_route_method_or_tool_and_no_key_r
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}}),
     );
     no_key(&base, &format!("POST {MCP}"), &initialize, &mut found).await;
+    let initialize = initialize.under(ALIAS);
+    no_key(
+        &base,
+        &format!("POST {ALIAS}{MCP}"),
+        &initialize,
+        &mut found,
+    )
+    .await;
 
     dashboard(&base, &mut found).await;
 
@@ -232,6 +244,12 @@ async fn operation_cases(
     });
     for case in cases {
         exercise(base, &route, &case, scope == Some("admin"), token, found).await;
+        // A route under `/runtime/` at its alias: the same rules.
+        if template.starts_with("/runtime/") {
+            let alias = alias_of(&case);
+            let at = format!("{method} {ALIAS}{template}");
+            exercise(base, &at, &alias, scope == Some("admin"), token, found).await;
+        }
         // The same routes under the dashboard's mount: admin alone.
         let mounted = case.request.under("/dashboard/api");
         let answer = send(base, &mounted, Some(KEY_B)).await;
@@ -244,6 +262,19 @@ async fn operation_cases(
         no_key(base, &route, &mounted, found).await;
     }
     count
+}
+
+/// Where the routes under `/runtime/` are served again (for a Functions
+/// front, which keeps `/runtime/` for itself).
+const ALIAS: &str = "/api";
+
+/// `case` at the alias of its route.
+fn alias_of(case: &Case) -> Case {
+    Case {
+        what: format!("{} (at {ALIAS})", case.what),
+        request: case.request.under(ALIAS),
+        refusal: case.refusal,
+    }
 }
 
 /// B's call and the keyless one; for a `GET`, B's `HEAD` too; where the

@@ -2,11 +2,14 @@
 //! published schemas and run as the Azure Functions host runs a custom
 //! handler; [`read_only`] runs it as a deployed app runs, from a read-only
 //! package, every request through a route its functions declare
-//! ([`front`]); [`init_safety`] holds what `init` keeps and leaves.
+//! ([`front`]); [`init_safety`] holds what `init` keeps and leaves;
+//! [`runtime_alias`], the management API and MCP where such an app reaches
+//! them.
 
 mod front;
 mod init_safety;
 mod read_only;
+mod runtime_alias;
 
 use std::path::Path;
 

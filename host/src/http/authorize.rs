@@ -11,6 +11,7 @@ use axum::RequestPartsExt;
 
 use super::caller::Caller;
 use super::error::ApiError;
+use super::front_routes::canonical;
 use super::keys::{required_scope, ApiKeys, Grant, Scope};
 use super::AppState;
 
@@ -123,10 +124,11 @@ pub async fn authorize(State(state): State<AppState>, request: Request, next: Ne
     if keys.is_empty() {
         return next.run(request).await;
     }
+    // An alias (`front_routes`) is checked as the route it stands for.
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map(|m| m.as_str().to_string())
+        .map(|m| canonical(m.as_str()).to_string())
         .unwrap_or_default();
     let Some(needed) = required_scope(request.method(), &route) else {
         return next.run(request).await;

@@ -268,6 +268,12 @@ pub fn accepted(body: impl IntoResponse) -> Response {
     (StatusCode::ACCEPTED, body).into_response()
 }
 
+/// Whether `response` is a 202 (`accepted`): an answer that hands out URLs
+/// to follow (`front_key`).
+pub fn is_accepted(response: &Response) -> bool {
+    response.status() == StatusCode::ACCEPTED
+}
+
 /// 200 when the work is over, 202 while it goes on (the Durable Functions
 /// status route).
 pub fn done_or_accepted(done: bool, body: impl IntoResponse) -> Response {

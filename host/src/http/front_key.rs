@@ -13,13 +13,13 @@
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 use http_body::Body as _;
 use serde_json::Value;
 
-use super::AppState;
+use super::{error, AppState};
 
 /// The fields of a 202's body that hold a URL to follow.
 const URL_FIELDS: &[&str] = &[
@@ -45,7 +45,7 @@ pub async fn carry(State(state): State<AppState>, request: Request, next: Next) 
     });
     let response = next.run(request).await;
     match code {
-        Some(code) if response.status() == StatusCode::ACCEPTED => with_key(response, &code).await,
+        Some(code) if error::is_accepted(&response) => with_key(response, &code).await,
         _ => response,
     }
 }

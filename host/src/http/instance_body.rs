@@ -62,7 +62,8 @@ pub(super) struct InstanceUrls {
 }
 
 impl InstanceUrls {
-    /// `base` is `scheme://host` of the request; `token` the instance's.
+    /// `base` is `scheme://host` of the request and the mount the URLs go
+    /// under (`front_routes::url_prefix`); `token` the instance's.
     pub fn new(base: &str, id: &str, token: Option<&str>) -> Self {
         let instance = format!("{base}{PREFIX}/{}", urlencode(id));
         let (alone, after) = match token {

@@ -295,7 +295,10 @@ impl Tools {
                 ))]))
             }
         };
-        let status = format!("/runtime/webhooks/durabletask/instances/{id}");
+        let status = format!(
+            "{}/runtime/webhooks/durabletask/instances/{id}",
+            super::front_routes::url_prefix()
+        );
         let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
             "started instance '{id}' of '{name}': GET {status} for its status"
         ))]);

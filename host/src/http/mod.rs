@@ -13,6 +13,7 @@ mod dashboard;
 mod deprecation;
 mod error;
 mod front_key;
+mod front_routes;
 mod functions;
 pub(crate) mod grpc;
 mod health;
@@ -85,15 +86,23 @@ pub fn router(state: AppState) -> Router {
     // The dashboard's page reaches the API under its own path (see
     // `dashboard`): the same routes, their own keys and layers, mounted
     // again (MCP sessions stay with the one mount clients use).
-    let for_dashboard = checked(routes(&state, false), &state).with_state(state.clone());
-    let served = routes(&state, state.config.mcp_enabled)
+    let dashboard_runtime = runtime_routes(&state, false);
+    let for_dashboard =
+        checked(routes(&state).merge(dashboard_runtime), &state).with_state(state.clone());
+    // The `/runtime/` routes once, served at their own paths and again
+    // where a Functions front forwards (`front_routes`); MCP's sessions are
+    // the same at both.
+    let runtime = runtime_routes(&state, state.config.mcp_enabled);
+    let served = routes(&state)
+        .merge(runtime.clone())
+        .nest(front_routes::MOUNT, runtime)
         .merge(dashboard::routes())
         .nest_service(dashboard::API, for_dashboard);
     finish(served, &state)
 }
 
-/// Every route of the API; MCP's when `mcp`.
-fn routes(state: &AppState, mcp: bool) -> Router<AppState> {
+/// Every route of the API but those under `/runtime/`.
+fn routes(state: &AppState) -> Router<AppState> {
     let mut router = Router::new()
         .route("/api/agents/{name}/run", post(agents::run))
         .route("/.well-known/agent-card.json", get(a2a::host_card))
@@ -154,7 +163,19 @@ fn routes(state: &AppState, mcp: bool) -> Router<AppState> {
         .route(
             "/api/{*path}",
             post(orchestrators::declared_route).fallback(error::no_route),
-        )
+        );
+    if state.config.health_enabled {
+        router = router
+            .route("/api/health", get(health::get))
+            .route("/api/health/live", get(health::live))
+            .route("/api/health/ready", get(health::ready));
+    }
+    router
+}
+
+/// The management API and, when `mcp`, MCP: the routes under `/runtime/`.
+fn runtime_routes(state: &AppState, mcp: bool) -> Router<AppState> {
+    let mut router = Router::new()
         .route(
             "/runtime/webhooks/durabletask/instances",
             get(instances::list).delete(instances::purge_matching),
@@ -183,12 +204,6 @@ fn routes(state: &AppState, mcp: bool) -> Router<AppState> {
         // An MCP session answers the caller that opened it alone.
         let sessions = axum::middleware::from_fn(mcp_sessions::bound_to_caller);
         router = router.nest_service(mcp::PATH, mcp::routes(state.clone()).layer(sessions));
-    }
-    if state.config.health_enabled {
-        router = router
-            .route("/api/health", get(health::get))
-            .route("/api/health/live", get(health::live))
-            .route("/api/health/ready", get(health::ready));
     }
     router
 }

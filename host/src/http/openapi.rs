@@ -20,7 +20,9 @@ use super::schemas::{A2aStatus, A2aStatusError, ErrorBody};
         title = "agenthost",
         description = "Agents and durable orchestrations hosted as WebAssembly components. \
                        With endpoint keys configured, each route needs a key of the scope its \
-                       description names (`invoke` or `admin`); health and this document are open."
+                       description names (`invoke` or `admin`); health and this document are open. \
+                       The routes under `/runtime/` are served again, with the same keys, under \
+                       `/api/runtime/` (where an Azure Functions front forwards them)."
     ),
     paths(
         super::agents::run,
@@ -278,11 +280,18 @@ mod tests {
     fn every_route_the_router_serves_is_in_the_document_and_no_other() {
         // MCP, a protocol of its own (its one path, `rmcp`'s service), and
         // the dashboard (a page for browsers, and these same routes mounted
-        // again under it) are outside the document.
+        // again under it) are outside the document; so is the `/runtime/`
+        // routes' alias under `/api` (`front_routes`), the same routes
+        // mounted again, which the document's description names. The
+        // `/runtime/` routes themselves are read below, where they are
+        // written.
         let source = include_str!("mod.rs")
             .replace(".nest_service(mcp::PATH,", "")
             .replace(".merge(dashboard::routes())", "")
-            .replace(".nest_service(dashboard::API,", "");
+            .replace(".nest_service(dashboard::API,", "")
+            .replace(".merge(dashboard_runtime)", "")
+            .replace(".merge(runtime.clone())", "")
+            .replace(".nest(front_routes::MOUNT, runtime)", "");
         // Routes added any other way would escape the reading above.
         for other in [".nest(", ".merge(", ".route_service(", ".nest_service("] {
             assert!(

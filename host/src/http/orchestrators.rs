@@ -22,7 +22,7 @@ use super::caller::{instance_starter, visible_instance, Caller};
 use super::instance_body::{EventAccepted, InstanceUrls};
 use super::instances::base_url;
 use super::keys::Grant;
-use super::{error, ApiError, AppState};
+use super::{error, front_routes, ApiError, AppState};
 use crate::durable::DurableError;
 use crate::registry::RouteTarget;
 
@@ -150,7 +150,9 @@ async fn start_instance(
     } else {
         None
     };
-    let urls = InstanceUrls::new(&base_url(headers), &id, token.as_deref());
+    // Where the caller can follow them (`front_routes`).
+    let base = format!("{}{}", base_url(headers), front_routes::url_prefix());
+    let urls = InstanceUrls::new(&base, &id, token.as_deref());
     let location = HeaderValue::from_str(&urls.status_query_get_uri).ok();
     let mut response = error::accepted(Json(urls));
     if let Some(location) = location {

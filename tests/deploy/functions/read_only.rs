@@ -6,7 +6,8 @@
 //! comparison below holds the rule). Every request goes through a route the
 //! generated functions declare, as the Functions host matches them
 //! ([`super::front`]), with the `?code=` key the Functions host checks and
-//! forwards; and nothing under the folder changed: every entry, its mode,
+//! forwards, the status URLs the host hands out followed as given; and
+//! nothing under the folder changed: every entry, its mode,
 //! its bytes and its modification time, before and after.
 
 use std::collections::BTreeMap;
@@ -29,6 +30,8 @@ const NOBODY: u32 = 65534;
 /// A Functions key as a caller sends it (`?code=`), characters to escape
 /// included.
 const FRONT_KEY: &str = "fn key/+=&1";
+/// The app's host name, as the Functions host forwards it.
+const APP_HOST: &str = "myapp.azurewebsites.net";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_function_app_runs_from_a_read_only_package_every_request_through_a_declared_route() {
@@ -118,7 +121,34 @@ async fn a_function_app_runs_from_a_read_only_package_every_request_through_a_de
         assert!(url.ends_with(&format!("code={code}")), "{field}: {started}");
     }
     assert!(location.ends_with(&format!("code={code}")), "{location}");
-    let chaining = started["id"].as_str().unwrap().to_string();
+    // They point where the app's functions reach (the management API's own
+    // paths, under `/runtime/`, are the Functions host's: no function
+    // reaches them), and the status URL, followed as given, answers.
+    let chaining = started["statusQueryGetUri"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(location, chaining);
+    assert!(
+        front
+            .reaches(
+                "GET",
+                &format!(
+                    "/runtime/webhooks/durabletask/instances/{}",
+                    started["id"].as_str().unwrap_or_default()
+                )
+            )
+            .is_none(),
+        "the Functions host keeps /runtime/ for itself"
+    );
+    let status = forward.follow("GET", &chaining).await;
+    assert!(
+        [200, 202].contains(&status.status().as_u16()),
+        "{}",
+        handler_log(&log)
+    );
+    let status: Value = status.json().await.unwrap();
+    assert_eq!(status["instanceId"], started["id"], "{status}");
     // The approval sample, started, then decided on its declared route.
     let approval = forward
         .send(
@@ -130,11 +160,16 @@ async fn a_function_app_runs_from_a_read_only_package_every_request_through_a_de
         .await;
     assert_eq!(approval.status(), 202);
     let approval: Value = approval.json().await.unwrap();
+    let approval_status = approval["statusQueryGetUri"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let approval = approval["id"].as_str().unwrap().to_string();
-    wait_instance(&base, &approval, |s| {
-        s["customStatus"]["state"] == "awaiting_approval"
-    })
-    .await;
+    forward
+        .wait_instance(&approval_status, |s| {
+            s["customStatus"]["state"] == "awaiting_approval"
+        })
+        .await;
     let decided = forward
         .send(
             "POST",
@@ -144,9 +179,13 @@ async fn a_function_app_runs_from_a_read_only_package_every_request_through_a_de
         )
         .await;
     assert_eq!(decided.status(), 202, "{}", handler_log(&log));
-    let done = wait_instance(&base, &approval, |s| s["runtimeStatus"] == "Completed").await;
+    let done = forward
+        .wait_instance(&approval_status, |s| s["runtimeStatus"] == "Completed")
+        .await;
     assert_eq!(done["output"]["status"], "published", "{done}");
-    let done = wait_instance(&base, &chaining, |s| s["runtimeStatus"] == "Completed").await;
+    let done = forward
+        .wait_instance(&chaining, |s| s["runtimeStatus"] == "Completed")
+        .await;
     assert!(done["output"].is_string(), "{done}");
     // The API's description and the agent card.
     let openapi = forward
@@ -206,9 +245,7 @@ impl Forward<'_> {
         let code: String = url::form_urlencoded::byte_serialize(FRONT_KEY.as_bytes()).collect();
         let url = format!("{}{path}?code={code}", self.base);
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut request = client()
-            .request(method, url)
-            .header("host", "myapp.azurewebsites.net");
+        let mut request = client().request(method, url).header("host", APP_HOST);
         if let Some(text) = text {
             request = request
                 .header("content-type", "text/plain")
@@ -218,30 +255,41 @@ impl Forward<'_> {
         }
         request.send().await.unwrap()
     }
-}
 
-/// The instance's status once `done` holds. Read from the handler itself:
-/// the management API sits under `/runtime/`, which the Functions host
-/// keeps for its own routes (docs/deploy.md), so this is the test's look,
-/// not a request a caller of the app could make.
-async fn wait_instance(base: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status: Value = client()
-            .get(format!(
-                "{base}/runtime/webhooks/durabletask/instances/{id}"
-            ))
+    /// A URL the host handed out, followed as a caller of the app follows
+    /// it: to the app's host name, through a function of the app, with the
+    /// query (its `code`) as given.
+    async fn follow(&self, method: &str, url: &str) -> reqwest::Response {
+        let Some(path) = url.strip_prefix(&format!("http://{APP_HOST}")) else {
+            panic!("{url} is not a URL of the app ({APP_HOST})");
+        };
+        self.front.assert_reaches(method, path);
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        client()
+            .request(method, format!("{}{path}", self.base))
+            .header("host", APP_HOST)
             .send()
             .await
             .unwrap()
-            .json()
-            .await
-            .unwrap_or(Value::Null);
-        if done(&status) {
-            return status;
+    }
+
+    /// The instance's status, read by following its `statusQueryGetUri`,
+    /// once `done` holds.
+    async fn wait_instance(&self, status_url: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status: Value = self
+                .follow("GET", status_url)
+                .await
+                .json()
+                .await
+                .unwrap_or(Value::Null);
+            if done(&status) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{status_url}: {status}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(Instant::now() < deadline, "instance {id}: {status}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
