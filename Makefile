@@ -65,9 +65,10 @@ HOST_CRATES = --workspace $(HOST_ONLY) --features agenthost/bench
 # side; the journal, approvals and runs they go through are the host's, run on
 # PostgreSQL by durable_engine, approvals, run_control and the rest), the
 # sandbox and outbound rules, model endpoints and credentials, components
-# directory checks. Everything else, the API fuzzer and hot reload included,
+# directory checks, the cores shared between components' guest code.
+# Everything else, the API fuzzer and hot reload included,
 # runs on both stores.
-STORE_FREE := languages scaffold newcomer sandbox outbound_rules model_endpoints credentials components_dir compiled_code_trust
+STORE_FREE := languages scaffold newcomer sandbox outbound_rules model_endpoints credentials components_dir compiled_code_trust hostile_guest::cpu_share
 ON_EVERY_STORE = package(agenthost) & (kind(lib) | (binary(integration) & not test(/^($(subst $(space),|,$(STORE_FREE)))::/)))
 space := $(subst ,, )
 

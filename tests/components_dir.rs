@@ -93,7 +93,7 @@ async fn api_components_lists_each_component_and_each_failure() {
         weather["grants"],
         serde_json::json!({"allowed_hosts": [], "env": [], "memory_mb": 128,
                            "cpu_time_ms": 10000, "max_instances": null,
-                           "log_lines_per_second": 200}),
+                           "log_lines_per_second": 200, "cpu_weight": 1}),
         "nothing is granted by default; the limits are the host's"
     );
     assert!(weather["load_ms"].as_f64().unwrap() > 0.0);

@@ -387,3 +387,45 @@ fn tool_errors_in_python_and_javascript_are_reported_not_trapped() {
     let (_, err, ok) = tool_call("js/clock", "promised", "{}");
     assert!(!ok && err.contains("not a Promise"), "{err}");
 }
+
+/// A Python component instantiates 14 core modules (Rust 3, JavaScript 4);
+/// the engine's pool held 4 a slot, so with `--max-instances 4` a second
+/// Python instance alive at once failed its call ("maximum concurrent limit
+/// … for core instances reached", 502) while the host's slots said there
+/// was room. One instance now takes as many slots as its modules need (one,
+/// here): concurrent episodes and activities wait for a slot, never fail.
+#[tokio::test(flavor = "multi_thread")]
+async fn python_instances_alive_at_once_never_run_the_engines_pool_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&["python/clock"])
+        .arg("--max-instances")
+        .arg("4")
+        .start();
+    let body: Value = client()
+        .get(host.url("/api/components"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        body["components"][0]["slots_per_instance"],
+        json!(1),
+        "{body:#}"
+    );
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        ids.push(start(&host, "sequence", &json!({"n": 3})).await);
+    }
+    for id in &ids {
+        let done = wait_for(&host, id, &["Completed", "Failed"]).await;
+        assert_eq!(done["output"], json!(3), "{done}\n{}", host.output());
+    }
+    assert!(
+        !host.output().contains("concurrent limit"),
+        "{}",
+        host.output()
+    );
+}

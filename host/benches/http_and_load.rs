@@ -62,6 +62,7 @@ fn runtime(cache: &Path) -> anyhow::Result<Runtime> {
         describe_timeout: std::time::Duration::from_secs(30),
         episode_cpu_time: std::time::Duration::from_secs(1),
         network: Default::default(),
+        guest_runners: None,
     })
     .map_err(|e| anyhow::anyhow!("{e}"))
 }

@@ -156,6 +156,7 @@ pub(crate) fn local_runtime() -> anyhow::Result<Runtime> {
         describe_timeout: Duration::from_secs(30),
         episode_cpu_time: Duration::from_secs(1),
         network: NetworkPolicy::default(),
+        guest_runners: None,
     })
     .context("could not start the wasm runtime")
 }

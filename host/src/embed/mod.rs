@@ -176,6 +176,7 @@ impl AgentHost {
                 episode_cpu_time: args.episode_cpu_time,
                 network: NetworkPolicy::from_settings(&args.resolve)
                     .map_err(StartError::setting)?,
+                guest_runners: args.guest_runners,
             })
             .map_err(|e| StartError::Runtime(e.into()))?,
         );

@@ -318,6 +318,15 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_MAX_INSTANCES", default_value_t = defaults::MAX_INSTANCES)]
     pub max_instances: u32,
 
+    /// Guest calls that may run at once, each on a worker thread of the
+    /// host, shared fairly between components (each component's
+    /// `cpu_weight`). Calls that compute (past one 10 ms tick) hold all but
+    /// one of them, so that the host's own work (HTTP, the store, the
+    /// scheduler) never queues behind their slices. Default: the worker
+    /// threads (one a core).
+    #[arg(long, env = "AGENTHOST_GUEST_RUNNERS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub guest_runners: Option<u16>,
+
     /// Answer a name guests' outbound requests use without DNS:
     /// `NAME=ADDRESS[,ADDRESS…]` (repeatable; `;`-separated in
     /// AGENTHOST_RESOLVE). The address is still checked: one inside the
@@ -383,6 +392,7 @@ impl From<ServeArgs> for Settings {
             guest_memory_mb,
             guest_cpu_time,
             max_instances,
+            guest_runners,
             resolve,
         } = args;
         let variable = |name: &str| std::env::var(name).ok();
@@ -455,6 +465,7 @@ impl From<ServeArgs> for Settings {
             guest_memory_mb,
             guest_cpu_time,
             max_instances,
+            guest_runners: guest_runners.map(usize::from),
             resolve,
             worker_only: false,
         }

@@ -200,6 +200,10 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub guest_cpu_time: Duration,
     pub max_instances: u32,
+    /// Guest calls that may run at once (`--guest-runners`); `None`: the
+    /// worker threads less one.
+    #[serde(default)]
+    pub guest_runners: Option<usize>,
     /// `NAME=ADDRESS[,ADDRESS…]`: names guests' outbound requests resolve
     /// without DNS (the address is still checked).
     pub resolve: Vec<String>,
@@ -276,6 +280,7 @@ impl Default for Settings {
             guest_memory_mb: GUEST_MEMORY_MB,
             guest_cpu_time: duration(GUEST_CPU_TIME),
             max_instances: MAX_INSTANCES,
+            guest_runners: None,
             resolve: Vec::new(),
             worker_only: false,
         }

@@ -28,6 +28,12 @@ pub enum LoadError {
     Describe(GuestError),
     #[error("invalid manifest: {0}")]
     Manifest(String),
+    #[error(
+        "one instance of the component takes {slots} of the host's slots (its core \
+         instances, memories and tables), more than --max-instances ({max_instances}): \
+         raise --max-instances"
+    )]
+    TooLarge { slots: u32, max_instances: u32 },
     #[error("component '{component}': grant '{grant}' refused: {reason}")]
     Grant {
         component: String,

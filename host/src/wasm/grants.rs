@@ -27,6 +27,10 @@ const HOST_SECRETS: &[&str] = &[
 /// The most log lines a second a component may be granted.
 const MAX_LOG_LINES_PER_SECOND: u32 = 100_000;
 
+/// The largest `cpu_weight`: a component may be given at most this many
+/// times another's share of the cores when they contend.
+const MAX_CPU_WEIGHT: u32 = 16;
+
 /// The sidecar file as written by the component's deployer.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -47,6 +51,8 @@ struct GrantsFile {
     max_instances: Option<u32>,
     /// Log lines the component may write a second, across its instances.
     log_lines_per_second: Option<u32>,
+    /// Its weight when components contend for guest CPU.
+    cpu_weight: Option<u32>,
 }
 
 /// The checked grants of one component.
@@ -69,6 +75,9 @@ pub struct Grants {
     /// What is left of that share now, shared by the component's instances.
     #[serde(skip)]
     pub log_budget: Arc<LogBudget>,
+    /// Its weight when components' guest code contends for the cores
+    /// (`cpu_weight`, 1 by default; see `cpu_share`).
+    pub cpu_weight: u32,
 }
 
 /// A grant that allows an outgoing request.
@@ -189,6 +198,13 @@ impl Grants {
                 format!("{log_lines_per_second} is outside 1..={MAX_LOG_LINES_PER_SECOND}"),
             ));
         }
+        let cpu_weight = file.cpu_weight.unwrap_or(1);
+        if !(1..=MAX_CPU_WEIGHT).contains(&cpu_weight) {
+            return Err(refuse(
+                "cpu_weight",
+                format!("{cpu_weight} is outside 1..={MAX_CPU_WEIGHT}"),
+            ));
+        }
         Ok(Self {
             allowed_hosts: file.allowed_hosts,
             env,
@@ -202,6 +218,7 @@ impl Grants {
             network: ceilings.network.clone(),
             log_lines_per_second,
             log_budget: Arc::new(LogBudget::new(log_lines_per_second)),
+            cpu_weight,
         })
     }
 
@@ -313,8 +330,11 @@ mod tests {
                env = ["UNITS"]
                memory_mb = 32
                cpu_time = "500ms"
-               max_instances = 2"#,
+               max_instances = 2
+               cpu_weight = 4"#,
         )?;
+        assert_eq!(grants.cpu_weight, 4);
+        assert_eq!(parse("")?.cpu_weight, 1);
         assert_eq!(grants.env, vec![("UNITS".into(), "metric".into())]);
         assert_eq!(grants.limits.memory_bytes, 32 << 20);
         assert_eq!(grants.limits.cpu_time, Duration::from_millis(500));
@@ -360,6 +380,8 @@ mod tests {
             ("cpu_time = \"1h\"", "grant 'cpu_time'"),
             ("cpu_time = \"soon\"", "grant 'cpu_time'"),
             ("max_instances = 0", "grant 'max_instances'"),
+            ("cpu_weight = 0", "grant 'cpu_weight'"),
+            ("cpu_weight = 17", "grant 'cpu_weight'"),
             ("env = [\"OPENAI_API_KEY\"]", "never passed to guests"),
             (
                 "env = [\"NOT_SET_ANYWHERE\"]",

@@ -10,6 +10,7 @@ mod bindings;
 mod cache;
 mod cache_folder;
 mod connect;
+mod cpu_share;
 mod destinations;
 mod engine;
 mod engine_tick;
@@ -90,6 +91,9 @@ pub struct RuntimeConfig {
     pub episode_cpu_time: Duration,
     /// Guests' outbound rules ([`destinations`]).
     pub network: NetworkPolicy,
+    /// How many guest calls may run (hold a thread) at once, shared fairly
+    /// between components ([`cpu_share`]); `None`: [`default_runners`].
+    pub guest_runners: Option<usize>,
 }
 
 /// Why an activity call produced no result, as the guest reported it.
@@ -117,6 +121,9 @@ pub struct Runtime {
     ceilings: Ceilings,
     describe_timeout: Duration,
     episode_cpu_time: Duration,
+    /// Shares the runners guest code runs with between components
+    /// ([`cpu_share`]).
+    cpu: Arc<cpu_share::CpuGate>,
     _ticker: engine::EpochTicker,
 }
 
@@ -135,6 +142,9 @@ pub struct LoadedComponent {
     /// Its share of the host's slots: the `max_instances` grant, else
     /// [`default_share`].
     instances: Arc<tokio::sync::Semaphore>,
+    /// How many of the host's slots one of its instances takes
+    /// ([`engine::slots_per_instance`]).
+    slots_per_instance: u32,
     pre: AgenthostComponentPre<GuestState>,
     /// Instantiates it for orchestration episodes.
     orchestration_pre: AgenthostComponentPre<GuestState>,
@@ -166,6 +176,7 @@ impl LoadedComponent {
             "load_ms": self.load_time.as_secs_f64() * 1000.0,
             "from_cache": self.from_cache(),
             "artifact": self.artifact.as_str(),
+            "slots_per_instance": self.slots_per_instance,
         })
     }
 }
@@ -188,6 +199,8 @@ impl Runtime {
         let cache = ArtifactCache::open(config.cache_dir.as_deref(), &engine)?;
         let ticker = engine::EpochTicker::start(engine.clone());
         let slots = tokio::sync::Semaphore::new(config.max_instances.max(1) as usize);
+        let runners = config.guest_runners.unwrap_or_else(default_runners).max(1);
+        tracing::debug!(runners, "guest code runs with this many runners");
         Ok(Self {
             engine,
             slots,
@@ -202,6 +215,7 @@ impl Runtime {
             },
             describe_timeout: config.describe_timeout,
             episode_cpu_time: config.episode_cpu_time,
+            cpu: cpu_share::CpuGate::new(runners),
             _ticker: ticker,
         })
     }
@@ -269,16 +283,27 @@ impl Runtime {
         let key = digest.clone();
         let (named, folder) = (name.to_string(), path.parent().map(Path::to_path_buf));
         let load = self.load_precompiled;
-        let (component, artifact) = tokio::task::spawn_blocking(move || {
+        let (component, artifact, slots_per_instance) = tokio::task::spawn_blocking(move || {
             let beside = folder.as_deref().map(|folder| Beside {
                 name: &named,
                 folder,
                 load,
             });
-            cache.get_or_compile(&engine, &key, &bytes, beside)
+            cache
+                .get_or_compile(&engine, &key, &bytes, beside)
+                .map(|(component, artifact)| {
+                    let slots = engine::slots_per_instance(&component, &bytes);
+                    (component, artifact, slots)
+                })
         })
         .await
         .map_err(|e| LoadError::Compile(format!("the compile task failed: {e}")))??;
+        if slots_per_instance > self.ceilings.max_instances {
+            return Err(LoadError::TooLarge {
+                slots: slots_per_instance,
+                max_instances: self.ceilings.max_instances,
+            });
+        }
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
@@ -303,6 +328,7 @@ impl Runtime {
             load_time: Duration::ZERO,
             grants: Arc::new(grants),
             instances,
+            slots_per_instance,
             pre,
             orchestration_pre,
         };
@@ -337,6 +363,7 @@ impl Runtime {
         // A describe that blocks (a sleep, a poll) would hold the load, and
         // with it the whole sync, forever.
         let limit = self.describe_timeout;
+        let ticks = store.data().ticks();
         let described = async {
             let manifest = instance
                 .agenthost_host_component()
@@ -362,6 +389,7 @@ impl Runtime {
             };
             Ok::<_, wasmtime::Error>((manifest, settings, inputs))
         };
+        let described = self.gated(component, ticks, described);
         let result =
             tokio::time::timeout(limit, described)
                 .await
@@ -398,9 +426,11 @@ impl Runtime {
             .limits
             .cpu_time
             .saturating_mul(WALL_CLOCK_FACTOR);
+        let ticks = store.data().ticks();
         let call = instance
             .agenthost_host_component()
             .call_invoke_activity(&mut store, name, arguments);
+        let call = self.gated(component, ticks, call);
         let timed = tokio::time::timeout(limit, call).await;
         // Held back first: a call whose request was held back and that then
         // ran out of time or trapped did not fail on its own account.
@@ -451,10 +481,11 @@ impl Runtime {
             .instantiate_async(&mut store)
             .await
             .map_err(|e| instantiate_failed(component, &e))?;
-        let result = instance
+        let ticks = store.data().ticks();
+        let call = instance
             .agenthost_host_component()
-            .call_run_orchestration(&mut store, name, input)
-            .await;
+            .call_run_orchestration(&mut store, name, input);
+        let result = self.gated(component, ticks, call).await;
         let end = match result {
             Ok(returned) => Ending::Returned(returned),
             Err(e) => match e.downcast_ref::<Stop>() {
@@ -524,11 +555,27 @@ impl Runtime {
             .acquire_owned()
             .await
             .map_err(closed)?;
-        let host = self.slots.acquire().await.map_err(closed)?;
+        let host = self
+            .slots
+            .acquire_many(component.slots_per_instance)
+            .await
+            .map_err(closed)?;
         Ok(Slot {
             _component: own,
             _host: host,
         })
+    }
+
+    /// `call`, a call into `component`'s guest code, run with its share of
+    /// the runners ([`cpu_share`]).
+    fn gated<F: std::future::Future>(
+        &self,
+        component: &LoadedComponent,
+        ticks: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        call: F,
+    ) -> cpu_share::Gated<F> {
+        self.cpu
+            .run(&component.name, component.grants.cpu_weight, ticks, call)
     }
 
     async fn instantiate(
@@ -551,6 +598,16 @@ impl Runtime {
             .map_err(|e| instantiate_failed(component, &e))?;
         Ok((store, instance))
     }
+}
+
+/// Runners when the operator sets none: the async runtime's worker threads
+/// (outside one, as in a command that loads a file, the cores). Calls that
+/// compute hold all but one of them ([`cpu_share`]).
+pub(crate) fn default_runners() -> usize {
+    tokio::runtime::Handle::try_current()
+        .map(|handle| handle.metrics().num_workers())
+        .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, usize::from))
+        .max(1)
 }
 
 /// The slots a component may hold at once without a `max_instances` grant:

@@ -17,6 +17,7 @@ mod memory;
 mod outbound_http;
 mod wasi;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +47,9 @@ pub struct GuestState {
     logging: logging::Logging,
     pub(super) durable: durable::Durable,
     memory: memory::MemoryLimit,
+    /// Epoch ticks the call has run through (its CPU time, in ticks), read
+    /// by the CPU gate to tell calls that compute from calls that decide.
+    ticks: Arc<AtomicU64>,
 }
 
 impl GuestState {
@@ -57,6 +61,11 @@ impl GuestState {
     /// flag says whether one was held back.
     pub(super) fn gate_outbound(&mut self, gate: SendGate) -> HeldFlag {
         self.http.hooks.gate(gate)
+    }
+
+    /// The ticks of CPU the current call has used so far.
+    pub(super) fn ticks(&self) -> Arc<AtomicU64> {
+        self.ticks.clone()
     }
 
     /// The orchestration the store ran, once its episode is over.
@@ -171,14 +180,15 @@ fn store_with(
             scope: orchestration,
         },
         memory: memory::MemoryLimit::new(limits.memory_bytes),
+        ticks: Arc::new(AtomicU64::new(0)),
     };
+    let ticks = state.ticks.clone();
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.memory);
     let budget = (cpu_time.as_millis() / TICK.as_millis()).max(1) as u64;
-    let mut used = 0u64;
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
-        used += 1;
+        let used = ticks.fetch_add(1, Ordering::Relaxed) + 1;
         Ok(if used > budget {
             UpdateDeadline::Interrupt
         } else {

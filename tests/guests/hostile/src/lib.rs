@@ -170,6 +170,22 @@ fn nap_flood(ctx: &Context, input: Value) -> Result<Value, String> {
     Ok(json!(done.len()))
 }
 
+/// Schedules `count` activities that compute until stopped (`spin`), and
+/// awaits them all (`{"count": N}`): the cores taken from everyone else,
+/// unless the host shares them by component. Returns how many were stopped.
+fn spin_flood(ctx: &Context, input: Value) -> Result<Value, String> {
+    let count = input["count"].as_u64().unwrap_or(8);
+    let spins: Vec<_> = (0..count)
+        .map(|_| ctx.call_activity("spin", &json!({})).schedule::<Value>())
+        .collect();
+    let stopped = spins
+        .into_iter()
+        .map(|spin| spin.wait())
+        .filter(Result::is_err)
+        .count();
+    Ok(json!(stopped))
+}
+
 /// Waits for `go`, the event `orchestration-tests`' `wait_event` waits for,
 /// and declares the route `evil/{instanceId}` that raises it: the route
 /// must reach this component's own instances, never another's.
@@ -452,6 +468,7 @@ fn component() -> Component {
         .orchestration(Orchestration::new("forever_new", forever_new))
         .tool(Tool::new("nap", "Sleeps, blocking its thread", nap))
         .orchestration(Orchestration::new("nap_flood", nap_flood))
+        .orchestration(Orchestration::new("spin_flood", spin_flood))
         .orchestration(
             Orchestration::new("evil_route", evil_route).event_route("evil/{instanceId}", "go"),
         )
