@@ -2,8 +2,9 @@
 //! (`agenthost functions init`) run as the Azure Functions host runs a
 //! custom handler; `agenthost due`, what tells a platform that scaled to
 //! zero that work is due; the container image's command line and the
-//! Kubernetes manifests, parsed and run as written (no container runtime
-//! here: nothing builds the image).
+//! Kubernetes manifests, parsed, checked against the published schemas and
+//! run as written. The image itself is built and run by a container runtime
+//! in `make image-test` (scripts/image-test.sh), outside `make test`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -11,8 +11,9 @@ use serde_json::{json, Value};
 /// catch-all rather than a function per route, so a route a component
 /// declares (`POST /api/writer/run`) reaches the host with no new function.
 /// The Functions host keeps what starts with `admin` or `runtime` for
-/// itself (it refuses a function route there), which is why the management
-/// API under `/runtime/webhooks/durabletask` is not reachable through it.
+/// itself (it refuses a function route there): the host serves the
+/// management API and MCP under `/api/runtime/…` as well, and hands out
+/// URLs there when the Functions host started it.
 pub(crate) const HTTP_FUNCTION: &str = "agenthost-http";
 const HTTP_ROUTE: &str = "{*path}";
 const HTTP_METHODS: &[&str] = &["get", "post", "put", "patch", "delete", "head", "options"];
