@@ -22,6 +22,10 @@ use super::postgres::{self, SharedHub};
 use super::sqlite;
 use super::writer_health::{WriterCheck, WriterHealth};
 
+/// Writes one [`Committer::commit_all`] call has queued at most at a time:
+/// what another caller queues meanwhile waits for no more than these.
+const QUEUED_AT_ONCE: usize = 64;
+
 #[derive(Clone)]
 pub struct Committer {
     jobs: mpsc::UnboundedSender<Job>,
@@ -100,22 +104,36 @@ impl Committer {
             .map_err(|_| StoreError::Write("the store's writer stopped".into()))?
     }
 
-    /// Queues every write at once (so they share transactions), then waits
-    /// for each answer, in order.
+    /// Queues the writes [`QUEUED_AT_ONCE`] at a time (those queued together
+    /// share transactions), each group once the one before is answered;
+    /// the answers in order.
+    ///
+    /// Never all at once: the queue is first come, first served, and one
+    /// caller's thousands of writes (an instance's 15,000 task results,
+    /// coalesced) queued together held every other write, a tenant's step
+    /// or agent run, behind them for as long as the writer took to commit
+    /// them all (1 s on an idle debug build, tens of seconds on a busy
+    /// one). A group at a time, what others queue meanwhile goes in between.
     pub async fn commit_all(&self, writes: Vec<Write>) -> Vec<Result<Written, StoreError>> {
-        let mut answers = Vec::with_capacity(writes.len());
-        for write in writes {
-            let (reply, answer) = oneshot::channel();
-            let sent = self.jobs.send(Job::Write(Box::new(write), reply)).is_ok();
-            answers.push((sent, answer));
-        }
-        let mut results = Vec::with_capacity(answers.len());
-        for (sent, answer) in answers {
-            results.push(match (sent, answer.await) {
-                (true, Ok(result)) => result,
-                (false, _) => Err(StoreError::Write("the store is closed".into())),
-                (true, Err(_)) => Err(StoreError::Write("the store's writer stopped".into())),
-            });
+        let mut results = Vec::with_capacity(writes.len());
+        let mut writes = writes.into_iter().peekable();
+        while writes.peek().is_some() {
+            let answers: Vec<_> = writes
+                .by_ref()
+                .take(QUEUED_AT_ONCE)
+                .map(|write| {
+                    let (reply, answer) = oneshot::channel();
+                    let sent = self.jobs.send(Job::Write(Box::new(write), reply)).is_ok();
+                    (sent, answer)
+                })
+                .collect();
+            for (sent, answer) in answers {
+                results.push(match (sent, answer.await) {
+                    (true, Ok(result)) => result,
+                    (false, _) => Err(StoreError::Write("the store is closed".into())),
+                    (true, Err(_)) => Err(StoreError::Write("the store's writer stopped".into())),
+                });
+            }
         }
         results
     }
@@ -142,6 +160,7 @@ impl Committer {
 mod tests {
     use std::sync::Arc;
 
+    use super::Write;
     use crate::core::effects::Effect;
     use crate::core::instance::RuntimeStatus;
     use crate::core::lifecycle::task_done::Attempt;
@@ -178,6 +197,38 @@ mod tests {
             transactions < 200,
             "200 concurrent starts used {transactions} transactions"
         );
+        Ok(())
+    }
+
+    /// Issue 54: an instance's thousands of task results, written with one
+    /// `commit_all`, were queued at once, and another caller's write (a
+    /// tenant's step) waited behind every one of them. Now it waits behind
+    /// one group: answered long before the bulk is committed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_write_goes_in_between_a_bulk_commit() -> Result<(), StoreError> {
+        const BULK: u64 = 3_000;
+        let (_dir, store) = store().await?;
+        let bulk: Vec<_> = (0..BULK)
+            .map(|i| Write::Start(new(&format!("bulk{i}"))))
+            .collect();
+        let committer = store.committer().clone();
+        let bulk = tokio::spawn(async move { committer.commit_all(bulk).await });
+        // Once the bulk is being committed (bounded: it commits in seconds).
+        let began = std::time::Instant::now();
+        while store.commit_stats().0 == 0 {
+            assert!(began.elapsed() < std::time::Duration::from_secs(60));
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        assert!(store.start(new("tenant")).await?.is_some());
+        let (committed, _) = store.commit_stats();
+        assert!(
+            committed < BULK,
+            "the tenant's write was answered after {committed} writes, the bulk's {BULK} all before it"
+        );
+        let written = bulk.await.map_err(|e| StoreError::Write(e.to_string()))?;
+        assert_eq!(written.len() as u64, BULK);
+        assert!(written.iter().all(Result::is_ok));
+        assert_eq!(store.commit_stats().0, BULK + 1);
         Ok(())
     }
 
