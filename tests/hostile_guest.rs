@@ -65,6 +65,9 @@ fn last_hostile_request(model: &FakeModel) -> crate::support::fake_model::Record
         .expect("a request of the hostile agent")
 }
 
+/// The cores shared between components.
+mod cpu_share;
+
 /// A second tenant: another component's one-step orchestration and agent
 /// run, measured while an attack is under way, and the host's memory.
 pub(crate) mod tenant {
