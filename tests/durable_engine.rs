@@ -90,7 +90,9 @@ async fn terminate_then_recreate_runs_only_the_new_incarnation() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_7000_way_fan_out_completes_with_the_right_sum() {
     let dir = tempfile::tempdir().unwrap();
-    let host = engine(dir.path(), &[]).start();
+    // One episode schedules all 7,000: past the default
+    // `--max-episode-calls` (5,000), which an operator raises for this.
+    let host = engine(dir.path(), &[("--max-episode-calls", "8000")]).start();
     let id = start(&host, "fanout", &json!({"n": 7000})).await;
     let done = wait_for_within(
         &host,

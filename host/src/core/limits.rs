@@ -11,6 +11,11 @@ pub struct Limits {
     pub max_history_events: u64,
     /// Most journal bytes of one execution.
     pub max_history_bytes: u64,
+    /// Most calls (activities, timers, agent calls, sub-orchestrations…)
+    /// one episode may make: they are journaled and scheduled in one
+    /// commit, and a commit of 15,000 held every other instance's writes
+    /// behind it for seconds.
+    pub max_episode_calls: u64,
     /// Most events waiting in one instance's inbox.
     pub max_inbox_events: u64,
     /// Most bytes waiting in one instance's inbox.
@@ -26,6 +31,7 @@ impl Default for Limits {
         Self {
             max_history_events: 50_000,
             max_history_bytes: 50 << 20,
+            max_episode_calls: 5_000,
             max_inbox_events: 10_000,
             max_inbox_bytes: 16 << 20,
             max_payload_bytes: 1 << 20,
@@ -49,6 +55,8 @@ pub enum LimitError {
         max_events: u64,
         max_bytes: u64,
     },
+    #[error("one episode made {calls} calls, over the limit of {limit} in one episode (--max-episode-calls): schedule a large fan-out in batches, awaiting each before the next, or spread it over sub-orchestrations")]
+    EpisodeCalls { calls: u64, limit: u64 },
     #[error("the instance already has {events} events ({bytes} bytes) waiting in its inbox, the limit is {max_events} events or {max_bytes} bytes: retry after it has consumed some")]
     Inbox {
         events: u64,
@@ -78,6 +86,17 @@ impl Limits {
                 bytes: size.bytes,
                 max_events: self.max_history_events,
                 max_bytes: self.max_history_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// An episode that made `calls` calls is over the limit.
+    pub fn check_episode_calls(&self, calls: u64) -> Result<(), LimitError> {
+        if calls > self.max_episode_calls {
+            return Err(LimitError::EpisodeCalls {
+                calls,
+                limit: self.max_episode_calls,
             });
         }
         Ok(())

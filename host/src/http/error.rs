@@ -204,7 +204,7 @@ impl From<DurableError> for ApiError {
             DurableError::Limit(LimitError::Inbox { .. }) => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "inbox_full", message)
             }
-            DurableError::Limit(LimitError::History { .. }) => {
+            DurableError::Limit(LimitError::History { .. } | LimitError::EpisodeCalls { .. }) => {
                 Self::new(StatusCode::CONFLICT, "history_full", message)
             }
             DurableError::BadInstanceId => Self::bad_request("invalid_instance_id", message),

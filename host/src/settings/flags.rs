@@ -196,6 +196,14 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_MAX_HISTORY_EVENTS", default_value_t = defaults::MAX_HISTORY_EVENTS)]
     pub max_history_events: u64,
 
+    /// Most calls (activities, timers, agent calls, sub-orchestrations…)
+    /// one episode of orchestration code may make at once; past it the
+    /// instance fails (schedule a large fan-out in batches). They are
+    /// committed together: one commit of 15,000 held every other
+    /// instance's writes for seconds.
+    #[arg(long, env = "AGENTHOST_MAX_EPISODE_CALLS", default_value_t = defaults::MAX_EPISODE_CALLS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_episode_calls: u64,
+
     /// Most journal bytes one orchestration execution may hold.
     #[arg(long, env = "AGENTHOST_MAX_HISTORY_BYTES", default_value_t = defaults::MAX_HISTORY_BYTES)]
     pub max_history_bytes: u64,
@@ -370,6 +378,7 @@ impl From<ServeArgs> for Settings {
             body_timeout,
             max_payload_bytes,
             max_history_events,
+            max_episode_calls,
             max_history_bytes,
             max_inbox_events,
             max_inbox_bytes,
@@ -442,6 +451,7 @@ impl From<ServeArgs> for Settings {
             body_timeout,
             max_payload_bytes,
             max_history_events,
+            max_episode_calls,
             max_history_bytes,
             max_inbox_events,
             max_inbox_bytes,

@@ -46,6 +46,7 @@ pub(crate) mod defaults {
     pub const BODY_TIMEOUT: &str = "60s";
     pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
     pub const MAX_HISTORY_EVENTS: u64 = 50_000;
+    pub const MAX_EPISODE_CALLS: u64 = 5_000;
     pub const MAX_HISTORY_BYTES: u64 = 50 << 20;
     pub const MAX_INBOX_EVENTS: u64 = 10_000;
     pub const MAX_INBOX_BYTES: u64 = 16 << 20;
@@ -158,6 +159,7 @@ pub struct Settings {
     pub max_payload_bytes: usize,
     pub max_history_events: u64,
     pub max_history_bytes: u64,
+    pub max_episode_calls: u64,
     pub max_inbox_events: u64,
     pub max_inbox_bytes: u64,
     pub max_task_attempts: u32,
@@ -258,6 +260,7 @@ impl Default for Settings {
             body_timeout: duration(BODY_TIMEOUT),
             max_payload_bytes: MAX_PAYLOAD_BYTES,
             max_history_events: MAX_HISTORY_EVENTS,
+            max_episode_calls: MAX_EPISODE_CALLS,
             max_history_bytes: MAX_HISTORY_BYTES,
             max_inbox_events: MAX_INBOX_EVENTS,
             max_inbox_bytes: MAX_INBOX_BYTES,
@@ -317,6 +320,7 @@ impl Settings {
         let defaults = RetryLimits::default();
         Limits {
             max_history_events: self.max_history_events,
+            max_episode_calls: self.max_episode_calls,
             max_history_bytes: self.max_history_bytes,
             max_inbox_events: self.max_inbox_events,
             max_inbox_bytes: self.max_inbox_bytes,

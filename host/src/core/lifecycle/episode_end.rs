@@ -304,6 +304,9 @@ fn check(
         .sum();
     let added = (events.len() + calls.len()) as u64;
     limits
+        .check_episode_calls(calls.len() as u64)
+        .map_err(|e| e.to_string())?;
+    limits
         .check_history(state.history.plus(added, added_bytes))
         .map_err(|e| e.to_string())?;
     for call in calls {
@@ -562,6 +565,37 @@ mod tests {
         assert!(
             effects.contains(&Effect::ConsumeInbox(vec![1])),
             "what it read is still consumed"
+        );
+    }
+
+    #[test]
+    fn an_episode_making_more_calls_than_the_limit_fails_the_instance_and_journals_nothing() {
+        let limits = Limits {
+            max_episode_calls: 2,
+            ..Limits::default()
+        };
+        let state = instance(RuntimeStatus::Running);
+        let within = decide(
+            &state,
+            episode(vec![activity("1"), activity("2")], Ending::Waiting),
+            &limits,
+        );
+        assert!(Effect::failure(&within).is_none());
+        let effects = decide(
+            &state,
+            episode(
+                vec![activity("1"), activity("2"), activity("3")],
+                Ending::Waiting,
+            ),
+            &limits,
+        );
+        assert!(!effects
+            .iter()
+            .any(|e| matches!(e, Effect::Append { .. } | Effect::ScheduleTask { .. })));
+        let failed = Effect::failure(&effects).unwrap_or_default();
+        assert!(
+            failed.contains("3 calls") && failed.contains("--max-episode-calls"),
+            "{failed}"
         );
     }
 

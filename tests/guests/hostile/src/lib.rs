@@ -385,6 +385,10 @@ struct Flood {
     /// Timers: when they fire, from now.
     #[serde(default)]
     ms: u64,
+    /// Activities: scheduled this many at a time, each batch awaited
+    /// before the next (0: all at once).
+    #[serde(default)]
+    batch: u32,
 }
 
 /// Schedules `count` durable timers at once, each firing after `ms`, and
@@ -399,11 +403,22 @@ fn timer_flood(ctx: &Context, flood: Flood) -> Result<Value, String> {
 
 /// Schedules `count` activities at once (each `give_back`), and awaits them all.
 fn activity_flood(ctx: &Context, flood: Flood) -> Result<Value, String> {
-    let calls = (0..flood.count)
-        .map(|i| ctx.call_activity("give_back", &i).schedule::<Value>())
-        .collect();
-    let done = ctx.when_all(calls).map_err(|e| e.to_string())?;
-    Ok(json!(done.len()))
+    let batch = if flood.batch == 0 {
+        flood.count
+    } else {
+        flood.batch
+    };
+    let mut done = 0;
+    let mut next = 0;
+    while next < flood.count {
+        let end = (next + batch).min(flood.count);
+        let calls = (next..end)
+            .map(|i| ctx.call_activity("give_back", &i).schedule::<Value>())
+            .collect();
+        done += ctx.when_all(calls).map_err(|e| e.to_string())?.len();
+        next = end;
+    }
+    Ok(json!(done))
 }
 
 fn component() -> Component {
