@@ -10,6 +10,36 @@ pub fn valid_instance_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 256 && !id.contains(['/', '\0'])
 }
 
+/// Most characters an instance id has over the Durable Task protocol, as
+/// the managed Durable Task Scheduler allows (its SDKs keep the ids they
+/// derive within it): a start, an entity's id, a sub-orchestration's.
+pub const SCHEDULER_ID_CHARS: usize = 100;
+
+/// An instance id a Durable Task client or worker may give: a valid one
+/// ([`valid_instance_id`]) within [`SCHEDULER_ID_CHARS`].
+pub fn valid_scheduler_id(id: &str) -> bool {
+    valid_instance_id(id) && id.chars().count() <= SCHEDULER_ID_CHARS
+}
+
+/// The execution id the Durable Task protocol carries for `instance`'s
+/// `execution`: 32 hex digits, as the managed scheduler mints them (a GUID
+/// without dashes). The SDKs build on it: the JavaScript SDK derives a
+/// sub-orchestration's id as `{execution id}:{task:04x}`, so it must be
+/// new for each execution (a continue-as-new, a restart) and differ
+/// between instances; the host's execution number is never reused, and the
+/// instance id goes in too, so it is derived rather than stored.
+pub fn protocol_execution_id(instance: &str, execution: i64) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(instance.as_bytes());
+    hash.update([0]);
+    hash.update(execution.to_be_bytes());
+    hash.finalize()[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
 /// A name a caller gives (an orchestration's, one it starts or calls):
 /// 1 to 256 characters, no NUL.
 pub fn valid_name(name: &str) -> bool {
@@ -91,5 +121,19 @@ mod tests {
         assert!(!valid_instance_id(""));
         assert!(!valid_instance_id("a/b"));
         assert!(!valid_instance_id(&"x".repeat(257)));
+        assert!(valid_scheduler_id(&"é".repeat(100)));
+        assert!(!valid_scheduler_id(&"x".repeat(101)));
+    }
+
+    #[test]
+    fn protocol_execution_ids_are_32_hex_and_new_for_each_execution() {
+        let id = protocol_execution_id("a", 7);
+        assert_eq!(id.len(), 32);
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_eq!(id, protocol_execution_id("a", 7));
+        assert_ne!(id, protocol_execution_id("a", 8));
+        assert_ne!(id, protocol_execution_id("b", 7));
     }
 }

@@ -1,13 +1,18 @@
 //! The history of any instance of the hub in the Durable Task protocol's
 //! terms, as `StreamInstanceHistory` answers it: an SDK orchestration's as
 //! its worker replays it ([`sdk_history::past`]); a component's from its
-//! journal, each call's task number its id and an `OrchestratorStarted` for
-//! each episode (the entries written at one time); then the execution's
-//! end, when it ended. Only the current execution's: the journal keeps no
-//! other.
+//! journal, each call's task number plus one its id and an
+//! `OrchestratorStarted` for each episode (the entries written at one
+//! time); then the execution's end, when it ended. Numbered as the managed
+//! scheduler numbers them: `ExecutionStarted` 0, the end after the last
+//! action, the rest (arrivals, episode starts) -1. Only the current
+//! execution's: the journal keeps no other.
 
 use super::journal::{Call, Entry};
-use super::sdk_history::{self, event, Ended, HistoryEvent, Kind, Started, Tasks};
+use super::sdk_history::{
+    self, completed_id, component_id, event, Ended, HistoryEvent, Kind, Started, Tasks,
+    EXECUTION_STARTED_ID,
+};
 
 /// The history of `instance` (running on `digest`, created at
 /// `created_at`) from its `journal`, and its end (`ended`, at its time).
@@ -27,13 +32,14 @@ pub fn of(
     if history.is_empty() {
         history.push(event(-1, created_at, Kind::OrchestratorStarted));
         history.push(event(
-            -1,
+            EXECUTION_STARTED_ID,
             created_at,
             Kind::ExecutionStarted(instance.clone()),
         ));
     }
     if let Some((ended, at)) = ended {
-        history.push(event(-1, at, Kind::ExecutionCompleted(ended)));
+        let id = completed_id(&history);
+        history.push(event(id, at, Kind::ExecutionCompleted(ended)));
     }
     history
 }
@@ -47,7 +53,11 @@ fn of_component(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEven
         if episode != Some(*at) {
             history.push(event(-1, *at, Kind::OrchestratorStarted));
             if episode.is_none() {
-                history.push(event(-1, *at, Kind::ExecutionStarted(instance.clone())));
+                history.push(event(
+                    EXECUTION_STARTED_ID,
+                    *at,
+                    Kind::ExecutionStarted(instance.clone()),
+                ));
             }
             episode = Some(*at);
         }
@@ -70,7 +80,7 @@ fn of_component(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEven
             call => sdk_history::scheduled(call, instance, task),
         };
         if let Some(kind) = kind {
-            history.push(event(i32::try_from(task).unwrap_or(i32::MAX), *at, kind));
+            history.push(event(component_id(task), *at, kind));
         }
         task = task.saturating_add(1);
     }
@@ -126,11 +136,11 @@ mod tests {
                 kinds.as_slice(),
                 [
                     (-1, Kind::OrchestratorStarted),
-                    (-1, Kind::ExecutionStarted(_)),
-                    (1, Kind::TaskScheduled { .. }),
+                    (0, Kind::ExecutionStarted(_)),
+                    (2, Kind::TaskScheduled { .. }),
                     (-1, Kind::OrchestratorStarted),
-                    (-1, Kind::TaskCompleted { scheduled: 1, .. }),
-                    (-1, Kind::ExecutionCompleted(_)),
+                    (-1, Kind::TaskCompleted { scheduled: 2, .. }),
+                    (3, Kind::ExecutionCompleted(_)),
                 ]
             ),
             "{kinds:?}"

@@ -109,9 +109,10 @@ fn custom_status(journal: &[(Entry, i64)]) -> Option<&str> {
     })
 }
 
-/// Whether `id` is an entity's (`@name@key`, a valid instance id).
+/// Whether `id` is an entity's (`@name@key`, a valid instance id within
+/// the managed scheduler's length limit).
 fn is_entity(id: &str) -> bool {
-    super::sdk_entities::parse_entity_id(id).is_some() && super::ids::valid_instance_id(id)
+    super::sdk_entities::parse_entity_id(id).is_some() && super::ids::valid_scheduler_id(id)
 }
 
 /// The calls and the ending of the worker's answer.
@@ -149,11 +150,12 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                 version,
             } => {
                 if let Some(child) = instance_id.as_deref().filter(|child| {
-                    !super::ids::valid_instance_id(child)
+                    !super::ids::valid_scheduler_id(child)
                         || super::sdk_entities::parse_entity_id(child).is_some()
                 }) {
                     ending = Ending::Broken(format!(
-                        "the sub-orchestration id '{child}' is not a valid instance id (1 to 256 characters without '/', not an entity's @name@key)"
+                        "the sub-orchestration id '{child}' is not a valid instance id (1 to {} characters without '/', the Durable Task Scheduler's length limit; not an entity's @name@key)",
+                        super::ids::SCHEDULER_ID_CHARS
                     ));
                     break;
                 }

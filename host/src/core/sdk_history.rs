@@ -22,6 +22,13 @@ use super::journal::{Call, Entry, Event, FailureDetails};
 /// `durabletask-sdk@{version}` ([`digest_of`]).
 pub const DIGEST: &str = "durabletask-sdk";
 
+/// How an SDK instance's input or output that is JSON `null` is kept, apart
+/// from one it does not have (kept as `null`, and read back as none, as the
+/// Python SDK sends it): `null` followed by a space, the same JSON value to
+/// whatever reads it as JSON, shown as `null` over the protocol (the
+/// JavaScript SDK sends and expects `"null"` for a `null` it returns).
+pub const KEPT_NULL: &str = "null ";
+
 /// The digest of an SDK instance started with `version`.
 pub fn digest_of(version: Option<&str>) -> String {
     match version.filter(|v| !v.is_empty()) {
@@ -45,6 +52,24 @@ pub fn version_of(digest: &str) -> Option<&str> {
         .filter(|v| !v.is_empty())
 }
 
+/// The event id of `ExecutionStarted`, as the managed scheduler numbers
+/// it: the SDKs number their actions from 1, and the execution's end comes
+/// after the last of them ([`completed_id`]).
+pub const EXECUTION_STARTED_ID: i32 = 0;
+
+/// The event id of `ExecutionCompleted` at the end of `history`: the number
+/// after the highest one in it, as the SDKs number their completing action
+/// (the managed scheduler keeps that action's id).
+pub fn completed_id(history: &[HistoryEvent]) -> i32 {
+    history
+        .iter()
+        .map(|e| e.id)
+        .max()
+        .unwrap_or(EXECUTION_STARTED_ID)
+        .max(EXECUTION_STARTED_ID)
+        .saturating_add(1)
+}
+
 /// One history event of the protocol, in the protocol's order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryEvent {
@@ -64,9 +89,22 @@ pub struct Started {
     pub input: String,
     pub instance_id: String,
     pub execution: i64,
-    /// The parent's instance id and the task that started this one.
-    pub parent: Option<(String, u32)>,
+    /// The orchestration that started this one as its sub-orchestration.
+    pub parent: Option<Parent>,
     /// The orchestration version it was started with.
+    pub version: Option<String>,
+}
+
+/// A sub-orchestration's parent, as the protocol's `ParentInstanceInfo`
+/// names it (the SDKs show it as `ctx.parent`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parent {
+    pub instance_id: String,
+    pub execution: i64,
+    /// The task of the parent that started this one.
+    pub task: u32,
+    /// The parent orchestration's name and version.
+    pub name: String,
     pub version: Option<String>,
 }
 
@@ -185,7 +223,8 @@ impl Tasks {
     }
 
     /// The tasks of a journal no worker gave ids (a component's): each
-    /// call's id is its task number.
+    /// call's id is its task number plus one (the execution's start is 0,
+    /// as the SDKs' first action is 1).
     pub(crate) fn numbered(journal: &[(Entry, i64)]) -> Self {
         let calls = journal.iter().filter_map(|(entry, _)| match entry {
             Entry::Call(call) => Some(call),
@@ -195,10 +234,7 @@ impl Tasks {
             .enumerate()
             .map(|(task, call)| {
                 let task = u32::try_from(task).unwrap_or(u32::MAX);
-                (
-                    task,
-                    (i32::try_from(task).unwrap_or(i32::MAX), call.clone()),
-                )
+                (task, (component_id(task), call.clone()))
             })
             .collect();
         Self(tasks)
@@ -322,7 +358,11 @@ pub fn past(instance: &Started, journal: &[(Entry, i64)]) -> Vec<HistoryEvent> {
                 history.push(event(-1, *at, Kind::OrchestratorStarted));
                 if !started {
                     started = true;
-                    history.push(event(-1, *at, Kind::ExecutionStarted(instance.clone())));
+                    history.push(event(
+                        EXECUTION_STARTED_ID,
+                        *at,
+                        Kind::ExecutionStarted(instance.clone()),
+                    ));
                 }
                 for (arrived, at) in waiting.drain(..) {
                     history.extend(tasks.outcome(arrived, at));
@@ -359,7 +399,11 @@ pub fn new_events(
         .iter()
         .any(|(entry, _)| matches!(entry, Entry::Call(Call::SdkEpisode { .. })));
     if first {
-        events.push(event(-1, now, Kind::ExecutionStarted(instance.clone())));
+        events.push(event(
+            EXECUTION_STARTED_ID,
+            now,
+            Kind::ExecutionStarted(instance.clone()),
+        ));
     }
     events.extend(
         arrived
@@ -419,6 +463,13 @@ pub fn payload_bytes(events: &[HistoryEvent]) -> usize {
                 }
         })
         .sum()
+}
+
+/// The event id of a component's call of task number `task`.
+pub(crate) fn component_id(task: u32) -> i32 {
+    i32::try_from(task)
+        .unwrap_or(i32::MAX - 1)
+        .saturating_add(1)
 }
 
 pub(crate) fn event(id: i32, at: i64, kind: Kind) -> HistoryEvent {

@@ -13,6 +13,7 @@ use super::hot::HotInstance;
 use super::Orchestrator;
 use crate::core::effects::Effect;
 use crate::core::entity_locks;
+use crate::core::instance::ParentRef;
 use crate::core::journal::{Call, Entry};
 use crate::core::lifecycle::arrivals::Sorted;
 use crate::core::lifecycle::episode_end::Ending;
@@ -78,6 +79,34 @@ async fn answer_of(
     }
 }
 
+/// A sub-orchestration's parent as the SDKs show it (`ctx.parent`): its
+/// name and version are read from its instance (a parent purged meanwhile
+/// keeps its id alone). `None` when the store cannot be read now: the
+/// episode is offered again, nothing written.
+async fn parent_of(
+    orchestrator: &Orchestrator,
+    id: &str,
+    parent: &ParentRef,
+) -> Option<sdk_history::Parent> {
+    let record = match orchestrator.store.instance(&parent.id).await {
+        Ok(record) => record,
+        Err(e) => {
+            tracing::warn!(instance_id = %id, parent = %parent.id, error = %e, "the parent of an SDK sub-orchestration could not be read; its episode runs later");
+            return None;
+        }
+    };
+    Some(sdk_history::Parent {
+        instance_id: parent.id.clone(),
+        execution: parent.execution,
+        task: parent.task,
+        name: record.as_ref().map(|r| r.name.clone()).unwrap_or_default(),
+        version: record
+            .as_ref()
+            .and_then(|r| sdk_history::version_of(&r.component_digest))
+            .map(str::to_string),
+    })
+}
+
 /// What the worker's answer makes of the episode; `None` when no worker
 /// answered (none connected, it gave the episode back, went away, or took
 /// longer than the episode timeout): nothing is written, and the arrivals
@@ -93,12 +122,16 @@ pub(super) async fn decide(
 ) -> Option<Vec<Effect>> {
     let state = &hot.loaded.state;
     let name = &hot.loaded.name;
+    let parent = match &state.parent {
+        None => None,
+        Some(parent) => Some(parent_of(orchestrator, id, parent).await?),
+    };
     let started = Started {
         name: name.clone(),
         input: hot.loaded.input.clone(),
         instance_id: id.to_string(),
         execution: state.execution,
-        parent: state.parent.as_ref().map(|p| (p.id.clone(), p.task)),
+        parent,
         version: sdk_history::version_of(&hot.loaded.digest).map(str::to_string),
     };
     let arrived: Vec<_> = sorted.taken.iter().map(|(_, e)| e.clone()).collect();

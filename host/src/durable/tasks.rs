@@ -196,7 +196,7 @@ async fn sdk_activity(
     let started = std::time::Instant::now();
     let answer = orchestrator
         .sdk_workers
-        .run_activity(name, input, &row.instance_id, task_id)
+        .run_activity(name, input, &row.instance_id, row.execution, task_id)
         .await?;
     let key = format!(
         "task:{}:{}:{}:{}",

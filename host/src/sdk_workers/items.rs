@@ -19,6 +19,8 @@ pub struct ActivityItem {
     /// JSON text.
     pub input: String,
     pub instance_id: String,
+    /// The execution of the instance that called it.
+    pub execution: i64,
     /// The call's position in its instance: the protocol's task id.
     pub task_id: i32,
 }

@@ -264,6 +264,7 @@ impl SdkWorkers {
         name: &str,
         input: &str,
         instance_id: &str,
+        execution: i64,
         task_id: i32,
     ) -> Option<Answer> {
         let item = |token| {
@@ -272,6 +273,7 @@ impl SdkWorkers {
                 name: name.to_string(),
                 input: input.to_string(),
                 instance_id: instance_id.to_string(),
+                execution,
                 task_id,
             })
         };

@@ -27,13 +27,13 @@ fn asking(
     name: &'static str,
 ) -> tokio::task::JoinHandle<Option<Answer>> {
     let workers = workers.clone();
-    tokio::spawn(async move { workers.run_activity(name, "null", "i", 3).await })
+    tokio::spawn(async move { workers.run_activity(name, "null", "i", 1, 3).await })
 }
 
 #[tokio::test]
 async fn an_activity_goes_to_a_connected_worker_and_its_answer_comes_back() {
     let workers = workers();
-    assert!(workers.run_activity("a", "1", "i", 1).await.is_none());
+    assert!(workers.run_activity("a", "1", "i", 1, 1).await.is_none());
     let mut connection = workers.connect(Runs::default()).expect("open");
     let asked = asking(&workers, "greet");
     let item = connection
@@ -125,7 +125,7 @@ async fn a_worker_that_goes_away_gives_back_what_it_ran() {
     ));
     assert!(!workers.answer(&item.token, Reply::Activity(Ok("late".into()))));
     assert!(
-        workers.run_activity("b", "null", "i", 2).await.is_none(),
+        workers.run_activity("b", "null", "i", 1, 2).await.is_none(),
         "none left"
     );
 }
@@ -148,7 +148,10 @@ async fn an_activity_waits_a_while_for_a_worker_to_connect() {
         Some(Answer::Done(Err(_)))
     ));
     let impatient = patient(Duration::from_millis(20), Duration::from_secs(60));
-    assert!(impatient.run_activity("x", "null", "i", 1).await.is_none());
+    assert!(impatient
+        .run_activity("x", "null", "i", 1, 1)
+        .await
+        .is_none());
 }
 
 #[tokio::test]
@@ -181,7 +184,7 @@ async fn an_activity_goes_only_to_a_worker_that_runs_it() {
         .expect("open");
     assert!(
         workers
-            .run_activity("count", "null", "i", 1)
+            .run_activity("count", "null", "i", 1, 1)
             .await
             .is_none(),
         "no worker runs it"

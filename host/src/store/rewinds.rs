@@ -7,6 +7,7 @@ use super::durable_records::{Applied, Loaded};
 use super::error::StoreError;
 use super::tx::Tx;
 use crate::core::effects::Effect;
+use crate::core::instance::RuntimeStatus;
 use crate::core::lifecycle::{rewind, Change, Decision, Reply};
 
 /// Most instances one rewind reaches: the instance, its failed
@@ -60,6 +61,24 @@ pub(super) async fn rewind_tree(
     }
     let mut all = Applied::default();
     for (current, effects) in planned {
+        // One that failed in its own code runs again with nothing arriving
+        // for it: woken, as a start is.
+        let offered = effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::SetStatus {
+                    status: RuntimeStatus::Pending,
+                    ..
+                }
+            )
+        });
+        if let Some(id) = current
+            .as_ref()
+            .filter(|_| offered)
+            .map(|c| c.state.id.clone())
+        {
+            all.wake.push(id);
+        }
         let decision = Decision {
             reply: Reply::Change(Change::Done),
             effects,

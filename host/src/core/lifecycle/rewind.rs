@@ -9,10 +9,14 @@
 //! timer: dropped as it failed) is scheduled again too. It runs on in the
 //! same execution, so that its children still report to it.
 //!
-//! Refused: an instance whose code failed by itself, with no failed task
-//! (nothing to run again: a restart runs it anew), and one that failed
-//! inside a critical section (its locks were let go as it failed; its
-//! replay would go on as if it held them).
+//! An instance whose code failed by itself, with no failed task, is
+//! rewound as the Durable Task Scheduler rewinds it: its failure leaves,
+//! and its code runs again from the journal at once (it is `Pending` until
+//! that episode), where it may now go on (code that read something outside,
+//! or was fixed and redeployed).
+//!
+//! Refused: one that failed inside a critical section (its locks were let
+//! go as it failed; its replay would go on as if it held them).
 
 use std::collections::HashMap;
 
@@ -139,7 +143,7 @@ pub fn decide(
             .iter()
             .any(|(entry, _)| matches!(entry, Entry::Call(Call::UnlockEntity { .. })))
     });
-    if !rewound_any || released_after || !entity_locks::held(calls.iter().copied()).is_empty() {
+    if released_after || !entity_locks::held(calls.iter().copied()).is_empty() {
         return refused(Change::NotApplicable);
     }
     let mut again = Vec::new();
@@ -221,8 +225,14 @@ pub fn decide(
         rest = after;
     }
     effects.extend(again);
+    // Failed in its own code: no outcome will wake it, so it is offered
+    // at once, as a start is (its episode makes it Running).
+    let status = match rewound_any {
+        true => RuntimeStatus::Running,
+        false => RuntimeStatus::Pending,
+    };
     effects.push(Effect::SetStatus {
-        status: RuntimeStatus::Running,
+        status,
         output: None,
         custom_status: None,
     });

@@ -96,7 +96,7 @@ fn an_episode_marker_and_its_actions_replay_as_the_protocol_history() {
         kinds,
         vec![
             (-1, 1_000, Kind::OrchestratorStarted),
-            (-1, 1_000, Kind::ExecutionStarted(started())),
+            (0, 1_000, Kind::ExecutionStarted(started())),
             (
                 1,
                 1_000,

@@ -114,9 +114,12 @@ impl TaskHubSidecarService for Sidecar {
         // A component reads its input as JSON; an SDK worker's is its own.
         let input = match self.registry.orchestration(&request.name) {
             Some(_) => payload("input", request.input)?,
-            None => super::history::sent(request.input),
+            None => super::history::kept(request.input),
         };
         let id = (!request.instance_id.is_empty()).then_some(request.instance_id);
+        if let Some(id) = &id {
+            super::convert::scheduler_id(id)?;
+        }
         let start_at = request.scheduled_start_timestamp.as_ref().map(millis);
         let version = request.version.as_deref();
         let instance_id = self
@@ -355,9 +358,9 @@ impl TaskHubSidecarService for Sidecar {
                 Ok(Response::new(RewindInstanceResponse {}))
             }
             Err(DurableError::InvalidState(id)) => Err(Status::failed_precondition(format!(
-                "instance '{id}' cannot be rewound: only a failed instance whose activities or \
-                 sub-orchestrations failed is (one that failed in its own code has nothing to run \
-                 again: restart it)"
+                "instance '{id}' cannot be rewound: only a failed instance is, and not one that \
+                 failed inside a critical section (its locks were let go as it failed) or whose \
+                 sub-orchestration's id now names another instance's child"
             ))),
             Err(e) => Err(refusal(e)),
         }

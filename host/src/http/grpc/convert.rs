@@ -7,6 +7,7 @@ use tonic::Status;
 
 use super::proto::{OrchestrationState, OrchestrationStatus, TaskFailureDetails};
 use crate::core::failure::FailureDetails;
+use crate::core::ids;
 use crate::core::instance::RuntimeStatus;
 use crate::core::sdk_history;
 use crate::durable::{DurableError, InstanceFilter, InstanceRecord, Orchestrator};
@@ -99,7 +100,10 @@ pub(super) fn state_of(
             .flatten(),
         custom_status: instance.custom_status.clone(),
         failure_details,
-        execution_id: Some(instance.execution.to_string()),
+        execution_id: Some(crate::core::ids::protocol_execution_id(
+            &instance.id,
+            instance.execution,
+        )),
         ..OrchestrationState::default()
     }
 }
@@ -160,9 +164,29 @@ pub(super) fn details_of(failure: &FailureDetails) -> TaskFailureDetails {
 
 /// A payload as the SDKs read it: the engine keeps an absent one as JSON
 /// `null`, which the SDKs send as no payload at all and read back as `None`
-/// (a `'null'` string would be their input).
+/// (a `'null'` string would be their input); one sent as JSON `null` is
+/// kept apart ([`sdk_history::KEPT_NULL`]) and reads back as `"null"`.
 pub(super) fn present(payload: &str) -> Option<String> {
-    (payload != "null").then(|| payload.to_string())
+    match payload {
+        "null" => None,
+        sdk_history::KEPT_NULL => Some("null".to_string()),
+        _ => Some(payload.to_string()),
+    }
+}
+
+/// An instance id a client gives (a start's, an entity's): within the
+/// managed scheduler's limit ([`ids::SCHEDULER_ID_CHARS`] characters),
+/// else `INVALID_ARGUMENT` as it answers.
+pub(super) fn scheduler_id(id: &str) -> Result<(), Status> {
+    let chars = id.chars().count();
+    match chars > ids::SCHEDULER_ID_CHARS {
+        true => Err(Status::invalid_argument(format!(
+            "instance id '{id}' is too long: {chars} characters, where the length limit is {} \
+             (the Durable Task Scheduler's)",
+            ids::SCHEDULER_ID_CHARS
+        ))),
+        false => Ok(()),
+    }
 }
 
 /// The caller's deadline from its `grpc-timeout` header (`<digits><unit>`,

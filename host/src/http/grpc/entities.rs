@@ -30,6 +30,7 @@ pub(super) async fn signal(
             request.instance_id
         )));
     }
+    super::convert::scheduler_id(&request.instance_id)?;
     // The SDK's own text: JSON, or its large-payload store's token.
     let input = request.input.filter(|text| !text.is_empty());
     let request_id = if request.request_id.is_empty() {

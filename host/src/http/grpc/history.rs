@@ -15,6 +15,7 @@ use super::proto::{
     TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
 };
 use crate::core::failure::TaskError;
+use crate::core::ids;
 use crate::core::journal::EntityCall;
 use crate::core::sdk_actions::{Action, Completion};
 use crate::core::sdk_entities::EntityAction;
@@ -38,18 +39,25 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
         Kind::ExecutionStarted(started) => EventType::ExecutionStarted(ExecutionStartedEvent {
             name: started.name,
             version: started.version,
-            input: Some(started.input),
+            input: Some(wire(started.input)),
             orchestration_instance: Some(OrchestrationInstance {
+                execution_id: Some(ids::protocol_execution_id(
+                    &started.instance_id,
+                    started.execution,
+                )),
                 instance_id: started.instance_id,
-                execution_id: Some(started.execution.to_string()),
             }),
-            parent_instance: started.parent.map(|(id, task)| ParentInstanceInfo {
-                task_scheduled_id: i32::try_from(task).unwrap_or(i32::MAX),
+            parent_instance: started.parent.map(|parent| ParentInstanceInfo {
+                task_scheduled_id: i32::try_from(parent.task).unwrap_or(i32::MAX),
+                name: Some(parent.name),
+                version: parent.version,
                 orchestration_instance: Some(OrchestrationInstance {
-                    instance_id: id,
-                    execution_id: None,
+                    execution_id: Some(ids::protocol_execution_id(
+                        &parent.instance_id,
+                        parent.execution,
+                    )),
+                    instance_id: parent.instance_id,
                 }),
-                ..ParentInstanceInfo::default()
             }),
             ..ExecutionStartedEvent::default()
         }),
@@ -60,7 +68,7 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
         }),
         Kind::TaskCompleted { scheduled, result } => EventType::TaskCompleted(TaskCompletedEvent {
             task_scheduled_id: scheduled,
-            result: Some(result),
+            result: Some(wire(result)),
         }),
         // An SDK worker's failure as it reported it; any other (a wasm
         // activity's, a limit's, a retry's end) in the engine's words.
@@ -82,13 +90,13 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
         } => EventType::SubOrchestrationInstanceCreated(SubOrchestrationInstanceCreatedEvent {
             instance_id,
             name,
-            input: Some(input),
+            input: Some(wire(input)),
             ..SubOrchestrationInstanceCreatedEvent::default()
         }),
         Kind::SubOrchestrationCompleted { scheduled, result } => {
             EventType::SubOrchestrationInstanceCompleted(SubOrchestrationInstanceCompletedEvent {
                 task_scheduled_id: scheduled,
-                result: Some(result),
+                result: Some(wire(result)),
             })
         }
         Kind::SubOrchestrationFailed {
@@ -192,6 +200,24 @@ pub(super) fn sent(value: Option<String>) -> String {
         .unwrap_or_else(|| "null".into())
 }
 
+/// An input or output the worker (or client) sent, as the instance keeps
+/// it: as [`sent`], but a JSON `null` sent as such is kept apart from none
+/// ([`sdk_history::KEPT_NULL`]), so that it reads back as `null`.
+pub(super) fn kept(value: Option<String>) -> String {
+    match value {
+        Some(text) if text == "null" => sdk_history::KEPT_NULL.to_string(),
+        other => sent(other),
+    }
+}
+
+/// A payload the engine keeps, as the protocol carries it to a worker.
+fn wire(text: String) -> String {
+    match text == sdk_history::KEPT_NULL {
+        true => "null".to_string(),
+        false => text,
+    }
+}
+
 /// The orchestration's failure as the worker reported it (kept whole, cut
 /// as a task's is), or a text of the host's when it gave no details.
 fn failure_reported(failure: Option<TaskFailureDetails>) -> TaskError {
@@ -217,7 +243,7 @@ pub(super) fn action_of(action: OrchestratorAction) -> Action {
         Some(Type::CreateSubOrchestration(child)) => Action::CreateSubOrchestration {
             id,
             name: child.name,
-            input: sent(child.input),
+            input: kept(child.input),
             // The SDKs name each child (`{parent}:{task:04x}` unless the
             // code chose another): that is its id.
             instance_id: Some(child.instance_id).filter(|id| !id.is_empty()),
@@ -320,9 +346,9 @@ fn completion_of(done: CompleteOrchestrationAction) -> Action {
     let status = OrchestrationStatus::try_from(done.orchestration_status)
         .unwrap_or(OrchestrationStatus::Failed);
     let completion = match status {
-        OrchestrationStatus::Completed => Completion::Completed(sent(done.result)),
+        OrchestrationStatus::Completed => Completion::Completed(kept(done.result)),
         OrchestrationStatus::ContinuedAsNew => Completion::ContinuedAsNew {
-            input: sent(done.result),
+            input: kept(done.result),
             version: done.new_version.filter(|v| !v.is_empty()),
             carryover: done
                 .carryover_events

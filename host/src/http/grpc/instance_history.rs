@@ -11,6 +11,7 @@ use super::convert::{refusal, text_of};
 use super::history::event_of;
 use super::proto::{HistoryChunk, StreamInstanceHistoryRequest};
 use crate::core::failure::FailureDetails;
+use crate::core::ids;
 use crate::core::instance::RuntimeStatus;
 use crate::core::instance_history;
 use crate::core::sdk_history::{self, Ended, Started};
@@ -31,10 +32,11 @@ pub(super) async fn stream(
         .map_err(refusal)?;
     let instance = view.instance;
     if let Some(asked) = request.execution_id.filter(|e| !e.is_empty()) {
-        if asked != instance.execution.to_string() {
+        let current = ids::protocol_execution_id(&instance.id, instance.execution);
+        if asked != current {
             return Err(Status::not_found(format!(
-                "instance '{}' keeps the history of its current execution ({}) only, not of execution '{asked}'",
-                instance.id, instance.execution
+                "instance '{}' keeps the history of its current execution ({current}) only, not of execution '{asked}'",
+                instance.id
             )));
         }
     }

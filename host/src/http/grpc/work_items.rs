@@ -141,8 +141,11 @@ fn episode_item(item: EpisodeItem) -> WorkItem {
     WorkItem {
         request: Some(work_item::Request::OrchestratorRequest(
             OrchestratorRequest {
+                execution_id: Some(crate::core::ids::protocol_execution_id(
+                    &item.instance_id,
+                    item.execution,
+                )),
                 instance_id: item.instance_id,
-                execution_id: Some(item.execution.to_string()),
                 past_events: item.past.into_iter().map(event_of).collect(),
                 new_events: item.new.into_iter().map(event_of).collect(),
                 ..OrchestratorRequest::default()
@@ -158,8 +161,11 @@ fn activity_item(item: ActivityItem) -> WorkItem {
             name: item.name,
             input: Some(item.input),
             orchestration_instance: Some(OrchestrationInstance {
+                execution_id: Some(crate::core::ids::protocol_execution_id(
+                    &item.instance_id,
+                    item.execution,
+                )),
                 instance_id: item.instance_id,
-                execution_id: None,
             }),
             task_id: item.task_id,
             ..ActivityRequest::default()

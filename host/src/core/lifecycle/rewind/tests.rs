@@ -150,7 +150,7 @@ fn a_failed_child_is_named_for_its_own_rewind_or_its_creation_again() {
 }
 
 #[test]
-fn only_a_failed_instance_with_something_failed_is_rewound() {
+fn only_a_failed_instance_is_rewound() {
     let journal = vec![(Entry::Call(activity("a")), 1), (failed(0), 2)];
     for status in [
         RuntimeStatus::Completed,
@@ -164,14 +164,41 @@ fn only_a_failed_instance_with_something_failed_is_rewound() {
         decide(None, &journal, "d", None).changed.change,
         Change::NotFound
     );
-    // Failed in its own code: nothing to run again.
-    let own = decide(
-        Some(&instance(RuntimeStatus::Failed)),
-        &[(Entry::Call(activity("a")), 1)],
-        "d",
-        None,
+}
+
+#[test]
+fn one_that_failed_in_its_own_code_runs_its_code_again_at_once() {
+    let journal = vec![
+        (Entry::Call(activity("a")), 1),
+        (
+            Entry::Event(Event::TaskCompleted {
+                task: 0,
+                result: "1".into(),
+            }),
+            2,
+        ),
+    ];
+    let own = decide(Some(&instance(RuntimeStatus::Failed)), &journal, "d", None);
+    assert_eq!(own.changed.change, Change::Done);
+    let effects = &own.changed.effects;
+    // Nothing is scheduled again: what succeeded stays, and the code is
+    // offered at once (Pending), as no outcome will wake it.
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::ScheduleTask { .. })),
+        "{effects:?}"
     );
-    assert_eq!(own.changed.change, Change::NotApplicable);
+    assert!(
+        matches!(
+            effects.last(),
+            Some(Effect::SetStatus {
+                status: RuntimeStatus::Pending,
+                ..
+            })
+        ),
+        "{effects:?}"
+    );
 }
 
 #[test]
