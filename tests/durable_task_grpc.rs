@@ -215,7 +215,7 @@ async fn the_grpc_endpoint_wants_an_admin_key_and_this_hosts_task_hub() {
         elsewhere["message"]
             .as_str()
             .unwrap()
-            .contains(&format!("this host serves task hub '{hub}'")),
+            .contains(&format!("this host serves task hubs '{hub}'")),
         "{elsewhere}"
     );
 }

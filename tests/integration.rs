@@ -35,6 +35,7 @@ mod foreign_callers;
 mod hostile_guest;
 mod hostile_input;
 mod hot_reload;
+mod hubs_in_one_host;
 mod instance_ownership;
 mod languages;
 mod long_threads;

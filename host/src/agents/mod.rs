@@ -169,7 +169,7 @@ impl Turn<'_> {
 
 pub struct AgentRunner {
     runtime: Arc<Runtime>,
-    model: ModelClient,
+    model: Arc<ModelClient>,
     store: Store,
     max_tool_rounds: usize,
     window: ModelWindow,
@@ -199,7 +199,7 @@ impl AgentRunner {
     /// decision before it is denied.
     pub fn new(
         runtime: Arc<Runtime>,
-        model: ModelClient,
+        model: Arc<ModelClient>,
         store: Store,
         max_tool_rounds: usize,
         window: ModelWindow,

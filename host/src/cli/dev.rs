@@ -51,6 +51,9 @@ pub(crate) async fn dev(dir: &Path, port: u16) -> anyhow::Result<()> {
         // code there, replacing what was, so a rebuilt Python or JavaScript
         // component is served without a second compile.
         "--load-precompiled".as_ref(),
+        // As the scheduler's emulator: a test harness's per-module hubs
+        // are served as they are named.
+        "--dynamic-task-hubs".as_ref(),
     ])
     .context("could not make the serve settings")?;
     let rebuilding = tokio::spawn(rebuild_on_save(dir.to_path_buf(), components));

@@ -33,20 +33,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
-use crate::agents::{AgentRunner, AgentsSettings, ModelWindow};
-use crate::durable::{Orchestrator, OrchestratorConfig};
-use crate::http::{self, ApiKeys, AppState, HttpConfig, Scope};
+use crate::agents::AgentsSettings;
+use crate::http::{self, ApiKeys, Scope};
 use crate::model::{ModelClient, ModelSettings};
-use crate::registry::Registry;
-use crate::runs::Runs;
-use crate::sdk_workers::Patience;
-use crate::store::{Kind, Membership, Store, TaskHub};
-use crate::streams::{ResponseStreams, StreamSettings};
 use crate::wasm::{Limits, NetworkPolicy, Runtime, RuntimeConfig};
+use hubs::{HubStack, Hubs, Shared};
 
 mod error;
+mod hubs;
 mod sweeps;
 
 pub use crate::settings::{Secret, Settings};
@@ -109,14 +103,11 @@ impl Builder {
     }
 }
 
-/// A running host: its routes and its worker.
+/// A running host: its routes and its worker, for each task hub it serves.
 pub struct AgentHost {
-    state: AppState,
-    runs: Arc<Runs>,
-    orchestrator: Arc<Orchestrator>,
-    store: Store,
-    watching: CancellationToken,
-    background: CancellationToken,
+    hubs: Arc<Hubs>,
+    /// The host's own hub: what a request naming no hub is served by.
+    primary: Arc<HubStack>,
 }
 
 impl AgentHost {
@@ -156,13 +147,7 @@ impl AgentHost {
         } else {
             tracing::info!(model = %model.describe(), "model configured");
         }
-        let role = args.role();
-        let store = open_store(&args).await?;
         tracing::info!(session_ttl = ?args.session_ttl, "idle sessions are forgotten after session_ttl (every message renews it; None: never)");
-        if !role.works() && store.kind() == Kind::Sqlite {
-            store.close().await;
-            return Err(StartError::FrontNeedsSharedHub);
-        }
         let runtime = Arc::new(
             Runtime::new(RuntimeConfig {
                 cache_dir: args.cache_dir.clone(),
@@ -189,165 +174,46 @@ impl AgentHost {
             })?;
             tracing::info!(dir = %args.components.display(), "created the components directory, which did not exist: drop .wasm components into it (they load without a restart)");
         }
-        let registry = Arc::new(Registry::new(
-            runtime.clone(),
-            store.clone(),
-            args.components.clone(),
-        ));
-        let loaded = registry
-            .sync()
-            .await
-            .map_err(|source| StartError::Components {
-                dir: args.components.clone(),
-                source,
-            })?;
-        if loaded.loaded.is_empty() {
-            tracing::warn!(dir = %args.components.display(), "no .wasm components loaded; nothing is served until one is added");
-        }
-        let watching = CancellationToken::new();
-        if args.watch {
-            crate::registry::watch(registry.clone(), watching.clone()).map_err(|e| {
-                StartError::Watch {
-                    dir: args.components.clone(),
-                    source: e.into(),
-                }
-            })?;
-        }
-
-        let settings = Arc::new(match &args.agent_settings {
+        let agents = Arc::new(match &args.agent_settings {
             Some(path) => {
                 AgentsSettings::load(path).map_err(|e| StartError::AgentSettings(e.into()))?
             }
             None => AgentsSettings::default(),
         });
-        let runner = AgentRunner::new(
-            runtime.clone(),
-            model,
-            store.clone(),
-            args.max_tool_rounds,
-            ModelWindow {
-                history_budget_tokens: args.history_budget_tokens,
-                max_tool_result_bytes: args.max_tool_result_bytes,
-            },
-            args.approval_timeout,
-            settings.clone(),
-        );
-        let streams = ResponseStreams::open(
-            store.clone(),
-            StreamSettings {
-                redis: args.redis.clone().filter(|r| !r.trim().is_empty()),
-                require_redis: args.require_redis,
-                ttl: args.stream_ttl,
-                max_followers: args.max_stream_followers,
-            },
-        )
-        .await
-        .map_err(|e| StartError::Streams(e.into()))?;
-        let runs = Runs::new(
-            store.clone(),
-            registry.clone(),
-            runner,
-            streams.clone(),
-            args.session_ttl,
-            settings.clone(),
-            role.works(),
-        );
-        let orchestrator = Orchestrator::new(
-            store.clone(),
-            registry.clone(),
-            runtime.clone(),
-            runs.clone(),
-            OrchestratorConfig {
-                limits: Arc::new(args.durable_limits()),
-                episode_timeout: args.episode_timeout,
-                hot_budget_bytes: args.hot_instances_mib.saturating_mul(1 << 20),
-                // Only `serve --grpc` on a host that runs work has workers.
-                sdk_patience: Patience {
-                    for_a_worker: if args.grpc && !args.worker_only && role.works() {
-                        args.sdk_worker_wait
-                    } else {
-                        Duration::ZERO
-                    },
-                    for_an_answer: args.sdk_activity_timeout,
-                },
-            },
-            role.works(),
-        );
-        orchestrator.start();
-        runs.start();
-        let background = CancellationToken::new();
-        if role.works() {
-            tokio::spawn(sweeps::expire_sessions(
-                store.clone(),
-                registry.clone(),
-                settings.clone(),
-                args.session_ttl,
-                background.clone(),
-            ));
-        }
-        if let (true, Some(retain)) = (role.works(), args.retain) {
-            tokio::spawn(sweeps::retain_finished(
-                store.clone(),
-                retain,
-                background.clone(),
-            ));
-        }
-        // Checked when the store opened: what a gRPC caller must name.
-        let (_, hub) = args.store_location().map_err(StartError::setting)?;
-        let state = AppState {
-            registry,
-            runs: runs.clone(),
-            orchestrator: orchestrator.clone(),
-            health: crate::health::Health::new(
-                store.clone(),
-                args.writer_deadline,
-                orchestrator.scheduler_reads(),
-            ),
-            streams: streams.clone(),
-            config: Arc::new(HttpConfig {
-                health_enabled: args.enable_health_check,
-                mcp_enabled: args.mcp,
-                max_body_bytes: args.max_body_bytes,
-                body_timeout: args.body_timeout,
-                wait_budget: args.poll_interval.saturating_mul(args.max_poll_retries),
-                allowed: crate::http::Allowed {
-                    hosts: args.allowed_hosts.clone(),
-                    origins: args.allowed_origins.clone(),
-                    keyless: keys.is_empty(),
-                },
-                keys,
-                hub,
-            }),
-        };
-        Ok(Self {
-            state,
-            runs,
-            orchestrator,
-            store,
-            watching,
-            background,
+        let hubs = Hubs::open_at_start(Shared {
+            args,
+            runtime,
+            model: Arc::new(model),
+            keys,
+            agents,
         })
+        .await?;
+        let primary = hubs.primary_stack().ok_or_else(|| {
+            StartError::setting(std::io::Error::other(
+                "the host's own task hub did not open",
+            ))
+        })?;
+        Ok(Self { hubs, primary })
     }
 
     /// The agents and orchestrations served now, by name.
     pub fn served(&self) -> (Vec<String>, Vec<String>) {
-        (
-            self.state.registry.agent_names(),
-            self.state.registry.orchestration_names(),
-        )
+        let registry = &self.primary.state.registry;
+        (registry.agent_names(), registry.orchestration_names())
     }
 
     /// The agent, orchestration and management routes (`/api/…`,
     /// `/runtime/webhooks/durabletask/…`), to merge into an application's
     /// router. Unknown paths answer the host's JSON 404, so merge this last
-    /// or give the application's routes first.
+    /// or give the application's routes first. A request naming another
+    /// task hub (`?taskHub=`) is served by that hub's routes.
     pub fn router(&self) -> axum::Router {
-        http::router(self.state.clone())
+        http::hubs::router(self.primary.state.clone(), self.hubs.clone())
     }
 
     /// The Durable Task sidecar protocol's gRPC service (`--grpc`).
     pub(crate) fn grpc_routes(&self) -> tonic::service::Routes {
-        http::grpc::routes(self.state.clone())
+        http::grpc::routes(self.primary.state.clone(), self.hubs.clone())
     }
 
     /// Stops the worker and closes the store: [`Self::drain`], then [`Self::close`].
@@ -360,9 +226,7 @@ impl AgentHost {
     /// to finish; whatever is unfinished stays in the store and resumes at
     /// the next start. Requests still being answered keep the store.
     pub async fn drain(&self, grace: Duration) {
-        self.watching.cancel();
-        self.background.cancel();
-        tokio::join!(self.runs.shutdown(grace), self.orchestrator.shutdown(grace));
+        self.hubs.drain(grace).await;
     }
 
     /// Resolves, with the reason, once the store's writer is dead or has been
@@ -373,42 +237,16 @@ impl AgentHost {
         let mut ticker = tokio::time::interval(Duration::from_millis(500));
         loop {
             ticker.tick().await;
-            if let Some(reason) = self.state.health.gone() {
-                return reason;
+            for stack in self.hubs.stacks() {
+                if let Some(reason) = stack.state.health.gone() {
+                    return format!("task hub '{}': {reason}", stack.state.config.hub);
+                }
             }
         }
     }
 
-    /// Commits what is queued and closes the store; call it last.
+    /// Commits what is queued and closes the stores; call it last.
     pub async fn close(&self) {
-        let (writes, transactions) = self.store.commit_stats();
-        tracing::info!(
-            writes,
-            transactions,
-            "durable writes committed (group commit)"
-        );
-        self.state.streams.flush().await;
-        self.store.close().await;
-    }
-}
-
-/// Opens the task hub the settings name, with the remedy in the error.
-async fn open_store(args: &Settings) -> Result<Store, StartError> {
-    let (url, hub) = args.store_location().map_err(StartError::setting)?;
-    let hub = TaskHub::new(&hub).map_err(StartError::setting)?;
-    let membership = Membership {
-        role: args.role(),
-        lease: args.lease,
-    };
-    match Store::open(&url, &hub, membership).await {
-        Ok(store) => {
-            tracing::info!(taskhub = %hub, kind = ?store.kind(), "store open");
-            Ok(store)
-        }
-        Err(e) if e.is_unreachable() => Err(StartError::StoreUnreachable(e.into())),
-        Err(e) => Err(StartError::Store {
-            hub: hub.to_string(),
-            source: e.into(),
-        }),
+        self.hubs.close().await;
     }
 }

@@ -110,6 +110,11 @@ fn basic_password(credentials: &str) -> Option<String> {
     Some(password.to_string()).filter(|p| !p.is_empty())
 }
 
+/// Whether a request presents one of `keys`, of any scope.
+pub(super) fn holds_a_key(request: &Request, keys: &ApiKeys) -> bool {
+    presented(request).is_some_and(|key| keys.scope_of(&key).is_some())
+}
+
 fn query_value(request: &Request, name: &str) -> Option<String> {
     let query = request.uri().query()?;
     url::form_urlencoded::parse(query.as_bytes())

@@ -63,12 +63,21 @@ pub(super) struct InstanceUrls {
 
 impl InstanceUrls {
     /// `base` is `scheme://host` of the request and the mount the URLs go
-    /// under (`front_routes::url_prefix`); `token` the instance's.
-    pub fn new(base: &str, id: &str, token: Option<&str>) -> Self {
+    /// under (`front_routes::url_prefix`); `token` the instance's; `hub`
+    /// its task hub when it is not the host's own (as Durable Functions'
+    /// URLs carry `taskHub=`).
+    pub fn new(base: &str, id: &str, token: Option<&str>, hub: Option<&str>) -> Self {
         let instance = format!("{base}{PREFIX}/{}", urlencode(id));
-        let (alone, after) = match token {
-            Some(token) => (format!("?token={token}"), format!("&token={token}")),
-            None => (String::new(), String::new()),
+        let query: Vec<String> = hub
+            .map(|hub| format!("taskHub={}", urlencode(hub)))
+            .into_iter()
+            .chain(token.map(|token| format!("token={token}")))
+            .collect();
+        let (alone, after) = if query.is_empty() {
+            (String::new(), String::new())
+        } else {
+            let query = query.join("&");
+            (format!("?{query}"), format!("&{query}"))
         };
         Self {
             id: id.to_string(),
@@ -256,7 +265,7 @@ mod tests {
             serde_json::to_value(Timestamp(1_700_000_000_123))?,
             "2023-11-14T22:13:20.123Z"
         );
-        let urls = serde_json::to_value(InstanceUrls::new("http://h", "a b:c", None))?;
+        let urls = serde_json::to_value(InstanceUrls::new("http://h", "a b:c", None, None))?;
         assert_eq!(
             urls["statusQueryGetUri"],
             "http://h/runtime/webhooks/durabletask/instances/a%20b:c"
@@ -265,7 +274,7 @@ mod tests {
             urls["sendEventPostUri"],
             "http://h/runtime/webhooks/durabletask/instances/a%20b:c/raiseEvent/{eventName}"
         );
-        let urls = serde_json::to_value(InstanceUrls::new("http://h", "i", Some("ab12")))?;
+        let urls = serde_json::to_value(InstanceUrls::new("http://h", "i", Some("ab12"), None))?;
         let instance = "http://h/runtime/webhooks/durabletask/instances/i";
         assert_eq!(urls["statusQueryGetUri"], format!("{instance}?token=ab12"));
         assert_eq!(

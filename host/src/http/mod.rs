@@ -17,6 +17,7 @@ mod front_routes;
 mod functions;
 pub(crate) mod grpc;
 mod health;
+pub(crate) mod hubs;
 mod instance_body;
 mod instances;
 mod keys;
@@ -65,8 +66,11 @@ pub struct HttpConfig {
     pub wait_budget: Duration,
     /// Endpoint keys; empty: every route is open.
     pub keys: ApiKeys,
-    /// The task hub served: what a gRPC caller's `taskhub` metadata must name.
+    /// The task hub these routes serve.
     pub hub: String,
+    /// The `taskHub=` the URLs handed out carry (a hub other than the
+    /// host's own), so that following them reaches this hub again.
+    pub hub_in_urls: Option<String>,
     /// Which `Host` names and page origins are answered (`--allowed-hosts`,
     /// `--allowed-origins`); see [`origin_guard`].
     pub allowed: Allowed,

@@ -152,7 +152,12 @@ async fn start_instance(
     };
     // Where the caller can follow them (`front_routes`).
     let base = format!("{}{}", base_url(headers), front_routes::url_prefix());
-    let urls = InstanceUrls::new(&base, &id, token.as_deref());
+    let urls = InstanceUrls::new(
+        &base,
+        &id,
+        token.as_deref(),
+        state.config.hub_in_urls.as_deref(),
+    );
     let location = HeaderValue::from_str(&urls.status_query_get_uri).ok();
     let mut response = error::accepted(Json(urls));
     if let Some(location) = location {

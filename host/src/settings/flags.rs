@@ -35,6 +35,18 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TASKHUB_NAME")]
     pub taskhub: Option<String>,
 
+    /// Further task hubs served beside `--taskhub` (comma-separated), each
+    /// isolated: a Durable Task SDK names one in its `taskhub` metadata (a
+    /// connection string's TaskHub=), an HTTP caller with `?taskHub=NAME`.
+    #[arg(long, env = "AGENTHOST_TASKHUBS", value_delimiter = ',')]
+    pub taskhubs: Vec<String>,
+
+    /// Serve any task hub a caller names, created on first use, as the
+    /// Durable Task Scheduler emulator's dynamic task hubs (on in
+    /// `agenthost dev`). Off: a hub not listed is refused.
+    #[arg(long, env = "AGENTHOST_DYNAMIC_TASK_HUBS")]
+    pub dynamic_task_hubs: bool,
+
     /// `Endpoint=<store URL>;TaskHub=<name>;Authentication=None`, as set for
     /// Durable Task Scheduler; `--store` and `--taskhub` win over it.
     #[arg(long, env = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING", value_parser = connection_string)]
@@ -350,6 +362,8 @@ impl From<ServeArgs> for Settings {
             watch,
             store,
             taskhub,
+            taskhubs,
+            dynamic_task_hubs,
             connection_string,
             no_worker,
             lease,
@@ -423,6 +437,8 @@ impl From<ServeArgs> for Settings {
             watch,
             store,
             taskhub,
+            taskhubs,
+            dynamic_task_hubs,
             connection_string,
             no_worker,
             lease,

@@ -100,7 +100,15 @@ pub struct Settings {
     /// connection string's Endpoint, else `sqlite://agenthost.db`.
     pub store: Option<String>,
     /// The task hub; `None`: the connection string's TaskHub, else `default`.
+    /// The HTTP routes serve it unless a request names another.
     pub taskhub: Option<String>,
+    /// Further task hubs served beside `taskhub`, opened at start: a gRPC
+    /// caller names one in its `taskhub` metadata, an HTTP caller with
+    /// `?taskHub=` (or a `taskhub` header).
+    pub taskhubs: Vec<String>,
+    /// Serve any task hub a caller names, created on first use (as the
+    /// Durable Task Scheduler emulator's dynamic task hubs).
+    pub dynamic_task_hubs: bool,
     /// `Endpoint=<store URL>;TaskHub=<name>;Authentication=None`.
     pub connection_string: Option<String>,
     /// Serve HTTP only; `agenthost worker` processes of the hub do the work.
@@ -232,6 +240,8 @@ impl Default for Settings {
             watch: true,
             store: None,
             taskhub: None,
+            taskhubs: Vec::new(),
+            dynamic_task_hubs: false,
             connection_string: None,
             no_worker: false,
             lease: duration(LEASE),

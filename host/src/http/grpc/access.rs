@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tonic::{Request, Status};
+use tonic::Status;
 
 use super::super::keys::Scope;
 use super::super::HttpConfig;
@@ -22,11 +22,9 @@ impl Check {
 
     /// Admits a call that carries an admin key when endpoint keys are
     /// configured (every call of the protocol manages instances; the key is
-    /// checked first, so nothing is told to a caller without one) and names
-    /// this host's task hub, or none: the plain SDKs send no `taskhub`.
-    #[allow(clippy::result_large_err)] // tonic's interceptor signature.
-    pub(super) fn admit(&self, request: Request<()>) -> Result<Request<()>, Status> {
-        let metadata = request.metadata();
+    /// checked first, so nothing is told to a caller without one).
+    #[allow(clippy::result_large_err)] // a Status is what a call answers.
+    pub(super) fn admit(&self, metadata: &http::HeaderMap) -> Result<(), Status> {
         if !self.config.keys.is_empty() {
             let text = |name: &str| {
                 metadata
@@ -56,15 +54,6 @@ impl Check {
                 )),
             }
         }
-        if let Some(hub) = metadata.get("taskhub") {
-            let hub = hub.to_str().unwrap_or_default();
-            if hub != self.config.hub {
-                return Err(Status::not_found(format!(
-                    "task hub '{hub}' is not served here: this host serves task hub '{}' (set TaskHub= in the connection string, or --taskhub on the host)",
-                    self.config.hub
-                )));
-            }
-        }
-        Ok(request)
+        Ok(())
     }
 }
