@@ -27,6 +27,7 @@ mod durable_task_locks;
 mod durable_task_orchestrations;
 mod durable_task_protocol_shapes;
 mod durable_task_rewind;
+mod durable_task_starts_and_events;
 mod durable_task_suite_behaviours;
 mod durable_task_waiting;
 mod embedding;

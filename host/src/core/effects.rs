@@ -33,6 +33,12 @@ pub enum Effect {
         event: Event,
         visible_at: Option<i64>,
     },
+    /// Raise an event at another orchestration instance's current
+    /// execution (an SDK orchestration's `send_event`), read in the
+    /// writing transaction: an instance that does not exist or is over
+    /// does not get it (the event is dropped, as the managed scheduler
+    /// discards it), and the sender goes on either way.
+    SendEvent { instance: String, event: Event },
     /// Set the status; `None` fields keep their value.
     SetStatus {
         status: RuntimeStatus,

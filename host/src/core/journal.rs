@@ -83,6 +83,16 @@ pub enum Call {
         section: String,
         entity: String,
     },
+    /// An event sent to another orchestration instance (an SDK worker's
+    /// `send_event`): raised at its current execution when the write that
+    /// journals this call commits; dropped when it has no instance or the
+    /// instance is over, as the managed scheduler discards it.
+    SendEvent {
+        instance: String,
+        name: String,
+        /// The event's payload as the worker sent it (`null` for none).
+        input: String,
+    },
     /// The start of an episode of an orchestration a Durable Task SDK
     /// worker runs (see [`super::sdk_history`]): the ids the worker gave
     /// the scheduling calls journaled after it, in order.
@@ -147,6 +157,7 @@ impl Call {
                 format!("lock-entities({})", entities.join(", "))
             }
             Call::UnlockEntity { entity, .. } => format!("unlock-entity({entity})"),
+            Call::SendEvent { instance, name, .. } => format!("send-event({instance}, {name})"),
         }
     }
 }
@@ -263,6 +274,11 @@ impl Call {
                 section.len() + entities.iter().map(String::len).sum::<usize>()
             }
             Call::UnlockEntity { section, entity } => section.len() + entity.len(),
+            Call::SendEvent {
+                instance,
+                name,
+                input,
+            } => instance.len() + name.len() + input.len(),
             Call::StartTimer { .. } | Call::Now { .. } => 0,
         }
     }

@@ -15,6 +15,7 @@ pub mod entity_locks;
 pub mod failure;
 pub mod fence;
 pub mod history_window;
+pub mod id_reuse;
 pub mod ids;
 pub mod instance;
 pub mod instance_history;

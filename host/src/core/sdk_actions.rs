@@ -53,6 +53,13 @@ pub enum Action {
         section: String,
         entity: String,
     },
+    /// `send_event`: an event raised at another orchestration instance.
+    SendEvent {
+        id: i32,
+        instance: String,
+        name: String,
+        input: String,
+    },
     Complete(Completion),
     /// An action the engine does not carry out (sending an event, entity
     /// messages, terminating another instance): the instance fails saying so.
@@ -228,6 +235,30 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                 }
                 ids.push(id);
                 calls.push(Call::UnlockEntity { section, entity });
+            }
+            Action::SendEvent {
+                id,
+                instance,
+                name,
+                input,
+            } => {
+                // An entity's id takes operations, not events (the SDKs
+                // refuse it too).
+                if !super::ids::valid_instance_id(&instance)
+                    || super::sdk_entities::parse_entity_id(&instance).is_some()
+                {
+                    ending = Ending::Broken(format!(
+                        "the Durable Task SDK worker sent event '{}' to '{instance}', which is not an orchestration instance id",
+                        name.escape_debug()
+                    ));
+                    break;
+                }
+                ids.push(id);
+                calls.push(Call::SendEvent {
+                    instance,
+                    name,
+                    input,
+                });
             }
             Action::Complete(Completion::Completed(output)) => {
                 ending = Ending::Returned(Ok(output));

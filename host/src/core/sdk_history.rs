@@ -173,6 +173,12 @@ pub enum Kind {
     EntityLockGranted {
         section: String,
     },
+    /// An event this orchestration sent another instance.
+    EventSent {
+        instance_id: String,
+        name: String,
+        input: String,
+    },
     /// The execution's end, as `StreamInstanceHistory` shows it (a worker
     /// is never sent one).
     ExecutionCompleted(Ended),
@@ -210,7 +216,8 @@ impl Tasks {
                 | Call::CallEntity(_)
                 | Call::SignalEntity(_)
                 | Call::LockEntities { .. }
-                | Call::UnlockEntity { .. } => {
+                | Call::UnlockEntity { .. }
+                | Call::SendEvent { .. } => {
                     if let Some(id) = ids.next() {
                         tasks.insert(task, (id, call.clone()));
                     }
@@ -330,6 +337,15 @@ pub(crate) fn scheduled(call: &Call, instance: &Started, task: u32) -> Option<Ki
             section: section.clone(),
             entity: entity.clone(),
         },
+        Call::SendEvent {
+            instance,
+            name,
+            input,
+        } => Kind::EventSent {
+            instance_id: instance.clone(),
+            name: name.clone(),
+            input: input.clone(),
+        },
         _ => return None,
     })
 }
@@ -442,6 +458,11 @@ pub fn payload_bytes(events: &[HistoryEvent]) -> usize {
                         input,
                     } => instance_id.len() + name.len() + input.len(),
                     Kind::EventRaised { name, input } => name.len() + input.len(),
+                    Kind::EventSent {
+                        instance_id,
+                        name,
+                        input,
+                    } => instance_id.len() + name.len() + input.len(),
                     Kind::EntityOperationCalled(m) | Kind::EntityOperationSignaled(m) => {
                         m.entity.len()
                             + m.operation.len()

@@ -155,6 +155,18 @@ impl Orchestrator {
         Ok(id)
     }
 
+    /// Gives instance `id` the tags its Durable Task client started it with
+    /// (a JSON object of strings; the payload limit holds for it), written
+    /// once the start has committed: a reader that the start answered
+    /// sees them.
+    pub async fn tag(&self, id: &str, tags: &str) -> Result<(), DurableError> {
+        self.config.limits.check_payload("tags", tags)?;
+        match self.store.set_tags(id, tags).await? {
+            true => Ok(()),
+            false => Err(DurableError::InstanceNotFound(id.to_string())),
+        }
+    }
+
     /// Queues `operation` on durable entity `entity` (`@name@key`), which
     /// its first operation creates; at `due_at` (ms) when it is scheduled
     /// for later.

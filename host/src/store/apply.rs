@@ -111,6 +111,16 @@ pub(super) async fn apply(
                 push_inbox(tx, &mut applied, &instance, execution, event, visible_at).await?;
                 applied.wake.push(instance);
             }
+            Effect::SendEvent { instance, event } => match tx.look_up(&instance).await? {
+                Some(loaded) if !loaded.state.status.is_finished() => {
+                    let execution = loaded.state.execution;
+                    push_inbox(tx, &mut applied, &instance, execution, event, now).await?;
+                    applied.wake.push(instance);
+                }
+                _ => {
+                    tracing::info!(from = %target.id, instance_id = %instance, "an event sent to an instance that does not exist or is over was dropped")
+                }
+            },
             Effect::SetStatus {
                 status,
                 output,

@@ -40,6 +40,10 @@ pub struct InstanceRecord {
     /// shown.
     #[serde(skip)]
     pub caller: Option<String>,
+    /// The tags its Durable Task client started it with: a JSON object of
+    /// strings (`None`: none). The protocol's state shows them.
+    #[serde(skip)]
+    pub tags: Option<String>,
 }
 
 /// Filters of list and purge requests.
@@ -82,11 +86,12 @@ fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord, StoreError> {
         updated_at: row.try_get("updated_at")?,
         start_at: row.try_get("start_at")?,
         caller: row.try_get("caller")?,
+        tags: row.try_get("tags")?,
     })
 }
 
 const INSTANCE_COLUMNS: &str =
-    "id, name, status, input, output, custom_status, component_digest, execution, created_at, updated_at, start_at, caller";
+    "id, name, status, input, output, custom_status, component_digest, execution, created_at, updated_at, start_at, caller, tags";
 
 impl Store {
     /// Creates an instance (or a new execution of a finished id). `Ok(None)`
@@ -236,6 +241,18 @@ impl Store {
             .fetch_optional(self.pool())
             .await?;
         row.map(|r| instance_from_row(&r)).transpose()
+    }
+
+    /// Gives the instance `id` the tags its client started it with (a JSON
+    /// object of strings), written once it is started. `false` when it
+    /// is no longer there.
+    pub async fn set_tags(&self, id: &str, tags: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("UPDATE instances SET tags = $1 WHERE id = $2")
+            .bind(tags)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// The sub-orchestrations `id` started (any status), by the parent they

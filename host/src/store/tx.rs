@@ -48,6 +48,12 @@ pub(super) trait Tx {
     /// The instance as a decision reads it; PostgreSQL also locks its row
     /// until the transaction ends, so two hosts never decide on one state.
     fn load(&mut self, id: &str) -> impl Future<Output = Result<Option<Loaded>, StoreError>>;
+    /// Another instance than the one written, read to address an event to
+    /// it (an orchestration's `send_event`), not to create it: a batch
+    /// that assumes ids it did not read are new cannot answer it.
+    fn look_up(&mut self, id: &str) -> impl Future<Output = Result<Option<Loaded>, StoreError>> {
+        self.load(id)
+    }
     /// Events and bytes waiting in an instance's inbox.
     fn inbox_size(&mut self, id: &str) -> impl Future<Output = Result<Size, StoreError>>;
     /// Whether the task of this attempt is still waiting for its result.

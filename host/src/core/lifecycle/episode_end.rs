@@ -228,6 +228,17 @@ pub fn decide(state: &InstanceState, episode: Episode, limits: &Limits) -> Vec<E
                     }
                 }
             }
+            Call::SendEvent {
+                instance,
+                name,
+                input,
+            } => effects.push(Effect::SendEvent {
+                instance,
+                event: Event::EventRaised {
+                    name,
+                    payload: input,
+                },
+            }),
             Call::UnlockEntity { section, entity } => {
                 let unlock = entity_locks::Unlock {
                     section,
@@ -322,6 +333,7 @@ fn check(
             | Call::SignalEntity(EntityCall {
                 input: Some(input), ..
             }) => ("entity operation input", input),
+            Call::SendEvent { input, .. } => ("event payload", input),
             _ => continue,
         };
         limits

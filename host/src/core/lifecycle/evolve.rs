@@ -61,6 +61,7 @@ pub fn evolve<'a>(state: &mut InstanceState, effect: &'a Effect) -> Evolved<'a> 
         | Effect::Start(_)
         | Effect::ArmTimer { .. }
         | Effect::Deliver { .. }
+        | Effect::SendEvent { .. }
         | Effect::NotifyParent { .. }
         | Effect::FinishTask { .. }
         | Effect::RetryTask { .. }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::convert::{millis, payload, refusal};
+use super::convert::{millis, payload, refusal, runtime_status};
 use super::proto::task_hub_sidecar_service_server::TaskHubSidecarService;
 use super::proto::{
     AbandonActivityTaskRequest, AbandonActivityTaskResponse, AbandonEntityTaskRequest,
@@ -14,16 +14,17 @@ use super::proto::{
     CreateInstanceRequest, CreateInstanceResponse, CreateTaskHubRequest, CreateTaskHubResponse,
     DeleteTaskHubRequest, DeleteTaskHubResponse, EntityBatchResult, GetEntityRequest,
     GetEntityResponse, GetInstanceRequest, GetInstanceResponse, GetWorkItemsRequest, HistoryChunk,
-    ListInstanceIdsRequest, ListInstanceIdsResponse, OrchestratorResponse, PurgeInstancesRequest,
-    PurgeInstancesResponse, QueryEntitiesRequest, QueryEntitiesResponse, QueryInstancesRequest,
-    QueryInstancesResponse, RaiseEventRequest, RaiseEventResponse, RestartInstanceRequest,
-    RestartInstanceResponse, ResumeRequest, ResumeResponse, RewindInstanceRequest,
-    RewindInstanceResponse, SignalEntityRequest, SignalEntityResponse,
-    SkipGracefulOrchestrationTerminationsRequest, SkipGracefulOrchestrationTerminationsResponse,
-    StreamInstanceHistoryRequest, SuspendRequest, SuspendResponse, TerminateRequest,
-    TerminateResponse,
+    ListInstanceIdsRequest, ListInstanceIdsResponse, OrchestrationIdReusePolicy,
+    OrchestratorResponse, PurgeInstancesRequest, PurgeInstancesResponse, QueryEntitiesRequest,
+    QueryEntitiesResponse, QueryInstancesRequest, QueryInstancesResponse, RaiseEventRequest,
+    RaiseEventResponse, RestartInstanceRequest, RestartInstanceResponse, ResumeRequest,
+    ResumeResponse, RewindInstanceRequest, RewindInstanceResponse, SignalEntityRequest,
+    SignalEntityResponse, SkipGracefulOrchestrationTerminationsRequest,
+    SkipGracefulOrchestrationTerminationsResponse, StreamInstanceHistoryRequest, SuspendRequest,
+    SuspendResponse, TerminateRequest, TerminateResponse,
 };
 use super::{entities, instance_history, listing, waits, work_items};
+use crate::core::id_reuse::{self, Reuse};
 use crate::core::instance::RuntimeStatus;
 use crate::core::sdk_history;
 use crate::durable::{DurableError, Operation, Orchestrator};
@@ -55,6 +56,74 @@ impl Sidecar {
     async fn manage(&self, id: &str, op: Operation) -> Result<(), Status> {
         self.orchestrator.manage(id, op).await.map_err(refusal)
     }
+
+    /// Frees `id` for a start under the request's id-reuse policy
+    /// (`replaceable`): an instance holding it with a status the policy
+    /// does not list refuses the start (ALREADY_EXISTS, as the managed
+    /// scheduler answers), an unfinished one it lists is terminated (the
+    /// start then replaces it, as it replaces a finished one).
+    async fn make_room(&self, id: &str, replaceable: &[RuntimeStatus]) -> Result<(), Status> {
+        let existing = waits::instance(&self.orchestrator, id).await?;
+        match id_reuse::decide(Some(replaceable), existing.map(|i| i.status)) {
+            Reuse::Start => Ok(()),
+            Reuse::Refuse(status) => Err(Status::already_exists(format!(
+                "an orchestration instance with id '{id}' already exists ({}), and the request's \
+                 id-reuse policy does not let a start replace one in that status",
+                status.as_str()
+            ))),
+            Reuse::TerminateThenStart => {
+                let reason = format!(
+                    "a new instance was started with id '{id}', whose id-reuse policy lets it replace this one"
+                );
+                let output = serde_json::Value::String(reason).to_string();
+                match self
+                    .orchestrator
+                    .manage(id, Operation::Terminate { output })
+                    .await
+                {
+                    // Ended meanwhile: the start replaces it as it is.
+                    Ok(()) | Err(DurableError::InstanceFinished(_)) => Ok(()),
+                    Err(e) => Err(refusal(e)),
+                }
+            }
+        }
+    }
+
+    /// Gives a started instance its tags (kept as a JSON object).
+    async fn tag(&self, id: &str, tags: Option<String>) -> Result<(), Status> {
+        match tags {
+            Some(tags) => self.orchestrator.tag(id, &tags).await.map_err(refusal),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The statuses a start's id-reuse policy lets it replace (`None`: it gave
+/// none), refused as the managed scheduler refuses them.
+fn reusable_statuses(
+    policy: Option<&OrchestrationIdReusePolicy>,
+) -> Result<Option<Vec<RuntimeStatus>>, Status> {
+    let Some(policy) = policy else {
+        return Ok(None);
+    };
+    let mut statuses = Vec::with_capacity(policy.replaceable_status.len());
+    for wire in &policy.replaceable_status {
+        // Canceled, which no instance here has, replaces nothing.
+        statuses.extend(runtime_status(*wire)?);
+    }
+    id_reuse::check(&statuses).map_err(Status::invalid_argument)?;
+    Ok(Some(statuses))
+}
+
+/// A start's tags as kept (`None`: it gave none).
+fn tags_of(tags: &std::collections::HashMap<String, String>) -> Result<Option<String>, Status> {
+    if tags.is_empty() {
+        return Ok(None);
+    }
+    let sorted: std::collections::BTreeMap<_, _> = tags.iter().collect();
+    let text = serde_json::to_string(&sorted)
+        .map_err(|e| Status::invalid_argument(format!("the tags cannot be kept: {e}")))?;
+    Ok(Some(text))
 }
 
 #[tonic::async_trait]
@@ -111,6 +180,7 @@ impl TaskHubSidecarService for Sidecar {
         request: Request<CreateInstanceRequest>,
     ) -> Result<Response<CreateInstanceResponse>, Status> {
         let request = request.into_inner();
+        let replaceable = reusable_statuses(request.orchestration_id_reuse_policy.as_ref())?;
         // A component reads its input as JSON; an SDK worker's is its own.
         let input = match self.registry.orchestration(&request.name) {
             Some(_) => payload("input", request.input)?,
@@ -120,6 +190,9 @@ impl TaskHubSidecarService for Sidecar {
         if let Some(id) = &id {
             super::convert::scheduler_id(id)?;
         }
+        if let (Some(id), Some(replaceable)) = (&id, &replaceable) {
+            self.make_room(id, replaceable).await?;
+        }
         let start_at = request.scheduled_start_timestamp.as_ref().map(millis);
         let version = request.version.as_deref();
         let instance_id = self
@@ -127,6 +200,7 @@ impl TaskHubSidecarService for Sidecar {
             .start_instance_or_sdk(&request.name, id, input, version, start_at)
             .await
             .map_err(refusal)?;
+        self.tag(&instance_id, tags_of(&request.tags)?).await?;
         Ok(Response::new(CreateInstanceResponse { instance_id }))
     }
 
@@ -242,13 +316,16 @@ impl TaskHubSidecarService for Sidecar {
                 request.instance_id
             )));
         };
-        if !instance.status.is_finished() {
+        // Under a new id the instance it copies goes on, whatever its
+        // status (the managed scheduler allows it); under its own id it
+        // must be over.
+        if !request.restart_with_new_instance_id && !instance.status.is_finished() {
             return Err(Status::failed_precondition(format!(
-                "instance '{}' has not finished: only a completed, failed or terminated instance restarts",
+                "instance '{}' has not finished: only a completed, failed or terminated instance restarts under its own id (restart it under a new id instead)",
                 instance.id
             )));
         }
-        let id = (!request.restart_with_new_instance_id).then_some(instance.id);
+        let id = (!request.restart_with_new_instance_id).then(|| instance.id.clone());
         let instance_id = self
             .orchestrator
             .start_instance_or_sdk(
@@ -260,6 +337,8 @@ impl TaskHubSidecarService for Sidecar {
             )
             .await
             .map_err(refusal)?;
+        self.tag(&instance_id, instance.tags).await?;
+        tracing::info!(instance_id = %instance.id, new_instance_id = %instance_id, "instance restarted");
         Ok(Response::new(RestartInstanceResponse { instance_id }))
     }
 

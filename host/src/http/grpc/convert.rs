@@ -104,6 +104,11 @@ pub(super) fn state_of(
             &instance.id,
             instance.execution,
         )),
+        tags: instance
+            .tags
+            .as_deref()
+            .and_then(|tags| serde_json::from_str(tags).ok())
+            .unwrap_or_default(),
         ..OrchestrationState::default()
     }
 }

@@ -7,12 +7,12 @@ use super::proto::{
     history_event, operation_action, orchestrator_action, send_entity_message_action,
     CompleteOrchestrationAction, EntityLockGrantedEvent, EntityLockRequestedEvent,
     EntityOperationCalledEvent, EntityOperationCompletedEvent, EntityOperationFailedEvent,
-    EntityOperationSignaledEvent, EntityUnlockSentEvent, EventRaisedEvent, ExecutionCompletedEvent,
-    ExecutionStartedEvent, HistoryEvent, OperationAction, OrchestrationInstance,
-    OrchestrationStatus, OrchestratorAction, OrchestratorStartedEvent, ParentInstanceInfo,
-    SubOrchestrationInstanceCompletedEvent, SubOrchestrationInstanceCreatedEvent,
-    SubOrchestrationInstanceFailedEvent, TaskCompletedEvent, TaskFailedEvent, TaskFailureDetails,
-    TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
+    EntityOperationSignaledEvent, EntityUnlockSentEvent, EventRaisedEvent, EventSentEvent,
+    ExecutionCompletedEvent, ExecutionStartedEvent, HistoryEvent, OperationAction,
+    OrchestrationInstance, OrchestrationStatus, OrchestratorAction, OrchestratorStartedEvent,
+    ParentInstanceInfo, SubOrchestrationInstanceCompletedEvent,
+    SubOrchestrationInstanceCreatedEvent, SubOrchestrationInstanceFailedEvent, TaskCompletedEvent,
+    TaskFailedEvent, TaskFailureDetails, TaskScheduledEvent, TimerCreatedEvent, TimerFiredEvent,
 };
 use crate::core::failure::TaskError;
 use crate::core::ids;
@@ -170,6 +170,15 @@ pub(super) fn event_of(event: sdk_history::HistoryEvent) -> HistoryEvent {
                 critical_section_id: section,
             })
         }
+        Kind::EventSent {
+            instance_id,
+            name,
+            input,
+        } => EventType::EventSent(EventSentEvent {
+            instance_id,
+            name,
+            input: super::convert::present(&input),
+        }),
         Kind::ExecutionCompleted(ended) => EventType::ExecutionCompleted(ExecutionCompletedEvent {
             orchestration_status: super::convert::status_of(ended.status) as i32,
             result: ended.output.as_deref().and_then(super::convert::present),
@@ -250,7 +259,15 @@ pub(super) fn action_of(action: OrchestratorAction) -> Action {
             version: child.version.filter(|v| !v.is_empty()),
         },
         Some(Type::CompleteOrchestration(done)) => completion_of(done),
-        Some(Type::SendEvent(_)) => Action::Unsupported("send_event".into()),
+        Some(Type::SendEvent(sent_event)) => Action::SendEvent {
+            id,
+            instance: sent_event
+                .instance
+                .map(|instance| instance.instance_id)
+                .unwrap_or_default(),
+            name: sent_event.name,
+            input: sent(sent_event.data),
+        },
         Some(Type::TerminateOrchestration(_)) => {
             Action::Unsupported("terminating another orchestration".into())
         }

@@ -398,6 +398,13 @@ impl Tx for Planned<'_> {
         Ok(stored)
     }
 
+    async fn look_up(&mut self, id: &str) -> Result<Option<Loaded>, StoreError> {
+        if self.care == Care::Fenced && !self.instances.contains_key(id) {
+            return self.fallback("an event sent to an instance the batch did not read");
+        }
+        self.load(id).await
+    }
+
     async fn inbox_size(&mut self, id: &str) -> Result<Size, StoreError> {
         if self.inbox_shrunk.contains(id) {
             return self.fallback("a raise after an episode of the same instance");
