@@ -365,7 +365,9 @@ async fn a_thousand_approval_waits_never_starve_a_retried_activity() {
             .unwrap();
         let pending = text
             .lines()
-            .find_map(|line| line.strip_prefix("agenthost_approvals_pending "))
+            // `agenthost_approvals_pending{taskhub="…"} N`
+            .find(|line| line.starts_with("agenthost_approvals_pending"))
+            .and_then(|line| line.rsplit(' ').next())
             .and_then(|value| value.trim().parse::<f64>().ok())
             .unwrap_or(0.0);
         if pending >= WAITING as f64 {

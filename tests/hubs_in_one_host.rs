@@ -127,6 +127,22 @@ async fn two_hubs_of_one_host_never_see_each_others_work_and_a_hub_not_listed_is
         crate::support::get_json(host.url("/runtime/webhooks/durabletask/instances")).await;
     assert_eq!(ids_of(&own), ["i-0", "i-1", "i-2", "i-3", "i-4"]);
 
+    // Each hub's gauges, by hub.
+    let scrape = client()
+        .get(host.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for hub in [&blue, &green] {
+        for gauge in ["agenthost_hot_instances", "agenthost_waiting_instances"] {
+            let series = format!("{gauge}{{taskhub=\"{hub}\"}}");
+            assert!(scrape.contains(&series), "no {series} in:\n{scrape}");
+        }
+    }
+
     // A third hub: refused, over gRPC and HTTP, saying how to admit it,
     // and logged once however often it is named.
     let third = format!("{base}-third");

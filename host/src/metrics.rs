@@ -131,7 +131,7 @@ fn describe() {
     );
     describe_gauge!(
         APPROVALS_PENDING,
-        "Tool calls waiting for a human's decision (read from the store when scraped)"
+        "Tool calls waiting for a human's decision, by task hub (read from the store when scraped)"
     );
     describe_counter!(
         ORCHESTRATIONS,
@@ -145,17 +145,17 @@ fn describe() {
     describe_histogram!(COMMIT, Unit::Seconds, "One journal commit batch");
     describe_gauge!(
         HOT_INSTANCES,
-        "Orchestration instances kept in memory between episodes"
+        "Orchestration instances kept in memory between episodes, by task hub"
     );
     describe_gauge!(
         INBOX_EVENTS,
         "Events in the inboxes of hot instances not yet taken by their code: timers not yet due, \
-         events raised before the code waits for them, results arrived since the last episode"
+         events raised before the code waits for them, results arrived since the last episode; by task hub"
     );
     describe_gauge!(
         WAITING_INSTANCES,
         "Running orchestration instances of the task hub, each waiting for an event, a timer or \
-         a task (read from the store when scraped)"
+         a task, by task hub (read from the store when scraped)"
     );
     describe_gauge!(WAITING_RUNS, "HTTP callers waiting for a run to end");
     describe_counter!(
@@ -250,8 +250,8 @@ pub(crate) fn activity(name: &str, took: Duration, ok: bool) {
         .record(took.as_secs_f64());
 }
 
-pub(crate) fn approvals_pending(count: i64) {
-    gauge!(APPROVALS_PENDING).set(count as f64);
+pub(crate) fn approvals_pending(hub: &str, count: i64) {
+    gauge!(APPROVALS_PENDING, "taskhub" => hub.to_string()).set(count as f64);
 }
 
 /// `event`: started, completed, failed, terminated.
@@ -269,9 +269,9 @@ pub(crate) fn commit(batch: usize, took: Duration) {
 }
 
 /// The hot instances held, and the inbox rows their images hold.
-pub(crate) fn hot_instances(count: usize, inbox_events: usize) {
-    gauge!(HOT_INSTANCES).set(count as f64);
-    gauge!(INBOX_EVENTS).set(inbox_events as f64);
+pub(crate) fn hot_instances(hub: &str, count: usize, inbox_events: usize) {
+    gauge!(HOT_INSTANCES, "taskhub" => hub.to_string()).set(count as f64);
+    gauge!(INBOX_EVENTS, "taskhub" => hub.to_string()).set(inbox_events as f64);
 }
 
 /// An instance read whole from the store for an episode (no hot image).
@@ -279,8 +279,8 @@ pub(crate) fn instance_loaded() {
     counter!(INSTANCE_LOADS).increment(1);
 }
 
-pub(crate) fn waiting_instances(count: i64) {
-    gauge!(WAITING_INSTANCES).set(count as f64);
+pub(crate) fn waiting_instances(hub: &str, count: i64) {
+    gauge!(WAITING_INSTANCES, "taskhub" => hub.to_string()).set(count as f64);
 }
 
 /// Counts one waiting caller while it lives.

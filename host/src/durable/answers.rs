@@ -174,7 +174,7 @@ impl Orchestrator {
     pub async fn refresh_gauges(&self) -> Result<(), DurableError> {
         self.hot.publish();
         let waiting = self.store.count_waiting_instances().await?;
-        crate::metrics::waiting_instances(waiting);
+        crate::metrics::waiting_instances(self.store.hub(), waiting);
         Ok(())
     }
 

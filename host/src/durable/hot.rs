@@ -12,7 +12,7 @@
 //! episode puts it back, unless the episode had read them already.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use lru::LruCache;
 
@@ -93,6 +93,8 @@ pub(super) struct HotInstances {
 }
 
 struct Inner {
+    /// The task hub, as the gauges name it.
+    hub: Arc<str>,
     entries: LruCache<String, HotInstance>,
     bytes: usize,
     /// Inbox rows the images hold: counted as they come and go, so that the
@@ -135,18 +137,19 @@ impl Inner {
     }
 
     fn publish(&self) {
-        crate::metrics::hot_instances(self.entries.len(), self.rows);
+        crate::metrics::hot_instances(&self.hub, self.entries.len(), self.rows);
     }
 }
 
 impl HotInstances {
     /// `budget` bytes at most (0 keeps nothing hot); `shared`: other hosts
-    /// write to the same store.
-    pub fn new(budget: usize, shared: bool) -> Self {
+    /// write to the same store; `hub`: the task hub's name.
+    pub fn new(budget: usize, shared: bool, hub: &str) -> Self {
         Self {
             budget,
             shared,
             inner: Mutex::new(Inner {
+                hub: hub.into(),
                 entries: LruCache::unbounded(),
                 bytes: 0,
                 rows: 0,
@@ -450,7 +453,7 @@ mod tests {
 
     #[test]
     fn rows_another_host_added_keep_an_image_at_rest_but_not_one_under_way() {
-        let hot_instances = HotInstances::new(1 << 20, false);
+        let hot_instances = HotInstances::new(1 << 20, false, "test");
         put(&hot_instances, "a", hot("a", 10));
         assert!(hot_instances.inbox_changed("a"), "hot here");
         let claim = hot_instances.claim("a");
@@ -478,7 +481,7 @@ mod tests {
             },
             ..row(id)
         };
-        let shared = HotInstances::new(1 << 20, true);
+        let shared = HotInstances::new(1 << 20, true, "test");
         // At rest: the next episode reads the inbox, where another host's
         // older row (its notification still on the way) comes first.
         put(&shared, "rest", hot("rest", 10));
@@ -501,7 +504,7 @@ mod tests {
         assert!(!claim.inbox_stale, "taken from memory");
         drop(claim);
         // One store, one host: the raise joins the image.
-        let alone = HotInstances::new(1 << 20, false);
+        let alone = HotInstances::new(1 << 20, false, "test");
         put(&alone, "a", hot("a", 10));
         alone.deliver(vec![("a".into(), raised(9))]);
         assert_eq!(inbox_of(&alone, "a"), Some(vec![9]));
@@ -509,7 +512,7 @@ mod tests {
 
     #[test]
     fn rows_committed_before_a_new_instance_is_seeded_join_its_image() {
-        let hot_instances = HotInstances::new(1 << 20, false);
+        let hot_instances = HotInstances::new(1 << 20, false, "test");
         // Expected: a row committed in the start's batch (or before the
         // starter seeded it) is in the image, ahead of a later one.
         let expecting = hot_instances.expecting("new");
@@ -531,7 +534,7 @@ mod tests {
         hot_instances.seed(hot("child", 10).loaded);
         assert!(hot_instances.claim("child").inbox_stale, "read first");
         // Another host's row while it is being created: read first too.
-        let shared = HotInstances::new(1 << 20, true);
+        let shared = HotInstances::new(1 << 20, true, "test");
         let expecting = shared.expecting("x");
         shared.inbox_changed("x");
         shared.seed(hot("x", 10).loaded);
@@ -553,7 +556,7 @@ mod tests {
 
     #[test]
     fn the_least_recently_used_are_evicted_past_the_budget() {
-        let hot_instances = HotInstances::new(3 * 1_512, false);
+        let hot_instances = HotInstances::new(3 * 1_512, false, "test");
         for id in ["a", "b", "c", "d"] {
             put(&hot_instances, id, hot(id, 1_000));
         }
@@ -576,7 +579,7 @@ mod tests {
 
     #[test]
     fn committed_rows_reach_hot_and_claimed_instances_once() {
-        let hot_instances = HotInstances::new(1 << 20, false);
+        let hot_instances = HotInstances::new(1 << 20, false, "test");
         put(&hot_instances, "hot", hot("hot", 0));
         hot_instances.deliver(vec![("hot".into(), row(1)), ("cold".into(), row(2))]);
         assert_eq!(hot_instances.rows(), 1, "a cold instance's row is not held");

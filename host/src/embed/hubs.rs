@@ -151,6 +151,14 @@ impl HubStack {
                 background.clone(),
             ));
         }
+        if !primary {
+            tokio::spawn(sweeps::refresh_gauges(
+                orchestrator.clone(),
+                runs.clone(),
+                hub.to_string(),
+                background.clone(),
+            ));
+        }
         if let (true, Some(retain)) = (role.works(), args.retain) {
             tokio::spawn(sweeps::retain_finished(
                 store.clone(),

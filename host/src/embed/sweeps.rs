@@ -101,3 +101,32 @@ pub(super) async fn retain_finished(store: Store, retain: Duration, stop: Cancel
         }
     }
 }
+
+/// How often the gauges of a hub other than the host's own are read: the
+/// host's own are read at each scrape of `/metrics`.
+const GAUGES_EVERY: Duration = Duration::from_secs(15);
+
+/// Keeps the gauges of a hub other than the host's own current.
+pub(super) async fn refresh_gauges(
+    orchestrator: std::sync::Arc<crate::durable::Orchestrator>,
+    runs: std::sync::Arc<crate::runs::Runs>,
+    hub: String,
+    stop: CancellationToken,
+) {
+    let mut every = tokio::time::interval(GAUGES_EVERY);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        if let Err(e) = orchestrator.refresh_gauges().await {
+            tracing::debug!(taskhub = %hub, error = %e, "could not count waiting instances");
+        }
+        match runs.pending_approvals_count().await {
+            Ok(count) => crate::metrics::approvals_pending(&hub, count),
+            Err(e) => {
+                tracing::debug!(taskhub = %hub, error = %e, "could not count pending approvals")
+            }
+        }
+    }
+}

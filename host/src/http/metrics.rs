@@ -23,7 +23,7 @@ use super::AppState;
 )]
 pub async fn get(State(state): State<AppState>) -> Response {
     match state.runs.pending_approvals_count().await {
-        Ok(count) => crate::metrics::approvals_pending(count),
+        Ok(count) => crate::metrics::approvals_pending(&state.config.hub, count),
         Err(e) => tracing::warn!(error = %e, "/metrics: could not count pending approvals"),
     }
     if let Err(e) = state.orchestrator.refresh_gauges().await {

@@ -30,6 +30,8 @@ pub struct Store {
     pool: AnyPool,
     committer: Committer,
     kind: Kind,
+    /// The task hub's name: what metrics and logs of several hubs say.
+    hub: Arc<str>,
     /// This host on a hub that several hosts share (PostgreSQL).
     shared: Option<Arc<SharedHub>>,
     /// The OS lock that makes this process the only one on a SQLite file;
@@ -138,6 +140,11 @@ impl Store {
         self.committer.stats()
     }
 
+    /// The task hub this store holds.
+    pub fn hub(&self) -> &str {
+        &self.hub
+    }
+
     /// Commits the writes queued, hands back what this host owned on a
     /// shared hub, then closes the connections.
     pub async fn close(&self) {
@@ -156,6 +163,7 @@ async fn open_sqlite(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
         pool,
         committer,
         kind: Kind::Sqlite,
+        hub: hub.to_string().into(),
         shared: None,
         _lock: Some(Arc::new(lock)),
         doubt_until: Arc::new(AtomicI64::new(0)),
@@ -183,6 +191,7 @@ async fn open_postgres(
         pool,
         committer,
         kind: Kind::Postgres,
+        hub: hub.to_string().into(),
         shared: Some(shared),
         _lock: None,
         doubt_until,
