@@ -123,6 +123,12 @@ async fn two_hubs_of_one_host_never_see_each_others_work_and_a_hub_not_listed_is
     let (status, listed) = listed_over_http(&host, &green).await;
     assert_eq!(status, 200, "{listed}");
     assert_eq!(ids_of(&listed), ["i-0", "i-1", "i-2", "i-3", "i-4"]);
+    // The dashboard's page passes its `?taskHub=` on to the API it calls.
+    let shown: Value = crate::support::get_json(host.url(&format!(
+        "/dashboard/api/runtime/webhooks/durabletask/instances?taskHub={green}"
+    )))
+    .await;
+    assert_eq!(ids_of(&shown), ["i-0", "i-1", "i-2", "i-3", "i-4"]);
     let own: Value =
         crate::support::get_json(host.url("/runtime/webhooks/durabletask/instances")).await;
     assert_eq!(ids_of(&own), ["i-0", "i-1", "i-2", "i-3", "i-4"]);

@@ -377,6 +377,7 @@ async fn due(args: &DueArgs) -> anyhow::Result<()> {
     println!(
         "{}",
         serde_json::json!({
+            "taskhub": hub.to_string(),
             "due": due.total(),
             "instances": due.instances,
             "tasks": due.tasks,

@@ -1,6 +1,7 @@
 // The dashboard's frame: a hash router over the views of views.js, and the
 // host's change feed (/dashboard/events), whose ticks refresh the view shown.
 import { views } from "/dashboard/views.js";
+import { HUB, onHub } from "/dashboard/lib.js";
 
 function route() {
   const hash = location.hash.replace(/^#\/?/, "") || "components";
@@ -30,7 +31,7 @@ function render() {
 /** The change feed: each tick refreshes the view shown (one refresh at a time). */
 function listen() {
   const live = document.getElementById("live");
-  const events = new EventSource("/dashboard/events");
+  const events = new EventSource(onHub("/dashboard/events"));
   let busy = false;
   events.addEventListener("open", () => {
     live.textContent = "live";
@@ -54,5 +55,6 @@ function listen() {
 }
 
 window.addEventListener("hashchange", render);
+document.getElementById("hub").textContent = HUB ? `task hub ${HUB}` : "";
 render();
 listen();

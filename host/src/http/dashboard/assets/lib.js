@@ -5,6 +5,16 @@
 
 export const API = "/dashboard/api";
 
+/** The task hub the page shows: `?taskHub=NAME` in its address (a host
+ * serving several hubs), else the host's own. */
+export const HUB = new URLSearchParams(location.search).get("taskHub") || "";
+
+/** `url` on the page's task hub: the host picks the hub by `taskHub=`. */
+export function onHub(url) {
+  if (!HUB) return url;
+  return `${url}${url.includes("?") ? "&" : "?"}taskHub=${encodeURIComponent(HUB)}`;
+}
+
 /** A refusal of the API: its status and the JSON body that says why. */
 export class ApiError extends Error {
   constructor(status, body) {
@@ -28,7 +38,7 @@ export async function api(path, { method = "GET", body, headers = {} } = {}) {
     init.body = typeof body === "string" ? body : JSON.stringify(body);
     init.headers["content-type"] = "application/json";
   }
-  const response = await fetch(API + path, init);
+  const response = await fetch(onHub(API + path), init);
   const text = await response.text();
   let data = null;
   if (text) {

@@ -2,7 +2,7 @@
 // { tick(change), dispose() }: `tick` runs once a second with what the
 // host's change feed says, and redraws the data (never the forms a person
 // may be typing into); `dispose` runs when another view takes the page.
-import { api, act, go, h, toast, API } from "/dashboard/lib.js";
+import { api, act, go, h, toast, API, onHub } from "/dashboard/lib.js";
 
 const enc = encodeURIComponent;
 const INSTANCES = "/runtime/webhooks/durabletask/instances";
@@ -358,7 +358,7 @@ function run(main, [agent, id]) {
   const follow = () => {
     if (stream || done || gone) return;
     let text = "";
-    stream = new EventSource(`${API}${base}/stream`);
+    stream = new EventSource(onHub(`${API}${base}/stream`));
     stream.addEventListener("chunk", (e) => {
       text += JSON.parse(e.data).text || "";
       answer.textContent = text;
