@@ -251,3 +251,55 @@ async fn two_hosts_on_postgres_serve_two_hubs_each_without_crosstalk() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hub_a_front_opens_for_a_caller_is_worked_by_the_workers_that_list_it() {
+    if test_store().is_none() {
+        return; // SQLite: one host per file, no fronts.
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let base = hub_for(dir.path());
+    let fresh = format!("{base}-fresh");
+    let builder = || {
+        HostBuilder::new(dir.path())
+            .taskhub(&base)
+            .components(&["orchestration-tests"])
+    };
+    let front = builder()
+        .arg("--no-worker")
+        .arg("--dynamic-task-hubs")
+        .start();
+    let _worker = builder().arg("--taskhubs").arg(&fresh).start_worker();
+
+    // The front opens the hub for the caller; the worker that lists it runs it.
+    let started = client()
+        .post(front.url(&format!(
+            "/api/orchestrators/sequence/in-a-new-hub?taskHub={fresh}"
+        )))
+        .json(&serde_json::json!({"n": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202, "{}", front.output());
+    let urls: Value = started.json().await.unwrap();
+    let status_url = urls["statusQueryGetUri"].as_str().unwrap().to_string();
+    assert!(status_url.contains(&format!("taskHub={fresh}")), "{urls}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let status: Value = crate::support::get_json(&status_url).await;
+        if status["runtimeStatus"] == "Completed" {
+            assert_eq!(status["output"], 3, "{status}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never took up hub {fresh}: {status}\n{}",
+            front.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The host's own hub never saw it.
+    let own: Value =
+        crate::support::get_json(front.url("/runtime/webhooks/durabletask/instances")).await;
+    assert_eq!(ids_of(&own), Vec::<String>::new());
+}
