@@ -3,10 +3,11 @@
 //! Task Scheduler has them, driven by the Python SDK
 //! (tests/durabletask/starts_and_events.py): an event is raised once
 //! however often its sender replays, and dropped when its target is gone;
-//! tags come back in the state; a policy replaces what it lists, refuses
-//! what it does not (ALREADY_EXISTS), and is itself refused when it would
-//! reuse running instances but not terminated ones; a running instance
-//! restarts under a new id, not under its own.
+//! tags, a client's and a sub-orchestration's, come back in the state; a
+//! policy replaces what it lists, refuses what it does not
+//! (ALREADY_EXISTS), and is itself refused when it would reuse running
+//! instances but not terminated ones; a running instance restarts under a
+//! new id, not under its own.
 
 use serde_json::{json, Value};
 
@@ -77,6 +78,18 @@ async fn events_tags_reuse_policies_and_restarts_as_the_managed_scheduler_has_th
     assert_eq!(tags["untagged"], json!({}), "{tags}");
     assert_eq!(tags["queried"], json!([given]), "{tags}");
     assert_eq!(tags["restarted"], given, "{tags}");
+    // A sub-orchestration's, as its parent's worker sent them.
+    assert_eq!(
+        outcome(&tags["parent"]),
+        completed(json!("child")),
+        "{tags}"
+    );
+    assert_eq!(
+        tags["child"],
+        json!({"team": "blue", "tier": "child"}),
+        "{tags}"
+    );
+    assert_eq!(tags["parent_tags"], json!({}), "{tags}");
 
     // Over a running instance: a policy that does not list Running, and
     // no policy, refuse; one that lists it terminates it and replaces it.

@@ -63,6 +63,14 @@ def signalled(ctx, _):
     return "received signal"
 
 
+def tagging_parent(ctx, _):
+    """Starts `waiter` as a child with tags (the Python SDK has no argument
+    for them: the worker below adds them, as the JavaScript SDK sends
+    them)."""
+    return (yield ctx.call_sub_orchestrator(waiter, input={"value": "child", "wait": False},
+                                            instance_id="se-tagged-child"))
+
+
 def waiter(ctx, args):
     if args["wait"]:
         yield ctx.wait_for_external_event("finish")
@@ -70,8 +78,18 @@ def waiter(ctx, args):
 
 
 if mode == "worker":
+    import durabletask.internal.helpers as ph
+
+    untagged = ph.new_create_sub_orchestration_action
+
+    def with_tags(*args, **kwargs):
+        action = untagged(*args, **kwargs)
+        action.createSubOrchestration.tags.update({"team": "blue", "tier": "child"})
+        return action
+
+    ph.new_create_sub_orchestration_action = with_tags
     with worker.TaskHubGrpcWorker(host_address=address) as w:
-        for orchestrator in (receiver, sender, signalled, waiter):
+        for orchestrator in (receiver, sender, signalled, waiter, tagging_parent):
             w.add_orchestrator(orchestrator)
         w.add_activity(plus_one)
         w.start()
@@ -147,9 +165,11 @@ queried = c._stub.QueryInstances(pb.QueryInstancesRequest(query=pb.InstanceQuery
     instanceIdPrefix=wrappers_pb2.StringValue(value=tagged), maxInstanceCount=10)))
 restarted = c.restart_orchestration(tagged, restart_with_new_instance_id=True)
 done(restarted)
+parent = c.schedule_new_orchestration(tagging_parent)
 say("tags", got=tags_of(tagged), untagged=tags_of(over),
     queried=[dict(s.tags) for s in queried.orchestrationState if s.instanceId == tagged],
-    restarted=tags_of(restarted))
+    restarted=tags_of(restarted), parent=done(parent), child=tags_of("se-tagged-child"),
+    parent_tags=tags_of(parent))
 
 # Id-reuse policies over a running instance.
 all_statuses = [S.ORCHESTRATION_STATUS_COMPLETED, S.ORCHESTRATION_STATUS_FAILED,

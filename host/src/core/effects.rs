@@ -39,6 +39,10 @@ pub enum Effect {
     /// does not get it (the event is dropped, as the managed scheduler
     /// discards it), and the sender goes on either way.
     SendEvent { instance: String, event: Event },
+    /// Give the instance this write created (a sub-orchestration) the tags
+    /// its parent's worker gave it; nothing when the write created none of
+    /// that id (a running instance held it).
+    TagCreated { id: String, tags: String },
     /// Set the status; `None` fields keep their value.
     SetStatus {
         status: RuntimeStatus,

@@ -30,6 +30,8 @@ pub enum Action {
         /// The orchestration version the child starts with (the SDKs send
         /// the worker's default when the code names none).
         version: Option<String>,
+        /// The tags the child is started with, a JSON object of strings.
+        tags: Option<String>,
     },
     /// `call_entity`: its result comes back to the orchestration.
     CallEntity {
@@ -102,6 +104,8 @@ pub struct Decided {
     pub carryover: Vec<Event>,
     /// The version each sub-orchestration it calls starts with, by name.
     pub child_versions: Vec<(String, Option<String>)>,
+    /// The tags of each sub-orchestration started with some, by its id.
+    pub child_tags: Vec<(String, String)>,
     /// On continue-as-new to a new version: that version (the next
     /// execution is sent it, and workers' version filters match on it).
     pub next_version: Option<String>,
@@ -130,6 +134,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
     let mut carryover = Vec::new();
     let mut failure = None;
     let mut child_versions = Vec::new();
+    let mut child_tags = Vec::new();
     let mut next_version = None;
     for action in answer.actions {
         // An entity call's result comes back to the orchestration.
@@ -155,6 +160,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                 input,
                 instance_id,
                 version,
+                tags,
             } => {
                 if let Some(child) = instance_id.as_deref().filter(|child| {
                     !super::ids::valid_scheduler_id(child)
@@ -175,6 +181,9 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
                 }
                 ids.push(id);
                 child_versions.push((name.clone(), version));
+                if let (Some(child), Some(tags)) = (&instance_id, tags) {
+                    child_tags.push((child.clone(), tags));
+                }
                 calls.push(Call::CallOrchestration {
                     name,
                     input,
@@ -302,6 +311,7 @@ pub fn decide(journal: &[(Entry, i64)], answer: Answer) -> Decided {
         ending,
         carryover,
         child_versions,
+        child_tags,
         next_version,
     }
 }
@@ -385,6 +395,7 @@ mod tests {
                 input: "null".into(),
                 instance_id: Some(instance_id.into()),
                 version: None,
+                tags: None,
             }],
             custom_status: None,
         };

@@ -155,6 +155,7 @@ pub(super) async fn decide(
             )),
             carryover: Vec::new(),
             child_versions: Vec::new(),
+            child_tags: Vec::new(),
             next_version: None,
         }
     } else {
@@ -228,6 +229,11 @@ pub(super) async fn decide(
         },
     )
     .effects;
+    tag_children(
+        &mut effects,
+        decided.child_tags,
+        &orchestrator.config.limits,
+    );
     // An execution that ends holding entities (its code broke, or it was
     // ended for it before its worker released them) lets them go.
     let ends = Effect::final_status(&effects).is_some()
@@ -241,4 +247,35 @@ pub(super) async fn decide(
         tracing::warn!(instance_id = %id, orchestration = %name, reason, "instance failed");
     }
     Some(effects)
+}
+
+/// Each sub-orchestration the effects create whose worker gave it tags gets
+/// them in the write that creates it (tags past the payload limit are not
+/// kept, and said so).
+fn tag_children(
+    effects: &mut Vec<Effect>,
+    tags: Vec<(String, String)>,
+    limits: &crate::core::limits::Limits,
+) {
+    if tags.is_empty() {
+        return;
+    }
+    let mut tags: std::collections::HashMap<String, String> = tags.into_iter().collect();
+    let mut tagged = Vec::with_capacity(effects.len() + tags.len());
+    for effect in effects.drain(..) {
+        let created = match &effect {
+            Effect::Create(new) => tags.remove(&new.id).map(|t| (new.id.clone(), t)),
+            _ => None,
+        };
+        tagged.push(effect);
+        if let Some((id, tags)) = created {
+            match limits.check_payload("sub-orchestration tags", &tags) {
+                Ok(()) => tagged.push(Effect::TagCreated { id, tags }),
+                Err(e) => {
+                    tracing::warn!(instance_id = %id, error = %e, "a sub-orchestration's tags were not kept")
+                }
+            }
+        }
+    }
+    *effects = tagged;
 }

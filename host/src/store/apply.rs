@@ -111,6 +111,11 @@ pub(super) async fn apply(
                 push_inbox(tx, &mut applied, &instance, execution, event, visible_at).await?;
                 applied.wake.push(instance);
             }
+            Effect::TagCreated { id, tags } => {
+                if applied.created.iter().any(|c| c.state.id == id) {
+                    tx.set_tags(&id, &tags).await?;
+                }
+            }
             Effect::SendEvent { instance, event } => match tx.look_up(&instance).await? {
                 Some(loaded) if !loaded.state.status.is_finished() => {
                     let execution = loaded.state.execution;

@@ -146,4 +146,8 @@ pub(super) trait Tx {
     /// nothing (not its events: the rows written again are numbered after
     /// the old), its output cleared (a rewind writes the journal again).
     fn reset_journal(&mut self, id: &str) -> impl Future<Output = Result<(), StoreError>>;
+    /// Gives an instance created in this transaction its tags (a JSON
+    /// object of strings): a sub-orchestration's, as its parent's worker
+    /// gave them.
+    fn set_tags(&mut self, id: &str, tags: &str) -> impl Future<Output = Result<(), StoreError>>;
 }

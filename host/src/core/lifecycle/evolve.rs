@@ -62,6 +62,7 @@ pub fn evolve<'a>(state: &mut InstanceState, effect: &'a Effect) -> Evolved<'a> 
         | Effect::ArmTimer { .. }
         | Effect::Deliver { .. }
         | Effect::SendEvent { .. }
+        | Effect::TagCreated { .. }
         | Effect::NotifyParent { .. }
         | Effect::FinishTask { .. }
         | Effect::RetryTask { .. }

@@ -79,6 +79,7 @@ fn an_episode_marker_and_its_actions_replay_as_the_protocol_history() {
                     input: "null".into(),
                     instance_id: None,
                     version: None,
+                    tags: None,
                 },
                 Action::Complete(Completion::Completed("\"x\"".into())),
             ],

@@ -115,17 +115,6 @@ fn reusable_statuses(
     Ok(Some(statuses))
 }
 
-/// A start's tags as kept (`None`: it gave none).
-fn tags_of(tags: &std::collections::HashMap<String, String>) -> Result<Option<String>, Status> {
-    if tags.is_empty() {
-        return Ok(None);
-    }
-    let sorted: std::collections::BTreeMap<_, _> = tags.iter().collect();
-    let text = serde_json::to_string(&sorted)
-        .map_err(|e| Status::invalid_argument(format!("the tags cannot be kept: {e}")))?;
-    Ok(Some(text))
-}
-
 #[tonic::async_trait]
 impl TaskHubSidecarService for Sidecar {
     async fn hello(&self, _: Request<()>) -> Result<Response<()>, Status> {
@@ -200,7 +189,8 @@ impl TaskHubSidecarService for Sidecar {
             .start_instance_or_sdk(&request.name, id, input, version, start_at)
             .await
             .map_err(refusal)?;
-        self.tag(&instance_id, tags_of(&request.tags)?).await?;
+        self.tag(&instance_id, super::history::tags_of(&request.tags))
+            .await?;
         Ok(Response::new(CreateInstanceResponse { instance_id }))
     }
 

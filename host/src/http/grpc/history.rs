@@ -236,6 +236,16 @@ fn failure_reported(failure: Option<TaskFailureDetails>) -> TaskError {
     }
 }
 
+/// Tags as the instance keeps them: a JSON object of strings, its keys in
+/// order; `None` for none.
+pub(super) fn tags_of(tags: &std::collections::HashMap<String, String>) -> Option<String> {
+    if tags.is_empty() {
+        return None;
+    }
+    let sorted: std::collections::BTreeMap<_, _> = tags.iter().collect();
+    serde_json::to_string(&sorted).ok()
+}
+
 pub(super) fn action_of(action: OrchestratorAction) -> Action {
     use orchestrator_action::OrchestratorActionType as Type;
     let id = action.id;
@@ -257,6 +267,7 @@ pub(super) fn action_of(action: OrchestratorAction) -> Action {
             // code chose another): that is its id.
             instance_id: Some(child.instance_id).filter(|id| !id.is_empty()),
             version: child.version.filter(|v| !v.is_empty()),
+            tags: tags_of(&child.tags),
         },
         Some(Type::CompleteOrchestration(done)) => completion_of(done),
         Some(Type::SendEvent(sent_event)) => Action::SendEvent {

@@ -646,6 +646,10 @@ impl Tx for Planned<'_> {
     async fn reset_journal(&mut self, _id: &str) -> Result<(), StoreError> {
         self.fallback("a rewind")
     }
+
+    async fn set_tags(&mut self, _id: &str, _tags: &str) -> Result<(), StoreError> {
+        self.fallback("a sub-orchestration's tags")
+    }
 }
 
 /// The statement a planned batch begins with, when it has instances to read.

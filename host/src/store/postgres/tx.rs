@@ -440,6 +440,15 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
+    async fn set_tags(&mut self, id: &str, tags: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE instances SET tags = $1 WHERE id = $2")
+            .bind(tags)
+            .bind(id)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(())
+    }
+
     async fn purge(&mut self, id: &str) -> Result<(), StoreError> {
         for sql in [
             "DELETE FROM instances WHERE id = $1",

@@ -326,6 +326,13 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    async fn set_tags(&mut self, id: &str, tags: &str) -> Result<(), StoreError> {
+        self.0
+            .prepare_cached("UPDATE instances SET tags = ? WHERE id = ?")?
+            .execute([tags, id])?;
+        Ok(())
+    }
+
     async fn clear_pending(&mut self, id: &str) -> Result<(), StoreError> {
         for sql in [
             "DELETE FROM inbox WHERE instance_id = ?",
