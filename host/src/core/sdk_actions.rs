@@ -379,11 +379,15 @@ mod tests {
         let refused = decide(
             &[],
             Answer {
-                actions: vec![Action::Unsupported("send-event".into())],
+                actions: vec![Action::Unsupported(
+                    "terminating another orchestration".into(),
+                )],
                 custom_status: None,
             },
         );
-        assert!(matches!(refused.ending, Ending::Broken(ref why) if why.contains("send-event")));
+        assert!(
+            matches!(refused.ending, Ending::Broken(ref why) if why.contains("terminating another"))
+        );
     }
 
     #[test]
@@ -409,6 +413,43 @@ mod tests {
             let refused = decide(&[], child(bad));
             assert!(
                 matches!(refused.ending, Ending::Broken(ref why) if why.contains("not a valid instance id")),
+                "{bad}: {:?}",
+                refused.ending
+            );
+        }
+    }
+
+    #[test]
+    fn an_event_sent_is_journaled_under_its_action_id_and_an_entity_target_breaks_the_instance() {
+        let send = |target: &str| Answer {
+            actions: vec![Action::SendEvent {
+                id: 4,
+                instance: target.into(),
+                name: "ping".into(),
+                input: "1".into(),
+            }],
+            custom_status: None,
+        };
+        let sent = decide(&[], send("other"));
+        assert_eq!(sent.ending, Ending::Waiting);
+        assert_eq!(
+            sent.calls,
+            vec![
+                Call::SdkEpisode {
+                    ids: vec![4],
+                    failure: None
+                },
+                Call::SendEvent {
+                    instance: "other".into(),
+                    name: "ping".into(),
+                    input: "1".into(),
+                }
+            ]
+        );
+        for bad in ["@counter@k", "", "a/b"] {
+            let refused = decide(&[], send(bad));
+            assert!(
+                matches!(refused.ending, Ending::Broken(ref why) if why.contains("not an orchestration instance id")),
                 "{bad}: {:?}",
                 refused.ending
             );
