@@ -191,7 +191,12 @@ async fn two_hubs_of_one_host_never_see_each_others_work_and_a_hub_not_listed_is
 async fn with_dynamic_hubs_a_named_hub_is_created_on_first_use_once_however_many_race_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let base = hub_for(dir.path());
-    let host = grpc_host(dir.path(), &base, &["--dynamic-task-hubs"]).start();
+    let host = grpc_host(
+        dir.path(),
+        &base,
+        &["--dynamic-task-hubs", "--max-task-hubs", "3"],
+    )
+    .start();
 
     // Eight callers name one new hub at once: one opening, eight answers.
     let racing = format!("{base}-race");
@@ -213,6 +218,16 @@ async fn with_dynamic_hubs_a_named_hub_is_created_on_first_use_once_however_many
     let fresh = format!("{base}-fresh");
     let steps = hub_script(&host, &fresh, "3").await;
     saw_only_its_own(&fresh, &steps, 3);
+    // A fourth hub is past --max-task-hubs: refused, saying so.
+    let (status, body) = listed_over_http(&host, &format!("{base}-fourth")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--max-task-hubs 3"),
+        "{body}"
+    );
     // An invalid name is a clear error, not a hub.
     let (status, body) = listed_over_http(&host, "no%20spaces").await;
     assert_eq!(status, 400, "{body}");

@@ -413,9 +413,31 @@ impl HubDirectory for Hubs {
                     reason: "the host is stopping".to_string(),
                 });
             }
+            // A hub being opened by another caller now is joined, not counted
+            // again.
+            let (open, opening) = {
+                let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+                (open.len(), open.contains_key(hub))
+            };
+            let max = self.shared.args.max_task_hubs;
+            if open >= max && !opening && !self.listed.contains(hub) {
+                tracing::warn!(taskhub = %hub, %caller, max, "a caller named a new task hub past --max-task-hubs: refused");
+                return Err(HubRefused::Unavailable {
+                    hub: hub.to_string(),
+                    reason: format!(
+                        "this host has {open} task hubs open, its limit (--max-task-hubs {max})"
+                    ),
+                });
+            }
             match self.opened(&name, false).await {
                 Ok(stack) => Ok(stack.state.clone()),
                 Err(e) => {
+                    // Not held against --max-task-hubs: a later call tries again.
+                    let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+                    if open.get(hub).is_some_and(|cell| !cell.initialized()) {
+                        open.remove(hub);
+                    }
+                    drop(open);
                     let reason = format!("{:#}", anyhow::Error::new(e));
                     tracing::error!(taskhub = %hub, %caller, error = %reason, "could not open a task hub a caller named");
                     Err(HubRefused::Unavailable {

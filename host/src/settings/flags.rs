@@ -47,6 +47,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_DYNAMIC_TASK_HUBS")]
     pub dynamic_task_hubs: bool,
 
+    /// Task hubs open at once at most (the host's own and those listed
+    /// included): each holds its store's connections and a scheduler, so a
+    /// caller naming new hubs one after another stops here.
+    #[arg(long, env = "AGENTHOST_MAX_TASK_HUBS", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_task_hubs: u16,
+
     /// `Endpoint=<store URL>;TaskHub=<name>;Authentication=None`, as set for
     /// Durable Task Scheduler; `--store` and `--taskhub` win over it.
     #[arg(long, env = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING", value_parser = connection_string)]
@@ -364,6 +370,7 @@ impl From<ServeArgs> for Settings {
             taskhub,
             taskhubs,
             dynamic_task_hubs,
+            max_task_hubs,
             connection_string,
             no_worker,
             lease,
@@ -439,6 +446,7 @@ impl From<ServeArgs> for Settings {
             taskhub,
             taskhubs,
             dynamic_task_hubs,
+            max_task_hubs: usize::from(max_task_hubs),
             connection_string,
             no_worker,
             lease,

@@ -109,6 +109,9 @@ pub struct Settings {
     /// Serve any task hub a caller names, created on first use (as the
     /// Durable Task Scheduler emulator's dynamic task hubs).
     pub dynamic_task_hubs: bool,
+    /// Hubs open at once at most, the host's own and those listed included:
+    /// a caller naming new hubs dynamically stops there.
+    pub max_task_hubs: usize,
     /// `Endpoint=<store URL>;TaskHub=<name>;Authentication=None`.
     pub connection_string: Option<String>,
     /// Serve HTTP only; `agenthost worker` processes of the hub do the work.
@@ -242,6 +245,7 @@ impl Default for Settings {
             taskhub: None,
             taskhubs: Vec::new(),
             dynamic_task_hubs: false,
+            max_task_hubs: 32,
             connection_string: None,
             no_worker: false,
             lease: duration(LEASE),
