@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: image-test image-tools functions-schemas wasmtime-cli durabletask-conformance dt-suite-given dt-conformance-venv a2a-tck tck-given a2a-tck-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas
+.PHONY: image-test image-tools functions-schemas wasmtime-cli durabletask-conformance dt-suite-given dt-conformance-venv durabletask-js-conformance dtjs-suite-given dtjs-suite-deps dtjs-azurite a2a-tck tck-given a2a-tck-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -274,6 +274,44 @@ dt-suite-given:
 dt-conformance-venv:
 	@test -x $(DTC_VENV)/bin/python || python3 -m venv $(DTC_VENV)
 	@$(DTC_VENV)/bin/python -c "import importlib.metadata as m; assert [m.version(p) for p in ('durabletask', 'durabletask-azuremanaged', 'pytest', 'pytest-asyncio', 'pytest-timeout')] == ['1.12.0', '1.12.0', '9.2.0', '1.5.0', '2.4.0']" 2>/dev/null || $(DTC_VENV)/bin/pip install --quiet $(DTC_PKGS)
+
+## The Durable Task JavaScript SDK's own end-to-end suite, written for the
+## Durable Task Scheduler emulator (microsoft/durabletask-js,
+## test/e2e-azuremanaged), run unmodified against this host on SQLite, then
+## on PostgreSQL; prints each store's tally with the failed tests (jest's
+## reports and host logs in target/dtjs-conformance/). DTJS_SUITE=DIR: a
+## checkout of that repository at the commit docs/stores-and-hubs.md pins;
+## its npm packages are installed into DIR/node_modules (its lock file, no
+## install scripts) when they are not there for that lock file yet. Its
+## export-history spec runs against an Azurite each pass starts.
+DTJS_AZURITE := target/dtjs-azurite
+durabletask-js-conformance: dtjs-suite-given release dtjs-suite-deps dtjs-azurite
+	@rm -rf target/dtjs-conformance && mkdir -p target/dtjs-conformance
+	@echo "suite at $$(git -C '$(DTJS_SUITE)' rev-parse HEAD 2>/dev/null || echo '(not a git checkout)'), host at $$(git describe --always --dirty)" > target/dtjs-conformance/tally.txt
+	-@DTJS_SUITE='$(abspath $(DTJS_SUITE))' DTJS_AZURITE='$(abspath $(DTJS_AZURITE))/node_modules/.bin/azurite-blob' scripts/dtjs-conformance.sh sqlite "sqlite://$(CURDIR)/target/dtjs-conformance/agenthost.db"
+	-@url=$$(scripts/test-postgres.sh agenthost_dtjs_conformance) && DTJS_SUITE='$(abspath $(DTJS_SUITE))' DTJS_AZURITE='$(abspath $(DTJS_AZURITE))/node_modules/.bin/azurite-blob' scripts/dtjs-conformance.sh postgres "$$url" || echo "postgres: the pass did not run to its end" >> target/dtjs-conformance/tally.txt
+	@cat target/dtjs-conformance/tally.txt
+	@! grep -qE "exit [1-9]|did not" target/dtjs-conformance/tally.txt
+
+dtjs-suite-given:
+	@test -d "$(DTJS_SUITE)/test/e2e-azuremanaged" || { echo "usage: make durabletask-js-conformance DTJS_SUITE=<checkout of microsoft/durabletask-js>" >&2; exit 2; }
+
+# `npm ci` (npm 11) refuses the pinned commit's lock file as out of step
+# with its package.json files (@types/node); `npm install --no-save`
+# installs from it and leaves the checkout's files as they are. No install
+# scripts: the repository's own (an npm registry setup for Microsoft
+# machines, git hooks) have no part in a test run, and grpc-tools' would
+# download a protoc binary the suite does not use (its stubs are checked in).
+dtjs-suite-deps: dtjs-suite-given
+	@stamp="$(DTJS_SUITE)/node_modules/.agenthost-installed"; \
+	 want=$$(cat "$(DTJS_SUITE)/package.json" "$(DTJS_SUITE)/package-lock.json" "$(DTJS_SUITE)"/packages/*/package.json | sha256sum | cut -d' ' -f1); \
+	 [ "$$(cat "$$stamp" 2>/dev/null)" = "$$want" ] || { \
+	   (cd "$(DTJS_SUITE)" && npm install --ignore-scripts --no-save --no-audit --no-fund --loglevel=error) && echo "$$want" > "$$stamp"; }
+
+# Azurite (npm), the Azure Storage emulator the suite's export-history spec
+# writes its blobs to; pinned, under target/.
+dtjs-azurite:
+	@test "$$(node -p 'require("./$(DTJS_AZURITE)/node_modules/azurite/package.json").version' 2>/dev/null)" = 3.37.0 || npm install --prefix $(DTJS_AZURITE) --no-save --no-audit --no-fund --loglevel=error azurite@3.37.0
 
 ## The A2A project's Technology Compatibility Kit (a2aproject/a2a-tck,
 ## branch 1.0-dev), MUST level, run unmodified against the writer sample on
