@@ -289,7 +289,8 @@ durabletask-js-conformance: dtjs-suite-given release dtjs-suite-deps dtjs-azurit
 	@rm -rf target/dtjs-conformance && mkdir -p target/dtjs-conformance
 	@echo "suite at $$(git -C '$(DTJS_SUITE)' rev-parse HEAD 2>/dev/null || echo '(not a git checkout)'), host at $$(git describe --always --dirty)" > target/dtjs-conformance/tally.txt
 	-@DTJS_SUITE='$(abspath $(DTJS_SUITE))' DTJS_AZURITE='$(abspath $(DTJS_AZURITE))/node_modules/.bin/azurite-blob' scripts/dtjs-conformance.sh sqlite "sqlite://$(CURDIR)/target/dtjs-conformance/agenthost.db"
-	-@url=$$(scripts/test-postgres.sh agenthost_dtjs_conformance) && DTJS_SUITE='$(abspath $(DTJS_SUITE))' DTJS_AZURITE='$(abspath $(DTJS_AZURITE))/node_modules/.bin/azurite-blob' scripts/dtjs-conformance.sh postgres "$$url" || echo "postgres: the pass did not run to its end" >> target/dtjs-conformance/tally.txt
+	-@url=$$(scripts/test-postgres.sh agenthost_dtjs_conformance) || { echo "postgres: the database did not start" >> target/dtjs-conformance/tally.txt; exit 1; }; \
+	 DTJS_SUITE='$(abspath $(DTJS_SUITE))' DTJS_AZURITE='$(abspath $(DTJS_AZURITE))/node_modules/.bin/azurite-blob' scripts/dtjs-conformance.sh postgres "$$url"
 	@cat target/dtjs-conformance/tally.txt
 	@! grep -qE "exit [1-9]|did not" target/dtjs-conformance/tally.txt
 
