@@ -106,31 +106,49 @@ env -u DTS_CONNECTION_STRING -u DURABLE_TASK_SCHEDULER_CONNECTION_STRING \
     >"$out/$name.jest.txt" 2>&1
 status=$?
 
+# The deliberate differences docs/stores-and-hubs.md lists ("Measured
+# against the JavaScript SDK's suite"), each with its reason there: a
+# failure of one of these is tallied as such and does not fail the pass.
+differences='export-history.spec.ts › Export History E2E Tests (DTS) › Export Job Entity Lifecycle › should delete an export job'
+
 # The tally, from jest's JSON report: counts, then each failed test as
 # "file › describe › test: first line of its failure", and each spec file
-# that could not run at all.
+# that could not run at all. The pass's status: jest's, or 0 when every
+# failure is a listed difference.
 if [ -s "$out/$name.json" ]; then
-    node - "$out/$name.json" "$name" "$status" >>"$out/tally.txt" <<'EOF'
+    DIFFERENCES=$differences node - "$out/$name.json" "$name" "$status" >>"$out/tally.txt" <<'EOF'
 const [file, name, status] = process.argv.slice(2);
 const r = JSON.parse(require("fs").readFileSync(file, "utf8"));
+const listed = new Set(process.env.DIFFERENCES.split("\n").filter(Boolean));
+let unlisted = 0, differences = 0, broken = 0;
 const lines = [];
 for (const s of r.testResults) {
   const spec = require("path").basename(s.name);
   if (s.testExecError || (s.status === "failed" && s.assertionResults.length === 0)) {
     const msg = (s.message || (s.testExecError && s.testExecError.message) || "").replace(/\x1b\[[0-9;]*m/g, "");
     lines.push(`  suite error: ${spec}: ${msg.split("\n").map((l) => l.trim()).filter(Boolean)[0] || "?"}`);
+    broken++;
   }
   for (const t of s.assertionResults) {
     if (t.status !== "failed") continue;
     const why = (t.failureMessages[0] || "").replace(/\x1b\[[0-9;]*m/g, "").split("\n").map((l) => l.trim()).filter(Boolean);
-    lines.push(`  failed: ${spec} › ${[...t.ancestorTitles, t.title].join(" › ")}: ${(why.slice(0, 2).join(" ") || "?").slice(0, 240)}`);
+    const test = `${spec} › ${[...t.ancestorTitles, t.title].join(" › ")}`;
+    const kind = listed.has(test) ? "listed difference" : "failed";
+    if (listed.has(test)) differences++; else unlisted++;
+    lines.push(`  ${kind}: ${test}: ${(why.slice(0, 2).join(" ") || "?").slice(0, 240)}`);
   }
 }
 const skipped = r.numPendingTests + r.numTodoTests;
-console.log(`${name}: exit ${status}, ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${skipped} skipped` +
+// jest failed for no failed test (a timeout, a crash): that stands.
+const only = Number(status) !== 0 && unlisted === 0 && broken === 0 && differences > 0;
+const effective = only ? 0 : Number(status);
+console.log(`${name}: exit ${effective}, ${r.numPassedTests} passed, ${r.numFailedTests} failed` +
+  (differences ? ` (${differences} a listed difference)` : "") + `, ${skipped} skipped` +
   (r.numRuntimeErrorTestSuites ? `, ${r.numRuntimeErrorTestSuites} spec files did not run` : ""));
 for (const l of lines) console.log(l);
+process.exit(effective);
 EOF
+    status=$?
 else
     echo "$name: exit $status, jest wrote no report (see $name.jest.txt)" >>"$out/tally.txt"
 fi
