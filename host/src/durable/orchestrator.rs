@@ -108,7 +108,11 @@ impl Orchestrator {
         works: bool,
     ) -> Arc<Self> {
         let shared = store.owner_id().is_some();
-        let hot = Arc::new(HotInstances::new(config.hot_budget_bytes, shared, store.hub()));
+        let hot = Arc::new(HotInstances::new(
+            config.hot_budget_bytes,
+            shared,
+            store.hub(),
+        ));
         let sink = hot.clone();
         store.on_inbox_rows(Arc::new(move |rows| sink.deliver(rows)));
         let sdk_workers = SdkWorkers::new(config.sdk_patience);
