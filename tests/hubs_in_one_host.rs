@@ -318,3 +318,43 @@ async fn a_hub_a_front_opens_for_a_caller_is_worked_by_the_workers_that_list_it(
         crate::support::get_json(front.url("/runtime/webhooks/durabletask/instances")).await;
     assert_eq!(ids_of(&own), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn behind_endpoint_keys_nothing_about_a_hub_is_told_to_a_caller_without_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = hub_for(dir.path());
+    let other = format!("{base}-other");
+    let admin = "admin-key-for-hubs-0123456789";
+    let host = grpc_host(
+        dir.path(),
+        &base,
+        &["--taskhubs", &other, "--api-key", &format!("admin:{admin}")],
+    )
+    .start();
+    let ask = |hub: String, key: Option<&'static str>| {
+        let url = host.url(&format!(
+            "/runtime/webhooks/durabletask/instances?taskHub={hub}"
+        ));
+        async move {
+            let mut request = client().get(url);
+            if let Some(key) = key {
+                request = request.bearer_auth(key);
+            }
+            request.send().await.unwrap().status().as_u16()
+        }
+    };
+    // Without a key: 401 for a hub served, one not served, and a bad name
+    // alike, so nothing tells which hubs exist.
+    for hub in [other.clone(), format!("{base}-nope"), "no%20spaces".into()] {
+        assert_eq!(ask(hub.clone(), None).await, 401, "{hub}");
+        assert_eq!(
+            ask(hub.clone(), Some("not-a-key-of-this-host")).await,
+            401,
+            "{hub}"
+        );
+    }
+    // With the key: the hub served answers, the other is refused.
+    assert_eq!(ask(other.clone(), Some(admin)).await, 200);
+    assert_eq!(ask(format!("{base}-nope"), Some(admin)).await, 404);
+    assert_eq!(ask("no%20spaces".into(), Some(admin)).await, 400);
+}
