@@ -210,30 +210,47 @@ impl Store {
 
     /// Denies every call whose deadline passed; returns the sessions whose
     /// runs can now go on.
+    ///
+    /// Runs every second: when nothing is due (nearly always) it only reads.
+    /// When something is, the write comes first in its transaction, so on
+    /// SQLite it waits for the write lock (busy timeout) instead of failing
+    /// as a read transaction does that the writer thread overtook
+    /// (`SQLITE_BUSY_SNAPSHOT`).
     pub async fn expire_approvals(&self, now: i64) -> Result<Vec<SessionKey>, StoreError> {
+        let due: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM approvals WHERE decision IS NULL AND deadline <= $1 LIMIT 1",
+        )
+        .bind(now)
+        .fetch_optional(self.pool())
+        .await?;
+        if due.is_none() {
+            return Ok(Vec::new());
+        }
         let mut tx = self.pool().begin().await?;
-        let rows = sqlx::query(
-            "SELECT DISTINCT r.agent, r.session_id FROM approvals a JOIN runs r ON r.correlation_id = a.correlation_id \
-             WHERE a.decision IS NULL AND a.deadline <= $1",
+        let denied: Vec<String> = sqlx::query_scalar(
+            "UPDATE approvals SET decision = 'denied', reason = 'no decision before the approval deadline', \
+             decided_at = $1 WHERE decision IS NULL AND deadline <= $1 RETURNING correlation_id",
         )
         .bind(now)
         .fetch_all(&mut *tx)
         .await?;
-        sqlx::query(
-            "UPDATE approvals SET decision = 'denied', reason = 'no decision before the approval deadline', \
-             decided_at = $1 WHERE decision IS NULL AND deadline <= $1",
-        )
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        let mut sessions = std::collections::BTreeSet::new();
+        let mut runs: Vec<String> = denied;
+        runs.sort();
+        runs.dedup();
+        for run in &runs {
+            let row = sqlx::query("SELECT agent, session_id FROM runs WHERE correlation_id = $1")
+                .bind(run)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some(row) = row {
+                sessions.insert(SessionKey {
+                    agent: row.try_get("agent")?,
+                    session_id: row.try_get("session_id")?,
+                });
+            }
+        }
         tx.commit().await?;
-        rows.iter()
-            .map(|r| {
-                Ok(SessionKey {
-                    agent: r.try_get("agent")?,
-                    session_id: r.try_get("session_id")?,
-                })
-            })
-            .collect()
+        Ok(sessions.into_iter().collect())
     }
 }
