@@ -256,6 +256,11 @@ const CLAIMS: &[Claim] = &[
     },
     Claim {
         file: "docs/stores-and-hubs.md",
+        first_line: "agenthost serve --grpc --taskhub orders --taskhubs billing,reports",
+        check: "the_hubs_of_one_host_are_served_as_the_doc_says",
+    },
+    Claim {
+        file: "docs/stores-and-hubs.md",
         first_line: "agenthost worker --store postgres://",
         check: "the_workers_and_fronts_of_one_hub_run_as_the_doc_says",
     },

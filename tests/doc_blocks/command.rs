@@ -91,6 +91,10 @@ pub fn substituted(line: &str, subs: &Substitutions) -> Vec<String> {
     if words[1] == "serve" && !port {
         words.extend(["--port".to_string(), "0".to_string()]);
     }
+    // A doc's `--grpc` listens on the emulator's 8080: a free port here.
+    if words.iter().any(|w| w == "--grpc") && !words.iter().any(|w| w == "--grpc-port") {
+        words.extend(["--grpc-port".to_string(), "0".to_string()]);
+    }
     words
 }
 

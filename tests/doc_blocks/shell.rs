@@ -563,3 +563,44 @@ async fn the_mcp_sdk_example_of_a2a_md_continues_a_thread() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hubs_of_one_host_are_served_as_the_doc_says() {
+    let block = claimed_one("the_hubs_of_one_host_are_served_as_the_doc_says");
+    let lines: Vec<&str> = block
+        .text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", block.text);
+    for (n, line) in lines.iter().enumerate() {
+        // Each line on a store of its own, SQLite as the line leaves it.
+        let dir = tempfile::tempdir().unwrap();
+        let subs = Substitutions {
+            components: samples_in(dir.path()),
+            store: suite_store(dir.path()),
+            hub: hub_for(dir.path()),
+        };
+        let mut served = Spawned::start(line, dir.path(), &subs);
+        served.base = served.wait_listening(Duration::from_secs(60));
+        let status = |hub: &str| {
+            let url = format!(
+                "{}/runtime/webhooks/durabletask/instances?taskHub={hub}",
+                served.base
+            );
+            async move { client().get(url).send().await.unwrap().status().as_u16() }
+        };
+        let (named, other) = (status("billing").await, status("never-named").await);
+        if n == 0 {
+            // The hubs listed are served; any other is refused.
+            assert_eq!(
+                (named, status("reports").await, other),
+                (200, 200, 404),
+                "{line}"
+            );
+        } else {
+            // Any hub a caller names.
+            assert_eq!((named, other), (200, 200), "{line}");
+        }
+    }
+}

@@ -263,9 +263,10 @@ fn tag_children(
     let mut tags: std::collections::HashMap<String, String> = tags.into_iter().collect();
     let mut tagged = Vec::with_capacity(effects.len() + tags.len());
     for effect in effects.drain(..) {
-        let created = match &effect {
-            Effect::Create(new) => tags.remove(&new.id).map(|t| (new.id.clone(), t)),
-            _ => None,
+        let created = if let Effect::Create(new) = &effect {
+            tags.remove(&new.id).map(|t| (new.id.clone(), t))
+        } else {
+            None
         };
         tagged.push(effect);
         if let Some((id, tags)) = created {

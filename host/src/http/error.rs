@@ -110,6 +110,11 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, code, message)
     }
 
+    /// 503: what the request needs cannot be had now (try again later).
+    pub fn unavailable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+    }
+
     /// 502: the agent's run failed (its model, its tools, its code).
     pub fn run_failed(code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_GATEWAY, code, message)

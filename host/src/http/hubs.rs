@@ -16,9 +16,9 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use serde_json::json;
 use tower::ServiceExt;
 
+use super::error::ApiError;
 use super::AppState;
 
 /// A boxed future, as a trait object's async method returns it.
@@ -46,13 +46,15 @@ pub(crate) enum HubRefused {
 }
 
 impl HubRefused {
-    fn status(&self) -> axum::http::StatusCode {
-        use axum::http::StatusCode;
+    /// The refusal as the JSON API answers it.
+    fn answer(&self) -> Response {
+        let message = self.to_string();
         match self {
-            Self::NotServed { .. } => StatusCode::NOT_FOUND,
-            Self::InvalidName(_) => StatusCode::BAD_REQUEST,
-            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::NotServed { .. } => ApiError::not_found("taskhub_not_served", message),
+            Self::InvalidName(_) => ApiError::bad_request("invalid_taskhub", message),
+            Self::Unavailable { .. } => ApiError::unavailable("taskhub_unavailable", message),
         }
+        .into_response()
     }
 
     /// The same refusal in gRPC's terms.
@@ -157,11 +159,7 @@ impl Select {
                     .clone();
                 serve(router, request).await
             }
-            Err(refused) => (
-                refused.status(),
-                axum::Json(json!({"error": refused.to_string()})),
-            )
-                .into_response(),
+            Err(refused) => refused.answer(),
         }
     }
 }

@@ -122,7 +122,7 @@ pub(super) async fn apply(
                     push_inbox(tx, &mut applied, &instance, execution, event, now).await?;
                     applied.wake.push(instance);
                 }
-                _ => {
+                Some(_) | None => {
                     tracing::info!(from = %target.id, instance_id = %instance, "an event sent to an instance that does not exist or is over was dropped")
                 }
             },
