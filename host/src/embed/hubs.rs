@@ -286,7 +286,8 @@ impl Hubs {
         for name in names {
             let hub = TaskHub::new(&name).map_err(StartError::setting)?;
             if let Err(e) = hubs.opened(&hub, false).await {
-                hubs.shutdown(Duration::ZERO).await;
+                // Work the hubs opened so far began stops before their stores close.
+                hubs.shutdown(Duration::from_secs(5)).await;
                 return Err(e);
             }
         }
