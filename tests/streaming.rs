@@ -17,6 +17,7 @@ use crate::support::redis::PrivateRedis;
 use crate::support::{client, FakeModel, HostBuilder, Reply};
 
 mod faults;
+mod unfollowed;
 mod with_redis;
 
 /// One server-sent event.

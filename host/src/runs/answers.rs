@@ -141,12 +141,19 @@ impl Runs {
         debug_assert_eq!(agent.name, run.session.agent);
         // Listening before it is stored, nothing can be missed: no read.
         let mut finished = self.finished.subscribe();
+        let asked = Asked::new(self, &run.correlation_id);
         let record = self.enqueue(run, agent.options).await?;
         let done = self
             .wait_on(&mut finished, &record.correlation_id, budget, false)
             .await?;
+        drop(asked);
         Ok(match done {
-            None => Answer::StillRunning(record),
+            None => {
+                // Its id is handed out now: its stream may be followed
+                // from anywhere.
+                self.streams.release(&record.correlation_id);
+                Answer::StillRunning(record)
+            }
             Some(done) => match done.status {
                 RunStatus::Completed => {
                     let messages = if count_messages {
@@ -270,5 +277,35 @@ impl Runs {
     /// Tool calls waiting for a decision, over every run (for `/metrics`).
     pub async fn pending_approvals_count(&self) -> Result<i64, StoreError> {
         self.store.count_pending_approvals().await
+    }
+}
+
+/// A run whose caller waits here for its whole answer, listed while it does
+/// ([`Runs::asked`]).
+struct Asked<'a> {
+    runs: &'a Runs,
+    correlation_id: String,
+}
+
+impl<'a> Asked<'a> {
+    fn new(runs: &'a Runs, correlation_id: &str) -> Self {
+        runs.asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(correlation_id.to_string());
+        Self {
+            runs,
+            correlation_id: correlation_id.to_string(),
+        }
+    }
+}
+
+impl Drop for Asked<'_> {
+    fn drop(&mut self) {
+        self.runs
+            .asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.correlation_id);
     }
 }

@@ -56,6 +56,9 @@ pub struct Runs {
     /// decision keeps its attempt; one executed again after a crash or on
     /// another host begins a newer one.
     attempts: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// Runs whose caller waits here for the whole answer and was not given
+    /// their id yet: nobody else can follow their streams.
+    asked: std::sync::Mutex<std::collections::HashSet<String>>,
     /// What stops each run executing here at a caller's request.
     stops: std::sync::Mutex<control::Stops>,
     workers: KeyedWorkers<SessionKey>,
@@ -134,6 +137,7 @@ impl Runs {
             works,
             histories,
             attempts: std::sync::Mutex::default(),
+            asked: std::sync::Mutex::default(),
             stops: std::sync::Mutex::default(),
             workers: KeyedWorkers::default(),
             finished,
@@ -432,7 +436,12 @@ impl Runs {
                 .unwrap_or_else(|p| p.into_inner())
                 .entry(id.clone())
                 .or_insert_with(crate::store::now_ms);
-            let stream = self.streams.writer(&id, attempt);
+            let unseen = self
+                .asked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&id);
+            let stream = self.streams.writer(&id, attempt, unseen);
             let result = self
                 .attempt(&run, &session, kept.take(), &stream, fence.as_ref(), &stop)
                 .await;
@@ -460,6 +469,8 @@ impl Runs {
             }
         };
         if let Err(AgentError::AwaitingApproval(_)) = &result {
+            // Its text so far outlives this execution (and this process).
+            stream.keep();
             // Asked to stop as it came to wait: its worker (this one, which
             // holds the session) looks again, and ends it as canceled. The
             // run stops counting as executing first: a request after that

@@ -42,14 +42,42 @@ impl ResponseStreams {
     ) -> Follow {
         let (sender, receiver) = mpsc::channel(BUFFER);
         let live = self.subscribe();
+        // Before anything is read: from here on, the run's entries are
+        // written (and published) as they come.
+        let following = self
+            .store
+            .is_some()
+            .then(|| self.taps.follow(correlation_id, &self.queue));
         let this = self.clone();
         let correlation_id = correlation_id.to_string();
         tokio::spawn(async move {
+            this.settle_held(&correlation_id).await;
             this.feed(&correlation_id, after, idle_limit, live, sender)
                 .await;
+            drop(following);
             drop(follower);
         });
         receiver
+    }
+
+    /// A run that ended with nobody following wrote no entries, and none
+    /// will come: its stream is written from its record now. (Its end may
+    /// have come between the caller's look at the run and the follow.)
+    async fn settle_held(&self, correlation_id: &str) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        match store.run(correlation_id).await {
+            Ok(Some(run)) if run.status.is_finished() => {
+                if let Err(e) = self.settle(&run).await {
+                    tracing::warn!(correlation_id, error = %e, "could not write the stream of a run that ended unfollowed");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(correlation_id, error = %e, "could not read the followed run");
+            }
+        }
     }
 
     async fn feed(
@@ -75,6 +103,9 @@ impl ResponseStreams {
             poll_every = if self.written_here {
                 idle_limit
             } else if stored.is_empty() {
+                // On a shared hub the run may have ended held on another
+                // host: its stream is then its record.
+                self.settle_held(correlation_id).await;
                 (poll_every * 2).min(POLL_LONGEST)
             } else {
                 POLL

@@ -19,6 +19,7 @@
 
 mod embedded;
 mod follow;
+mod held;
 mod redis_backend;
 
 use std::future::Future;
@@ -221,6 +222,16 @@ pub struct ResponseStreams {
     /// here, and followers read the backend only when woken, never on a
     /// timer.
     written_here: bool,
+    /// The store, when streams are kept in it (not Redis): its run records
+    /// are the streams of runs that ended held, with nobody following
+    /// ([`held`]).
+    store: Option<Store>,
+    /// Whether every run's entries are held until a reader asks: this
+    /// process alone writes and reads its streams. On a shared hub only a
+    /// run whose caller waits here for its whole answer is held: nobody
+    /// else knows its id before it ends.
+    holds_every_run: bool,
+    taps: Arc<held::Taps>,
 }
 
 impl ResponseStreams {
@@ -229,6 +240,7 @@ impl ResponseStreams {
     /// a warning, unless `require_redis`.
     pub async fn open(store: Store, settings: StreamSettings) -> Result<Arc<Self>, StreamError> {
         let store_is_shared = store.is_shared();
+        let own_store = store.clone();
         let backend = match &settings.redis {
             Some(address) => match redis_backend::RedisBackend::connect(address).await {
                 Ok(redis) => Backend::Redis(redis),
@@ -248,6 +260,10 @@ impl ResponseStreams {
         };
         tracing::info!(backend = %description, ttl = ?settings.ttl, "response streams");
         let written_here = !store_is_shared;
+        let store = match backend {
+            Backend::Embedded(_) => Some(own_store),
+            Backend::Redis(_) => None,
+        };
         let backend = Arc::new(backend);
         let (queue, jobs) = mpsc::unbounded_channel();
         let (live, _) = broadcast::channel(4096);
@@ -265,6 +281,9 @@ impl ResponseStreams {
             max_followers: settings.max_followers,
             ttl: settings.ttl,
             written_here,
+            store,
+            holds_every_run: written_here,
+            taps: Arc::default(),
         }))
     }
 
@@ -272,12 +291,32 @@ impl ResponseStreams {
     /// of one run (when it began, in ms: a run executed again after a crash
     /// or on another host begins later): readers start over at a newer
     /// attempt and ignore entries of older ones, so a stream's text is
-    /// always one execution's, the one whose answer is stored.
-    pub fn writer(&self, correlation_id: &str, attempt: i64) -> StreamWriter {
+    /// always one execution's, the one whose answer is stored. `unseen`:
+    /// the run's caller waits in this process for its whole answer, and
+    /// nobody else was given its id.
+    pub fn writer(&self, correlation_id: &str, attempt: i64, unseen: bool) -> StreamWriter {
+        let holds = self.store.is_some() && (self.holds_every_run || unseen);
+        let held = holds.then(|| self.taps.begin(correlation_id)).flatten();
+        StreamWriter {
+            held,
+            ..self.writing(correlation_id, attempt)
+        }
+    }
+
+    /// What the run's execution here holds is written now, the rest as it
+    /// comes: its id is about to be handed out (a caller's wait ran out).
+    pub fn release(&self, correlation_id: &str) {
+        self.taps.release(correlation_id, &self.queue);
+    }
+
+    /// A writer whose entries are written at once.
+    fn writing(&self, correlation_id: &str, attempt: i64) -> StreamWriter {
         StreamWriter {
             correlation_id: correlation_id.to_string(),
             attempt,
             queue: self.queue.clone(),
+            held: None,
+            taps: self.taps.clone(),
         }
     }
 
@@ -295,12 +334,16 @@ impl ResponseStreams {
             .map_err(|_| StreamError::TooManyFollowers(self.max_followers))
     }
 
-    /// The run's stored entries after `after`.
+    /// The run's stored entries after `after`. What its execution here
+    /// holds is written first: a reader asked for it.
     pub async fn read_after(
         &self,
         correlation_id: &str,
         after: &EntryId,
     ) -> Result<Vec<Stored>, StreamError> {
+        if self.taps.release(correlation_id, &self.queue) {
+            self.flush().await;
+        }
         self.backend
             .read_after(correlation_id, after, READ_LIMIT)
             .await
@@ -340,7 +383,7 @@ impl ResponseStreams {
                 .as_millis(),
         )
         .unwrap_or(i64::MAX);
-        let writer = self.writer(correlation_id, attempt);
+        let writer = self.writing(correlation_id, attempt);
         match ending {
             Ok(answer) => {
                 writer.chunk(answer);
@@ -360,20 +403,30 @@ impl ResponseStreams {
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         let written_by = run.updated_at.saturating_add(ms(END_WRITTEN_WITHIN));
         let expired = now_ms() >= run.updated_at.saturating_add(ms(self.ttl));
+        if self.store.is_some() {
+            // Entries a reader's arrival queued are in the store first.
+            self.flush().await;
+        }
         loop {
             match self.ended(id).await? {
                 None if expired => return Ok(false),
                 Some(true) => return Ok(true),
+                // Nothing written: the run ended held, with nobody
+                // following ([`held`]). (Entries of its execution still on
+                // their way, from another host, are of an older attempt
+                // than this one: readers skip them.)
+                None if self.store.is_some() => {
+                    self.seal(id, ending_of(run));
+                    self.flush().await;
+                    return Ok(true);
+                }
                 None | Some(false) if now_ms() < written_by => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 None | Some(false) => {
                     tracing::warn!(correlation_id = %id, "the run ended but its stream did not say so (its host died in between, or the backend lost the entries); the stream is ended with the stored outcome");
-                    let ending = match run.status {
-                        RunStatus::Completed => Ok(run.response.as_deref().unwrap_or_default()),
-                        _ => Err(run.error.as_deref().unwrap_or("the run failed")),
-                    };
-                    self.seal(id, ending);
+                    self.seal(id, ending_of(run));
+                    self.flush().await;
                     return Ok(true);
                 }
             }
@@ -394,6 +447,14 @@ impl ResponseStreams {
     }
 }
 
+/// A finished run's outcome as its stream's ending.
+fn ending_of(run: &RunRecord) -> Result<&str, &str> {
+    match run.status {
+        RunStatus::Completed => Ok(run.response.as_deref().unwrap_or_default()),
+        _ => Err(run.error.as_deref().unwrap_or("the run failed")),
+    }
+}
+
 /// A reader's place among the followers ([`ResponseStreams::admit`]),
 /// given back when its follow ends.
 pub struct Follower {
@@ -402,11 +463,13 @@ pub struct Follower {
 }
 
 /// Hands one run's entries to the stream writer; never waits.
-#[derive(Clone)]
 pub struct StreamWriter {
     correlation_id: String,
     attempt: i64,
     queue: mpsc::UnboundedSender<Job>,
+    /// Where the entries are held while nobody follows ([`held`]).
+    held: Option<Arc<held::Held>>,
+    taps: Arc<held::Taps>,
 }
 
 impl StreamWriter {
@@ -422,14 +485,30 @@ impl StreamWriter {
         self.push(Entry::Failed(error.to_string()));
     }
 
+    /// Writes what is held and everything after it: the run comes to wait
+    /// (for a human), maybe for longer than this process lives.
+    pub fn keep(&self) {
+        self.taps.keep(&self.correlation_id, &self.queue);
+    }
+
     fn push(&self, entry: Entry) {
-        // Closed only when the host stops: the run's record still holds
-        // its answer.
-        let _ = self.queue.send(Job::Entry(Outgoing {
+        let outgoing = Outgoing {
             correlation_id: self.correlation_id.clone(),
             attempt: self.attempt,
             entry,
-        }));
+        };
+        match &self.held {
+            Some(held) => held.push(&self.taps, outgoing, &self.queue),
+            // Closed only when the host stops: the run's record still holds
+            // its answer.
+            None => {
+                let last = outgoing.entry.is_last();
+                let _ = self.queue.send(Job::Entry(outgoing));
+                if last {
+                    self.taps.ended(&self.correlation_id);
+                }
+            }
+        }
     }
 }
 
