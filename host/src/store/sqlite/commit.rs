@@ -10,6 +10,7 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::mpsc;
 
+use super::checkpoint::Checkpoints;
 use super::tx::SqliteTx;
 use crate::store::clock::now_ms;
 use crate::store::commit_queue::{all_failed, Job, Shared, Taken};
@@ -32,9 +33,10 @@ pub(in crate::store) fn start(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
     )?;
     connection.set_prepared_statement_cache_capacity(PREPARED_STATEMENTS);
+    let checkpoints = Checkpoints::start(path, &connection)?;
     std::thread::Builder::new()
         .name("agenthost-committer".into())
-        .spawn(move || write_loop(connection, queue, &shared))
+        .spawn(move || write_loop(connection, queue, &shared, checkpoints))
         .map_err(|e| StoreError::Write(format!("cannot start the store's writer: {e}")))?;
     Ok(())
 }
@@ -43,6 +45,7 @@ fn write_loop(
     mut connection: Connection,
     mut queue: mpsc::UnboundedReceiver<Job>,
     shared: &Shared,
+    checkpoints: Checkpoints,
 ) {
     let _alive = shared.health.guard();
     while let Some(job) = queue.blocking_recv() {
@@ -55,6 +58,7 @@ fn write_loop(
             let results = write_batch(&mut connection, writes);
             crate::metrics::commit(batch, started.elapsed());
             shared.answer(replies, results);
+            checkpoints.wrote();
         }
         for (read, reply) in taken.reads {
             let _ = reply.send(run_now(read_one(&mut SqliteTx(&connection), read)));
@@ -63,6 +67,7 @@ fn write_loop(
             shared.health.closed();
             queue.close();
             drop(connection);
+            checkpoints.stop();
             let _ = reply.send(());
             return;
         }

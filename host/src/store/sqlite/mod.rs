@@ -10,6 +10,7 @@
 //! The rest of the store uses what this file re-exports; this folder uses
 //! the dialect-neutral files below it and never the PostgreSQL one.
 
+mod checkpoint;
 mod commit;
 mod file_lock;
 mod open;
