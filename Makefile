@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: image-test image-tools functions-schemas wasmtime-cli durabletask-conformance dt-suite-given dt-conformance-venv durabletask-js-conformance dtjs-suite-given dtjs-suite-deps dtjs-azurite a2a-tck tck-given a2a-tck-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas
+.PHONY: run-profile bench-at-scale image-test image-tools functions-schemas wasmtime-cli durabletask-conformance dt-suite-given dt-conformance-venv durabletask-js-conformance dtjs-suite-given dtjs-suite-deps dtjs-azurite a2a-tck tck-given a2a-tck-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -186,7 +186,8 @@ image-tools:
 	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
 
-## Throughput/latency and component load benchmarks, the durable engine beside
+## Throughput/latency and component load benchmarks, an agent run beside
+## `wasmtime serve` and what one run writes (SQLite and PostgreSQL), the durable engine beside
 ## DBOS (the peer) in the same run, streamed answers (store and Redis), then
 ## several hosts on one PostgreSQL hub, and the durable workloads on
 ## PostgreSQL (one serve; a front + 2 workers) beside DBOS on PostgreSQL and
@@ -198,12 +199,27 @@ image-tools:
 ## idle host (SQLite and PostgreSQL); report in target/bench/report.md.
 bench: components test-components language-components bench-peer durabletask-venv wasmtime-cli
 	$(CARGO) bench -p agenthost --features bench --bench http_and_load
+	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench run_path
 	$(CARGO) bench -p agenthost --bench durable
 	redis=$$(scripts/redis-up.sh) && AGENTHOST_BENCH_REDIS=$$redis $(CARGO) bench -p agenthost --bench streams
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench shared_hub
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench sdk
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench scheduled
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench cold_start
+	$(MAKE) --no-print-directory bench-at-scale
+
+## Where an agent run's time goes: perf on the release host under 16
+## connections of `writer` runs; a flame graph in target/profile/ (inferno
+## from crates.io, into target/inferno). scripts/run-profile.sh says more.
+run-profile: components release
+	scripts/run-profile.sh
+
+## A million idle sessions and a million waiting instances, on SQLite and
+## PostgreSQL, beside an empty store (host/benches/at_scale.rs; a few GiB of
+## disk a store). AGENTHOST_BENCH_SCALE=N for a smaller store. Appends to
+## target/bench/report.md.
+bench-at-scale: components
+	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench at_scale
 
 # The cold-start bench's peer: the CLI of the wasmtime the host embeds
 # (crates.io, built once into target/wasmtime-cli), and the wasi:http hello

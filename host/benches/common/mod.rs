@@ -139,6 +139,10 @@ impl BenchHost {
         Ok(Self { child, base, grpc })
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, now.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -76,3 +76,36 @@ fn checkpoint_loop(connection: &Connection, writes: &mpsc::Receiver<()>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::store::test_fixtures::{new, sqlite};
+
+    /// The writer's commits never checkpoint, yet what they write reaches the
+    /// database file shortly after (copied there by the thread: the file
+    /// grows while nothing else checkpoints), and the close ends the thread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_reach_the_database_file_without_a_commit_copying_them(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let (dir, store) = sqlite().await?;
+        let file = dir.path().join("t.db");
+        let len = || std::fs::metadata(&file).map(|m| m.len());
+        let before = len()?;
+        for i in 0..300 {
+            store
+                .start(new(&format!("instance-{i:04}")))
+                .await?
+                .ok_or("not created")?;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while len()? <= before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "300 instances written, the database file still {before} bytes: no checkpoint ran"
+            );
+            tokio::time::sleep(super::GATHER).await;
+        }
+        store.close().await;
+        Ok(())
+    }
+}
