@@ -9,7 +9,7 @@ COMPONENTS  := target/components
 TEST_COMPONENTS := target/test-components
 PORT        ?= 7071
 
-.PHONY: run-profile bench-at-scale image-test image-tools functions-schemas wasmtime-cli durabletask-conformance dt-suite-given dt-conformance-venv durabletask-js-conformance dtjs-suite-given dtjs-suite-deps dtjs-azurite a2a-tck tck-given a2a-tck-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas
+.PHONY: bench-tools run-profile bench-at-scale image-test image-tools functions-schemas wasmtime-cli durabletask-conformance dt-suite-given dt-conformance-venv durabletask-js-conformance dtjs-suite-given dtjs-suite-deps dtjs-azurite a2a-tck tck-given a2a-tck-venv run test test-ready test-build nextest fmt lint-guests apt-packages chaos components test-components language-components guest-toolchains release bench bench-peer toolchain lint api-fuzz-venv a2a-venv mcp2-venv durabletask-venv agent-framework-venv doc-tools browser-tools functions-schemas
 
 ## Build everything and serve the sample agents on 127.0.0.1:$(PORT).
 run: components release
@@ -197,7 +197,7 @@ image-tools:
 ## orchestration and a wasm one, SQLite and PostgreSQL, beside the SDK's
 ## in-memory backend), then what 100,000 instances started for later cost an
 ## idle host (SQLite and PostgreSQL); report in target/bench/report.md.
-bench: components test-components language-components bench-peer durabletask-venv wasmtime-cli
+bench: components test-components language-components bench-peer durabletask-venv wasmtime-cli bench-tools
 	$(CARGO) bench -p agenthost --features bench --bench http_and_load
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench run_path
 	$(CARGO) bench -p agenthost --bench durable
@@ -220,6 +220,11 @@ run-profile: components release
 ## target/bench/report.md.
 bench-at-scale: components
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench at_scale
+
+# The load generator of the run-path bench (Debian's wrk), out of the
+# bench's process and the same for every peer.
+bench-tools:
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 
 # The cold-start bench's peer: the CLI of the wasmtime the host embeds
 # (crates.io, built once into target/wasmtime-cli), and the wasi:http hello

@@ -56,7 +56,7 @@ fn main() -> anyhow::Result<()> {
     }
     let mut out = format!(
         "\n## At scale: {scale} idle sessions ({TURNS} turns each) and {scale} instances waiting\n\n\
-         The same host on a store holding only the sessions and instances it is measured on, and on one holding {scale} `writer` sessions and {scale} `approval` \
+         The same host on a store holding only the sessions ({TURNS} turns each) and instances it is measured on, and on one holding {scale} `writer` sessions and {scale} `approval` \
          instances waiting for an event racing a 24-hour timer (copies of templates the host made; see \
          `host/benches/at_scale.rs`). Latencies: {SAMPLES} requests one at a time. Idle CPU: the host's, over {} s. \
          `--hot-instances-mib` {HOT_INSTANCES_MIB}.\n\n\
@@ -226,6 +226,28 @@ impl Db {
         })
     }
 
+    /// Copies the sessions whose id is `matching` (an SQL condition on it,
+    /// `{}` standing for the id again), with their messages and runs.
+    async fn copy_sessions(&mut self, matching: &str, copies: i64) -> anyhow::Result<()> {
+        for (table, key, renamed) in [
+            ("sessions", "src.id", &["id"][..]),
+            (
+                "messages",
+                "src.session_id",
+                &["session_id", "correlation_id"][..],
+            ),
+            (
+                "runs",
+                "src.session_id",
+                &["session_id", "correlation_id"][..],
+            ),
+        ] {
+            let filter = format!("{key} {}", matching.replace("{}", key));
+            self.copy(table, renamed, &filter, copies).await?;
+        }
+        Ok(())
+    }
+
     /// Bytes the store holds (SQLite: the file once checkpointed;
     /// PostgreSQL: the hub's tables with their indexes and TOAST).
     async fn bytes(&mut self) -> anyhow::Result<i64> {
@@ -297,8 +319,12 @@ async fn measure(store: &Store, scale: i64) -> anyhow::Result<Vec<String>> {
     let hub = format!("atscale{}e", std::process::id());
     let host = store.start(empty_dir.path(), &hub)?;
     let sessions: Vec<String> = (0..SAMPLES).map(|i| format!("warm-{i}")).collect();
+    // As many turns as the full store's sessions: an old session's run
+    // reads its history, the same length on both.
     for session in &sessions {
-        run(&http, &host.base, Some(session)).await?;
+        for _ in 0..TURNS {
+            run(&http, &host.base, Some(session)).await?;
+        }
     }
     let waiting = start_waiting(&http, &host.base, "warm", SAMPLES).await?;
     // Started again, as the full store's host is: nothing of these sessions
@@ -331,60 +357,21 @@ async fn measure(store: &Store, scale: i64) -> anyhow::Result<Vec<String>> {
     let mut db = store.open(dir.path(), &hub).await?;
     let before = db.bytes().await?;
     let fill = Instant::now();
-    db.copy("sessions", &["id"], "src.id LIKE 'tpl-s%'", copies)
-        .await?;
-    db.copy(
-        "messages",
-        &["session_id", "correlation_id"],
-        "src.session_id LIKE 'tpl-s%'",
-        copies,
-    )
-    .await?;
-    db.copy(
-        "runs",
-        &["session_id", "correlation_id"],
-        "src.session_id LIKE 'tpl-s%'",
-        copies,
-    )
-    .await?;
+    db.copy_sessions("LIKE 'tpl-s%'", copies).await?;
     let with_sessions = db.bytes().await?;
     // The instances, and the agent sessions their drafts were written in
-    // (every other session of this store).
-    for (table, renamed, filter) in [
-        ("instances", &["id"][..], "src.id LIKE 'tpl-i%'"),
-        (
-            "journal",
-            &["instance_id"][..],
-            "src.instance_id LIKE 'tpl-i%'",
-        ),
-        (
-            "tasks",
-            &["instance_id"][..],
-            "src.instance_id LIKE 'tpl-i%'",
-        ),
-        (
-            "executions",
-            &["instance_id"][..],
-            "src.instance_id LIKE 'tpl-i%'",
-        ),
-        (
-            "sessions",
-            &["id"][..],
-            "src.id NOT LIKE 'tpl-s%' AND src.id NOT LIKE '%-%-%-%-%-%'",
-        ),
-        (
-            "messages",
-            &["session_id", "correlation_id"][..],
-            "src.session_id NOT LIKE 'tpl-s%' AND src.session_id NOT LIKE '%-%-%-%-%-%'",
-        ),
-        (
-            "runs",
-            &["session_id", "correlation_id"][..],
-            "src.session_id NOT LIKE 'tpl-s%' AND src.session_id NOT LIKE '%-%-%-%-%-%'",
-        ),
-    ] {
-        db.copy(table, renamed, filter, copies).await?;
+    // (every other session of this store: not a template's, not a copy).
+    for table in ["instances", "journal", "tasks", "executions"] {
+        let key = if table == "instances" {
+            "id"
+        } else {
+            "instance_id"
+        };
+        db.copy(table, &[key], &format!("src.{key} LIKE 'tpl-i%'"), copies)
+            .await?;
     }
+    db.copy_sessions("NOT LIKE 'tpl-s%' AND {} NOT LIKE '%-%-%-%-%-%'", copies)
+        .await?;
     let full = db.bytes().await?;
     let fill = fill.elapsed();
     db.close().await?;
@@ -394,16 +381,10 @@ async fn measure(store: &Store, scale: i64) -> anyhow::Result<Vec<String>> {
     let host = store.start(dir.path(), &hub)?;
     let ready = started.elapsed();
     let old_sessions: Vec<String> = (0..SAMPLES)
-        .map(|i| format!("tpl-s{}-{}", i % TEMPLATES, 1 + (i as i64 * 7_919) % copies))
+        .map(|i| format!("tpl-s{}-{}", i % TEMPLATES, spread(i, copies)))
         .collect();
     let old_instances: Vec<String> = (0..SAMPLES)
-        .map(|i| {
-            format!(
-                "{}-{}",
-                templates[i % TEMPLATES],
-                1 + (i as i64 * 104_729) % copies
-            )
-        })
+        .map(|i| format!("{}-{}", templates[i % TEMPLATES], spread(i, copies)))
         .collect();
     let measured = measure_host(&http, &host, ready, &old_sessions, &old_instances).await?;
     // A raised copy completes as its template would.
@@ -423,6 +404,13 @@ async fn measure(store: &Store, scale: i64) -> anyhow::Result<Vec<String>> {
         &measured,
     ));
     Ok(rows)
+}
+
+/// The copy the `i`th sample takes: spread over all of them, none taken
+/// twice while there are copies enough (7,919 is prime).
+fn spread(i: usize, copies: i64) -> i64 {
+    let round = (i / TEMPLATES) as i64;
+    1 + (round * 7_919) % copies
 }
 
 fn row(

@@ -4,9 +4,10 @@
 //!   wasmtime-cli`) answering the `hello-http` test guest, and a `writer`
 //!   run (offline model, a new session each request) on SQLite and, with
 //!   `AGENTHOST_BENCH_POSTGRES`, on PostgreSQL: requests/s, p50 and p99 at 1
-//!   and at 16 connections, by one load generator, rounds taken in turn so
-//!   that the machine's drift falls on every peer alike; the ratios of the
-//!   medians;
+//!   and at 16 connections, by one load generator (wrk when installed: `make
+//!   bench` installs it; else a client in this process), rounds taken in
+//!   turn so that the machine's drift falls on every peer alike; the ratios
+//!   of the medians;
 //! - the bytes each run made the store write (SQLite: the host's
 //!   `/proc/PID/io` `write_bytes`, i.e. the WAL and its checkpoints;
 //!   PostgreSQL: `pg_stat_wal.wal_bytes`) and the rows it left, for a run
@@ -104,13 +105,18 @@ async fn measure() -> anyhow::Result<String> {
     for _ in 0..ROUNDS {
         for (t, target) in targets.iter().enumerate() {
             for (c, connections) in CONNECTIONS.iter().enumerate() {
-                rounds[t][c].push(load(target, *connections).await?);
+                rounds[t][c].push(load(target, *connections, scratch.path()).await?);
             }
         }
     }
+    let generator = if has_wrk() {
+        "wrk (`--latency`: its percentiles), 1 thread a connection up to 2"
+    } else {
+        "the bench's own client (reqwest), in its process: install `wrk` for the same load from outside"
+    };
     out += &format!(
         "Each cell: the median of {ROUNDS} rounds of {} s (peers taken in turn), requests/s, p50 / p99; \
-         one closed-loop load generator (reqwest) in the bench process.\n\n\
+         one closed-loop load generator for all: {generator}.\n\n\
          | peer | 1 connection | 16 connections |\n|---|---|---|\n",
         LOAD.as_secs()
     );
@@ -162,9 +168,92 @@ fn median(loads: &[Load]) -> Load {
     sorted[sorted.len() / 2]
 }
 
-/// `connections` clients, each sending its next request once it has the
-/// last answer, for [`LOAD`] after [`WARM_UP`].
-async fn load(target: &Target, connections: usize) -> anyhow::Result<Load> {
+/// The load: by wrk (Debian's `wrk`, `make bench` installs it) when it is
+/// there, the same tool for every peer and out of the bench's process; else
+/// by the bench's own client.
+async fn load(target: &Target, connections: usize, scratch: &Path) -> anyhow::Result<Load> {
+    if has_wrk() {
+        wrk(target, connections, scratch)
+    } else {
+        in_process(target, connections).await
+    }
+}
+
+fn has_wrk() -> bool {
+    Command::new("wrk")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// `wrk` with `connections` connections (a thread each, two at most: the
+/// machine's cores), [`WARM_UP`] then [`LOAD`], its own latency percentiles.
+fn wrk(target: &Target, connections: usize, scratch: &Path) -> anyhow::Result<Load> {
+    let script = scratch.join("post.lua");
+    let body = target.body.unwrap_or_default().replace('"', "\\\"");
+    std::fs::write(
+        &script,
+        match target.body {
+            Some(_) => format!(
+                "wrk.method = \"POST\"\nwrk.body = \"{body}\"\nwrk.headers[\"Content-Type\"] = \"text/plain\"\n"
+            ),
+            None => String::new(),
+        },
+    )?;
+    let threads = connections.min(2).to_string();
+    let connections = connections.to_string();
+    let run = |seconds: u64| {
+        Command::new("wrk")
+            .args(["-t", &threads, "-c", &connections, "--latency"])
+            .arg("-d")
+            .arg(format!("{seconds}s"))
+            .arg("-s")
+            .arg(&script)
+            .arg(&target.url)
+            .output()
+    };
+    run(WARM_UP.as_secs())?;
+    let output = run(LOAD.as_secs())?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success() && !text.contains("Non-2xx"),
+        "wrk on {}: {text}",
+        target.url
+    );
+    let field = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix).map(|v| v.trim().to_string()))
+            .ok_or_else(|| anyhow::anyhow!("wrk printed no '{prefix}': {text}"))
+    };
+    Ok(Load {
+        per_second: field("Requests/sec:")?.parse()?,
+        p50: wrk_duration(&field("50%")?)?,
+        p99: wrk_duration(&field("99%")?)?,
+    })
+}
+
+/// A wrk latency: `812.00us`, `1.23ms`, `2.00s`.
+fn wrk_duration(text: &str) -> anyhow::Result<Duration> {
+    let (number, unit) = text.split_at(
+        text.find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(text.len()),
+    );
+    let number: f64 = number.parse()?;
+    let seconds = match unit {
+        "us" => number / 1e6,
+        "ms" => number / 1e3,
+        "s" => number,
+        "m" => number * 60.0,
+        _ => anyhow::bail!("a wrk latency in '{unit}': {text}"),
+    };
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// `connections` clients in this process, each sending its next request
+/// once it has the last answer, for [`LOAD`] after [`WARM_UP`].
+async fn in_process(target: &Target, connections: usize) -> anyhow::Result<Load> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(connections)
         .build()?;
