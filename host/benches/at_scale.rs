@@ -529,28 +529,30 @@ async fn start_waiting(
         );
     }
     for id in &ids {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let status: Value = http
-                .get(format!(
-                    "{base}/runtime/webhooks/durabletask/instances/{id}"
-                ))
-                .send()
-                .await?
-                .json()
-                .await?;
-            if status["customStatus"]["state"] == "awaiting_approval" {
-                break;
-            }
-            anyhow::ensure!(Instant::now() < deadline, "{id} never waited: {status}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_status(http, base, id, Duration::from_secs(120), |status| {
+            status["customStatus"]["state"] == "awaiting_approval"
+        })
+        .await?;
     }
     Ok(ids)
 }
 
 async fn wait_completed(http: &reqwest::Client, base: &str, id: &str) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    wait_status(http, base, id, Duration::from_secs(60), |status| {
+        status["runtimeStatus"] == "Completed"
+    })
+    .await
+}
+
+/// Polls instance `id`'s status until `done` says so; that status.
+async fn wait_status(
+    http: &reqwest::Client,
+    base: &str,
+    id: &str,
+    within: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    let deadline = Instant::now() + within;
     loop {
         let status: Value = http
             .get(format!(
@@ -560,10 +562,13 @@ async fn wait_completed(http: &reqwest::Client, base: &str, id: &str) -> anyhow:
             .await?
             .json()
             .await?;
-        if status["runtimeStatus"] == "Completed" {
+        if done(&status) {
             return Ok(status);
         }
-        anyhow::ensure!(Instant::now() < deadline, "{id} did not complete: {status}");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{id}: not there within {within:?}: {status}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
