@@ -97,7 +97,8 @@ components: toolchain
 	@for s in $(SAMPLES); do cp target/$(WASM_TARGET)/release/$$s.wasm $(COMPONENTS)/$$s.wasm; done
 	@ls -l $(COMPONENTS)
 
-# Guests only the tests use; `versioned` is built twice (v1, and v2 with other steps);
+# Guests only the tests use; `versioned` is built four times (v1; v2 with other steps;
+# `logged` and `inserted`, v1 changed without and with a new step, for replay checks);
 # `doc-poet`, `doc-review` and `doc-remote` are the code blocks of
 # docs/components.md, docs/orchestrations.md and docs/a2a-and-mcp.md
 # (tests/doc_blocks.rs).
@@ -113,6 +114,10 @@ test-components: toolchain
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v1.wasm
 	$(GUEST_LINT) $(CARGO) build --target $(WASM_TARGET) --release -p versioned --features v2
 	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-v2.wasm
+	$(GUEST_LINT) $(CARGO) build --target $(WASM_TARGET) --release -p versioned --features logged
+	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-logged.wasm
+	$(GUEST_LINT) $(CARGO) build --target $(WASM_TARGET) --release -p versioned --features inserted
+	cp target/$(WASM_TARGET)/release/versioned.wasm $(TEST_COMPONENTS)/versioned-inserted.wasm
 
 # The Python and JavaScript twins of the `weather` and `approval` samples
 # (sample-agents/python, sample-agents/js), built as `agenthost build`
@@ -206,6 +211,7 @@ bench: components test-components language-components bench-peer durabletask-ven
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench sdk
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench scheduled
 	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench cold_start
+	url=$$(scripts/test-postgres.sh agenthost_bench) && AGENTHOST_BENCH_POSTGRES=$$url $(CARGO) bench -p agenthost --bench replay_check
 	$(MAKE) --no-print-directory bench-at-scale
 
 ## Where an agent run's time goes: perf on the release host under 16

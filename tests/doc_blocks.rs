@@ -229,6 +229,11 @@ const CLAIMS: &[Claim] = &[
     // docs/orchestrations.md
     Claim {
         file: "docs/orchestrations.md",
+        first_line: "agenthost check-replay target/wasm32-wasip2/release/approval.wasm",
+        check: "the_check_replay_line_of_orchestrations_md_judges_the_instances_of_a_store",
+    },
+    Claim {
+        file: "docs/orchestrations.md",
         first_line: "use std::time::Duration;",
         check: "the_review_orchestration_of_orchestrations_md_waits_for_approval_and_completes",
     },

@@ -157,6 +157,7 @@ fn routes(run: &str, session: &str) -> Vec<Route> {
             200,
         ),
         route(Method::GET, "/api/components", admin, 200),
+        route(Method::GET, "/api/components/writer", admin, 200),
         route(Method::GET, "/metrics", admin, 200),
         route(Method::GET, instance, admin, 200),
         route(

@@ -48,6 +48,7 @@ mod observability;
 mod orchestration_durability;
 mod orchestration_samples;
 mod outbound_rules;
+mod replay_check;
 mod request_errors;
 mod restarts;
 mod run_control;

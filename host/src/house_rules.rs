@@ -456,6 +456,7 @@ const STORE_LAYERS: &[&[&str]] = &[
         "hosts",
         "instances",
         "remote_tasks",
+        "replay_checks",
         "retention",
         "run_control",
         "run_reads",

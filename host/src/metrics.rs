@@ -107,6 +107,7 @@ const COMPONENT_LOAD: &str = "agenthost_component_load_seconds";
 const HTTP_REQUESTS: &str = "agenthost_http_requests_total";
 const HTTP_REQUEST: &str = "agenthost_http_request_seconds";
 const TASKS_UNREADABLE: &str = "agenthost_tasks_unreadable_total";
+const REPLAY_CHECKS: &str = "agenthost_replay_checked_instances_total";
 
 fn describe() {
     use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
@@ -195,6 +196,11 @@ fn describe() {
         "Due tasks whose stored call could not be read, each failed (its instance sees why), \
          by orchestration"
     );
+    describe_counter!(
+        REPLAY_CHECKS,
+        "Instances a new component version was replayed against, by result \
+         (compatible, divergent, upgraded)"
+    );
 }
 
 /// Series that would otherwise appear only at their first sample, exported
@@ -205,6 +211,9 @@ fn at_zero() {
     counter!(TAKE_OVERS).absolute(0);
     counter!(INSTANCE_LOADS).absolute(0);
     counter!(TASKS_UNREADABLE).absolute(0);
+    for result in ["compatible", "divergent", "upgraded"] {
+        counter!(REPLAY_CHECKS, "result" => result).absolute(0);
+    }
     gauge!(STREAM_FOLLOWERS).set(0.0);
     gauge!(WAITING_RUNS).set(0.0);
 }
@@ -257,6 +266,12 @@ pub(crate) fn approvals_pending(hub: &str, count: i64) {
 /// `event`: started, completed, failed, terminated.
 pub(crate) fn orchestration(name: &str, event: &'static str) {
     counter!(ORCHESTRATIONS, "orchestration" => name.to_string(), "event" => event).increment(1);
+}
+
+/// `result`: compatible, divergent, upgraded (an instance counted
+/// compatible is counted upgraded too once it moves).
+pub(crate) fn replay_checked(result: &'static str) {
+    counter!(REPLAY_CHECKS, "result" => result).increment(1);
 }
 
 pub(crate) fn episode(orchestration: &str) {

@@ -242,6 +242,11 @@ pub fn cases_of(method: &Method, template: &str, a: &Owned) -> Option<Vec<Case>>
             Request::get("/api/components"),
             Own,
         )],
+        ("GET", "/api/components/{name}") => vec![case(
+            "B reads a component and its replay check",
+            Request::get("/api/components/writer"),
+            Own,
+        )],
         ("GET", "/metrics") => vec![case("B reads metrics", Request::get("/metrics"), Own)],
         ("POST", "/api/orchestrators/{name}") => vec![case(
             "B starts an instance of its own",

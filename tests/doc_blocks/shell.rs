@@ -439,6 +439,68 @@ async fn vacuum_into_copies_a_serving_hosts_sqlite_file() {
     drop(host);
 }
 
+/// The doc's `check-replay` line, run where a host serves `approval`
+/// (version 1 of the `versioned` test guest, as that name) with one
+/// instance waiting, the new build at the doc's path (a compatible build),
+/// the store the host's: it reads the store beside the running host and
+/// finds the instance compatible.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_check_replay_line_of_orchestrations_md_judges_the_instances_of_a_store() {
+    let block =
+        claimed_one("the_check_replay_line_of_orchestrations_md_judges_the_instances_of_a_store");
+    let command = block.text.replace("\\\n", " ");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agenthost.db");
+    let store = format!("sqlite://{}", file.display());
+    let components = dir.path().join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::copy(component("versioned-v1"), components.join("approval.wasm")).unwrap();
+    let host = HostBuilder::new(dir.path())
+        .components(&[])
+        .store(&store)
+        .taskhub("default")
+        .start();
+    crate::support::components::wait_served(&host, "approval", None).await;
+    let id = crate::support::durable::start(&host, "versioned", &json!(null)).await;
+    wait_for(&host, &id, &["Running"]).await;
+    // The new build where the doc builds it.
+    let built = dir.path().join("target/wasm32-wasip2/release");
+    std::fs::create_dir_all(&built).unwrap();
+    std::fs::copy(component("versioned-logged"), built.join("approval.wasm")).unwrap();
+
+    let documented = "postgres://agenthost@db:5432/agenthost";
+    assert!(command.contains(documented), "{command}");
+    let command = command.replace(documented, &store).replacen(
+        "agenthost ",
+        &format!("{} ", env!("CARGO_BIN_EXE_agenthost")),
+        1,
+    );
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .current_dir(dir.path())
+        .env(
+            "AGENTHOST_CACHE_DIR",
+            crate::support::host::test_artifact_cache(),
+        )
+        .output()
+        .expect("sh");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{command}: {printed}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(&printed).unwrap();
+    assert_eq!(report["component"], "approval", "{report}");
+    assert_eq!(
+        (&report["instances"], &report["compatible"]),
+        (&json!(1), &json!(1)),
+        "{report}"
+    );
+    drop(host);
+}
+
 // ---------------------------------------------------------------- A2A and MCP
 
 #[tokio::test(flavor = "multi_thread")]

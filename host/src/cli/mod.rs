@@ -10,6 +10,7 @@ use crate::settings::{Secret, ServeArgs};
 use crate::taskhub::ConnectionString;
 
 mod build;
+mod check_replay;
 mod client;
 mod compile;
 mod dev;
@@ -112,6 +113,13 @@ pub(crate) enum Command {
     /// for a platform that scaled to zero and must know when to start a
     /// host. Prints JSON; `--sql` prints the query a scaler runs itself.
     Due(DueArgs),
+    /// Replay a new version of an orchestration component against the
+    /// journals of the unfinished instances of its older versions in a
+    /// store (read-only: nothing runs, nothing is written), as a host does
+    /// when it loads that version. Prints the report as JSON; exits 1 when
+    /// any instance diverges or could not be checked: a CI step before a
+    /// deploy.
+    CheckReplay(check_replay::CheckReplayArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -338,6 +346,12 @@ async fn run() -> ExitCode {
             command: FunctionsCommand::Init(args),
         } => functions::init(&args).await,
         Command::Due(args) => due(&args).await,
+        Command::CheckReplay(args) => match check_replay::check_replay(&args).await {
+            Ok(true) => Ok(()),
+            // The report said why on stdout.
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -59,6 +59,16 @@ pub enum Effect {
         activity_set: Option<String>,
         carried: Vec<Event>,
     },
+    /// Move the current execution to another version of its component,
+    /// pinning `activity_set` from then on: a replay check found that
+    /// version decides as the old one did on the whole journal. Counts one
+    /// step, as [`Effect::Stepped`] does, so an episode the old code decided
+    /// meanwhile (on a journal the check never saw) finds its fence broken
+    /// and is decided again, by the new code.
+    Upgrade {
+        digest: String,
+        activity_set: Option<String>,
+    },
     /// Drop the execution's pending tasks and inbox (it is over).
     DropPending,
     /// Tell a parent how its child ended.

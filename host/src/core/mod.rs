@@ -23,6 +23,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod limits;
 pub mod replay;
+pub mod replay_check;
 pub mod retry;
 pub mod sdk_actions;
 pub mod sdk_entities;

@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::journal::{Call, Event};
+use super::journal::{Call, Entry, Event};
 
 /// The code made a call that differs from the journal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +47,20 @@ fn each_once(tasks: &[u32]) -> Result<(), ReplayError> {
     }
 }
 
+/// A journal as a replay takes it: its calls, each with the time it was
+/// first made, and its events, in order.
+pub fn split_journal(journal: &[(Entry, i64)]) -> (Vec<(Call, i64)>, Vec<Event>) {
+    let mut calls = Vec::with_capacity(journal.len());
+    let mut events = Vec::with_capacity(journal.len());
+    for (entry, at) in journal {
+        match entry {
+            Entry::Call(call) => calls.push((call.clone(), *at)),
+            Entry::Event(event) => events.push(event.clone()),
+        }
+    }
+    (calls, events)
+}
+
 /// A task's outcome as the code sees it.
 pub type TaskResult = Result<String, String>;
 
@@ -67,6 +81,19 @@ pub struct Replay {
     taken: HashMap<u32, usize>,
     /// Event waits that lost an `await-any`: they take nothing, ever.
     cancelled: Vec<u32>,
+    /// The first call that differed from the journal, as a replay check
+    /// reports it.
+    diverged: Option<Divergence>,
+}
+
+/// Where code first departs from a journal: the step (0-based, counted over
+/// the execution's calls), what the journal holds there (`None`: the journal
+/// had ended) and what the code did instead.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Divergence {
+    pub step: usize,
+    pub journal: Option<String>,
+    pub code: String,
 }
 
 impl Replay {
@@ -104,7 +131,33 @@ impl Replay {
             untaken,
             taken: HashMap::new(),
             cancelled: Vec::new(),
+            diverged: None,
         }
+    }
+
+    /// The first call that differed from the journal, if one did.
+    pub fn divergence(&self) -> Option<&Divergence> {
+        self.diverged.as_ref()
+    }
+
+    /// How many calls the code has made so far.
+    pub fn steps(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// How many calls the journal holds.
+    pub fn journaled_steps(&self) -> usize {
+        self.history.len()
+    }
+
+    /// The journal's call at `step`, described, if it holds one there.
+    pub fn journaled(&self, step: usize) -> Option<String> {
+        self.history.get(step).map(|(call, _)| call.describe())
+    }
+
+    /// The calls made past the journal so far (what an episode would journal).
+    pub fn calls_past_the_journal(&self) -> &[Call] {
+        &self.new_calls
     }
 
     /// The time the code sees: when the last call it replayed was first made,
@@ -115,11 +168,6 @@ impl Replay {
 
     pub fn is_replaying(&self) -> bool {
         self.calls.len() < self.history.len()
-    }
-
-    #[cfg(test)]
-    pub fn new_calls(&self) -> &[Call] {
-        &self.new_calls
     }
 
     /// Consumes the replay, keeping only the calls to journal.
@@ -140,6 +188,11 @@ impl Replay {
         let answered = match self.history.get(index) {
             Some((journaled, at)) => {
                 if !call.matches(journaled) {
+                    self.diverged.get_or_insert_with(|| Divergence {
+                        step: index,
+                        journal: Some(journaled.describe()),
+                        code: call.describe(),
+                    });
                     return Err(NonDeterminism(format!(
                         "at step {index} the journal has {} but the code called {}",
                         journaled.describe(),
@@ -343,7 +396,7 @@ mod tests {
         assert_eq!(task, 0);
         assert!(!r.is_replaying());
         assert_eq!(r.result(task)?, None);
-        assert_eq!(r.new_calls(), &[activity("a")]);
+        assert_eq!(r.calls_past_the_journal(), &[activity("a")]);
         assert_eq!(r.step_time(), 1000);
         Ok(())
     }
@@ -366,7 +419,7 @@ mod tests {
         );
         assert_eq!(r.step_time(), 10);
         r.call(activity("b"))?;
-        assert_eq!(r.new_calls(), &[activity("b")]);
+        assert_eq!(r.calls_past_the_journal(), &[activity("b")]);
         assert_eq!(r.step_time(), 99);
         Ok(())
     }

@@ -9,11 +9,10 @@ use super::hot::HotInstance;
 use super::Orchestrator;
 use crate::core::effects::Effect;
 use crate::core::instance::RuntimeStatus;
-use crate::core::journal::Entry;
 use crate::core::lifecycle::arrivals::{self, Sorted};
 use crate::core::lifecycle::episode_end::{Arrived, Ending, Episode};
 use crate::core::lifecycle::{self, Command};
-use crate::core::replay::Replay;
+use crate::core::replay::{split_journal, Replay};
 use crate::registry::VersionError;
 use crate::store::{now_ms, Applied, Image, InboxRow, StoreError, Target};
 use crate::wasm::{GuestError, LoadedComponent};
@@ -198,14 +197,7 @@ pub(super) async fn decide_by_code(
             super::sdk_episode::decide(orchestrator, id, hot, sorted, parked, now, slot).await,
         );
     }
-    let mut calls = Vec::with_capacity(hot.journal.len());
-    let mut events = Vec::with_capacity(hot.journal.len());
-    for (entry, at) in &hot.journal {
-        match entry {
-            Entry::Call(call) => calls.push((call.clone(), *at)),
-            Entry::Event(event) => events.push(event.clone()),
-        }
-    }
+    let (calls, mut events) = split_journal(&hot.journal);
     let first_new = events.len();
     events.extend(sorted.taken.iter().map(|(_, e)| e.clone()));
     let replay = Replay::new(calls, events, now, hot.loaded.created_at);

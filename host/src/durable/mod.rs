@@ -21,6 +21,7 @@ mod in_hand_episode;
 mod orchestrator;
 mod pace;
 mod remote_call;
+mod replay_check;
 mod sdk_entity;
 mod sdk_episode;
 mod starts;
@@ -31,6 +32,7 @@ mod tasks;
 pub use crate::store::{InstanceFilter, InstanceRecord, Operation, VersionInUse};
 pub use answers::InstanceView;
 pub use orchestrator::{Orchestrator, OrchestratorConfig};
+pub use replay_check::{check_version, CheckLimits, Moved, OnNewVersion};
 
 use crate::core::limits::LimitError;
 use crate::store::StoreError;

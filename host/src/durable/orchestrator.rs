@@ -18,6 +18,7 @@ use super::hot::HotInstances;
 use super::in_flight::{InHand, ResultsInHand, TaskRunning, TasksInFlight};
 use super::in_hand_episode;
 use super::pace::ContinuePace;
+use super::replay_check::{CheckLimits, OnNewVersion, ReplayChecks};
 use super::tasks;
 use crate::core::failure::{TaskError, TaskOutcome};
 use crate::core::journal::Call;
@@ -58,6 +59,9 @@ pub struct OrchestratorConfig {
     /// SDK worker (zero unless the gRPC endpoint is served), and for its
     /// answer.
     pub sdk_patience: Patience,
+    /// What a replay check of a new version does with compatible instances.
+    pub on_new_version: OnNewVersion,
+    pub replay_check: CheckLimits,
 }
 
 pub struct Orchestrator {
@@ -82,7 +86,7 @@ pub struct Orchestrator {
     planned_wake: AtomicI64,
     due_sooner: Notify,
     pub(super) stopping: CancellationToken,
-    tracker: TaskTracker,
+    pub(super) tracker: TaskTracker,
     /// Whether this process runs episodes and tasks (not an HTTP-only front).
     works: bool,
     /// SDK workers connected over gRPC: they run the activities no
@@ -96,6 +100,8 @@ pub struct Orchestrator {
     scheduler_reads: Arc<SchedulerReads>,
     /// How fast each instance may continue as new.
     pub(super) continue_pace: ContinuePace,
+    /// Replay checks of new versions, and their last reports.
+    pub(super) replay_checks: ReplayChecks,
 }
 
 impl Orchestrator {
@@ -116,6 +122,7 @@ impl Orchestrator {
         let sink = hot.clone();
         store.on_inbox_rows(Arc::new(move |rows| sink.deliver(rows)));
         let sdk_workers = SdkWorkers::new(config.sdk_patience);
+        let replay_checks = ReplayChecks::new(config.on_new_version, config.replay_check.clone());
         Arc::new(Self {
             store,
             registry,
@@ -138,6 +145,7 @@ impl Orchestrator {
             for_a_worker: ForAWorker::default(),
             scheduler_reads: Arc::default(),
             continue_pace: ContinuePace::default(),
+            replay_checks,
         })
     }
 
@@ -164,6 +172,7 @@ impl Orchestrator {
         }
         let this = self.clone();
         self.tracker.spawn(async move { this.schedule().await });
+        self.check_new_versions();
         if let Some(wakes) = self.store.wakes() {
             let this = self.clone();
             self.tracker

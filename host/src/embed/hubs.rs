@@ -127,6 +127,12 @@ impl HubStack {
                 limits: Arc::new(args.durable_limits()),
                 episode_timeout: args.episode_timeout,
                 hot_budget_bytes: args.hot_instances_mib.saturating_mul(1 << 20),
+                on_new_version: args.on_new_version,
+                replay_check: crate::durable::CheckLimits {
+                    budget: args.replay_check_budget,
+                    max_instances: args.replay_check_max_instances,
+                    replay_timeout: args.episode_timeout,
+                },
                 // Only `serve --grpc` on a host that runs work has workers.
                 sdk_patience: Patience {
                     for_a_worker: if args.grpc && !args.worker_only && role.works() {

@@ -1,9 +1,12 @@
-//! `GET /api/components`: every loaded component and every file that failed.
+//! `GET /api/components`: every loaded component and every file that
+//! failed; `GET /api/components/{name}`: one component, with the last
+//! replay check of its version against the instances of older ones.
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::Json;
 use serde_json::{json, Value};
 
+use super::error::ApiError;
 use super::AppState;
 
 /// A component whose newer file failed to load still serves its previous
@@ -45,6 +48,7 @@ pub async fn list(State(state): State<AppState>) -> Json<Value> {
                 .filter(|v| v.name == c.name)
                 .map(|v| version(v, Some(&c.digest)))
                 .collect();
+            described["replay_check"] = replay_check(&state, &c.name, false);
             described
         })
         .collect();
@@ -62,4 +66,70 @@ pub async fn list(State(state): State<AppState>) -> Json<Value> {
         body["versions_error"] = json!(error);
     }
     Json(body)
+}
+
+/// The last replay check of `name`'s served version (`null`: none ran on
+/// this host), its divergences listed only when `whole`.
+fn replay_check(state: &AppState, name: &str, whole: bool) -> Value {
+    let Some(report) = state.orchestrator.replay_check(name) else {
+        return Value::Null;
+    };
+    let mut value = serde_json::to_value(&report).unwrap_or(Value::Null);
+    if !whole {
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("divergences");
+        }
+    }
+    value
+}
+
+/// One served component as `GET /api/components` lists it, with the last
+/// replay check of its version in whole (`replay_check`: tally,
+/// divergences with the first divergent step of each), or 404.
+#[utoipa::path(
+    get,
+    path = "/api/components/{name}",
+    tag = "operations",
+    params(("name" = String, Path, description = "The component's name (its file stem)")),
+    responses(
+        (status = 200, description = "The component, its `versions_in_use` and its `replay_check`", body = Object),
+        super::schemas::Failures
+    )
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let Some(component) = state
+        .registry
+        .components()
+        .into_iter()
+        .find(|c| c.name == name)
+    else {
+        return Err(ApiError::not_found(
+            "unknown_component",
+            format!("no component '{name}' is served; GET /api/components lists them"),
+        ));
+    };
+    let mut described = component.describe_json();
+    if let Some(failure) = state
+        .registry
+        .failures()
+        .into_iter()
+        .find(|f| f.file == component.path)
+    {
+        described["load_error"] = json!(failure.error);
+    }
+    match state.orchestrator.versions_in_use().await {
+        Ok(in_use) => {
+            described["versions_in_use"] = in_use
+                .iter()
+                .filter(|v| v.name == component.name)
+                .map(|v| json!({"digest": v.digest, "instances": v.instances, "served": v.digest == component.digest}))
+                .collect();
+        }
+        Err(e) => described["versions_error"] = json!(e.to_string()),
+    }
+    described["replay_check"] = replay_check(&state, &component.name, true);
+    Ok(Json(described))
 }

@@ -155,6 +155,7 @@ fn routes(state: &AppState) -> Router<AppState> {
             get(sessions::get_by_hosting_route),
         )
         .route("/api/components", get(components::list))
+        .route("/api/components/{name}", get(components::get))
         .route("/agenthost-wake", post(functions::wake))
         .route("/metrics", get(metrics::get))
         .route("/api/openapi.json", get(openapi::get))

@@ -48,6 +48,7 @@ use super::schemas::{A2aStatus, A2aStatusError, ErrorBody};
         super::sessions::get_by_hosting_route,
         super::sessions::delete,
         super::components::list,
+        super::components::get,
         super::metrics::get,
         super::orchestrators::start,
         super::orchestrators::start_with_id,

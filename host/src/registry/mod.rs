@@ -244,6 +244,9 @@ pub struct Registry {
     scanned: tokio::sync::Mutex<BTreeMap<PathBuf, sync::Fingerprint>>,
     versions: versions::Versions,
     known_sets: activity_sets::KnownSets,
+    /// Each component with orchestrations, as it begins to serve: a replay
+    /// check listens (a listener that lags checks everything served).
+    began_serving: tokio::sync::broadcast::Sender<Arc<LoadedComponent>>,
 }
 
 impl Registry {
@@ -257,7 +260,14 @@ impl Registry {
             scanned: tokio::sync::Mutex::default(),
             versions: versions::Versions::default(),
             known_sets: activity_sets::KnownSets::default(),
+            began_serving: tokio::sync::broadcast::channel(64).0,
         }
+    }
+
+    /// Tells of each component with orchestrations that begins to serve
+    /// from now on (loaded or reloaded).
+    pub fn began_serving(&self) -> tokio::sync::broadcast::Receiver<Arc<LoadedComponent>> {
+        self.began_serving.subscribe()
     }
 
     pub fn dir(&self) -> &Path {

@@ -201,6 +201,10 @@ impl Registry {
                 "component loaded"
             );
             crate::metrics::component_loaded(component.load_time, true);
+            if !component.manifest.orchestrations.is_empty() {
+                // Nobody listening (a front, a start) is fine.
+                let _ = self.began_serving.send(component.clone());
+            }
             crate::metrics::activities_served(
                 component
                     .manifest

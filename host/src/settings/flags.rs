@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser};
 
 use super::{defaults, Secret, Settings};
+use crate::durable::OnNewVersion;
 use crate::taskhub::{ConnectionString, ConnectionStringError};
 
 #[derive(Debug, Clone, Args)]
@@ -259,6 +260,28 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTHOST_HOT_INSTANCES_MIB", default_value_t = defaults::HOT_INSTANCES_MIB)]
     pub hot_instances_mib: usize,
 
+    /// When a new version of an orchestration component is loaded, its code
+    /// is replayed against the journal of every unfinished instance of the
+    /// older versions (nothing runs, nothing is written). `report`: they stay
+    /// on their version, the report is in /api/components; `upgrade-compatible`:
+    /// those whose journal the new code replays exactly move to it.
+    #[arg(
+        long,
+        env = "AGENTHOST_ON_NEW_VERSION",
+        value_enum,
+        default_value = "report"
+    )]
+    pub on_new_version: OnNewVersion,
+
+    /// Time one replay check of a new version may take; instances past it
+    /// stay unchecked (and pinned).
+    #[arg(long, env = "AGENTHOST_REPLAY_CHECK_BUDGET", default_value = defaults::REPLAY_CHECK_BUDGET, value_parser = humantime::parse_duration)]
+    pub replay_check_budget: Duration,
+
+    /// Most instances one replay check lists (oldest ids first).
+    #[arg(long, env = "AGENTHOST_REPLAY_CHECK_MAX_INSTANCES", default_value_t = defaults::REPLAY_CHECK_MAX_INSTANCES)]
+    pub replay_check_max_instances: usize,
+
     /// Longest a component's `describe()` may run when it is loaded.
     #[arg(long, env = "AGENTHOST_DESCRIBE_TIMEOUT", default_value = defaults::DESCRIBE_TIMEOUT, value_parser = humantime::parse_duration)]
     pub describe_timeout: Duration,
@@ -408,6 +431,9 @@ impl From<ServeArgs> for Settings {
             episode_timeout,
             episode_cpu_time,
             hot_instances_mib,
+            on_new_version,
+            replay_check_budget,
+            replay_check_max_instances,
             describe_timeout,
             session_ttl,
             retain,
@@ -484,6 +510,9 @@ impl From<ServeArgs> for Settings {
             episode_timeout,
             episode_cpu_time,
             hot_instances_mib,
+            on_new_version,
+            replay_check_budget,
+            replay_check_max_instances,
             describe_timeout,
             session_ttl: session_ttl.0,
             retain: retain.0,

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use crate::core::limits::Limits;
 use crate::core::retry::RetryLimits;
+use crate::durable::OnNewVersion;
 use crate::store::Role;
 use crate::taskhub::{ConnectionString, ConnectionStringError};
 
@@ -55,6 +56,8 @@ pub(crate) mod defaults {
     pub const EPISODE_TIMEOUT: &str = "30s";
     pub const EPISODE_CPU_TIME: &str = "1s";
     pub const HOT_INSTANCES_MIB: usize = 256;
+    pub const REPLAY_CHECK_BUDGET: &str = "5m";
+    pub const REPLAY_CHECK_MAX_INSTANCES: usize = 100_000;
     pub const DESCRIBE_TIMEOUT: &str = "30s";
     pub const SESSION_TTL: &str = "14d";
     pub const RETAIN: &str = "30d";
@@ -181,6 +184,15 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub episode_cpu_time: Duration,
     pub hot_instances_mib: usize,
+    /// What a replay check of a new orchestration version does with the
+    /// instances of older versions it finds compatible: `report` (they stay
+    /// pinned) or `upgrade-compatible` (they move to the new version).
+    pub on_new_version: OnNewVersion,
+    /// Time one replay check may take; instances past it stay unchecked.
+    #[serde(with = "humantime_serde")]
+    pub replay_check_budget: Duration,
+    /// Most instances one replay check lists.
+    pub replay_check_max_instances: usize,
     #[serde(with = "humantime_serde")]
     pub describe_timeout: Duration,
     /// Forget sessions idle this long; `None` (`"none"`) keeps them.
@@ -283,6 +295,9 @@ impl Default for Settings {
             episode_timeout: duration(EPISODE_TIMEOUT),
             episode_cpu_time: duration(EPISODE_CPU_TIME),
             hot_instances_mib: HOT_INSTANCES_MIB,
+            on_new_version: OnNewVersion::Report,
+            replay_check_budget: duration(REPLAY_CHECK_BUDGET),
+            replay_check_max_instances: REPLAY_CHECK_MAX_INSTANCES,
             describe_timeout: duration(DESCRIBE_TIMEOUT),
             session_ttl: keep(SESSION_TTL),
             retain: keep(RETAIN),

@@ -62,6 +62,15 @@ pub(super) async fn apply(
                 row.update.events = row.update.events.saturating_add(1);
                 row.dirty = true;
             }
+            Effect::Upgrade {
+                digest,
+                activity_set,
+            } => {
+                tx.move_version(&target.id, &digest, activity_set.as_deref())
+                    .await?;
+                row.update.events = row.update.events.saturating_add(1);
+                row.dirty = true;
+            }
             Effect::ScheduleTask { task, call } => scheduled.push((task, call)),
             Effect::Create(new) => match create(tx, new.clone(), now).await? {
                 Ok(created) => {

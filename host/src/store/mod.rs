@@ -53,6 +53,7 @@ mod episodes;
 mod hosts;
 mod instances;
 mod remote_tasks;
+mod replay_checks;
 mod retention;
 mod run_control;
 mod run_reads;
@@ -80,6 +81,7 @@ pub use postgres::{Assigned, Membership, Role, Wake};
 pub use records::{
     NewRun, NewStreamRow, RunRecord, RunStatus, SessionKey, StoredMessage, CANCELED,
 };
+pub use replay_checks::{CheckReader, CheckReads, Checkable};
 pub use run_control::RunFilter;
 pub use sessions::{Deletion, RunOutcome};
 pub use tasks::{DueTask, UnreadableTask};

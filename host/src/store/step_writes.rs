@@ -643,3 +643,51 @@ async fn an_event_in_hand_never_overtakes_an_inbox_row_its_episode_did_not_see(
     }
     Ok(())
 }
+
+/// A version move (what a replay check proved) is written only on the
+/// journal the check read, and an episode the old code decided on that
+/// journal before the move is refused after it: the move counts a step, so
+/// the old code's decisions never land under the new version. On both
+/// stores; the move's statement path on PostgreSQL (a planned batch falls
+/// back for it).
+#[tokio::test]
+async fn a_version_move_lands_only_on_the_journal_it_was_checked_on() -> Result<(), StoreError> {
+    for (store, _dir) in stores().await? {
+        let execution = running(&store, "moved").await?;
+        let upgrade = || {
+            vec![Effect::Upgrade {
+                digest: "d2".into(),
+                activity_set: None,
+            }]
+        };
+        // Checked on an empty journal: the instance has taken a step since.
+        let stale = store
+            .commit_episode(target("moved", execution), 0, upgrade())
+            .await?;
+        assert!(stale.is_none(), "a move on a journal that grew is refused");
+        let (events, ..) = seen(&store, "moved").await?;
+        assert_eq!(events, 1);
+        // Checked on the journal as it is: moved, one step counted.
+        let moved = store
+            .commit_episode(target("moved", execution), 1, upgrade())
+            .await?;
+        assert!(moved.is_some(), "the move commits");
+        let loaded = store
+            .load("moved")
+            .await?
+            .ok_or(StoreError::Write("gone".into()))?;
+        assert_eq!(loaded.digest, "d2");
+        assert_eq!(loaded.state.history.events, 2);
+        // The old code's episode, decided on the journal before the move.
+        let late = store
+            .commit_episode(target("moved", execution), 1, next_step("\"r0\""))
+            .await?;
+        assert!(
+            late.is_none(),
+            "an episode decided before the move is refused"
+        );
+        let (events, ..) = seen(&store, "moved").await?;
+        assert_eq!(events, 2, "nothing of the late episode was written");
+    }
+    Ok(())
+}

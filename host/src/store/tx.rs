@@ -142,6 +142,15 @@ pub(super) trait Tx {
     ) -> impl Future<Output = Result<(), StoreError>>;
     /// Deletes the instance and everything of it.
     fn purge(&mut self, id: &str) -> impl Future<Output = Result<(), StoreError>>;
+    /// Moves the instance's execution to component version `digest`, with
+    /// the activity set it pins from then on (an upgrade a replay check
+    /// proved).
+    fn move_version(
+        &mut self,
+        id: &str,
+        digest: &str,
+        activity_set: Option<&str>,
+    ) -> impl Future<Output = Result<(), StoreError>>;
     /// Empties the journal of `id` and counts its history's bytes from
     /// nothing (not its events: the rows written again are numbered after
     /// the old), its output cleared (a rewind writes the journal again).

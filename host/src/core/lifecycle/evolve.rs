@@ -51,6 +51,11 @@ pub fn evolve<'a>(state: &mut InstanceState, effect: &'a Effect) -> Evolved<'a> 
         }
         // Whether an idle purge happens is the store's to say: the image in
         // memory is let go either way, and read again when needed.
+        // The image names the version it replays on: read it again.
+        Effect::Upgrade { .. } => {
+            state.history = state.history.plus(1, 0);
+            Evolved::Over
+        }
         Effect::NewExecution { .. }
         | Effect::Purge
         | Effect::PurgeIfIdle

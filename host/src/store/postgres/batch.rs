@@ -643,6 +643,15 @@ impl Tx for Planned<'_> {
         self.fallback("a purge")
     }
 
+    async fn move_version(
+        &mut self,
+        _id: &str,
+        _digest: &str,
+        _activity_set: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.fallback("a version move")
+    }
+
     async fn reset_journal(&mut self, _id: &str) -> Result<(), StoreError> {
         self.fallback("a rewind")
     }

@@ -449,6 +449,21 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
+    async fn move_version(
+        &mut self,
+        id: &str,
+        digest: &str,
+        activity_set: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE instances SET component_digest = $1, activity_set = $2 WHERE id = $3")
+            .bind(digest)
+            .bind(activity_set)
+            .bind(id)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(())
+    }
+
     async fn purge(&mut self, id: &str) -> Result<(), StoreError> {
         for sql in [
             "DELETE FROM instances WHERE id = $1",

@@ -369,6 +369,20 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    async fn move_version(
+        &mut self,
+        id: &str,
+        digest: &str,
+        activity_set: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.0
+            .prepare_cached(
+                "UPDATE instances SET component_digest = ?, activity_set = ? WHERE id = ?",
+            )?
+            .execute(params![digest, activity_set, id])?;
+        Ok(())
+    }
+
     async fn purge(&mut self, id: &str) -> Result<(), StoreError> {
         for sql in [
             "DELETE FROM instances WHERE id = ?",

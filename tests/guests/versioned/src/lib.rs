@@ -2,6 +2,11 @@
 //! Replaying a version-1 journal with version-2 code is non-deterministic.
 //! A granted `VERSIONED_STEP` variable overrides the step, so one version can
 //! be made non-deterministic across a restart too.
+//!
+//! Two more builds of version 1, for replay checks: `logged` changes
+//! nothing the journal records (a log line, a local renamed) and answers
+//! `v1-logged`; `inserted` runs `step_c` between `step_a` and the wait and
+//! answers `v1-inserted`.
 
 use agenthost_guest::{Agent, Component, Context, Orchestration, Tool};
 use serde_json::Value;
@@ -11,12 +16,27 @@ const STEP: &str = if cfg!(feature = "v2") {
 } else {
     "step_a"
 };
-const VERSION: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
+const VERSION: &str = if cfg!(feature = "v2") {
+    "v2"
+} else if cfg!(feature = "logged") {
+    "v1-logged"
+} else if cfg!(feature = "inserted") {
+    "v1-inserted"
+} else {
+    "v1"
+};
 
 fn versioned(ctx: &Context, _input: Value) -> Result<String, String> {
     let step = std::env::var("VERSIONED_STEP").unwrap_or_else(|_| STEP.to_string());
     let _: Value = ctx.call_activity(&step, &Value::Null).wait()?;
-    let _: Value = ctx.wait_for_event("go").wait()?;
+    if cfg!(feature = "logged") {
+        agenthost_guest::log(agenthost_guest::Level::Info, "step done; waiting for go");
+    }
+    if cfg!(feature = "inserted") {
+        let _: Value = ctx.call_activity("step_c", &Value::Null).wait()?;
+    }
+    let go_signal: Value = ctx.wait_for_event("go").wait()?;
+    drop(go_signal);
     Ok(VERSION.to_string())
 }
 
@@ -50,6 +70,11 @@ fn component() -> Component {
         .tool(Tool::new("step_b", "Step of version 2", |_: Value| {
             Ok::<_, String>(Value::Null)
         }))
+        .tool(Tool::new(
+            "step_c",
+            "Step inserted into version 1",
+            |_: Value| Ok::<_, String>(Value::Null),
+        ))
         .orchestration(Orchestration::new("versioned", versioned))
         .orchestration(Orchestration::new("eternal", eternal))
 }

@@ -63,7 +63,7 @@ function components(main) {
         h("td", {}, (c.agents || []).map((a) => agentCell(a, c.activities || []))),
         h("td", {}, (c.activities || []).map((a) => toolCell(a))),
         h("td", {}, (c.orchestrations || []).map((o) => h("div", { class: "mono" }, h("a", { href: `#/orchestrations?name=${enc(o.name || o)}` }, o.name || o)))),
-        h("td", { "data-testid": "versions" }, (c.versions_in_use || []).map((v) => versionLine(v))),
+        h("td", { "data-testid": "versions" }, (c.versions_in_use || []).map((v) => versionLine(v)), replayLine(c.name, c.replay_check)),
         h("td", {}, h("details", {}, h("summary", {}, "grants"), json(c.grants))),
         h("td", {}, `${Number(c.load_ms || 0).toFixed(1)} ms`, h("div", { class: "muted" }, c.from_cache ? "from cache" : "compiled")),
         h("td", { class: "error" }, c.load_error || "")));
@@ -88,6 +88,19 @@ function components(main) {
       }
     },
   };
+}
+
+/** The last replay check of a component's version against older versions' instances. */
+function replayLine(name, check) {
+  if (!check || !check.instances) return [];
+  const running = check.finishedAt ? "" : " (running)";
+  const parts = [`${check.compatible} compatible`, `${check.divergent} divergent`];
+  if (check.upgraded) parts.push(`${check.upgraded} moved here`);
+  if (check.unchecked) parts.push(`${check.unchecked} unchecked`);
+  return h("div", { "data-testid": "replay-check" },
+    h("a", { href: onHub(`${API}/api/components/${enc(name)}`), target: "_blank" }, "replay check"),
+    `: ${parts.join(", ")} of ${check.instances}${running}`,
+    h("span", { class: "muted" }, ` (${check.policy})`));
 }
 
 /** A version instances not ended still run on. */

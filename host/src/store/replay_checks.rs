@@ -1,0 +1,285 @@
+//! What a replay check of a new component version reads: the unfinished
+//! instances of older versions of that component, and each one's journal.
+//! Read on the pool, never on the writer (a check of thousands of instances
+//! must not hold up a single commit), or, for `agenthost check-replay`, on
+//! a read-only connection of its own ([`CheckReader`]) beside a host that
+//! holds the store. Nothing here writes; an upgrade the check proves is an
+//! episode write ([`Store::commit_episode`] with
+//! [`crate::core::effects::Effect::Upgrade`]).
+
+use std::path::Path;
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::AnyPool;
+use sqlx::{Executor, Row};
+
+use super::durable_records::from_json;
+use super::error::StoreError;
+use super::hub::TaskHub;
+use super::open::Store;
+use crate::core::journal::Entry;
+
+/// One instance as a replay check replays it: its journal and the row it
+/// was read with, which an upgrade takes as its fence.
+#[derive(Debug, Clone)]
+pub struct Checkable {
+    pub id: String,
+    /// The orchestration it runs.
+    pub name: String,
+    /// The version it runs now.
+    pub digest: String,
+    pub input: String,
+    pub created_at: i64,
+    pub execution: i64,
+    /// The history count the journal was read at.
+    pub events: u64,
+    pub journal: Vec<(Entry, i64)>,
+}
+
+/// The columns of an instance that say whether it changed.
+#[derive(Debug, PartialEq)]
+struct Stamp {
+    digest: String,
+    execution: i64,
+    events: i64,
+    status: String,
+}
+
+const UNFINISHED: &str = "('Pending', 'Running', 'Suspended')";
+
+/// Where the reads go: a pool, the prefix its tables need (a plain
+/// PostgreSQL connection sets no `search_path`), and the host whose
+/// instances alone are listed (on a shared hub only an instance's owner
+/// may write its next step, so each host checks its own).
+struct Tables<'a> {
+    pool: &'a AnyPool,
+    prefix: &'a str,
+    owner: Option<&'a str>,
+}
+
+impl Tables<'_> {
+    async fn on_other_versions(
+        &self,
+        component: &str,
+        digest: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let p = self.prefix;
+        let owned = match self.owner {
+            Some(_) => " AND i.owner = $4",
+            None => "",
+        };
+        let sql = format!(
+            "SELECT i.id AS id FROM {p}instances i JOIN {p}component_versions v ON v.digest = i.component_digest \
+             WHERE v.name = $1 AND i.component_digest <> $2 AND i.status IN {UNFINISHED}{owned} \
+             ORDER BY i.id LIMIT $3"
+        );
+        let mut query = sqlx::query(&sql)
+            .bind(component)
+            .bind(digest)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        if let Some(owner) = self.owner {
+            query = query.bind(owner);
+        }
+        let rows = query.fetch_all(self.pool).await?;
+        rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
+    }
+
+    async fn checkable(&self, id: &str) -> Result<Option<Checkable>, StoreError> {
+        for _ in 0..3 {
+            let Some((before, row)) = self.stamp(id).await? else {
+                return Ok(None);
+            };
+            let journal = self.journal(id).await?;
+            let Some((after, _)) = self.stamp(id).await? else {
+                return Ok(None);
+            };
+            if before != after {
+                continue;
+            }
+            return Ok(Some(Checkable {
+                id: id.to_string(),
+                name: row.0,
+                digest: after.digest,
+                input: row.1,
+                created_at: row.2,
+                execution: after.execution,
+                events: u64::try_from(after.events).unwrap_or(0),
+                journal,
+            }));
+        }
+        Ok(None)
+    }
+
+    async fn journal(&self, id: &str) -> Result<Vec<(Entry, i64)>, StoreError> {
+        let sql = format!(
+            "SELECT entry, recorded_at FROM {}journal WHERE instance_id = $1 ORDER BY seq",
+            self.prefix
+        );
+        let rows = sqlx::query(&sql).bind(id).fetch_all(self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    from_json::<Entry>(&r.try_get::<String, _>("entry")?, "journal entry")?,
+                    r.try_get("recorded_at")?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The instance's stamp and (name, input, created_at), if unfinished.
+    async fn stamp(&self, id: &str) -> Result<Option<(Stamp, (String, String, i64))>, StoreError> {
+        let sql = format!(
+            "SELECT name, input, created_at, component_digest, execution, history_events, status \
+             FROM {}instances WHERE id = $1 AND status IN {UNFINISHED}",
+            self.prefix
+        );
+        let Some(row) = sqlx::query(&sql).bind(id).fetch_optional(self.pool).await? else {
+            return Ok(None);
+        };
+        Ok(Some((
+            Stamp {
+                digest: row.try_get("component_digest")?,
+                execution: row.try_get("execution")?,
+                events: row.try_get("history_events")?,
+                status: row.try_get("status")?,
+            },
+            (
+                row.try_get("name")?,
+                row.try_get("input")?,
+                row.try_get("created_at")?,
+            ),
+        )))
+    }
+}
+
+/// The reads of a replay check.
+pub trait CheckReads {
+    /// Unfinished instances of component `component` that run a version
+    /// other than `digest`, ids ascending, at most `limit`.
+    fn instances_on_other_versions(
+        &self,
+        component: &str,
+        digest: &str,
+        limit: usize,
+    ) -> impl std::future::Future<Output = Result<Vec<String>, StoreError>> + Send;
+    /// Instance `id` with its journal, read at one moment: `None` when it
+    /// is gone or over, or kept changing while it was read (it is running
+    /// episodes: the next check sees it).
+    fn checkable(
+        &self,
+        id: &str,
+    ) -> impl std::future::Future<Output = Result<Option<Checkable>, StoreError>> + Send;
+}
+
+impl CheckReads for Store {
+    async fn instances_on_other_versions(
+        &self,
+        component: &str,
+        digest: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        self.check_tables()
+            .on_other_versions(component, digest, limit)
+            .await
+    }
+
+    async fn checkable(&self, id: &str) -> Result<Option<Checkable>, StoreError> {
+        self.check_tables().checkable(id).await
+    }
+}
+
+impl Store {
+    fn check_tables(&self) -> Tables<'_> {
+        Tables {
+            pool: self.pool(),
+            prefix: "",
+            owner: self.shared().map(|hub| hub.host.as_str()),
+        }
+    }
+}
+
+/// A read-only connection to a task hub's store, for a process that serves
+/// none of it (`agenthost check-replay`): no migration, no membership, no
+/// lock, and a session that refuses writes (SQLite `mode=ro`, PostgreSQL
+/// `default_transaction_read_only`). It lists every host's instances.
+pub struct CheckReader {
+    pool: AnyPool,
+    prefix: String,
+}
+
+impl CheckReader {
+    pub async fn open(url: &str, hub: &TaskHub) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        let (connect, prefix) = if postgres {
+            (url.to_string(), format!("{}.", hub.postgres_schema()))
+        } else {
+            let named = url
+                .strip_prefix("sqlite://")
+                .ok_or_else(|| StoreError::Absent(format!("'{url}' is not a store URL")))?;
+            let file = hub.sqlite_file(Path::new(named));
+            if !file.exists() {
+                return Err(StoreError::Absent(format!(
+                    "no store at {}",
+                    file.display()
+                )));
+            }
+            (
+                format!("sqlite://{}?mode=ro", file.display()),
+                String::new(),
+            )
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(2)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if postgres {
+                        conn.execute("SET default_transaction_read_only = on")
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&connect)
+            .await?;
+        let reader = Self { pool, prefix };
+        let probe = format!("SELECT COUNT(*) AS n FROM {}instances", reader.prefix);
+        if sqlx::query(&probe).fetch_one(&reader.pool).await.is_err() {
+            reader.pool.close().await;
+            return Err(StoreError::Absent(format!(
+                "the store holds no task hub '{hub}' (no host has served it yet)"
+            )));
+        }
+        Ok(reader)
+    }
+
+    fn tables(&self) -> Tables<'_> {
+        Tables {
+            pool: &self.pool,
+            prefix: &self.prefix,
+            owner: None,
+        }
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+impl CheckReads for CheckReader {
+    async fn instances_on_other_versions(
+        &self,
+        component: &str,
+        digest: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        self.tables()
+            .on_other_versions(component, digest, limit)
+            .await
+    }
+
+    async fn checkable(&self, id: &str) -> Result<Option<Checkable>, StoreError> {
+        self.tables().checkable(id).await
+    }
+}

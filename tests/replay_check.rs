@@ -1,0 +1,260 @@
+//! A new version of an orchestration component, replayed against the
+//! journals of the instances of the older one before any of them meets it
+//! (issue 58). 200 `versioned` instances wait for `go` on version 1; then
+//! a compatible build (`versioned-logged`: a log line, a local renamed) or
+//! an incompatible one (`versioned-inserted`: `step_c` between `step_a`
+//! and the wait) is dropped in:
+//!
+//! - under `report` (the default) the compatible build is reported
+//!   compatible for all 200, nothing of any instance changes (status and
+//!   history read back byte for byte), the model hears nothing, and every
+//!   instance finishes on version 1; `agenthost check-replay` on the same
+//!   store, beside the running host, says the same (exit 0) for the
+//!   compatible build and names the divergence (exit 1) for the other;
+//! - under `upgrade-compatible` the incompatible build is reported with
+//!   the first divergent step of each instance and moves none (those
+//!   raised then finish on version 1); the compatible build dropped next
+//!   moves every instance still waiting, which then finishes on it.
+//!
+//! Each test runs on SQLite, and on PostgreSQL in `make test`'s second pass.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::components::wait_served;
+use crate::support::durable::{instance_url, raise, start_with_id, status, wait_for};
+use crate::support::host::{store_location, Host};
+use crate::support::{client, component, get_json, FakeModel, HostBuilder};
+
+const INSTANCES: usize = 200;
+
+fn ids() -> Vec<String> {
+    (0..INSTANCES).map(|i| format!("rc-{i:03}")).collect()
+}
+
+/// A host serving `versioned` version 1 from `dir`, with `flags`.
+fn host_on_v1(dir: &Path, model: &FakeModel, flags: &[&str]) -> Host {
+    let components = dir.join("components");
+    std::fs::create_dir_all(&components).unwrap();
+    std::fs::copy(component("versioned-v1"), components.join("versioned.wasm")).unwrap();
+    let mut builder = HostBuilder::new(dir)
+        .components(&[])
+        .openai(model, "sk-test");
+    for flag in flags {
+        builder = builder.arg(flag);
+    }
+    builder.start()
+}
+
+/// Starts the instances and waits until each has journaled its wait for `go`.
+async fn start_waiting(host: &Host) {
+    for id in ids() {
+        start_with_id(host, "versioned", &id, &json!(null)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for id in ids() {
+        loop {
+            let history = history(host, &id).await;
+            let waiting = history["historyEvents"]
+                .as_array()
+                .is_some_and(|events| events.iter().any(|e| e["call"] == "wait_for_event"));
+            if history["runtimeStatus"] == "Running" && waiting {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "instance {id} never reached its wait: {history}\n{}",
+                host.output()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn history(host: &Host, id: &str) -> Value {
+    get_json(format!("{}?showHistory=true", instance_url(host, id))).await
+}
+
+/// Drops `build` in as `versioned.wasm` and waits for the replay check of
+/// the version it serves to finish; returns (its digest, the report).
+async fn drop_in(host: &Host, dir: &Path, build: &str, before: &str) -> (String, Value) {
+    let file = dir.join("components/versioned.wasm");
+    std::fs::copy(component(build), &file).unwrap();
+    let digest = wait_served(host, "versioned", Some(before)).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let body: Value = get_json(host.url("/api/components/versioned")).await;
+        let check = &body["replay_check"];
+        if check["digest"] == digest.as_str() && check["finishedAt"].is_i64() {
+            return (digest, check.clone());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replay check of {build} never finished: {body:#}\n{}",
+            host.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Raises `go` at `ids` and checks each finishes with `output`, on `digest`.
+async fn finish(host: &Host, ids: &[String], output: &str, digest: &str) {
+    for id in ids {
+        assert_eq!(raise(host, id, "go", &json!(null)).await, 202, "{id}");
+    }
+    for id in ids {
+        let done = wait_for(host, id, &["Completed", "Failed"]).await;
+        assert_eq!(done["runtimeStatus"], "Completed", "{done}");
+        assert_eq!(done["output"], output, "{done}");
+        assert_eq!(done["componentDigest"], digest, "{done}");
+    }
+}
+
+/// `agenthost check-replay FILE` against the host's store: (exit code,
+/// the JSON report it printed).
+fn check_replay(dir: &Path, build: &str) -> (Option<i32>, Value) {
+    let (store, hub) = store_location(dir, None);
+    let output = Command::new(env!("CARGO_BIN_EXE_agenthost"))
+        .current_dir(dir)
+        .env(
+            "AGENTHOST_CACHE_DIR",
+            crate::support::host::test_artifact_cache(),
+        )
+        .args(["check-replay"])
+        .arg(component(build))
+        .args(["--name", "versioned", "--store", &store, "--taskhub", &hub])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout).to_string();
+    let report = serde_json::from_str(&printed).unwrap_or_else(|e| {
+        panic!(
+            "check-replay printed no JSON report ({e}): {printed}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code(), report)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_compatible_version_is_reported_and_nothing_of_an_instance_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = host_on_v1(dir.path(), &model, &[]);
+    let v1 = wait_served(&host, "versioned", None).await;
+    start_waiting(&host).await;
+    let mut before = Vec::new();
+    for id in ids() {
+        before.push(history(&host, &id).await);
+    }
+
+    let (_, report) = drop_in(&host, dir.path(), "versioned-logged", &v1).await;
+    assert_eq!(report["policy"], "report", "{report}");
+    assert_eq!(report["instances"], INSTANCES, "{report}");
+    assert_eq!(report["compatible"], INSTANCES, "{report}");
+    assert_eq!(
+        (
+            &report["divergent"],
+            &report["upgraded"],
+            &report["unchecked"]
+        ),
+        (&json!(0), &json!(0), &json!(0)),
+        "{report}"
+    );
+    // The check wrote nothing and called nothing: every instance reads back
+    // as it was (status, custom status, history, update time), no activity
+    // was scheduled, and the model heard no request.
+    for (id, was) in ids().iter().zip(&before) {
+        assert_eq!(&history(&host, id).await, was, "instance {id} changed");
+    }
+    assert!(model.requests().is_empty(), "{:?}", model.requests());
+    let metrics =
+        crate::support::prometheus_text(client().get(host.url("/metrics")).send().await.unwrap())
+            .await;
+    assert!(
+        metrics.contains(&format!(
+            "agenthost_replay_checked_instances_total{{result=\"compatible\"}} {INSTANCES}"
+        )),
+        "{metrics}"
+    );
+
+    // From a shell, beside the running host, read-only: the same verdicts.
+    let (code, cli) = check_replay(dir.path(), "versioned-logged");
+    assert_eq!(code, Some(0), "{cli}");
+    assert_eq!(cli["compatible"], INSTANCES, "{cli}");
+    let (code, cli) = check_replay(dir.path(), "versioned-inserted");
+    assert_eq!(code, Some(1), "{cli}");
+    assert_eq!(cli["divergent"], INSTANCES, "{cli}");
+    let first = &cli["divergences"][0];
+    assert_eq!(first["journal"], "wait-for-event(go)", "{cli}");
+    assert_eq!(first["newCode"], "call-activity(step_c)", "{cli}");
+    for (id, was) in ids().iter().zip(&before) {
+        assert_eq!(&history(&host, id).await, was, "instance {id} changed");
+    }
+
+    // Pinned, every instance finishes on version 1.
+    finish(&host, &ids(), "v1", &v1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upgrade_compatible_moves_what_replays_the_same_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = host_on_v1(
+        dir.path(),
+        &model,
+        &["--on-new-version", "upgrade-compatible"],
+    );
+    let v1 = wait_served(&host, "versioned", None).await;
+    start_waiting(&host).await;
+
+    // A step inserted before the wait: each instance diverges at its wait,
+    // and none moves.
+    let (inserted, report) = drop_in(&host, dir.path(), "versioned-inserted", &v1).await;
+    assert_eq!(report["policy"], "upgrade-compatible", "{report}");
+    assert_eq!(report["instances"], INSTANCES, "{report}");
+    assert_eq!(report["divergent"], INSTANCES, "{report}");
+    assert_eq!(report["upgraded"], 0, "{report}");
+    let divergences = report["divergences"].as_array().unwrap();
+    assert_eq!(divergences.len(), INSTANCES, "each is listed: {report}");
+    let mut named: Vec<&str> = divergences
+        .iter()
+        .map(|d| d["instanceId"].as_str().unwrap())
+        .collect();
+    named.sort_unstable();
+    assert_eq!(named, ids().iter().map(String::as_str).collect::<Vec<_>>());
+    let step = &divergences[0]["step"];
+    for divergence in divergences {
+        assert_eq!(divergence["step"], *step, "{divergence}");
+        assert_eq!(divergence["journal"], "wait-for-event(go)", "{divergence}");
+        assert_eq!(
+            divergence["newCode"], "call-activity(step_c)",
+            "{divergence}"
+        );
+        assert_eq!(divergence["digest"], v1.as_str(), "{divergence}");
+    }
+    for id in ids() {
+        let (_, body) = status(&host, &id).await;
+        assert_eq!(body["componentDigest"], v1.as_str(), "{body}");
+    }
+    // Half finish now, on version 1 (the new instances of `inserted` are
+    // not theirs).
+    let all = ids();
+    let (now, later) = all.split_at(INSTANCES / 2);
+    finish(&host, now, "v1", &v1).await;
+
+    // The compatible build: the other half moves, and finishes on it.
+    let (logged, report) = drop_in(&host, dir.path(), "versioned-logged", &inserted).await;
+    assert_eq!(report["instances"], INSTANCES / 2, "{report}");
+    assert_eq!(report["compatible"], INSTANCES / 2, "{report}");
+    assert_eq!(report["upgraded"], INSTANCES / 2, "{report}");
+    assert_eq!(report["divergent"], 0, "{report}");
+    for id in later {
+        let (_, body) = status(&host, id).await;
+        assert_eq!(body["componentDigest"], logged.as_str(), "{body}");
+    }
+    finish(&host, later, "v1-logged", &logged).await;
+    assert!(model.requests().is_empty(), "{:?}", model.requests());
+}
