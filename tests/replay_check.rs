@@ -12,9 +12,10 @@
 //!   store, beside the running host, says the same (exit 0) for the
 //!   compatible build and names the divergence (exit 1) for the other;
 //! - under `upgrade-compatible` the incompatible build is reported with
-//!   the first divergent step of each instance and moves none (those
-//!   raised then finish on version 1); the compatible build dropped next
-//!   moves every instance still waiting, which then finishes on it.
+//!   the first divergent step of each instance (the place of its wait in
+//!   its journal), moves none and changes nothing, and every instance
+//!   finishes on version 1; the compatible build moves all 200, which then
+//!   finish on it.
 //!
 //! Each test runs on SQLite, and on PostgreSQL in `make test`'s second pass.
 
@@ -49,6 +50,17 @@ fn host_on_v1(dir: &Path, model: &FakeModel, flags: &[&str]) -> Host {
     builder.start()
 }
 
+/// A host serving version 1 with `flags`, and the instances waiting for
+/// `go` on it: (its folder, its model, the host, version 1's digest).
+async fn waiting_on_v1(flags: &[&str]) -> (tempfile::TempDir, FakeModel, Host, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = host_on_v1(dir.path(), &model, flags);
+    let v1 = wait_served(&host, "versioned", None).await;
+    start_waiting(&host).await;
+    (dir, model, host, v1)
+}
+
 /// Starts the instances and waits until each has journaled its wait for `go`.
 async fn start_waiting(host: &Host) {
     for id in ids() {
@@ -76,6 +88,15 @@ async fn start_waiting(host: &Host) {
 
 async fn history(host: &Host, id: &str) -> Value {
     get_json(format!("{}?showHistory=true", instance_url(host, id))).await
+}
+
+/// Every instance's status and history, in id order.
+async fn histories(host: &Host) -> Vec<Value> {
+    let mut all = Vec::new();
+    for id in ids() {
+        all.push(history(host, &id).await);
+    }
+    all
 }
 
 /// Drops `build` in as `versioned.wasm` and waits for the replay check of
@@ -140,15 +161,8 @@ fn check_replay(dir: &Path, build: &str) -> (Option<i32>, Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_compatible_version_is_reported_and_nothing_of_an_instance_changes() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = host_on_v1(dir.path(), &model, &[]);
-    let v1 = wait_served(&host, "versioned", None).await;
-    start_waiting(&host).await;
-    let mut before = Vec::new();
-    for id in ids() {
-        before.push(history(&host, &id).await);
-    }
+    let (dir, model, host, v1) = waiting_on_v1(&[]).await;
+    let before = histories(&host).await;
 
     let (_, report) = drop_in(&host, dir.path(), "versioned-logged", &v1).await;
     assert_eq!(report["policy"], "report", "{report}");
@@ -166,9 +180,7 @@ async fn a_compatible_version_is_reported_and_nothing_of_an_instance_changes() {
     // The check wrote nothing and called nothing: every instance reads back
     // as it was (status, custom status, history, update time), no activity
     // was scheduled, and the model heard no request.
-    for (id, was) in ids().iter().zip(&before) {
-        assert_eq!(&history(&host, id).await, was, "instance {id} changed");
-    }
+    assert_eq!(histories(&host).await, before, "an instance changed");
     assert!(model.requests().is_empty(), "{:?}", model.requests());
     let metrics =
         crate::support::prometheus_text(client().get(host.url("/metrics")).send().await.unwrap())
@@ -190,44 +202,49 @@ async fn a_compatible_version_is_reported_and_nothing_of_an_instance_changes() {
     let first = &cli["divergences"][0];
     assert_eq!(first["journal"], "wait-for-event(go)", "{cli}");
     assert_eq!(first["newCode"], "call-activity(step_c)", "{cli}");
-    for (id, was) in ids().iter().zip(&before) {
-        assert_eq!(&history(&host, id).await, was, "instance {id} changed");
-    }
+    assert_eq!(histories(&host).await, before, "an instance changed");
 
     // Pinned, every instance finishes on version 1.
     finish(&host, &ids(), "v1", &v1).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn upgrade_compatible_moves_what_replays_the_same_and_nothing_else() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start().await;
-    let host = host_on_v1(
-        dir.path(),
-        &model,
-        &["--on-new-version", "upgrade-compatible"],
-    );
-    let v1 = wait_served(&host, "versioned", None).await;
-    start_waiting(&host).await;
+async fn under_upgrade_compatible_a_divergent_version_moves_nothing() {
+    let (dir, model, host, v1) = waiting_on_v1(&["--on-new-version", "upgrade-compatible"]).await;
+    let before = histories(&host).await;
 
     // A step inserted before the wait: each instance diverges at its wait,
-    // and none moves.
-    let (inserted, report) = drop_in(&host, dir.path(), "versioned-inserted", &v1).await;
+    // each is listed with that step, and none moves or changes.
+    let (_, report) = drop_in(&host, dir.path(), "versioned-inserted", &v1).await;
     assert_eq!(report["policy"], "upgrade-compatible", "{report}");
     assert_eq!(report["instances"], INSTANCES, "{report}");
     assert_eq!(report["divergent"], INSTANCES, "{report}");
-    assert_eq!(report["upgraded"], 0, "{report}");
+    assert_eq!(
+        (
+            &report["compatible"],
+            &report["upgraded"],
+            &report["unchecked"]
+        ),
+        (&json!(0), &json!(0), &json!(0)),
+        "{report}"
+    );
     let divergences = report["divergences"].as_array().unwrap();
-    assert_eq!(divergences.len(), INSTANCES, "each is listed: {report}");
     let mut named: Vec<&str> = divergences
         .iter()
         .map(|d| d["instanceId"].as_str().unwrap())
         .collect();
     named.sort_unstable();
     assert_eq!(named, ids().iter().map(String::as_str).collect::<Vec<_>>());
-    let step = &divergences[0]["step"];
-    for divergence in divergences {
-        assert_eq!(divergence["step"], *step, "{divergence}");
+    for (divergence, was) in divergences.iter().zip(&before) {
+        // The step is the wait's place in the instance's own journal.
+        let wait_at = was["historyEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["call"].is_string())
+            .position(|e| e["call"] == "wait_for_event")
+            .unwrap();
+        assert_eq!(divergence["step"], wait_at, "{divergence}");
         assert_eq!(divergence["journal"], "wait-for-event(go)", "{divergence}");
         assert_eq!(
             divergence["newCode"], "call-activity(step_c)",
@@ -235,26 +252,43 @@ async fn upgrade_compatible_moves_what_replays_the_same_and_nothing_else() {
         );
         assert_eq!(divergence["digest"], v1.as_str(), "{divergence}");
     }
+    assert_eq!(histories(&host).await, before, "an instance changed");
+    // Every one finishes on version 1.
+    finish(&host, &ids(), "v1", &v1).await;
+    assert!(model.requests().is_empty(), "{:?}", model.requests());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_upgrade_compatible_a_compatible_version_moves_every_waiting_instance() {
+    let (dir, model, host, v1) = waiting_on_v1(&["--on-new-version", "upgrade-compatible"]).await;
+
+    let (logged, report) = drop_in(&host, dir.path(), "versioned-logged", &v1).await;
+    assert_eq!(report["instances"], INSTANCES, "{report}");
+    assert_eq!(report["compatible"], INSTANCES, "{report}");
+    assert_eq!(report["upgraded"], INSTANCES, "{report}");
+    assert_eq!(
+        (
+            &report["divergent"],
+            &report["unchecked"],
+            &report["movedOn"]
+        ),
+        (&json!(0), &json!(0), &json!(0)),
+        "{report}"
+    );
     for id in ids() {
         let (_, body) = status(&host, &id).await;
-        assert_eq!(body["componentDigest"], v1.as_str(), "{body}");
-    }
-    // Half finish now, on version 1 (the new instances of `inserted` are
-    // not theirs).
-    let all = ids();
-    let (now, later) = all.split_at(INSTANCES / 2);
-    finish(&host, now, "v1", &v1).await;
-
-    // The compatible build: the other half moves, and finishes on it.
-    let (logged, report) = drop_in(&host, dir.path(), "versioned-logged", &inserted).await;
-    assert_eq!(report["instances"], INSTANCES / 2, "{report}");
-    assert_eq!(report["compatible"], INSTANCES / 2, "{report}");
-    assert_eq!(report["upgraded"], INSTANCES / 2, "{report}");
-    assert_eq!(report["divergent"], 0, "{report}");
-    for id in later {
-        let (_, body) = status(&host, id).await;
         assert_eq!(body["componentDigest"], logged.as_str(), "{body}");
     }
-    finish(&host, later, "v1-logged", &logged).await;
+    // Each finishes on the new build, its journal kept whole.
+    finish(&host, &ids(), "v1-logged", &logged).await;
+    let metrics =
+        crate::support::prometheus_text(client().get(host.url("/metrics")).send().await.unwrap())
+            .await;
+    assert!(
+        metrics.contains(&format!(
+            "agenthost_replay_checked_instances_total{{result=\"upgraded\"}} {INSTANCES}"
+        )),
+        "{metrics}"
+    );
     assert!(model.requests().is_empty(), "{:?}", model.requests());
 }

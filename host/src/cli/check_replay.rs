@@ -14,7 +14,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::durable::{check_version, CheckLimits, Moved, OnNewVersion};
-use crate::store::{CheckReader, TaskHub};
+use crate::store::{ReadOnlyHub, TaskHub};
 use crate::wasm::ComponentFiles;
 
 #[derive(Debug, Clone, Args)]
@@ -64,7 +64,7 @@ pub(crate) async fn check_replay(args: &CheckReplayArgs) -> anyhow::Result<bool>
             args.file.display()
         );
     }
-    let reader = CheckReader::open(&args.store, &hub)
+    let reader = ReadOnlyHub::open(&args.store, &hub)
         .await
         .with_context(|| format!("could not read the store {}", args.store))?;
     let limits = CheckLimits {
@@ -74,7 +74,7 @@ pub(crate) async fn check_replay(args: &CheckReplayArgs) -> anyhow::Result<bool>
     };
     let report = check_version(
         &runtime,
-        &reader,
+        &reader.check_reads(),
         &component,
         &limits,
         OnNewVersion::Report,

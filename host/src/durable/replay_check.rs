@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::stream::{self, FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
 
 use super::Orchestrator;
@@ -57,6 +58,12 @@ pub struct CheckLimits {
     /// Longest one instance's replay may run (the episode's limit).
     pub replay_timeout: Duration,
 }
+
+/// Instances whose journal is read ahead of the one replayed.
+const READ_AHEAD: usize = 8;
+
+/// Moves of compatible instances being committed at once.
+const MOVES_AT_ONCE: usize = 64;
 
 /// The most divergences a report lists (the tally counts them all).
 const LISTED_DIVERGENCES: usize = 1_000;
@@ -131,6 +138,17 @@ impl CheckReport {
         }
     }
 
+    fn count(&mut self, moved: Moved) {
+        match moved {
+            Moved::Yes => {
+                self.upgraded += 1;
+                crate::metrics::replay_checked("upgraded");
+            }
+            Moved::SteppedMeanwhile => self.moved_on += 1,
+            Moved::No => {}
+        }
+    }
+
     /// Whether every instance found was judged and none diverged.
     pub fn all_compatible(&self) -> bool {
         self.error.is_none() && self.divergent == 0 && self.unchecked == 0
@@ -149,16 +167,15 @@ pub enum Moved {
 /// Replays `component` against the unfinished instances of its other
 /// versions that `reads` lists; `on_compatible` is given each compatible
 /// one and says whether it moved it. `policy` is only reported.
-pub async fn check_version<R, F, Fut>(
+pub async fn check_version<F, Fut>(
     runtime: &Runtime,
-    reads: &R,
+    reads: &CheckReads<'_>,
     component: &Arc<LoadedComponent>,
     limits: &CheckLimits,
     policy: OnNewVersion,
     mut on_compatible: F,
 ) -> CheckReport
 where
-    R: CheckReads,
     F: FnMut(Checkable) -> Fut,
     Fut: std::future::Future<Output = Moved>,
 {
@@ -177,12 +194,19 @@ where
     };
     report.instances = ids.len();
     let mut took = Vec::with_capacity(ids.len());
-    for id in ids {
+    // Journals are read a few ahead of the replay, and moves commit while
+    // the next instances replay (each a write of its own, which the
+    // store's group commit batches): the replay is the only part in turn.
+    let mut journals = stream::iter(ids)
+        .map(|id| async move { (reads.checkable(&id).await, id) })
+        .buffered(READ_AHEAD);
+    let mut moves = FuturesUnordered::new();
+    while let Some((read, id)) = journals.next().await {
         if began.elapsed() >= limits.budget {
             report.unchecked += 1;
             continue;
         }
-        let instance = match reads.checkable(&id).await {
+        let instance = match read {
             Ok(Some(instance)) => instance,
             Ok(None) => {
                 report.unchecked += 1;
@@ -205,13 +229,11 @@ where
             Ok(Verdict::Compatible) => {
                 report.compatible += 1;
                 crate::metrics::replay_checked("compatible");
-                match on_compatible(instance).await {
-                    Moved::Yes => {
-                        report.upgraded += 1;
-                        crate::metrics::replay_checked("upgraded");
+                moves.push(on_compatible(instance));
+                while moves.len() >= MOVES_AT_ONCE {
+                    if let Some(moved) = moves.next().await {
+                        report.count(moved);
                     }
-                    Moved::SteppedMeanwhile => report.moved_on += 1,
-                    Moved::No => {}
                 }
             }
             Ok(Verdict::Divergent(divergence)) => {
@@ -222,6 +244,9 @@ where
                 }
             }
         }
+    }
+    while let Some(moved) = moves.next().await {
+        report.count(moved);
     }
     took.sort_by(f64::total_cmp);
     report.replay_p50_ms = took.get(took.len() / 2).copied().unwrap_or(0.0);
@@ -351,8 +376,9 @@ impl Orchestrator {
         let checks = &self.replay_checks;
         let _one = checks.running.lock().await;
         let policy = checks.policy;
+        let reads = self.store.check_reads();
         let report = tokio::select! {
-            report = check_version(&self.runtime, &self.store, &component, &checks.limits, policy, |instance| {
+            report = check_version(&self.runtime, &reads, &component, &checks.limits, policy, |instance| {
                 let this = self.clone();
                 let component = component.clone();
                 async move {

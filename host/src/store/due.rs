@@ -9,15 +9,13 @@
 //! scaled to zero starts a host when it is above zero, before a timer is
 //! late.
 
-use std::path::Path;
-
-use sqlx::any::AnyPoolOptions;
 use sqlx::Row;
 
 use super::clock::now_ms;
 use super::error::StoreError;
 use super::hub::TaskHub;
 use super::open::Kind;
+use super::replay_checks::ReadOnlyHub;
 
 /// What a host of the hub would have to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,48 +71,9 @@ pub fn postgres_now_plus(ms: i64) -> String {
 /// Reads the due work of hub `hub` of the store at `url`, counting what
 /// falls due within `within_ms` of now.
 pub async fn due_work(url: &str, hub: &TaskHub, within_ms: i64) -> Result<DueWork, StoreError> {
-    sqlx::any::install_default_drivers();
-    let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
-    let (kind, connect, schema) = if postgres {
-        (Kind::Postgres, url.to_string(), hub.postgres_schema())
-    } else {
-        let named = url
-            .strip_prefix("sqlite://")
-            .ok_or_else(|| StoreError::Absent(format!("'{url}' is not a store URL")))?;
-        let file = hub.sqlite_file(Path::new(named));
-        if !file.exists() {
-            return Err(StoreError::Absent(format!(
-                "no store at {}: nothing is due",
-                file.display()
-            )));
-        }
-        (
-            Kind::Sqlite,
-            format!("sqlite://{}?mode=ro", file.display()),
-            String::new(),
-        )
-    };
-    let pool = AnyPoolOptions::new()
-        .max_connections(1)
-        .connect(&connect)
-        .await?;
+    let reader = ReadOnlyHub::open(url, hub).await?;
+    let (pool, kind, schema) = (reader.pool.clone(), reader.kind, reader.schema.clone());
     let at = now_ms() + within_ms;
-    let counts = |table: &str| {
-        format!(
-            "SELECT COUNT(*) AS n FROM {}",
-            qualified(kind, &schema, table)
-        )
-    };
-    let found: Result<i64, sqlx::Error> = sqlx::query(&counts("instances"))
-        .fetch_one(&pool)
-        .await
-        .and_then(|row| row.try_get("n"));
-    if found.is_err() {
-        pool.close().await;
-        return Err(StoreError::Absent(format!(
-            "the store holds no task hub '{hub}' (no host has served it yet)"
-        )));
-    }
     // Each count at the moment `at` ($1), the total as a scaler reads it.
     let count = |sql: String| {
         let pool = pool.clone();

@@ -81,7 +81,7 @@ pub use postgres::{Assigned, Membership, Role, Wake};
 pub use records::{
     NewRun, NewStreamRow, RunRecord, RunStatus, SessionKey, StoredMessage, CANCELED,
 };
-pub use replay_checks::{CheckReader, CheckReads, Checkable};
+pub use replay_checks::{CheckReads, Checkable, ReadOnlyHub};
 pub use run_control::RunFilter;
 pub use sessions::{Deletion, RunOutcome};
 pub use tasks::{DueTask, UnreadableTask};

@@ -2,7 +2,7 @@
 //! instances of older versions of that component, and each one's journal.
 //! Read on the pool, never on the writer (a check of thousands of instances
 //! must not hold up a single commit), or, for `agenthost check-replay`, on
-//! a read-only connection of its own ([`CheckReader`]) beside a host that
+//! a read-only connection of its own ([`ReadOnlyHub`]) beside a host that
 //! holds the store. Nothing here writes; an upgrade the check proves is an
 //! episode write ([`Store::commit_episode`] with
 //! [`crate::core::effects::Effect::Upgrade`]).
@@ -16,7 +16,7 @@ use sqlx::{Executor, Row};
 use super::durable_records::from_json;
 use super::error::StoreError;
 use super::hub::TaskHub;
-use super::open::Store;
+use super::open::{Kind, Store};
 use crate::core::journal::Entry;
 
 /// One instance as a replay check replays it: its journal and the row it
@@ -47,18 +47,20 @@ struct Stamp {
 
 const UNFINISHED: &str = "('Pending', 'Running', 'Suspended')";
 
-/// Where the reads go: a pool, the prefix its tables need (a plain
-/// PostgreSQL connection sets no `search_path`), and the host whose
-/// instances alone are listed (on a shared hub only an instance's owner
-/// may write its next step, so each host checks its own).
-struct Tables<'a> {
+/// The reads of a replay check, wherever they go: a pool, the prefix its
+/// tables need (a plain PostgreSQL connection sets no `search_path`), and
+/// the host whose instances alone are listed (on a shared hub only an
+/// instance's owner may write its next step, so each host checks its own).
+pub struct CheckReads<'a> {
     pool: &'a AnyPool,
     prefix: &'a str,
     owner: Option<&'a str>,
 }
 
-impl Tables<'_> {
-    async fn on_other_versions(
+impl CheckReads<'_> {
+    /// Unfinished instances of component `component` that run a version
+    /// other than `digest`, ids ascending, at most `limit`.
+    pub async fn instances_on_other_versions(
         &self,
         component: &str,
         digest: &str,
@@ -85,7 +87,10 @@ impl Tables<'_> {
         rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
     }
 
-    async fn checkable(&self, id: &str) -> Result<Option<Checkable>, StoreError> {
+    /// Instance `id` with its journal, read at one moment: `None` when it
+    /// is gone or over, or kept changing while it was read (it is running
+    /// episodes: the next check sees it).
+    pub async fn checkable(&self, id: &str) -> Result<Option<Checkable>, StoreError> {
         for _ in 0..3 {
             let Some((before, row)) = self.stamp(id).await? else {
                 return Ok(None);
@@ -153,45 +158,10 @@ impl Tables<'_> {
     }
 }
 
-/// The reads of a replay check.
-pub trait CheckReads {
-    /// Unfinished instances of component `component` that run a version
-    /// other than `digest`, ids ascending, at most `limit`.
-    fn instances_on_other_versions(
-        &self,
-        component: &str,
-        digest: &str,
-        limit: usize,
-    ) -> impl std::future::Future<Output = Result<Vec<String>, StoreError>> + Send;
-    /// Instance `id` with its journal, read at one moment: `None` when it
-    /// is gone or over, or kept changing while it was read (it is running
-    /// episodes: the next check sees it).
-    fn checkable(
-        &self,
-        id: &str,
-    ) -> impl std::future::Future<Output = Result<Option<Checkable>, StoreError>> + Send;
-}
-
-impl CheckReads for Store {
-    async fn instances_on_other_versions(
-        &self,
-        component: &str,
-        digest: &str,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        self.check_tables()
-            .on_other_versions(component, digest, limit)
-            .await
-    }
-
-    async fn checkable(&self, id: &str) -> Result<Option<Checkable>, StoreError> {
-        self.check_tables().checkable(id).await
-    }
-}
-
 impl Store {
-    fn check_tables(&self) -> Tables<'_> {
-        Tables {
+    /// The reads of a replay check, on the pool.
+    pub fn check_reads(&self) -> CheckReads<'_> {
+        CheckReads {
             pool: self.pool(),
             prefix: "",
             owner: self.shared().map(|hub| hub.host.as_str()),
@@ -200,20 +170,25 @@ impl Store {
 }
 
 /// A read-only connection to a task hub's store, for a process that serves
-/// none of it (`agenthost check-replay`): no migration, no membership, no
-/// lock, and a session that refuses writes (SQLite `mode=ro`, PostgreSQL
-/// `default_transaction_read_only`). It lists every host's instances.
-pub struct CheckReader {
-    pool: AnyPool,
+/// none of it (`agenthost due`, `agenthost check-replay`): no migration, no
+/// membership, no lock, and a session that refuses writes (SQLite
+/// `mode=ro`, PostgreSQL `default_transaction_read_only`). A store that
+/// holds no such hub says so.
+pub struct ReadOnlyHub {
+    pub(super) pool: AnyPool,
+    pub(super) kind: Kind,
+    /// The hub's PostgreSQL schema (empty on SQLite).
+    pub(super) schema: String,
+    /// What its tables need before their names: `schema.` on PostgreSQL.
     prefix: String,
 }
 
-impl CheckReader {
+impl ReadOnlyHub {
     pub async fn open(url: &str, hub: &TaskHub) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
-        let (connect, prefix) = if postgres {
-            (url.to_string(), format!("{}.", hub.postgres_schema()))
+        let (kind, connect, schema) = if postgres {
+            (Kind::Postgres, url.to_string(), hub.postgres_schema())
         } else {
             let named = url
                 .strip_prefix("sqlite://")
@@ -221,14 +196,12 @@ impl CheckReader {
             let file = hub.sqlite_file(Path::new(named));
             if !file.exists() {
                 return Err(StoreError::Absent(format!(
-                    "no store at {}",
+                    "no store at {} (no host has served task hub '{hub}' there)",
                     file.display()
                 )));
             }
-            (
-                format!("sqlite://{}?mode=ro", file.display()),
-                String::new(),
-            )
+            let connect = format!("sqlite://{}?mode=ro", file.display());
+            (Kind::Sqlite, connect, String::new())
         };
         let pool = AnyPoolOptions::new()
             .max_connections(2)
@@ -243,7 +216,16 @@ impl CheckReader {
             })
             .connect(&connect)
             .await?;
-        let reader = Self { pool, prefix };
+        let prefix = match kind {
+            Kind::Postgres => format!("{schema}."),
+            Kind::Sqlite => String::new(),
+        };
+        let reader = Self {
+            pool,
+            kind,
+            schema,
+            prefix,
+        };
         let probe = format!("SELECT COUNT(*) AS n FROM {}instances", reader.prefix);
         if sqlx::query(&probe).fetch_one(&reader.pool).await.is_err() {
             reader.pool.close().await;
@@ -254,8 +236,9 @@ impl CheckReader {
         Ok(reader)
     }
 
-    fn tables(&self) -> Tables<'_> {
-        Tables {
+    /// The reads of a replay check: every host's instances.
+    pub fn check_reads(&self) -> CheckReads<'_> {
+        CheckReads {
             pool: &self.pool,
             prefix: &self.prefix,
             owner: None,
@@ -264,22 +247,5 @@ impl CheckReader {
 
     pub async fn close(&self) {
         self.pool.close().await;
-    }
-}
-
-impl CheckReads for CheckReader {
-    async fn instances_on_other_versions(
-        &self,
-        component: &str,
-        digest: &str,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        self.tables()
-            .on_other_versions(component, digest, limit)
-            .await
-    }
-
-    async fn checkable(&self, id: &str) -> Result<Option<Checkable>, StoreError> {
-        self.tables().checkable(id).await
     }
 }
