@@ -134,21 +134,10 @@ async fn finish(host: &Host, ids: &[String], output: &str, digest: &str) {
     }
 }
 
-/// `agenthost check-replay FILE` against the host's store: (exit code,
-/// the JSON report it printed).
+/// `agenthost check-replay FILE --name versioned` against the host's
+/// store: (exit code, the JSON report it printed).
 fn check_replay(dir: &Path, build: &str) -> (Option<i32>, Value) {
-    let (store, hub) = store_location(dir, None);
-    let output = Command::new(env!("CARGO_BIN_EXE_agenthost"))
-        .current_dir(dir)
-        .env(
-            "AGENTHOST_CACHE_DIR",
-            crate::support::host::test_artifact_cache(),
-        )
-        .args(["check-replay"])
-        .arg(component(build))
-        .args(["--name", "versioned", "--store", &store, "--taskhub", &hub])
-        .output()
-        .unwrap();
+    let output = check_replay_command(dir, build, &["--name", "versioned"]);
     let printed = String::from_utf8_lossy(&output.stdout).to_string();
     let report = serde_json::from_str(&printed).unwrap_or_else(|e| {
         panic!(
@@ -157,6 +146,22 @@ fn check_replay(dir: &Path, build: &str) -> (Option<i32>, Value) {
         )
     });
     (output.status.code(), report)
+}
+
+fn check_replay_command(dir: &Path, build: &str, args: &[&str]) -> std::process::Output {
+    let (store, hub) = store_location(dir, None);
+    Command::new(env!("CARGO_BIN_EXE_agenthost"))
+        .current_dir(dir)
+        .env(
+            "AGENTHOST_CACHE_DIR",
+            crate::support::host::test_artifact_cache(),
+        )
+        .arg("check-replay")
+        .arg(component(build))
+        .args(args)
+        .args(["--store", &store, "--taskhub", &hub])
+        .output()
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -202,6 +207,15 @@ async fn a_compatible_version_is_reported_and_nothing_of_an_instance_changes() {
     let first = &cli["divergences"][0];
     assert_eq!(first["journal"], "wait-for-event(go)", "{cli}");
     assert_eq!(first["newCode"], "call-activity(step_c)", "{cli}");
+    // Without `--name` the file's stem names a component the store never
+    // had: refused, not "all compatible".
+    let unnamed = check_replay_command(dir.path(), "versioned-logged", &[]);
+    let said = String::from_utf8_lossy(&unnamed.stderr);
+    assert_eq!(unnamed.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("holds no version of component 'versioned-logged'"),
+        "{said}"
+    );
     assert_eq!(histories(&host).await, before, "an instance changed");
 
     // Pinned, every instance finishes on version 1.
@@ -291,4 +305,39 @@ async fn under_upgrade_compatible_a_compatible_version_moves_every_waiting_insta
         "{metrics}"
     );
     assert!(model.requests().is_empty(), "{:?}", model.requests());
+}
+
+/// `check-replay` beside a host whose instances finish while it reads: an
+/// instance that ended is no instance to judge (the report counts it
+/// `ended`), and the check still passes.
+#[tokio::test(flavor = "multi_thread")]
+async fn instances_that_end_during_a_check_do_not_fail_it() {
+    let (dir, _model, host, v1) = waiting_on_v1(&[]).await;
+    let raising = {
+        let base = host.url("");
+        tokio::spawn(async move {
+            for id in ids() {
+                let url =
+                    format!("{base}/runtime/webhooks/durabletask/instances/{id}/raiseEvent/go");
+                let answer = client().post(url).json(&json!(null)).send().await.unwrap();
+                assert_eq!(answer.status(), 202);
+            }
+        })
+    };
+    let dir_path = dir.path().to_path_buf();
+    let (code, report) =
+        tokio::task::spawn_blocking(move || check_replay(&dir_path, "versioned-logged"))
+            .await
+            .unwrap();
+    raising.await.unwrap();
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["divergent"], 0, "{report}");
+    assert_eq!(report["unchecked"], 0, "{report}");
+    let judged = report["compatible"].as_u64().unwrap() + report["ended"].as_u64().unwrap();
+    assert_eq!(judged, report["instances"].as_u64().unwrap(), "{report}");
+    for id in ids() {
+        let done = wait_for(&host, &id, &["Completed", "Failed"]).await;
+        assert_eq!(done["output"], "v1", "{done}");
+        assert_eq!(done["componentDigest"], v1.as_str(), "{done}");
+    }
 }

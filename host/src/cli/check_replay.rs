@@ -67,6 +67,21 @@ pub(crate) async fn check_replay(args: &CheckReplayArgs) -> anyhow::Result<bool>
     let reader = ReadOnlyHub::open(&args.store, &hub)
         .await
         .with_context(|| format!("could not read the store {}", args.store))?;
+    match reader.check_reads().knows_component(&name).await {
+        Ok(true) => {}
+        Ok(false) => {
+            reader.close().await;
+            anyhow::bail!(
+                "task hub '{}' holds no version of component '{name}': no host served it there \
+                 (the name is the file's stem unless --name says otherwise)",
+                args.taskhub
+            );
+        }
+        Err(e) => {
+            reader.close().await;
+            return Err(e).context("could not read the store's component versions");
+        }
+    }
     let limits = CheckLimits {
         budget: args.budget,
         max_instances: args.max_instances,

@@ -10,8 +10,8 @@
 //! failure where the instance is still running, or a wait before the journal
 //! is used up (the journal's remaining calls were never made, so nothing
 //! proves the new code would make them). A journal with no call says
-//! nothing against any code: an instance that never ran starts on whatever
-//! code is served.
+//! nothing against code that runs: an instance that never ran starts on
+//! whatever code is served, unless that code fails.
 
 use super::lifecycle::episode_end::Ending;
 use super::replay::{Divergence, Replay};
@@ -38,11 +38,12 @@ pub fn judge(ending: &Ending, replay: &Replay) -> Verdict {
             code,
         })
     };
-    if replay.journaled_steps() == 0 {
-        return Verdict::Compatible;
-    }
+    let never_ran = replay.journaled_steps() == 0;
     match ending {
+        // Code that fails (a trap, its CPU or time spent) would fail the
+        // instance, whatever its journal holds.
         Ending::Broken(reason) => diverged(format!("fails: {reason}")),
+        Ending::Returned(_) | Ending::Waiting if never_ran => Verdict::Compatible,
         Ending::Returned(Ok(_)) => diverged("returns its output".into()),
         Ending::Returned(Err(error)) => diverged(format!("returns an error: {error}")),
         Ending::Waiting if replay.is_replaying() => {
@@ -175,8 +176,18 @@ mod tests {
     }
 
     #[test]
-    fn a_journal_without_calls_is_compatible_with_any_code() {
+    fn a_journal_without_calls_is_compatible_with_any_code_that_runs() {
         let (ending, replay) = run(Replay::new(vec![], vec![], 0, 0), &[(activity("x"), true)]);
         assert_eq!(judge(&ending, &replay), Verdict::Compatible);
+        // Stopped for its CPU on the first run: it would fail the instance.
+        let spent = Ending::Broken("the orchestration code used more than 1s of CPU".into());
+        assert_eq!(
+            judge(&spent, &Replay::new(vec![], vec![], 0, 0)),
+            divergent(
+                0,
+                None,
+                "fails: the orchestration code used more than 1s of CPU"
+            )
+        );
     }
 }

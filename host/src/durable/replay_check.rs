@@ -102,11 +102,14 @@ pub struct CheckReport {
     pub divergent: usize,
     /// Compatible instances moved to the new version.
     pub upgraded: usize,
-    /// Found but not judged: the budget ran out, or the instance kept
-    /// running episodes while it was read, or ended meanwhile.
+    /// Found but not judged: the budget ran out, or the instance could not
+    /// be read or replayed (the log says why).
     pub unchecked: usize,
-    /// Compatible, but it took a step on its old version before it could
-    /// be moved: it stays there until a later check.
+    /// Found, then finished (or moved to this version by another host)
+    /// before it was judged: nothing to judge.
+    pub ended: usize,
+    /// Compatible, but it took a step on its old version while it was read
+    /// or before it could be moved: it stays there until a later check.
     pub moved_on: usize,
     /// Median and slowest replay of one instance (ms).
     pub replay_p50_ms: f64,
@@ -130,6 +133,7 @@ impl CheckReport {
             divergent: 0,
             upgraded: 0,
             unchecked: 0,
+            ended: 0,
             moved_on: 0,
             replay_p50_ms: 0.0,
             replay_max_ms: 0.0,
@@ -207,9 +211,9 @@ where
             continue;
         }
         let instance = match read {
-            Ok(Some(instance)) => instance,
-            Ok(None) => {
-                report.unchecked += 1;
+            Ok(Some(instance)) if instance.digest != component.digest => instance,
+            Ok(_) => {
+                report.ended += 1;
                 continue;
             }
             Err(e) => {
@@ -219,7 +223,15 @@ where
             }
         };
         let started = Instant::now();
-        let verdict = replay(runtime, component, &instance, limits.replay_timeout).await;
+        // The budget bounds the replay under way too.
+        let left = limits.budget.saturating_sub(began.elapsed());
+        let verdict = replay(
+            runtime,
+            component,
+            &instance,
+            limits.replay_timeout.min(left),
+        )
+        .await;
         took.push(started.elapsed().as_secs_f64() * 1000.0);
         match verdict {
             Err(why) => {
@@ -291,7 +303,7 @@ async fn replay(
         .await
         .map_err(|e| e.to_string())?;
     let ran = slot
-        .run_orchestration(
+        .check_orchestration(
             component,
             &instance.name,
             &instance.input,
@@ -376,6 +388,10 @@ impl Orchestrator {
         let checks = &self.replay_checks;
         let _one = checks.running.lock().await;
         let policy = checks.policy;
+        // Seen as under way (no `finishedAt`) until it ends.
+        checks
+            .reports()
+            .insert(component.name.clone(), CheckReport::new(&component, policy));
         let reads = self.store.check_reads();
         let report = tokio::select! {
             report = check_version(&self.runtime, &reads, &component, &checks.limits, policy, |instance| {
@@ -414,6 +430,9 @@ impl Orchestrator {
             // A newer version came meanwhile: its own check decides.
             return Moved::SteppedMeanwhile;
         }
+        let Some(fence) = instance.fence else {
+            return Moved::SteppedMeanwhile;
+        };
         let id = instance.id.clone();
         let target = Target {
             id: id.clone(),
@@ -430,7 +449,7 @@ impl Orchestrator {
         self.hot.forget(&id);
         let written = self
             .store
-            .commit_episode(target, instance.events, vec![upgrade])
+            .commit_episode(target, fence, vec![upgrade])
             .await;
         self.hot.forget(&id);
         match written {

@@ -106,9 +106,11 @@ pub async fn get(
         .into_iter()
         .find(|c| c.name == name)
     else {
+        // The name as asked, cut: it is the caller's text.
+        let asked: String = name.chars().take(100).collect();
         return Err(ApiError::not_found(
             "unknown_component",
-            format!("no component '{name}' is served; GET /api/components lists them"),
+            format!("no component '{asked}' is served; GET /api/components lists them"),
         ));
     };
     let mut described = component.describe_json();

@@ -31,8 +31,11 @@ pub struct Checkable {
     pub input: String,
     pub created_at: i64,
     pub execution: i64,
-    /// The history count the journal was read at.
-    pub events: u64,
+    /// The history count the journal was read at: the fence of a move.
+    /// `None` when the instance took a step while it was read (the journal,
+    /// one statement's read, is still one it had, and can be judged; it
+    /// cannot be moved until a later check).
+    pub fence: Option<u64>,
     pub journal: Vec<(Entry, i64)>,
 }
 
@@ -87,33 +90,42 @@ impl CheckReads<'_> {
         rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
     }
 
-    /// Instance `id` with its journal, read at one moment: `None` when it
-    /// is gone or over, or kept changing while it was read (it is running
-    /// episodes: the next check sees it).
+    /// Instance `id` with its journal: `None` when it is gone or over.
     pub async fn checkable(&self, id: &str) -> Result<Option<Checkable>, StoreError> {
-        for _ in 0..3 {
-            let Some((before, row)) = self.stamp(id).await? else {
-                return Ok(None);
-            };
-            let journal = self.journal(id).await?;
-            let Some((after, _)) = self.stamp(id).await? else {
-                return Ok(None);
-            };
-            if before != after {
-                continue;
-            }
-            return Ok(Some(Checkable {
-                id: id.to_string(),
-                name: row.0,
-                digest: after.digest,
-                input: row.1,
-                created_at: row.2,
-                execution: after.execution,
-                events: u64::try_from(after.events).unwrap_or(0),
-                journal,
-            }));
-        }
-        Ok(None)
+        let Some((before, _)) = self.stamp(id).await? else {
+            return Ok(None);
+        };
+        let journal = self.journal(id).await?;
+        let Some((after, row)) = self.stamp(id).await? else {
+            return Ok(None);
+        };
+        let fence = (before == after).then(|| u64::try_from(after.events).unwrap_or(0));
+        Ok(Some(Checkable {
+            id: id.to_string(),
+            name: row.0,
+            digest: after.digest,
+            input: row.1,
+            created_at: row.2,
+            execution: after.execution,
+            fence,
+            journal,
+        }))
+    }
+
+    /// Whether the store keeps any version of component `component`: a
+    /// name nothing was ever served as lists no instances, which must not
+    /// read as "all compatible".
+    pub async fn knows_component(&self, component: &str) -> Result<bool, StoreError> {
+        let sql = format!(
+            "SELECT COUNT(*) AS n FROM {}component_versions WHERE name = $1",
+            self.prefix
+        );
+        let n: i64 = sqlx::query(&sql)
+            .bind(component)
+            .fetch_one(self.pool)
+            .await?
+            .try_get("n")?;
+        Ok(n > 0)
     }
 
     async fn journal(&self, id: &str) -> Result<Vec<(Entry, i64)>, StoreError> {

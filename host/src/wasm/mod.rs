@@ -466,6 +466,7 @@ impl Runtime {
         input: &str,
         instance_id: &str,
         replay: Replay,
+        logs: GuestLogs,
     ) -> Result<(Ending, Replay), GuestError> {
         let cpu_time = self.episode_cpu_time.min(component.grants.limits.cpu_time);
         let mut store = host::new_orchestration_store(
@@ -476,6 +477,9 @@ impl Runtime {
             instance_id,
             replay,
         );
+        if logs == GuestLogs::Muted {
+            store.data_mut().mute_logs();
+        }
         let instance = component
             .orchestration_pre
             .instantiate_async(&mut store)
@@ -644,10 +648,52 @@ impl GuestSlot<'_> {
         instance_id: &str,
         replay: Replay,
     ) -> Result<(Ending, Replay), GuestError> {
+        self.orchestration(
+            component,
+            name,
+            input,
+            instance_id,
+            replay,
+            GuestLogs::Written,
+        )
+        .await
+    }
+
+    /// [`Self::run_orchestration`] for a replay check: the code's log lines
+    /// are not written (they are not the instance's, and thousands of
+    /// replays would spend the component's share of the log).
+    pub async fn check_orchestration(
+        self,
+        component: &LoadedComponent,
+        name: &str,
+        input: &str,
+        instance_id: &str,
+        replay: Replay,
+    ) -> Result<(Ending, Replay), GuestError> {
+        self.orchestration(
+            component,
+            name,
+            input,
+            instance_id,
+            replay,
+            GuestLogs::Muted,
+        )
+        .await
+    }
+
+    async fn orchestration(
+        self,
+        component: &LoadedComponent,
+        name: &str,
+        input: &str,
+        instance_id: &str,
+        replay: Replay,
+        logs: GuestLogs,
+    ) -> Result<(Ending, Replay), GuestError> {
         let limit = self.wall_clock;
         let run = self
             .runtime
-            .run_orchestration(component, name, input, instance_id, replay);
+            .run_orchestration(component, name, input, instance_id, replay, logs);
         tokio::time::timeout(limit, run)
             .await
             .map_err(|_| GuestError::WallClock {
@@ -655,6 +701,13 @@ impl GuestSlot<'_> {
                 limit,
             })?
     }
+}
+
+/// Whether a run's guest log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GuestLogs {
+    Written,
+    Muted,
 }
 
 /// Held while a guest instance is alive: its component's permit (of its

@@ -68,6 +68,11 @@ impl GuestState {
         self.ticks.clone()
     }
 
+    /// Writes none of the guest's log lines from now on.
+    pub(super) fn mute_logs(&mut self) {
+        self.logging.muted = true;
+    }
+
     /// The orchestration the store ran, once its episode is over.
     pub(super) fn take_orchestration(&mut self) -> Option<OrchestrationScope> {
         self.durable.scope.take()
@@ -175,6 +180,7 @@ fn store_with(
         logging: logging::Logging {
             component: component.into(),
             budget: grants.log_budget.clone(),
+            muted: false,
         },
         durable: durable::Durable {
             scope: orchestration,
