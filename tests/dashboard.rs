@@ -252,6 +252,11 @@ async fn the_dashboard_steers_instances_and_runs_and_shows_components_live_behin
         if line.contains("\"step\":\"components-shown\"") {
             std::fs::copy(component("doc-poet"), components.join("doc-poet.wasm")).unwrap();
             std::fs::write(components.join("broken.wasm"), b"not a component").unwrap();
+            // The same code under a new digest: a custom section (id 0,
+            // 3 bytes: the name "t", the payload "1") appended.
+            let mut rebuilt = std::fs::read(component("orchestration-tests")).unwrap();
+            rebuilt.extend([0x00, 0x03, 0x01, b't', b'1']);
+            std::fs::write(components.join("orchestration-tests.wasm"), rebuilt).unwrap();
             stdin.write_all(b"go\n").await.unwrap();
             stdin.flush().await.unwrap();
         }
@@ -338,6 +343,9 @@ async fn the_dashboard_steers_instances_and_runs_and_shows_components_live_behin
             .contains("1 instance not ended"),
         "{shown}"
     );
+    // The waiting instance, on the old build, replays the new one exactly.
+    let replay = shown["replay"].as_str().unwrap();
+    assert!(replay.contains("1 compatible, 0 divergent of 1"), "{shown}");
 
     let health = step("health");
     assert!(health["figures"].as_u64().unwrap() >= 8, "{health}");

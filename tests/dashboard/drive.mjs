@@ -95,12 +95,17 @@ try {
   await page.locator("[data-testid=component-doc-poet]").waitFor();
   const failure = page.locator("[data-testid=load-failure]", { hasText: "broken.wasm" });
   await failure.waitFor();
+  // A new build of orchestration-tests was dropped in too: its replay check
+  // against the instance still waiting on the old one shows once it ends.
+  const replay = page.locator("[data-testid=component-orchestration-tests] [data-testid=replay-check]");
+  await replay.waitFor();
   await page.screenshot({ path: `${shots}/components.png`, fullPage: true });
   out("components", {
     poet: await text("[data-testid=component-doc-poet]"),
     failure: await failure.innerText(),
     reloaded: !(await page.evaluate(() => window.notReloaded === true)),
     tests: await text("[data-testid=component-orchestration-tests]"),
+    replay: await replay.innerText(),
   });
 
   // 4. Health: the figures of /metrics, live.

@@ -68,8 +68,8 @@ async fn asset(kind: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-/// Once a second: a fingerprint of what is served (the components and
-/// their load failures), so the page reloads the list only when it
+/// Once a second: a fingerprint of what is served (the components, their
+/// replay checks and their load failures), so the page reloads the list only when it
 /// changed, and a tick that refreshes the view shown.
 async fn events(
     State(state): State<AppState>,
@@ -83,15 +83,23 @@ async fn events(
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
-/// The digests of the served components and the files that failed, in one
-/// short string that changes whenever either does.
+/// The digests of the served components (with their last replay check's
+/// start and end) and the files that failed, in one short string that
+/// changes whenever any of them does.
 fn fingerprint(state: &AppState) -> String {
     use sha2::{Digest, Sha256};
     let mut served: Vec<String> = state
         .registry
         .components()
         .iter()
-        .map(|c| format!("{}={}", c.name, c.digest))
+        .map(|c| {
+            // A replay check's end shows as a change too.
+            let check = state
+                .orchestrator
+                .replay_check(&c.name)
+                .map(|r| (r.started_at, r.finished_at));
+            format!("{}={}:{check:?}", c.name, c.digest)
+        })
         .collect();
     served.sort();
     let mut failed: Vec<String> = state
