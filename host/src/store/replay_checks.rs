@@ -217,6 +217,9 @@ impl ReadOnlyHub {
         };
         let pool = AnyPoolOptions::new()
             .max_connections(2)
+            // A store that does not answer is said in seconds, not the
+            // pool's default half minute.
+            .acquire_timeout(std::time::Duration::from_secs(5))
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if postgres {

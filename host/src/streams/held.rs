@@ -14,8 +14,9 @@
 //! ends; if the caller's wait runs out, what is held is written before the
 //! id is handed out).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
@@ -23,18 +24,27 @@ use super::{Job, Outgoing};
 
 /// Runs executing here whose entries are held, and the streams readers
 /// follow (a writer begun while one is followed never holds).
-#[derive(Default)]
 pub(super) struct Taps {
     inner: Mutex<Inner>,
+    /// How long a kept run is remembered: its stream's lifetime. A run
+    /// that waits and then ends with no new execution here (its approval
+    /// ran out, another host went on with it, it was canceled) is never
+    /// told ended; past this, its stream is gone and keeping it means
+    /// nothing.
+    keep_for: Duration,
 }
 
 #[derive(Default)]
 struct Inner {
     held: HashMap<String, Arc<Held>>,
     followed: HashMap<String, usize>,
-    /// Runs whose stream was written while they wait (for a human): their
-    /// next execution writes through, so the stream stays whole.
-    kept: std::collections::HashSet<String>,
+    /// Runs whose stream was written while they wait (for a human), with
+    /// when each was last kept: their next execution writes through, so the
+    /// stream stays whole.
+    kept: HashMap<String, Instant>,
+    /// When each was kept, oldest first (an entry whose run was kept again
+    /// or ended since is passed over when its time comes).
+    kept_at: VecDeque<(Instant, String)>,
 }
 
 /// One execution's entries while nobody follows its stream.
@@ -55,11 +65,18 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Taps {
+    pub fn new(keep_for: Duration) -> Self {
+        Self {
+            inner: Mutex::default(),
+            keep_for,
+        }
+    }
+
     /// Where a new execution of `correlation_id` keeps its entries: `None`
     /// when a reader already follows it (they are written at once).
     pub fn begin(&self, correlation_id: &str) -> Option<Arc<Held>> {
         let mut inner = lock(&self.inner);
-        if inner.followed.contains_key(correlation_id) || inner.kept.contains(correlation_id) {
+        if inner.followed.contains_key(correlation_id) || inner.kept.contains_key(correlation_id) {
             return None;
         }
         let held = Arc::new(Held {
@@ -100,7 +117,10 @@ impl Taps {
     pub fn keep(&self, correlation_id: &str, queue: &Queue) {
         let held = {
             let mut inner = lock(&self.inner);
-            inner.kept.insert(correlation_id.to_string());
+            let now = Instant::now();
+            inner.forget_kept_before(now.checked_sub(self.keep_for));
+            inner.kept.insert(correlation_id.to_string(), now);
+            inner.kept_at.push_back((now, correlation_id.to_string()));
             inner.held.remove(correlation_id)
         };
         if let Some(held) = held {
@@ -125,6 +145,23 @@ impl Taps {
             .is_some_and(|h| std::ptr::eq(Arc::as_ptr(h), held))
         {
             inner.held.remove(correlation_id);
+        }
+    }
+}
+
+impl Inner {
+    /// Forgets the runs kept before `before` (all of them when the whole
+    /// lifetime has not passed since the clock's start: none).
+    fn forget_kept_before(&mut self, before: Option<Instant>) {
+        let Some(before) = before else {
+            return;
+        };
+        while self.kept_at.front().is_some_and(|(at, _)| *at < before) {
+            if let Some((at, id)) = self.kept_at.pop_front() {
+                if self.kept.get(&id) == Some(&at) {
+                    self.kept.remove(&id);
+                }
+            }
         }
     }
 }
@@ -194,8 +231,9 @@ impl Drop for Following {
 #[cfg(test)]
 mod tests {
     use super::super::{Entry, Job, Outgoing};
-    use super::Taps;
+    use super::{lock, Taps};
     use std::sync::Arc;
+    use std::time::Duration;
     use tokio::sync::mpsc;
 
     fn entry(text: Option<&str>) -> Outgoing {
@@ -217,7 +255,7 @@ mod tests {
     #[test]
     fn a_run_nobody_follows_queues_nothing_and_is_forgotten() {
         let (queue, mut jobs) = mpsc::unbounded_channel();
-        let taps = Arc::new(Taps::default());
+        let taps = Arc::new(Taps::new(Duration::from_secs(3600)));
         let held = taps.begin("run").expect("held");
         held.push(&taps, entry(Some("a")), &queue);
         held.push(&taps, entry(None), &queue);
@@ -228,7 +266,7 @@ mod tests {
     #[test]
     fn a_reader_mid_run_gets_what_was_held_first_then_the_rest_in_order() {
         let (queue, mut jobs) = mpsc::unbounded_channel();
-        let taps = Arc::new(Taps::default());
+        let taps = Arc::new(Taps::new(Duration::from_secs(3600)));
         let held = taps.begin("run").expect("held");
         held.push(&taps, entry(Some("a")), &queue);
         held.push(&taps, entry(Some("b")), &queue);
@@ -249,7 +287,7 @@ mod tests {
     #[test]
     fn a_run_kept_while_it_waits_writes_its_next_execution_through() {
         let (queue, mut jobs) = mpsc::unbounded_channel();
-        let taps = Arc::new(Taps::default());
+        let taps = Arc::new(Taps::new(Duration::from_secs(3600)));
         let held = taps.begin("run").expect("held");
         held.push(&taps, entry(Some("a")), &queue);
         taps.keep("run", &queue);
@@ -257,5 +295,23 @@ mod tests {
         assert!(taps.begin("run").is_none(), "kept: written through");
         taps.ended("run");
         assert!(taps.begin("run").is_some());
+    }
+
+    /// A run kept while it waits that never comes back here is forgotten
+    /// once its stream's lifetime has passed (it was remembered for good).
+    #[test]
+    fn a_kept_run_that_never_ends_here_is_forgotten_after_its_streams_lifetime() {
+        let (queue, _jobs) = mpsc::unbounded_channel();
+        let taps = Arc::new(Taps::new(Duration::from_millis(50)));
+        taps.keep("gone", &queue);
+        taps.keep("again", &queue);
+        assert!(taps.begin("gone").is_none(), "kept");
+        std::thread::sleep(Duration::from_millis(60));
+        taps.keep("again", &queue);
+        assert!(taps.begin("gone").is_some(), "forgotten: held again");
+        assert!(taps.begin("again").is_none(), "kept anew: still kept");
+        let inner = lock(&taps.inner);
+        assert_eq!(inner.kept.len(), 1);
+        assert_eq!(inner.kept_at.len(), 1);
     }
 }

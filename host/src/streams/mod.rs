@@ -283,7 +283,7 @@ impl ResponseStreams {
             written_here,
             store,
             holds_every_run: written_here,
-            taps: Arc::default(),
+            taps: Arc::new(held::Taps::new(settings.ttl)),
         }))
     }
 
