@@ -414,7 +414,9 @@ impl Orchestrator {
                 compatible = report.compatible,
                 divergent = report.divergent,
                 upgraded = report.upgraded,
+                moved_on = report.moved_on,
                 unchecked = report.unchecked,
+                ended = report.ended,
                 first_divergence = ?report.divergences.first(),
                 "replay check of a new version"
             );
@@ -454,7 +456,7 @@ impl Orchestrator {
         self.hot.forget(&id);
         match written {
             Ok(Some(applied)) => {
-                tracing::info!(instance_id = %id, digest = %component.digest, "instance moved to the new version its replay check found compatible");
+                tracing::debug!(instance_id = %id, digest = %component.digest, "instance moved to the new version its replay check found compatible");
                 self.dispatch(applied);
                 Moved::Yes
             }
