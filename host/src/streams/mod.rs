@@ -21,6 +21,7 @@ mod embedded;
 mod follow;
 mod held;
 mod redis_backend;
+mod sealing;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -232,6 +233,9 @@ pub struct ResponseStreams {
     /// else knows its id before it ends.
     holds_every_run: bool,
     taps: Arc<held::Taps>,
+    /// One reader at a time looks for, and if need be writes, an ended
+    /// run's missing stream.
+    sealing: sealing::Gates,
 }
 
 impl ResponseStreams {
@@ -284,6 +288,7 @@ impl ResponseStreams {
             store,
             holds_every_run: written_here,
             taps: Arc::new(held::Taps::new(settings.ttl)),
+            sealing: sealing::Gates::default(),
         }))
     }
 
@@ -407,6 +412,7 @@ impl ResponseStreams {
             // Entries a reader's arrival queued are in the store first.
             self.flush().await;
         }
+        let _turn = self.sealing.turn(id).await;
         loop {
             match self.ended(id).await? {
                 None if expired => return Ok(false),
