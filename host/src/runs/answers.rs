@@ -140,7 +140,7 @@ impl Runs {
     ) -> Result<Answer, RunsError> {
         debug_assert_eq!(agent.name, run.session.agent);
         // Listening before it is stored, nothing can be missed: no read.
-        let mut finished = self.finished.subscribe();
+        let mut finished = self.finished.watch(&run.correlation_id);
         let asked = Asked::new(self, &run.correlation_id);
         let record = self.enqueue(run, agent.options).await?;
         let done = self

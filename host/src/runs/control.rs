@@ -100,7 +100,7 @@ impl Runs {
             return Err(not_cancelable(record.status));
         }
         // Listening before the request is stored: the end cannot be missed.
-        let mut finished = self.finished.subscribe();
+        let mut finished = self.finished.watch(correlation_id);
         let record = self
             .store
             .request_cancel(correlation_id, now_ms())

@@ -10,7 +10,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -24,6 +23,7 @@ use crate::wasm::AgentOptions;
 
 mod answers;
 mod control;
+mod ends;
 mod history;
 mod other_hosts;
 mod waiting;
@@ -62,7 +62,7 @@ pub struct Runs {
     /// What stops each run executing here at a caller's request.
     stops: std::sync::Mutex<control::Stops>,
     workers: KeyedWorkers<SessionKey>,
-    finished: broadcast::Sender<Finished>,
+    finished: Arc<ends::Ends>,
     /// On a shared hub, the runs somebody here waits for (how many wait for
     /// each): the backstop reads them all at once.
     waited: std::sync::Mutex<std::collections::HashMap<String, usize>>,
@@ -124,7 +124,7 @@ impl Runs {
         settings: Arc<AgentsSettings>,
         works: bool,
     ) -> Arc<Self> {
-        let (finished, _) = broadcast::channel(1024);
+        let finished = Arc::new(ends::Ends::default());
         let histories =
             (works && store.wakes().is_none()).then(|| Histories::new(HISTORY_BUDGET, session_ttl));
         Arc::new(Self {
@@ -483,7 +483,7 @@ impl Runs {
             // Its history moved on in the store (the tool round): not kept.
             let mut record = run.clone();
             record.status = RunStatus::AwaitingApproval;
-            let _ = self.finished.send(Finished {
+            self.finished.tell(Finished {
                 correlation_id: id,
                 record: Some(Arc::new(record)),
             });
@@ -537,7 +537,7 @@ impl Runs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
-        let _ = self.finished.send(Finished {
+        self.finished.tell(Finished {
             correlation_id: id,
             record: record.map(Arc::new),
         });

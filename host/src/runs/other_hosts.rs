@@ -78,7 +78,7 @@ impl Runs {
                 false
             }
             Wake::RunFinished(correlation_id, record) => {
-                let _ = self.finished.send(Finished {
+                self.finished.tell(Finished {
                     correlation_id,
                     record,
                 });

@@ -6,8 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::broadcast;
-
+use super::ends::EndWatch;
 use super::{Finished, Runs, PASS};
 use crate::store::{RunRecord, RunStatus, StoreError};
 
@@ -20,16 +19,17 @@ impl Runs {
     ) -> Result<Option<RunRecord>, StoreError> {
         // Subscribe before reading, so a completion between the read and the
         // wait is not missed.
-        let mut finished = self.finished.subscribe();
+        let mut finished = self.finished.watch(correlation_id);
         self.wait_on(&mut finished, correlation_id, budget, true)
             .await
     }
 
-    /// Listens for runs' ends from now: pass it to [`Self::wait_settled`]
-    /// once whatever the wait follows (a decision) is stored, so that a run
-    /// that goes on and comes to wait again meanwhile is not missed.
-    pub fn listen(&self) -> Listening {
-        Listening(self.finished.subscribe())
+    /// Listens for the run's ends from now: pass it to
+    /// [`Self::wait_settled`] once whatever the wait follows (a decision) is
+    /// stored, so that a run that goes on and comes to wait again meanwhile
+    /// is not missed.
+    pub fn listen(&self, correlation_id: &str) -> Listening {
+        Listening(self.finished.watch(correlation_id))
     }
 
     /// Waits up to `budget` for the run to end, or to wait for a human on a
@@ -81,7 +81,7 @@ impl Runs {
 
     pub(super) async fn wait_on(
         &self,
-        finished: &mut broadcast::Receiver<Finished>,
+        finished: &mut EndWatch,
         correlation_id: &str,
         budget: Duration,
         mut read: bool,
@@ -104,17 +104,17 @@ impl Runs {
                 }
             }
             read = true;
-            loop {
-                match tokio::time::timeout_at(deadline, finished.recv()).await {
-                    Err(_) => return Ok(None),
-                    Ok(Ok(done)) if done.correlation_id == correlation_id => match done.record {
-                        Some(record) => return Ok(Some(RunRecord::clone(&record))),
-                        None => break,
-                    },
-                    Ok(Ok(_)) => continue,
-                    // Lagged or closed: re-read the store.
-                    Ok(Err(_)) => break,
+            match tokio::time::timeout_at(deadline, finished.recv()).await {
+                Err(_) => return Ok(None),
+                Ok(Some(done)) => {
+                    if let Some(record) = done.record {
+                        return Ok(Some(RunRecord::clone(&record)));
+                    }
+                    // Ended elsewhere, its record not sent: read.
                 }
+                // Nobody can tell any more (the watch outlives its sender,
+                // which it never should): the store says, at the deadline.
+                Ok(None) => tokio::time::sleep_until(deadline).await,
             }
         }
     }
@@ -148,7 +148,7 @@ impl Runs {
             {
                 Ok(ended) => {
                     for run in ended {
-                        let _ = self.finished.send(Finished {
+                        self.finished.tell(Finished {
                             correlation_id: run.correlation_id.clone(),
                             record: Some(Arc::new(run)),
                         });
@@ -194,4 +194,4 @@ impl Drop for Waiting<'_> {
 }
 
 /// Runs' ends heard from the moment [`Runs::listen`] was called.
-pub struct Listening(broadcast::Receiver<Finished>);
+pub struct Listening(EndWatch);

@@ -447,7 +447,11 @@ impl A2a<'_> {
         let budget = self.state.config.wait_budget;
         // Listening before decisions are stored: the run they wake may come
         // to wait again at once, and that must be heard.
-        let listening = self.state.runs.listen();
+        let listening = params
+            .message
+            .task_id
+            .as_deref()
+            .map(|task| self.state.runs.listen(task));
         let task = match self.submit(&params).await? {
             Submitted::New(run) if params.configuration.return_immediately => {
                 let record = self.accept(run).await?;
@@ -456,7 +460,6 @@ impl A2a<'_> {
                 );
             }
             Submitted::New(run) => {
-                // Listening before the run is stored: its end cannot be missed.
                 let served = self
                     .state
                     .runs
@@ -468,6 +471,8 @@ impl A2a<'_> {
                     // Sent twice at once: the other send stored the run.
                     Err(e) => match self.state.runs.record(self.agent, &id).await {
                         Ok(_) => {
+                            // Listening before the wait reads the record.
+                            let listening = self.state.runs.listen(&id);
                             return self
                                 .existing(
                                     &id,
@@ -475,7 +480,7 @@ impl A2a<'_> {
                                     shown,
                                     listening,
                                 )
-                                .await
+                                .await;
                         }
                         Err(_) => return Err(self.refused("", e)),
                     },
@@ -493,6 +498,7 @@ impl A2a<'_> {
             }
             Submitted::Existing(task) => task,
         };
+        let listening = listening.unwrap_or_else(|| self.state.runs.listen(&task));
         self.existing(
             &task,
             params.configuration.return_immediately,
