@@ -17,7 +17,10 @@
 //! host's resident memory (beside `--hot-instances-mib`); its idle CPU; and
 //! p50/p99 of a new run, of a run continuing an old session (one of the
 //! copies) and of raising the event of a waiting instance (one of the
-//! copies; checked to complete), on the empty store and the full one.
+//! copies; checked to complete), on the small store and the full one. Both
+//! hosts run side by side and are timed a request to each in turn, from
+//! stores checkpointed first: a checkpoint or a busy moment of the machine
+//! falls on both, not on whichever was measured then.
 //! `AGENTHOST_BENCH_SCALE` sets the million (a smaller store for a quick
 //! look). SQLite always; PostgreSQL with `AGENTHOST_BENCH_POSTGRES`.
 //! Asserts nothing about speed.
@@ -58,7 +61,7 @@ fn main() -> anyhow::Result<()> {
         "\n## At scale: {scale} idle sessions ({TURNS} turns each) and {scale} instances waiting\n\n\
          The same host on a store holding only the sessions ({TURNS} turns each) and instances it is measured on, and on one holding {scale} `writer` sessions and {scale} `approval` \
          instances waiting for an event racing a 24-hour timer (copies of templates the host made; see \
-         `host/benches/at_scale.rs`). Latencies: {SAMPLES} requests one at a time. Idle CPU: the host's, over {} s. \
+         `host/benches/at_scale.rs`). Latencies: {SAMPLES} requests one at a time, to the two hosts in turn (both running, both stores checkpointed first). Ratios: the full store's p50 / p99 over the small one's. Idle CPU: the host's, over {} s. \
          `--hot-instances-mib` {HOT_INSTANCES_MIB}.\n\n\
          | store | sessions + instances | bytes / session | bytes / waiting instance | start → ready | RSS | idle CPU | new run p50 / p99 | old session p50 / p99 | raise p50 / p99 |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
@@ -273,6 +276,23 @@ impl Db {
         })
     }
 
+    /// Writes what was left dirty to the tables' files, so that what is
+    /// timed next is the store at rest, not a checkpoint of the fill under
+    /// way (PostgreSQL's spreads over minutes).
+    async fn settle(&mut self) -> anyhow::Result<()> {
+        match self {
+            Db::Sqlite(db, _) => {
+                sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .execute(&mut *db)
+                    .await?;
+            }
+            Db::Postgres(db, _) => {
+                sqlx::query("CHECKPOINT").execute(&mut *db).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn close(self) -> anyhow::Result<()> {
         match self {
             Db::Sqlite(db, _) => db.close().await?,
@@ -312,36 +332,21 @@ struct Measured {
 async fn measure(store: &Store, scale: i64) -> anyhow::Result<Vec<String>> {
     let copies = scale / TEMPLATES as i64;
     let http = reqwest::Client::new();
-    let mut rows = Vec::new();
 
-    // The empty store: its own sessions and instances to continue and raise.
-    let empty_dir = tempfile::tempdir()?;
-    let hub = format!("atscale{}e", std::process::id());
-    let host = store.start(empty_dir.path(), &hub)?;
-    let sessions: Vec<String> = (0..SAMPLES).map(|i| format!("warm-{i}")).collect();
+    // The small store: its own sessions and instances to continue and raise.
+    let small_dir = tempfile::tempdir()?;
+    let small_hub = format!("atscale{}e", std::process::id());
+    let host = store.start(small_dir.path(), &small_hub)?;
+    let small_sessions: Vec<String> = (0..SAMPLES).map(|i| format!("warm-{i}")).collect();
     // As many turns as the full store's sessions: an old session's run
     // reads its history, the same length on both.
-    for session in &sessions {
+    for session in &small_sessions {
         for _ in 0..TURNS {
             run(&http, &host.base, Some(session)).await?;
         }
     }
-    let waiting = start_waiting(&http, &host.base, "warm", SAMPLES).await?;
-    // Started again, as the full store's host is: nothing of these sessions
-    // is in memory, and the components come from the compile cache.
+    let small_instances = start_waiting(&http, &host.base, "warm", SAMPLES).await?;
     drop(host);
-    let started = Instant::now();
-    let host = store.start(empty_dir.path(), &hub)?;
-    let ready = started.elapsed();
-    let empty = measure_host(&http, &host, ready, &sessions, &waiting).await?;
-    drop(host);
-    rows.push(row(
-        store,
-        &format!("{SAMPLES} + {SAMPLES}"),
-        None,
-        None,
-        &empty,
-    ));
 
     // The full store: templates, copied.
     let dir = tempfile::tempdir()?;
@@ -377,6 +382,17 @@ async fn measure(store: &Store, scale: i64) -> anyhow::Result<Vec<String>> {
     db.close().await?;
     println!("{}: filled in {:.0} s", store.name(), fill.as_secs_f64());
 
+    // Both stores at rest (what the fill left dirty written out), then
+    // both hosts started again: nothing of these sessions is in memory, and
+    // the components come from the compile cache.
+    for (dir, hub) in [(small_dir.path(), &small_hub), (dir.path(), &hub)] {
+        let mut db = store.open(dir, hub).await?;
+        db.settle().await?;
+        db.close().await?;
+    }
+    let started = Instant::now();
+    let small = store.start(small_dir.path(), &small_hub)?;
+    let small_ready = started.elapsed();
     let started = Instant::now();
     let host = store.start(dir.path(), &hub)?;
     let ready = started.elapsed();
@@ -386,7 +402,24 @@ async fn measure(store: &Store, scale: i64) -> anyhow::Result<Vec<String>> {
     let old_instances: Vec<String> = (0..SAMPLES)
         .map(|i| format!("{}-{}", templates[i % TEMPLATES], spread(i, copies)))
         .collect();
-    let measured = measure_host(&http, &host, ready, &old_sessions, &old_instances).await?;
+    let [small_measured, measured] = measure_hosts(
+        &http,
+        [
+            Measuring {
+                host: &small,
+                ready: small_ready,
+                sessions: &small_sessions,
+                instances: &small_instances,
+            },
+            Measuring {
+                host: &host,
+                ready,
+                sessions: &old_sessions,
+                instances: &old_instances,
+            },
+        ],
+    )
+    .await?;
     // A raised copy completes as its template would.
     let last = old_instances.last().cloned().unwrap_or_default();
     let status = wait_completed(&http, &host.base, &last).await?;
@@ -394,16 +427,25 @@ async fn measure(store: &Store, scale: i64) -> anyhow::Result<Vec<String>> {
         status["output"]["status"] == "published",
         "a raised copy did not publish: {status}"
     );
-    drop(host);
+    drop((small, host));
     let per = |bytes: i64| (bytes as f64 / scale as f64).round();
-    rows.push(row(
-        store,
-        &format!("{scale} + {scale}"),
-        Some(per(with_sessions - before)),
-        Some(per(full - with_sessions)),
-        &measured,
-    ));
-    Ok(rows)
+    Ok(vec![
+        row(
+            store,
+            &format!("{SAMPLES} + {SAMPLES}"),
+            None,
+            None,
+            &small_measured,
+        ),
+        row(
+            store,
+            &format!("{scale} + {scale}"),
+            Some(per(with_sessions - before)),
+            Some(per(full - with_sessions)),
+            &measured,
+        ),
+        ratios(store, &small_measured, &measured),
+    ])
 }
 
 /// The copy the `i`th sample takes: spread over all of them, none taken
@@ -436,54 +478,99 @@ fn row(
     )
 }
 
-/// Idles the host, then times new runs, runs of `sessions` and raises of
-/// `instances`.
-async fn measure_host(
-    http: &reqwest::Client,
-    host: &BenchHost,
+/// The full store's latencies as multiples of the small one's.
+fn ratios(store: &Store, small: &Measured, full: &Measured) -> String {
+    let times = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64().max(1e-9);
+    let pair = |a: (Duration, Duration), b: (Duration, Duration)| {
+        format!("{:.2}× / {:.2}×", times(a.0, b.0), times(a.1, b.1))
+    };
+    format!(
+        "| {} | full ÷ small | | | | | | {} | {} | {} |\n",
+        store.name(),
+        pair(small.new_run, full.new_run),
+        pair(small.old_session, full.old_session),
+        pair(small.raise, full.raise),
+    )
+}
+
+/// A host to measure, with the sessions it continues and the instances it
+/// raises.
+struct Measuring<'a> {
+    host: &'a BenchHost,
     ready: Duration,
-    sessions: &[String],
-    instances: &[String],
-) -> anyhow::Result<Measured> {
+    sessions: &'a [String],
+    instances: &'a [String],
+}
+
+/// Idles the hosts side by side, then times new runs, runs of their
+/// sessions and raises of their instances, a request to each in turn (the
+/// first one first at even samples, the other at odd ones): whatever the
+/// machine does meanwhile, a checkpoint or a busy moment, falls on both.
+async fn measure_hosts(
+    http: &reqwest::Client,
+    hosts: [Measuring<'_>; 2],
+) -> anyhow::Result<[Measured; 2]> {
     // What starting costs (components compiled, caches warmed) is not idling.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let cpu = host.cpu_ms()?;
+    let cpu = [hosts[0].host.cpu_ms()?, hosts[1].host.cpu_ms()?];
     tokio::time::sleep(IDLE).await;
-    let idle_cpu_ms = (host.cpu_ms()? - cpu) / IDLE.as_secs_f64();
-    let mut new_run = Vec::new();
-    for _ in 0..SAMPLES {
-        new_run.push(run(http, &host.base, None).await?);
+    let idle = |k: usize| -> anyhow::Result<f64> {
+        Ok((hosts[k].host.cpu_ms()? - cpu[k]) / IDLE.as_secs_f64())
+    };
+    let idle_cpu_ms = [idle(0)?, idle(1)?];
+    let turns = |i: usize| if i.is_multiple_of(2) { [0, 1] } else { [1, 0] };
+    let mut new_run = [Vec::new(), Vec::new()];
+    for i in 0..SAMPLES {
+        for k in turns(i) {
+            new_run[k].push(run(http, &hosts[k].host.base, None).await?);
+        }
     }
-    let mut old_session = Vec::new();
-    for session in sessions {
-        old_session.push(run(http, &host.base, Some(session)).await?);
+    let mut old_session = [Vec::new(), Vec::new()];
+    for i in 0..SAMPLES {
+        for k in turns(i) {
+            let session = &hosts[k].sessions[i];
+            old_session[k].push(run(http, &hosts[k].host.base, Some(session)).await?);
+        }
     }
-    let mut raise = Vec::new();
-    for id in instances {
-        let start = Instant::now();
-        let response = http
-            .post(format!("{}/api/approval/{id}", host.base))
-            .json(&json!({"approved": true}))
-            .send()
-            .await?;
-        anyhow::ensure!(
-            response.status().is_success(),
-            "raise {id}: {} {}",
-            response.status(),
-            response.text().await?
-        );
-        raise.push(start.elapsed());
+    let mut raise = [Vec::new(), Vec::new()];
+    for i in 0..SAMPLES {
+        for k in turns(i) {
+            raise[k].push(raise_one(http, &hosts[k].host.base, &hosts[k].instances[i]).await?);
+        }
     }
-    let rss_mib = host.rss_mib()?;
     let p = |v: &mut Vec<Duration>| (percentile(v, 50.0), percentile(v, 99.0));
-    Ok(Measured {
-        ready,
-        rss_mib,
-        idle_cpu_ms,
-        new_run: p(&mut new_run),
-        old_session: p(&mut old_session),
-        raise: p(&mut raise),
-    })
+    let mut measured = Vec::new();
+    for k in 0..2 {
+        measured.push(Measured {
+            ready: hosts[k].ready,
+            rss_mib: hosts[k].host.rss_mib()?,
+            idle_cpu_ms: idle_cpu_ms[k],
+            new_run: p(&mut new_run[k]),
+            old_session: p(&mut old_session[k]),
+            raise: p(&mut raise[k]),
+        });
+    }
+    let [small, full]: [Measured; 2] = measured
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("two hosts measured"))?;
+    Ok([small, full])
+}
+
+/// Raises the approval event of instance `id`; its latency.
+async fn raise_one(http: &reqwest::Client, base: &str, id: &str) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    let response = http
+        .post(format!("{base}/api/approval/{id}"))
+        .json(&json!({"approved": true}))
+        .send()
+        .await?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "raise {id}: {} {}",
+        response.status(),
+        response.text().await?
+    );
+    Ok(start.elapsed())
 }
 
 /// One `writer` run, in `session` or a new one; its latency.
