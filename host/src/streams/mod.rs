@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::store::{now_ms, RunRecord, RunStatus, Store};
+use crate::store::Store;
 
 /// Entries one read returns at most.
 const READ_LIMIT: usize = 512;
@@ -375,70 +375,6 @@ impl ResponseStreams {
         }
     }
 
-    /// Ends the stream of a run whose end is stored but whose stream does
-    /// not say so: its host died between the two writes (the run's record
-    /// is the truth; the stream's entries are written after it). The
-    /// stored outcome is written whole as a newer attempt, so readers see
-    /// `restart`, the answer, and the end: the stream reads as the record.
-    pub fn seal(&self, correlation_id: &str, ending: Result<&str, &str>) {
-        let attempt = i64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis(),
-        )
-        .unwrap_or(i64::MAX);
-        let writer = self.writing(correlation_id, attempt);
-        match ending {
-            Ok(answer) => {
-                writer.chunk(answer);
-                writer.complete();
-            }
-            Err(error) => writer.fail(error),
-        }
-    }
-
-    /// Whether a finished run's stream can still be read: false once it has
-    /// expired. A stream whose run's end is stored but which does not say so
-    /// within a moment (its host died between the two writes, or the backend
-    /// lost the entries) is sealed with the stored outcome first.
-    pub async fn settle(&self, run: &RunRecord) -> Result<bool, StreamError> {
-        const END_WRITTEN_WITHIN: Duration = Duration::from_secs(2);
-        let id = &run.correlation_id;
-        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-        let written_by = run.updated_at.saturating_add(ms(END_WRITTEN_WITHIN));
-        let expired = now_ms() >= run.updated_at.saturating_add(ms(self.ttl));
-        if self.store.is_some() {
-            // Entries a reader's arrival queued are in the store first.
-            self.flush().await;
-        }
-        let _turn = self.sealing.turn(id).await;
-        loop {
-            match self.ended(id).await? {
-                None if expired => return Ok(false),
-                Some(true) => return Ok(true),
-                // Nothing written: the run ended held, with nobody
-                // following ([`held`]). (Entries of its execution still on
-                // their way, from another host, are of an older attempt
-                // than this one: readers skip them.)
-                None if self.store.is_some() => {
-                    self.seal(id, ending_of(run));
-                    self.flush().await;
-                    return Ok(true);
-                }
-                None | Some(false) if now_ms() < written_by => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                None | Some(false) => {
-                    tracing::warn!(correlation_id = %id, "the run ended but its stream did not say so (its host died in between, or the backend lost the entries); the stream is ended with the stored outcome");
-                    self.seal(id, ending_of(run));
-                    self.flush().await;
-                    return Ok(true);
-                }
-            }
-        }
-    }
-
     /// Entries as they are published, of every run.
     fn subscribe(&self) -> broadcast::Receiver<Arc<(String, Stored)>> {
         self.live.subscribe()
@@ -450,14 +386,6 @@ impl ResponseStreams {
         if self.queue.send(Job::Flush(reply)).is_ok() {
             let _ = done.await;
         }
-    }
-}
-
-/// A finished run's outcome as its stream's ending.
-fn ending_of(run: &RunRecord) -> Result<&str, &str> {
-    match run.status {
-        RunStatus::Completed => Ok(run.response.as_deref().unwrap_or_default()),
-        _ => Err(run.error.as_deref().unwrap_or("the run failed")),
     }
 }
 
