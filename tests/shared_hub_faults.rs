@@ -15,12 +15,12 @@ mod takeover;
 
 /// The answer to a commit lost with its connection: the writer asks the
 /// database whether the batch committed instead of writing it again. Two
-/// answers are lost: that of a raised event the waiting instance's episode
-/// takes at once (the event and the episode go as one statement with no
-/// transaction around it: the proxy cuts right after that statement), then
-/// that of a start (one statement too). The event is delivered once (a
-/// second delivery would complete `two_events` with the same payload
-/// twice), and the start is answered 202, not 409 by its own instance.
+/// answers are lost: that of a raised event (see [`raise_losing_the_answer`]
+/// for its two paths), then that of a start (one statement with no
+/// transaction around it: the proxy cuts right after it, so it committed).
+/// The event is delivered once (a second delivery would complete
+/// `two_events` with the same payload twice), and the start is answered
+/// 202, not 409 by its own instance, its batch found committed.
 /// PostgreSQL only.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice() {
@@ -30,18 +30,20 @@ async fn an_ambiguous_commit_is_resolved_by_its_batch_id_and_never_applied_twice
     let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
     // The event's journal entry travels in the statement's parameters.
     raise_losing_the_answer(&proxy, &host, "ambiguous", |p, bytes| p.cut_after(bytes)).await;
+    let committed = host.output().matches(COMMITTED).count();
     start_losing_the_answer(&proxy, &host, "second-start", |p, id| p.cut_after(id)).await;
     // The log is read from the host's pipe by another thread: wait for it.
-    host.wait_logged("the batch had committed", 0).await;
+    host.wait_logged(COMMITTED, committed).await;
 }
 
 /// A batch's one statement that commits on the server while its answer
 /// never comes back (the connection stays open, nothing arrives: the
 /// writer's deadline is what gives up, and the answer was dropped with the
-/// deadline, not lost by an error). The batch is found committed and its
-/// answers stand: the raised event is delivered once (twice, `two_events`
-/// would end with the first payload twice), the start answered 202 (a
-/// second write would answer 409 by its own instance). PostgreSQL only.
+/// deadline, not lost by an error). The start's batch is found committed
+/// and its answers stand: it is answered 202 (a second write would answer
+/// 409 by its own instance); the raised event is delivered once (twice,
+/// `two_events` would end with the first payload twice) on whichever of
+/// its two paths it took. PostgreSQL only.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_commit_whose_answer_never_comes_is_found_committed_and_not_written_again() {
     let Some(url) = test_store() else {
@@ -49,9 +51,10 @@ async fn a_commit_whose_answer_never_comes_is_found_committed_and_not_written_ag
     };
     let (proxy, _dir, host) = host_behind_a_proxy(&url).await;
     raise_losing_the_answer(&proxy, &host, "unanswered", |p, bytes| p.hush_after(bytes)).await;
+    let committed = host.output().matches(COMMITTED).count();
     start_losing_the_answer(&proxy, &host, "unanswered-start", |p, id| p.hush_after(id)).await;
     // The log is read from the host's pipe by another thread: wait for it.
-    host.wait_logged("the batch had committed", 0).await;
+    host.wait_logged(COMMITTED, committed).await;
 }
 
 /// A start's statement that reaches the server only after the host gave up
@@ -132,11 +135,22 @@ async fn host_behind_a_proxy(
     (proxy, dir, host)
 }
 
+/// What the writer logs when the batch whose answer it lost is found
+/// committed.
+const COMMITTED: &str = "the batch had committed";
+
 /// Starts `two_events` as `id` and raises its two events, the first after
 /// `lose` armed the proxy to lose the answer to the statement that writes
-/// it (the event's journal entry names it: `event_raised`). The batch must
-/// be found committed and the event delivered once: a second delivery would
-/// complete the instance with the first payload twice.
+/// it (the event's journal entry names it: `event_raised`). Which statement
+/// that is depends on a race the test does not decide: an instance idle
+/// here takes the event into its episode, one statement that is its own
+/// commit (the lost answer is then of a commit made, found committed); one
+/// whose worker has not yet let go of it after its first episode gets it
+/// into its inbox, in a transaction whose COMMIT is never sent (rolled
+/// back, written again). Either way the event is delivered once: a second
+/// delivery would complete the instance with the first payload twice, none
+/// would leave it waiting. (Which path ran, the CI of 2026-12-06 showed,
+/// is up to the machine's load: the test checks the outcome, not the path.)
 async fn raise_losing_the_answer(
     proxy: &crate::support::tcp_proxy::TcpProxy,
     host: &crate::support::host::Host,
@@ -147,7 +161,6 @@ async fn raise_losing_the_answer(
     let id = start_with_id(host, "two_events", id, &serde_json::json!(null)).await;
     wait_for(host, &id, &["Running"]).await;
     let cuts = proxy.cuts_after_done();
-    let committed = host.output().matches("the batch had committed").count();
     lose(proxy, b"event_raised");
     assert_eq!(raise(host, &id, "step", &serde_json::json!(1)).await, 202);
     assert_eq!(
@@ -155,9 +168,8 @@ async fn raise_losing_the_answer(
         cuts + 1,
         "the statement's answer was lost"
     );
-    // The one statement was its own commit. The log is read from the
-    // host's pipe by another thread: wait for the line, do not peek.
-    host.wait_logged("the batch had committed", committed).await;
+    // The raise was answered once its write was settled: a second
+    // delivery, were there one, shows within the half second.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, running) = status(host, &id).await;
     assert_eq!(
