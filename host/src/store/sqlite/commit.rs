@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::path::Path;
-use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::mpsc;
@@ -28,7 +27,7 @@ pub(in crate::store) fn start(
     shared: Shared,
 ) -> Result<(), StoreError> {
     let connection = Connection::open(path)?;
-    connection.busy_timeout(Duration::from_secs(10))?;
+    connection.busy_timeout(super::checkpoint::WRITER_WAIT)?;
     connection.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
     )?;
@@ -58,7 +57,7 @@ fn write_loop(
             let results = write_batch(&mut connection, writes);
             crate::metrics::commit(batch, started.elapsed());
             shared.answer(replies, results);
-            checkpoints.wrote();
+            checkpoints.wrote(&connection);
         }
         for (read, reply) in taken.reads {
             let _ = reply.send(run_now(read_one(&mut SqliteTx(&connection), read)));
