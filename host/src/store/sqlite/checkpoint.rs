@@ -46,6 +46,12 @@ const RESTART_AT: i64 = 16_384;
 /// [`RESTART_AT`], lowered by tests.
 static RESTART_FRAMES: AtomicI64 = AtomicI64::new(RESTART_AT);
 
+/// Passive checkpoints run one after another before the writer restarts
+/// the WAL, at most this many, until one found at most
+/// [`CATCH_UP_LEFT`] frames come since the one before.
+const CATCH_UP_TRIES: usize = 4;
+const CATCH_UP_LEFT: i64 = 256;
+
 /// How long the restarting checkpoint waits for readers on older frames;
 /// past it, it gives up until the next time.
 const RESTART_WAIT: Duration = Duration::from_millis(20);
@@ -124,13 +130,26 @@ fn checkpoint_loop(connection: &Connection, writes: &mpsc::Receiver<()>, restart
         // PASSIVE: copies what no reader still needs; the rest waits for
         // the next one. A failure (a full disk) leaves the WAL longer, and
         // the next write tries again; said once, not at every write.
-        let checkpointed = checkpoint(connection, "PASSIVE");
-        if checkpointed
-            .as_ref()
-            .is_ok_and(|frames| *frames >= RESTART_FRAMES.load(Ordering::Relaxed))
-        {
+        let checkpointed = checkpoint(connection, "PASSIVE").and_then(|frames| {
+            if frames < RESTART_FRAMES.load(Ordering::Relaxed) {
+                return Ok(frames);
+            }
+            // The writer's restart copies what came during the last passive
+            // checkpoint, and the writer waits for it: passive ones again,
+            // each copying what came during the one before, until that is
+            // little.
+            let mut last = frames;
+            for _ in 0..CATCH_UP_TRIES {
+                let now = checkpoint(connection, "PASSIVE")?;
+                let came = now - last;
+                last = now;
+                if came <= CATCH_UP_LEFT {
+                    break;
+                }
+            }
             restart.store(true, Ordering::Relaxed);
-        }
+            Ok(last)
+        });
         match checkpointed {
             Ok(_) if failing => {
                 failing = false;
