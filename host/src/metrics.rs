@@ -20,7 +20,20 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 /// Renders what has been recorded; `None` when the exporter could not be
 /// installed (another recorder was installed first by an embedding program).
 pub(crate) fn render() -> Option<String> {
+    runtime_queue();
     handle().map(PrometheusHandle::render)
+}
+
+/// The async runtime's queue, sampled when scraped. Every task woken from
+/// outside the runtime (each answer of the store's writer thread) waits
+/// behind what that queue holds: a queue that stays long means every
+/// request is slow, whatever it asks (see `durable::fan_out`).
+fn runtime_queue() {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let metrics = runtime.metrics();
+        gauge!(RUNTIME_QUEUED).set(metrics.global_queue_depth() as f64);
+        gauge!(RUNTIME_TASKS).set(metrics.num_alive_tasks() as f64);
+    }
 }
 
 /// Installs the exporter if no host in this process has yet.
@@ -108,6 +121,8 @@ const HTTP_REQUESTS: &str = "agenthost_http_requests_total";
 const HTTP_REQUEST: &str = "agenthost_http_request_seconds";
 const TASKS_UNREADABLE: &str = "agenthost_tasks_unreadable_total";
 const REPLAY_CHECKS: &str = "agenthost_replay_checked_instances_total";
+const RUNTIME_QUEUED: &str = "agenthost_runtime_queued_tasks";
+const RUNTIME_TASKS: &str = "agenthost_runtime_tasks";
 
 fn describe() {
     use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
@@ -195,6 +210,15 @@ fn describe() {
         TASKS_UNREADABLE,
         "Due tasks whose stored call could not be read, each failed (its instance sees why), \
          by orchestration"
+    );
+    describe_gauge!(
+        RUNTIME_QUEUED,
+        "Tasks ready to run in the async runtime's shared queue, behind which every task woken \
+         from outside the runtime waits (sampled when scraped)"
+    );
+    describe_gauge!(
+        RUNTIME_TASKS,
+        "Tasks alive in the async runtime, running, ready or waiting (sampled when scraped)"
     );
     describe_counter!(
         REPLAY_CHECKS,

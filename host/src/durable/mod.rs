@@ -13,6 +13,7 @@ mod agent_session;
 mod answers;
 mod episode;
 mod episode_slot;
+mod fan_out;
 mod for_a_worker;
 mod given_back;
 mod hot;

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use super::episode;
 use super::episode_slot::Slot;
+use super::fan_out;
 use super::for_a_worker::ForAWorker;
 use super::given_back::GivenBack;
 use super::hot::HotInstances;
@@ -277,7 +278,7 @@ impl Orchestrator {
                 )
                 .await
             {
-                Ok(ids) => ids.into_iter().for_each(|id| self.wake_instance(id)),
+                Ok(ids) => fan_out::each(ids, |id| self.wake_instance(id)).await,
                 Err(e) => failed = Some(format!("could not read instances with work: {e}")),
             }
             let running_here = self.tasks_in_flight.len();
@@ -288,10 +289,13 @@ impl Orchestrator {
                 )
                 .await
             {
-                Ok(due) => due.into_iter().for_each(|due| match due {
-                    DueTask::Ready(row) => self.spawn_task(row, false),
-                    DueTask::Unreadable(bad) => self.fail_unreadable(bad),
-                }),
+                Ok(due) => {
+                    fan_out::each(due, |due| match due {
+                        DueTask::Ready(row) => self.spawn_task(row, false),
+                        DueTask::Unreadable(bad) => self.fail_unreadable(bad),
+                    })
+                    .await
+                }
                 Err(e) => failed = Some(format!("could not read due tasks: {e}")),
             }
             self.count_pass(failed);
@@ -482,27 +486,57 @@ impl Orchestrator {
                 .filter(|created| created.owner.as_deref() == me)
                 .for_each(|created| self.hot.seed(created));
         }
-        applied
-            .tasks
+        let Applied { tasks, wake, .. } = applied;
+        // Marked running now, started a chunk at a time (`fan_out`): a
+        // scheduler pass meanwhile must not run one of them (and finish it)
+        // before its turn here, which would run it again unchecked.
+        let tasks: Vec<_> = tasks
             .into_iter()
-            .for_each(|row| self.spawn_task(row, true));
-        applied
-            .wake
-            .into_iter()
-            .for_each(|id| self.wake_instance(id));
-    }
-
-    /// Runs a task unless it already runs here. A task read by a scheduler
-    /// pass (`fresh` false) may have finished since that read: it is checked
-    /// against the store first, so it never runs twice.
-    fn spawn_task(self: &Arc<Self>, row: TaskRow, fresh: bool) {
-        if !self.works || self.stopping.is_cancelled() {
+            .filter_map(|row| self.mark_running(row))
+            .collect();
+        if fan_out::one_chunk(tasks.len() + wake.len()) {
+            tasks
+                .into_iter()
+                .for_each(|(row, running)| self.spawn_running(row, running, true));
+            wake.into_iter().for_each(|id| self.wake_instance(id));
             return;
         }
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            fan_out::each(tasks, |(row, running)| {
+                this.spawn_running(row, running, true);
+            })
+            .await;
+            fan_out::each(wake, |id| this.wake_instance(id)).await;
+        });
+    }
+
+    /// Runs a task unless it already runs here.
+    fn spawn_task(self: &Arc<Self>, row: TaskRow, fresh: bool) {
+        if let Some((row, running)) = self.mark_running(row) {
+            self.spawn_running(row, running, fresh);
+        }
+    }
+
+    /// The task marked running here, unless it already is (or the host does
+    /// not run tasks).
+    fn mark_running(&self, row: TaskRow) -> Option<(TaskRow, TaskRunning)> {
+        if !self.works || self.stopping.is_cancelled() {
+            return None;
+        }
         let key = (row.instance_id.clone(), row.execution, row.task);
-        let Some(running) = self.tasks_in_flight.start(key) else {
+        let running = self.tasks_in_flight.start(key)?;
+        Some((row, running))
+    }
+
+    /// Runs a task marked running. One read by a scheduler pass (`fresh`
+    /// false) may have finished since that read: it is checked against the
+    /// store first, so it never runs twice. Not when the host began to stop
+    /// meanwhile: the task stays due in the store for the next start.
+    fn spawn_running(self: &Arc<Self>, row: TaskRow, running: TaskRunning, fresh: bool) {
+        if self.stopping.is_cancelled() {
             return;
-        };
+        }
         let this = self.clone();
         self.tracker.spawn(async move {
             let store = &this.store;
