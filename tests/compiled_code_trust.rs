@@ -180,5 +180,16 @@ fn a_relative_cache_folder_is_refused_at_start() {
         let said = String::from_utf8_lossy(&output.stderr);
         assert!(!status.success(), "{said}");
         assert!(said.contains("absolute path"), "{said}");
+        // Once on the error line: the reason was printed twice, as the
+        // message's and again as its cause's.
+        let error_line = said
+            .lines()
+            .find(|l| l.starts_with("error: "))
+            .unwrap_or_else(|| panic!("no error line:\n{said}"));
+        assert_eq!(
+            error_line.matches("absolute path").count(),
+            1,
+            "{error_line}"
+        );
     }
 }

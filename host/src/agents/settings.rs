@@ -55,10 +55,12 @@ pub struct AgentSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
-    #[error("cannot read the agent settings file {path}: {source}")]
+    /// `reason`, not `source`: the message says it (a chain printed whole
+    /// would say it twice).
+    #[error("cannot read the agent settings file {path}: {reason}")]
     Read {
         path: String,
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     #[error("the agent settings file {path} is not valid: {reason}")]
     Invalid { path: String, reason: String },
@@ -102,9 +104,9 @@ impl AgentsSettings {
     /// Reads and checks the file; an error names the file, the agent and
     /// the setting.
     pub fn load(path: &Path) -> Result<Self, SettingsError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
+        let text = std::fs::read_to_string(path).map_err(|reason| SettingsError::Read {
             path: path.display().to_string(),
-            source,
+            reason,
         })?;
         Self::parse(&text).map_err(|reason| SettingsError::Invalid {
             path: path.display().to_string(),

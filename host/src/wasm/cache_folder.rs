@@ -47,7 +47,7 @@ impl CacheFolder {
             Some(dir) if dir.is_relative() => {
                 return Err(LoadError::Cache {
                     path: dir.to_path_buf(),
-                    source: std::io::Error::new(
+                    reason: std::io::Error::new(
                         std::io::ErrorKind::InvalidInput,
                         "a relative path names a folder of whatever folder the host is started in; \
                          give --cache-dir (AGENTHOST_CACHE_DIR) as an absolute path",
@@ -55,9 +55,9 @@ impl CacheFolder {
                 });
             }
             Some(dir) => {
-                make_private(dir).map_err(|source| LoadError::Cache {
+                make_private(dir).map_err(|reason| LoadError::Cache {
                     path: dir.to_path_buf(),
-                    source,
+                    reason,
                 })?;
                 dir.to_path_buf()
             }

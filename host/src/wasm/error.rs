@@ -8,17 +8,19 @@ use wasmtime::Trap;
 pub enum LoadError {
     #[error("the wasm engine could not be created: {0}")]
     Engine(String),
-    #[error("the artifact cache directory {path} is not usable: {source}")]
+    /// `reason`, not `source`: the message says it, and an error chain
+    /// printed whole (`{:#}`) said it twice.
+    #[error("the artifact cache directory {path} is not usable: {reason}")]
     Cache {
         path: PathBuf,
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     #[error("{0} has no usable file name")]
     BadFileName(PathBuf),
-    #[error("could not read {path}: {source}")]
+    #[error("could not read {path}: {reason}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     #[error("not a valid WebAssembly component: {0}")]
     Compile(String),

@@ -33,7 +33,7 @@ impl ComponentFiles {
         let name = component_name(path)?;
         let bytes = tokio::fs::read(path).await.map_err(|e| LoadError::Read {
             path: path.to_path_buf(),
-            source: e,
+            reason: e,
         })?;
         let sidecar = path.with_extension("toml");
         let grants_source = match tokio::fs::read_to_string(&sidecar).await {
@@ -42,7 +42,7 @@ impl ComponentFiles {
             Err(e) => {
                 return Err(LoadError::Read {
                     path: sidecar,
-                    source: e,
+                    reason: e,
                 })
             }
         };

@@ -247,9 +247,9 @@ impl Runtime {
                     load: false,
                 },
             )
-            .map_err(|source| LoadError::Cache {
+            .map_err(|reason| LoadError::Cache {
                 path: folder.join(PRECOMPILED).join(&name),
-                source,
+                reason,
             })
     }
 
