@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::durable_task_orchestrations::{client_of, grpc_host, worker_of};
 use crate::support::host::Host;
-use crate::support::{client, free_port, workspace};
+use crate::support::{free_port, workspace};
 
 fn script() -> std::path::PathBuf {
     workspace().join("tests/durabletask/orchestrations.py")
@@ -17,12 +17,7 @@ fn script() -> std::path::PathBuf {
 
 /// `agenthost_instance_loads_total`: instances read whole from the store.
 async fn loads(host: &Host) -> f64 {
-    let response = client().get(host.url("/metrics")).send().await.unwrap();
-    let text = crate::support::prometheus_text(response).await;
-    text.lines()
-        .find_map(|line| line.strip_prefix("agenthost_instance_loads_total "))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no agenthost_instance_loads_total in:\n{text}"))
+    crate::support::metric(host, "agenthost_instance_loads_total").await
 }
 
 /// The management API's status of instance `id`.

@@ -483,16 +483,8 @@ impl RuntimeQueue {
         let scraping = tokio::spawn(async move {
             let (mut scrapes, mut longest) = (0, 0.0_f64);
             while stopped.try_recv().is_err() {
-                let response = crate::support::client().get(url.clone()).send().await;
-                let text = match response {
-                    Ok(response) => crate::support::prometheus_text(response).await,
-                    Err(e) => panic!("/metrics: {e}"),
-                };
-                let queued = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("agenthost_runtime_queued_tasks "))
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .unwrap_or_else(|| panic!("no agenthost_runtime_queued_tasks:\n{text}"));
+                let queued =
+                    crate::support::metric_at(url.clone(), "agenthost_runtime_queued_tasks").await;
                 scrapes += 1;
                 longest = longest.max(queued);
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;

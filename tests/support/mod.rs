@@ -155,6 +155,24 @@ pub async fn prometheus_text(response: reqwest::Response) -> String {
     text
 }
 
+/// The value of `name`, a series without labels, scraped from `host`'s
+/// `/metrics` (the test fails if it is not exposed).
+pub async fn metric(host: &host::Host, name: &str) -> f64 {
+    metric_at(host.url("/metrics"), name).await
+}
+
+/// [`metric`], scraped from `url` (a host's `/metrics`): for a task that
+/// cannot borrow the host.
+pub async fn metric_at(url: String, name: &str) -> f64 {
+    let response = client().get(url).send().await.unwrap();
+    let text = prometheus_text(response).await;
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
 /// `GET url` and its JSON body.
 pub async fn get_json<T: serde::de::DeserializeOwned>(url: impl reqwest::IntoUrl) -> T {
     client()
