@@ -418,11 +418,12 @@ fn no_two_files_import_each_other_even_through_others() {
 /// file below it that imports through it (`crate::store::Store`) imports
 /// above itself.
 const STORE_LAYERS: &[&[&str]] = &[
-    // The ground: the error, the clock, hubs, the embedded migrations, the
-    // rows as host types, the writer's health.
+    // The ground: the error, the clock, the ids of new rows, hubs, the
+    // embedded migrations, the rows as host types, the writer's health.
     &[
         "error",
         "clock",
+        "keys",
         "hub",
         "migrations",
         "records",

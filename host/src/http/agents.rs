@@ -1,6 +1,7 @@
 //! `POST /api/agents/{name}/run`: run an agent, synchronously or not.
 
 use super::caller::Caller;
+use crate::runs::sorted_id;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE, LOCATION};
@@ -8,7 +9,6 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::Value;
-use uuid::Uuid;
 
 use super::body::read_limited;
 use super::keys::Grant;
@@ -74,7 +74,7 @@ pub async fn run(
     )?;
     let thread_id = contract
         .session_id
-        .unwrap_or_else(|| Uuid::new_v4().simple().to_string());
+        .unwrap_or_else(|| sorted_id().simple().to_string());
     if thread_id.trim().is_empty()
         || thread_id.len() > MAX_THREAD_ID_LEN
         || thread_id.contains('\0')
@@ -92,7 +92,7 @@ pub async fn run(
     let wait = contract.wait.unwrap_or(true);
     let legacy = contract.legacy;
     let new_run = NewRun {
-        correlation_id: Uuid::new_v4().to_string(),
+        correlation_id: sorted_id().to_string(),
         session: SessionKey {
             agent: name.clone(),
             session_id: thread_id,

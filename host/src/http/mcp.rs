@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::runs::sorted_id;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -17,7 +18,6 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
-use uuid::Uuid;
 
 use super::caller::Caller;
 use super::AppState;
@@ -153,7 +153,7 @@ impl Tools {
             ));
         };
         let thread = match arguments.get("threadId") {
-            None | Some(Value::Null) => Uuid::new_v4().simple().to_string(),
+            None | Some(Value::Null) => sorted_id().simple().to_string(),
             Some(Value::String(t))
                 if !t.trim().is_empty() && t.len() <= 256 && !t.contains('\0') =>
             {
@@ -178,7 +178,7 @@ impl Tools {
             return Err(another());
         }
         let run = NewRun {
-            correlation_id: Uuid::new_v4().to_string(),
+            correlation_id: sorted_id().to_string(),
             session: SessionKey {
                 agent: agent.to_string(),
                 session_id: thread.clone(),

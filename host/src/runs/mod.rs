@@ -30,7 +30,7 @@ mod waiting;
 
 /// The records callers of this service read and write.
 pub use crate::store::{
-    Decision, NewRun, PendingCall, RunFilter, RunRecord, RunStatus, SessionKey, CANCELED,
+    sorted_id, Decision, NewRun, PendingCall, RunFilter, RunRecord, RunStatus, SessionKey, CANCELED,
 };
 pub use answers::{Answer, RunState, RunsError};
 pub use control::CancelOutcome;

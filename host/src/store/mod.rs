@@ -19,6 +19,7 @@
 mod clock;
 mod error;
 mod hub;
+mod keys;
 mod migrations;
 mod records;
 mod writer_health;
@@ -66,6 +67,7 @@ pub use crate::core::lifecycle::Operation;
 pub use crate::core::lifecycle::TaskFate;
 pub use approvals::{Decided, Decision, PendingCall};
 pub use clock::now_ms;
+pub use keys::sorted_id;
 // Named by the crate's docs (`durable/hot.rs`); its code passes a closure.
 #[allow(unused_imports)]
 pub use commit_queue::InboxSink;

@@ -16,13 +16,13 @@ mod task_ids;
 
 use std::time::Duration;
 
+use crate::runs::sorted_id;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use uuid::Uuid;
 
 use super::body::read_limited;
 use super::caller::{visible_run, Caller};
@@ -384,7 +384,7 @@ impl A2a<'_> {
                     Sent::New(id) => id,
                 }
             }
-            None => Uuid::new_v4().to_string(),
+            None => sorted_id().to_string(),
         };
         let context = match &params.message.context_id {
             // Whether this caller may go on with the context is the store's
@@ -397,7 +397,7 @@ impl A2a<'_> {
                     "contextId must be 1 to {MAX_CONTEXT_LEN} characters, none of them NUL"
                 )))
             }
-            None => Uuid::new_v4().simple().to_string(),
+            None => sorted_id().simple().to_string(),
         };
         Ok(Submitted::New(NewRun {
             correlation_id,
