@@ -68,13 +68,14 @@ const FRAME_BYTES: i64 = 4096 + 24;
 /// long reader held the restart off): the disk is given back. Four times
 /// what the WAL holds when a restart is due ([`RESTART_AT`]): more comes
 /// while the thread waits to checkpoint and catches up (under 16
-/// connections of agent runs the WAL reached 150 MB, 2.2 times that, before
-/// the restart), and a WAL restarted on time must never be cut. It was cut before, at 64 MiB:
-/// every restart freed the frames past it (on a file system mounted with
-/// `discard` the writer waited in `ftruncate` for the disk to discard
-/// them), and the next turn allocated them again, each allocation waiting
-/// on the checkpoints' syncs. One client's p99 was 6 ms, then 2.3 ms
-/// (docs/performance.md, "Agent runs").
+/// connections of agent runs the WAL reached 150 MB, 2.2 times that,
+/// before the restart), and a WAL restarted on time must never be cut.
+/// It was cut before, at 64 MiB: every restart freed the frames past it
+/// (on a file system mounted with `discard` the writer waited in
+/// `ftruncate` for the disk to discard them), and the next turn allocated
+/// them again, each allocation waiting on the checkpoints' syncs. One
+/// client's p99 was 6 ms, then 2.3 ms (docs/performance.md, "Agent
+/// runs").
 pub(super) const WAL_KEPT_BYTES: i64 = 4 * RESTART_AT * FRAME_BYTES;
 
 /// Told after each batch the writer commits.
@@ -230,9 +231,9 @@ mod tests {
     /// Under writes that never pause the WAL still starts over, again and
     /// again, and its file stays within what a restart keeps, never past
     /// it (where a WAL cut back at each restart gave its blocks back and
-    /// took them again). With passive checkpoints alone it never started over: the
-    /// writer appended while they copied, so the WAL was never all copied
-    /// when a commit began.
+    /// took them again). With passive checkpoints alone it never started
+    /// over: the writer appended while they copied, so the WAL was never
+    /// all copied when a commit began.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn under_writes_that_never_pause_the_wal_starts_over_and_stays_short(
     ) -> Result<(), Box<dyn std::error::Error>> {
