@@ -100,7 +100,7 @@ impl Taken {
         taken
     }
 
-    fn add(&mut self, job: Job) {
+    pub(super) fn add(&mut self, job: Job) {
         match job {
             Job::Write(write, reply) => self.writes.push((*write, reply)),
             Job::Read(read, reply) => self.reads.push((read, reply)),

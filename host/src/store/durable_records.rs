@@ -211,6 +211,27 @@ pub enum Write {
     Run(RunWrite),
 }
 
+/// Effects (or stream rows) a write may carry and still be committed on a
+/// caller's thread that found the writer idle: past that, it could hold
+/// the caller's runtime thread for milliseconds.
+const LIGHT_ROWS: usize = 64;
+
+impl Write {
+    /// Whether its commit is short enough to run on a caller's thread
+    /// (see [`super::sqlite`]'s writer). Management operations are not:
+    /// a purge deletes a whole history.
+    pub(super) fn light(&self) -> bool {
+        match self {
+            Write::Episode { effects, .. } | Write::ArrivalAndEpisode { effects, .. } => {
+                effects.len() <= LIGHT_ROWS
+            }
+            Write::Run(RunWrite::Stream { rows, .. }) => rows.len() <= LIGHT_ROWS,
+            Write::Manage { .. } => false,
+            Write::TaskDone { .. } | Write::Start(_) | Write::Raise { .. } | Write::Run(_) => true,
+        }
+    }
+}
+
 /// A read on the writer's connection, answered once the writes queued
 /// before it are committed: it sees every write acknowledged before it, and
 /// an episode's reads cost no hand-off to another connection.

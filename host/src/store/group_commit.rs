@@ -6,7 +6,8 @@
 //! write reads the instance inside the transaction and asks the core what to
 //! do, so a decision never rests on a stale read. The loop that takes the
 //! queue is the database's own: a thread with its own connection for SQLite
-//! ([`super::sqlite`]), a task with its own connection for PostgreSQL
+//! ([`super::sqlite`]; a caller that finds it idle and nothing queued
+//! commits its own light write on its own thread instead), a task with its own connection for PostgreSQL
 //! ([`super::postgres`]).
 
 use std::path::Path;
@@ -26,9 +27,26 @@ use super::writer_health::{WriterCheck, WriterHealth};
 /// what another caller queues meanwhile waits for no more than these.
 const QUEUED_AT_ONCE: usize = 64;
 
+/// The answer to a write handed over by [`Committer::send_together`].
+pub(super) type Answer = oneshot::Receiver<Result<Written, StoreError>>;
+
+/// What the writer answered, or why it could not.
+pub(super) async fn answered<T>(
+    answer: oneshot::Receiver<Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    answer
+        .await
+        .map_err(|_| StoreError::Write("the store's writer stopped".into()))?
+}
+
 #[derive(Clone)]
 pub struct Committer {
+    /// Declared before `here`: the last clone drops its sender first, so
+    /// the thread `here` wakes as it drops finds the queue closed.
     jobs: mpsc::UnboundedSender<Job>,
+    /// SQLite's writer, which a caller may find idle and commit on
+    /// (PostgreSQL's is a task reading the queue: it needs no waking).
+    here: Option<Arc<sqlite::WriterHandle>>,
     stats: Arc<Stats>,
     sink: Arc<OnceLock<InboxSink>>,
     health: Arc<WriterHealth>,
@@ -38,8 +56,9 @@ impl Committer {
     /// The SQLite writer: a thread with its own connection to the database
     /// file at `path` (its schema already migrated).
     pub fn sqlite(path: &Path) -> Result<Self, StoreError> {
-        let (committer, queue) = Self::new();
-        sqlite::start(path, queue, committer.shared())?;
+        let (mut committer, queue) = Self::new();
+        let writer = sqlite::start(path, queue, committer.shared())?;
+        committer.here = Some(Arc::new(writer));
         Ok(committer)
     }
 
@@ -57,6 +76,7 @@ impl Committer {
         let (jobs, queue) = mpsc::unbounded_channel();
         let committer = Self {
             jobs,
+            here: None,
             stats: Arc::new(Stats::default()),
             sink: Arc::new(OnceLock::new()),
             health: Arc::new(WriterHealth::default()),
@@ -96,12 +116,37 @@ impl Committer {
         job: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Job,
     ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(job(reply))
-            .map_err(|_| StoreError::Write("the store is closed".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Write("the store's writer stopped".into()))?
+        let queued = match &self.here {
+            Some(writer) => writer.try_here(vec![job(reply)]).err(),
+            None => Some(vec![job(reply)]),
+        };
+        for job in queued.into_iter().flatten() {
+            self.send(job)?;
+        }
+        answered(answer).await
+    }
+
+    /// Hands `writes` to the writer at once, in order: committed here and
+    /// now, in one transaction, if the writer is idle; else queued one after
+    /// the other (its thread mostly takes them into one). All are handed
+    /// over when this returns: what the caller sends next comes after them.
+    pub(super) fn send_together(&self, writes: Vec<Write>) -> Vec<Answer> {
+        let (jobs, answers): (Vec<_>, Vec<_>) = writes
+            .into_iter()
+            .map(|write| {
+                let (reply, answer) = oneshot::channel();
+                (Job::Write(Box::new(write), reply), answer)
+            })
+            .unzip();
+        let queued = match &self.here {
+            Some(writer) => writer.try_here(jobs).err(),
+            None => Some(jobs),
+        };
+        for job in queued.into_iter().flatten() {
+            // A closed store drops the job's reply: its answer says so.
+            let _ = self.send(job);
+        }
+        answers
     }
 
     /// Queues the writes [`QUEUED_AT_ONCE`] at a time (those queued together
@@ -123,7 +168,7 @@ impl Committer {
                 .take(QUEUED_AT_ONCE)
                 .map(|write| {
                     let (reply, answer) = oneshot::channel();
-                    let sent = self.jobs.send(Job::Write(Box::new(write), reply)).is_ok();
+                    let sent = self.send(Job::Write(Box::new(write), reply)).is_ok();
                     (sent, answer)
                 })
                 .collect();
@@ -142,9 +187,20 @@ impl Committer {
     /// writes (from any clone) fail with "the store is closed".
     pub async fn close(&self) {
         let (reply, answer) = oneshot::channel();
-        if self.jobs.send(Job::Close(reply)).is_ok() {
+        if self.send(Job::Close(reply)).is_ok() {
             let _ = answer.await;
         }
+    }
+
+    /// Queues a job for the writer, waking it.
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs
+            .send(job)
+            .map_err(|_| StoreError::Write("the store is closed".into()))?;
+        if let Some(writer) = &self.here {
+            writer.wake();
+        }
+        Ok(())
     }
 
     /// (writes committed, transactions used).

@@ -109,11 +109,19 @@ impl Checkpoints {
         })
     }
 
-    /// A batch was committed (on `writer`): a checkpoint follows shortly,
-    /// and the WAL is restarted now if the last one left it long.
-    pub(super) fn wrote(&self, writer: &Connection) {
+    /// A batch was committed: a checkpoint follows shortly.
+    pub(super) fn wrote(&self) {
         // Full: one is already due, and covers this batch too.
         let _ = self.wrote.try_send(());
+    }
+
+    /// Whether the last checkpoint left the WAL long, to be restarted.
+    pub(super) fn restart_due(&self) -> bool {
+        self.restart.load(Ordering::Relaxed)
+    }
+
+    /// Restarts the WAL (on the `writer`) if the last checkpoint asked.
+    pub(super) fn restart_if_due(&self, writer: &Connection) {
         if !self.restart.swap(false, Ordering::Relaxed) {
             return;
         }
