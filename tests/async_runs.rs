@@ -134,6 +134,12 @@ async fn a_sync_run_past_its_wait_budget_answers_202_then_completes() {
             body["correlation_id"].as_str().unwrap()
         )
     );
+    // Stored before its id was handed out, though its start was held back
+    // while nobody knew of it (tests/held_runs.rs).
+    let early = client().get(host.url(&location)).send().await.unwrap();
+    assert_eq!(early.status(), 200);
+    let early: Value = early.json().await.unwrap();
+    assert_ne!(early["status"], "completed", "{early}");
     let run = wait_run_finished(&host.url(&location)).await;
     assert_eq!(run["status"], "completed");
     assert_eq!(run["response"], echo_of("slow one"));

@@ -33,6 +33,7 @@ mod durable_task_waiting;
 mod embedding;
 mod endpoint_keys;
 mod foreign_callers;
+mod held_runs;
 mod hostile_guest;
 mod hostile_input;
 mod hot_reload;

@@ -454,6 +454,7 @@ const STORE_LAYERS: &[&[&str]] = &[
         "approvals",
         "claims",
         "episodes",
+        "held_runs",
         "hosts",
         "instances",
         "remote_tasks",

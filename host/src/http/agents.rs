@@ -72,6 +72,7 @@ pub async fn run(
         &query,
         &request.names,
     )?;
+    let minted = contract.session_id.is_none();
     let thread_id = contract
         .session_id
         .unwrap_or_else(|| sorted_id().simple().to_string());
@@ -118,7 +119,7 @@ pub async fn run(
         let json = wants_json(&headers);
         match state
             .runs
-            .ask(agent, new_run, state.config.wait_budget, json)
+            .ask(agent, new_run, state.config.wait_budget, json, minted)
             .await?
         {
             Answer::Completed { record, messages } => completed(&record, messages),

@@ -191,7 +191,7 @@ impl Tools {
         let answer = self
             .state
             .runs
-            .ask(served, run, self.state.config.wait_budget, false)
+            .ask(served, run, self.state.config.wait_budget, false, false)
             .await
             .map_err(|e| match e {
                 // Decided by the store as it stored the run.

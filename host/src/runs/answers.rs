@@ -130,27 +130,35 @@ impl Runs {
 
     /// [`Self::accept`], then waits up to `budget` for the run's end.
     /// `count_messages`: whether a completed answer carries the session's
-    /// message count (one more read).
+    /// message count (one more read). `minted`: the run's session id was
+    /// minted for it, and nobody is told it before the answer (its start is
+    /// then held back, see [`Self::hold`]).
     pub async fn ask(
         self: &Arc<Self>,
         agent: Served,
         run: NewRun,
         budget: Duration,
         count_messages: bool,
+        minted: bool,
     ) -> Result<Answer, RunsError> {
         debug_assert_eq!(agent.name, run.session.agent);
         // Listening before it is stored, nothing can be missed: no read.
         let mut finished = self.finished.watch(&run.correlation_id);
         let asked = Asked::new(self, &run.correlation_id);
-        let record = self.enqueue(run, agent.options).await?;
+        let record = match minted {
+            true => self.hold(run, agent.options).await?,
+            false => self.enqueue(run, agent.options).await?,
+        };
         let done = self
             .wait_on(&mut finished, &record.correlation_id, budget, false)
             .await?;
         drop(asked);
         Ok(match done {
             None => {
-                // Its id is handed out now: its stream may be followed
-                // from anywhere.
+                // Its id is handed out now: the run is stored first (if
+                // its start was held), and its stream may be followed from
+                // anywhere.
+                self.store.release_run(&record.correlation_id).await?;
                 self.streams.release(&record.correlation_id);
                 Answer::StillRunning(record)
             }

@@ -160,6 +160,29 @@ impl Runs {
         self.enqueue(run, described).await
     }
 
+    /// Schedules the run of a session minted for it, whose caller waits
+    /// here for the whole answer and is told nothing before: its start is
+    /// held back and committed with its first write
+    /// ([`crate::store::Store::hold_run`]), one commit where there were two.
+    /// Enqueued as any other where this process does not execute it alone.
+    async fn hold(
+        self: &Arc<Self>,
+        run: NewRun,
+        described: AgentOptions,
+    ) -> Result<RunRecord, StoreError> {
+        let alone = self.works && self.histories.is_some() && !self.stopping.is_cancelled();
+        let Some(record) = alone.then(|| self.store.hold_run(&run)).flatten() else {
+            return self.enqueue(run, described).await;
+        };
+        let first = Handed {
+            run: record.clone(),
+            fence: None,
+            new_session: true,
+        };
+        self.wake_with(run.session, Some(first), None);
+        Ok(record)
+    }
+
     /// Stores the run of an agent described by `described`, then schedules it.
     async fn enqueue(
         self: &Arc<Self>,

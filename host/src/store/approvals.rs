@@ -63,6 +63,8 @@ impl Store {
         deadline: i64,
         held: Option<&SessionFence>,
     ) -> Result<(), StoreError> {
+        // Written beside the writer: a start it holds goes first.
+        self.release_run(correlation_id).await?;
         let now = now_ms();
         let mut tx = self.pool().begin().await?;
         if let Some(held) = held {

@@ -51,6 +51,7 @@ mod approvals;
 mod claims;
 mod due;
 mod episodes;
+mod held_runs;
 mod hosts;
 mod instances;
 mod remote_tasks;

@@ -16,6 +16,7 @@ use sqlx::AnyPool;
 
 use super::clock::now_ms;
 use super::commit_queue::InboxSink;
+use super::durable_records::Write;
 use super::error::StoreError;
 use super::group_commit::Committer;
 use super::hub::TaskHub;
@@ -41,7 +42,17 @@ pub struct Store {
     /// store call ran past its deadline: connections may have gone silent)
     /// and are pinged under a deadline before reuse.
     doubt_until: Arc<AtomicI64>,
+    /// The starts of runs held back until the run's first write (SQLite:
+    /// see [`Store::hold_run`]), by correlation id.
+    held: HeldStarts,
 }
+
+/// Starts held back, by the run's correlation id. Each behind a lock of
+/// its own, held until its commit is answered: whoever writes of the run
+/// next waits for it, and nobody else does.
+pub(super) type HeldStarts = Arc<
+    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<Option<Write>>>>>,
+>;
 
 /// How long connections stay in doubt after a store call ran past its
 /// deadline.
@@ -86,6 +97,10 @@ impl Store {
     /// what they do reaches this process by notifications, which can be lost.
     pub fn is_shared(&self) -> bool {
         self.shared.is_some()
+    }
+
+    pub(super) fn held(&self) -> &HeldStarts {
+        &self.held
     }
 
     pub(super) fn pool(&self) -> &AnyPool {
@@ -167,6 +182,7 @@ async fn open_sqlite(url: &str, hub: &TaskHub) -> Result<Store, StoreError> {
         shared: None,
         _lock: Some(Arc::new(lock)),
         doubt_until: Arc::new(AtomicI64::new(0)),
+        held: HeldStarts::default(),
     })
 }
 
@@ -195,5 +211,6 @@ async fn open_postgres(
         shared: Some(shared),
         _lock: None,
         doubt_until,
+        held: HeldStarts::default(),
     })
 }

@@ -1,7 +1,7 @@
 //! What each write of the agent run path means. A run costs two commits,
 //! each shared with whatever else the writer takes at the moment: its start
 //! (the session touched, the run stored) and its end (its messages and its
-//! outcome). Messages are stored in session order: a run's user message is
+//! outcome); one where its start is held back ([`super::held_runs`]). Messages are stored in session order: a run's user message is
 //! stored when the run executes (runs of a session execute one at a time),
 //! never at enqueue, where another run of the session may still be adding
 //! its own. Tool rounds store their messages as they happen, so a crash

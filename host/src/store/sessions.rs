@@ -37,24 +37,8 @@ impl Store {
     ) -> Result<Enqueued, StoreError> {
         let now = now_ms();
         let expire_before = ttl.map(|ttl| now - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-        let sanitized;
-        let run = match run.message.contains('\0') {
-            true => {
-                sanitized = NewRun {
-                    message: storable(&run.message),
-                    ..run.clone()
-                };
-                &sanitized
-            }
-            false => run,
-        };
-        let written = self
-            .committer()
-            .commit(Write::Run(RunWrite::Start {
-                run: run.clone(),
-                expire_before,
-            }))
-            .await?;
+        let (start, record) = Self::start_of(run, expire_before, now);
+        let written = self.committer().commit(start).await?;
         if let Written::Run(RunWritten::SessionOfAnother) = written {
             return Err(StoreError::SessionOfAnother {
                 agent: run.session.agent.clone(),
@@ -70,23 +54,6 @@ impl Store {
         }) = written
         else {
             return Err(unexpected(written));
-        };
-        let record = RunRecord {
-            correlation_id: run.correlation_id.clone(),
-            agent: run.session.agent.clone(),
-            thread_id: run.session.session_id.clone(),
-            message: run.message.clone(),
-            status: RunStatus::Pending,
-            response_format: run.response_format.clone(),
-            response: None,
-            error: None,
-            error_code: None,
-            usage: None,
-            created_at: now,
-            updated_at: now,
-            traceparent: run.traceparent.clone(),
-            cancel_requested: false,
-            caller: run.caller.clone(),
         };
         // Read in the enqueue's transaction, which began after `now`.
         let fence = epoch.zip(self.owner_id()).map(|(epoch, me)| SessionFence {
@@ -115,14 +82,16 @@ impl Store {
     ) -> Result<(), StoreError> {
         let bodies = messages.iter().map(to_json).collect::<Result<_, _>>()?;
         let written = self
-            .committer()
-            .commit(Write::Run(RunWrite::Messages {
-                agent: session.agent.clone(),
-                session_id: session.session_id.clone(),
-                correlation_id: correlation_id.to_string(),
-                bodies,
-                fence: fence.cloned(),
-            }))
+            .commit_run(
+                correlation_id,
+                Write::Run(RunWrite::Messages {
+                    agent: session.agent.clone(),
+                    session_id: session.session_id.clone(),
+                    correlation_id: correlation_id.to_string(),
+                    bodies,
+                    fence: fence.cloned(),
+                }),
+            )
             .await?;
         match written {
             Written::Run(RunWritten::Stored) => Ok(()),
@@ -162,15 +131,17 @@ impl Store {
             },
         };
         let written = self
-            .committer()
-            .commit(Write::Run(RunWrite::End {
-                agent: session.agent.clone(),
-                session_id: session.session_id.clone(),
-                correlation_id: correlation_id.to_string(),
-                fence: fence.cloned(),
-                bodies,
-                end,
-            }))
+            .commit_run(
+                correlation_id,
+                Write::Run(RunWrite::End {
+                    agent: session.agent.clone(),
+                    session_id: session.session_id.clone(),
+                    correlation_id: correlation_id.to_string(),
+                    fence: fence.cloned(),
+                    bodies,
+                    end,
+                }),
+            )
             .await?;
         match written {
             Written::Run(RunWritten::Ended { changed, .. }) => Ok(changed),

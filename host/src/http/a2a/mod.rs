@@ -466,7 +466,7 @@ impl A2a<'_> {
                     .served(self.agent)
                     .map_err(|e| self.refused("", e))?;
                 let id = run.correlation_id.clone();
-                let answer = match self.state.runs.ask(served, run, budget, false).await {
+                let answer = match self.state.runs.ask(served, run, budget, false, false).await {
                     Ok(answer) => answer,
                     // Sent twice at once: the other send stored the run.
                     Err(e) => match self.state.runs.record(self.agent, &id).await {

@@ -1,0 +1,151 @@
+//! A synchronous run on a session minted for it: nobody is told of it before
+//! its answer, so on a store one process serves (SQLite) its start is held
+//! back and committed with its end, one commit where there were two. On a
+//! shared hub (PostgreSQL) the start decides which host runs the session and
+//! is never held.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{
+    client, fake_model::echo_of, get_json, host::test_store, metric, FakeModel, HostBuilder, Reply,
+};
+
+/// Transactions the store's writer has committed.
+const COMMITS: &str = "agenthost_journal_commit_batch_size_count";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_on_a_session_minted_for_it_costs_one_commit_where_held() {
+    const RUNS: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = HostBuilder::new(dir.path()).openai(&model, "sk").start();
+    let run = |body: Value| {
+        client()
+            .post(host.url("/api/agents/writer/run"))
+            .json(&body)
+            .send()
+    };
+    // The histogram is there once something was committed.
+    assert_eq!(
+        run(json!({"message": "first"})).await.unwrap().status(),
+        200
+    );
+    let before = metric(&host, COMMITS).await;
+    for i in 0..RUNS {
+        let response = run(json!({"message": format!("minted {i}")}))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let session = response.headers()["x-ms-thread-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            response.text().await.unwrap(),
+            echo_of(&format!("minted {i}"))
+        );
+        // Stored whole: the conversation reads back, the run is listed.
+        let conversation: Value =
+            get_json(&host.url(&format!("/api/agents/writer/sessions/{session}"))).await;
+        assert_eq!(
+            conversation["messages"].as_array().map(Vec::len),
+            Some(2),
+            "{conversation}"
+        );
+    }
+    let minted = metric(&host, COMMITS).await - before;
+    let before = metric(&host, COMMITS).await;
+    for i in 0..RUNS {
+        let body = json!({"message": format!("named {i}"), "sessionId": format!("named-{i}")});
+        assert_eq!(run(body).await.unwrap().status(), 200);
+    }
+    let named = metric(&host, COMMITS).await - before;
+    let listed: Value = get_json(&host.url("/api/agents/writer/runs?limit=100")).await;
+    assert_eq!(
+        listed["runs"].as_array().map(Vec::len),
+        Some(2 * RUNS + 1),
+        "{listed}"
+    );
+    // A run whose session the caller named is stored before it executes:
+    // two commits each, one at a time.
+    assert!(
+        named >= (2 * RUNS) as f64,
+        "{RUNS} named runs: {named} commits"
+    );
+    if test_store().is_none() {
+        assert!(
+            minted <= (RUNS + 2) as f64,
+            "{RUNS} runs on minted sessions: {minted} commits"
+        );
+    } else {
+        assert!(
+            minted >= (2 * RUNS) as f64,
+            "{RUNS} runs on a shared hub: {minted} commits"
+        );
+    }
+}
+
+/// What a held run leaves when its host dies: nothing. Its caller saw the
+/// connection drop and was told no id; nothing it was told is lost, and no
+/// answer nobody can ask for is computed at the next start. On a shared hub
+/// the run was stored at once, and resumes.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_a_held_run_leaves_nothing_to_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    model.push(Reply::Delay(Duration::from_secs(60), Box::new(Reply::Echo)));
+    let builder = HostBuilder::new(dir.path()).openai(&model, "sk");
+    let mut host = builder.start();
+    let url = host.url("/api/agents/writer/run");
+    let caller = tokio::spawn(async move { client().post(url).body("Not yet told").send().await });
+    model.wait_for_requests(1, Duration::from_secs(10)).await;
+    host.kill();
+    let dropped = tokio::time::timeout(Duration::from_secs(10), caller)
+        .await
+        .expect("the caller's request did not end when its host died")
+        .unwrap();
+    assert!(dropped.is_err(), "the caller was answered: {dropped:?}");
+
+    let host = builder.start();
+    let runs_url = host.url("/api/agents/writer/runs");
+    if test_store().is_none() {
+        // The restart's pass over unfinished runs is done once the host
+        // answers a run of its own: a resumed one would have gone first.
+        let after = client()
+            .post(host.url("/api/agents/writer/run"))
+            .body("After")
+            .send();
+        assert_eq!(after.await.unwrap().status(), 200);
+        let listed: Value = get_json(&runs_url).await;
+        let runs = listed["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 1, "{listed}");
+        assert_eq!(runs[0]["response"], echo_of("After"));
+        let asked: Vec<_> = model.requests().iter().map(|r| r.transcript()).collect();
+        assert!(
+            asked
+                .iter()
+                .filter(|t| t.iter().any(|m| m.contains("Not yet told")))
+                .count()
+                == 1,
+            "the held run was executed again: {asked:?}"
+        );
+    } else {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let listed: Value = get_json(&runs_url).await;
+            let done = listed["runs"]
+                .as_array()
+                .is_some_and(|runs| runs.iter().any(|r| r["status"] == "completed"));
+            if done {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not resumed: {listed}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
