@@ -18,7 +18,7 @@ use super::{sweeps, StartError};
 use crate::agents::{AgentRunner, AgentsSettings, ModelWindow};
 use crate::durable::{Orchestrator, OrchestratorConfig};
 use crate::http::hubs::{HubDirectory, HubRefused, Opening};
-use crate::http::{ApiKeys, AppState, HttpConfig};
+use crate::http::{ApiKeys, AppParts, AppState, HttpConfig};
 use crate::model::ModelClient;
 use crate::registry::Registry;
 use crate::runs::Runs;
@@ -172,7 +172,7 @@ impl HubStack {
                 background.clone(),
             ));
         }
-        let state = AppState {
+        let state = AppState::new(AppParts {
             registry,
             runs: runs.clone(),
             orchestrator: orchestrator.clone(),
@@ -197,7 +197,7 @@ impl HubStack {
                 hub: hub.to_string(),
                 hub_in_urls: (!primary).then(|| hub.to_string()),
             }),
-        };
+        });
         Ok(Self {
             state,
             runs,

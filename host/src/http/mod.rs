@@ -76,14 +76,35 @@ pub struct HttpConfig {
     pub allowed: Allowed,
 }
 
+/// What the handlers read, behind one `Arc`. axum clones the state for each
+/// handler and each layer that takes it: as six fields, one of them a whole
+/// `Store` (in `Health`), those clones and their drops were 3% of a
+/// one-connection agent run's CPU (`perf record`, 2026-12-07), their
+/// reference counts shared by both runtime threads.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+pub struct AppParts {
     pub registry: Arc<Registry>,
     pub runs: Arc<Runs>,
     pub orchestrator: Arc<Orchestrator>,
     pub health: Health,
     pub streams: Arc<ResponseStreams>,
     pub config: Arc<HttpConfig>,
+}
+
+impl AppState {
+    pub fn new(parts: AppParts) -> Self {
+        Self(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
 }
 
 pub fn router(state: AppState) -> Router {

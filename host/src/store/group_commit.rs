@@ -7,8 +7,8 @@
 //! do, so a decision never rests on a stale read. The loop that takes the
 //! queue is the database's own: a thread with its own connection for SQLite
 //! ([`super::sqlite`]; a caller that finds it idle and nothing queued
-//! commits its own light write on its own thread instead), a task with its own connection for PostgreSQL
-//! ([`super::postgres`]).
+//! commits its own light write on its own thread instead), a task with its
+//! own connection for PostgreSQL ([`super::postgres`]).
 
 use std::path::Path;
 use std::sync::atomic::Ordering;

@@ -48,8 +48,8 @@ impl Sidecar {
     pub(super) fn new(state: AppState) -> Self {
         Self {
             workers: state.orchestrator.sdk_workers().clone(),
-            orchestrator: state.orchestrator,
-            registry: state.registry,
+            orchestrator: state.orchestrator.clone(),
+            registry: state.registry.clone(),
         }
     }
 
