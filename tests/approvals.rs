@@ -30,9 +30,18 @@ fn script(model: &FakeModel) {
 
 /// A synchronous run that comes back 202, waiting for a decision.
 async fn awaiting(host: &Host) -> (String, Value) {
+    awaiting_with(
+        host,
+        json!({"message": "Refund order A1, 20 euros.", "sessionId": "c1"}),
+    )
+    .await
+}
+
+/// [`awaiting`], the run asked for with `body`.
+async fn awaiting_with(host: &Host, body: Value) -> (String, Value) {
     let response = client()
         .post(host.url("/api/agents/clerk/run"))
-        .json(&json!({"message": "Refund order A1, 20 euros.", "sessionId": "c1"}))
+        .json(&body)
         .send()
         .await
         .unwrap();
@@ -116,6 +125,37 @@ async fn an_approved_call_runs_in_the_component_and_the_answer_uses_its_result()
 /// posted while the host's start-up pass looks for unfinished runs is woken
 /// twice, and the second execution finds it waiting once more: that one
 /// look is allowed, not a look every second.)
+/// On a session the host minted, the run's start is held back until its
+/// first write (tests/held_runs.rs): here the tool round's messages, stored
+/// before the human is asked. The waiting run is then stored, listed and
+/// decided as any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_on_a_minted_session_is_stored_before_it_asks_a_human() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let host = clerk(dir.path(), &model).start();
+    script(&model);
+    let (id, _) = awaiting_with(&host, json!({"message": "Refund order A1, 20 euros."})).await;
+    let listed: Value = client()
+        .get(host.url("/api/agents/clerk/runs?status=awaiting_approval"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["runs"][0]["correlationId"], id.as_str(), "{listed}");
+    let approved = decide(
+        &host,
+        &id,
+        json!({"call_id": "call_refund", "approved": true}),
+    )
+    .await;
+    assert_eq!(approved.status(), 202);
+    let run = finished(&host, &id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_run_is_run_again_only_by_its_decision() {
     let dir = tempfile::tempdir().unwrap();
