@@ -1,15 +1,14 @@
 //! A synchronous run on a session minted for it: nobody is told of it before
-//! its answer, so on a store one process serves (SQLite) its start is held
-//! back and committed with its end, one commit where there were two. On a
-//! shared hub (PostgreSQL) the start decides which host runs the session and
-//! is never held.
+//! its answer, so its start is held back and committed with its end, one
+//! commit where there were two, on SQLite and on a shared hub (PostgreSQL),
+//! where no other host can know the session either.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::support::{
-    client, fake_model::echo_of, get_json, host::test_store, metric, FakeModel, HostBuilder, Reply,
+    client, fake_model::echo_of, get_json, metric, FakeModel, HostBuilder, Reply,
 };
 
 /// Transactions the store's writer has committed.
@@ -74,23 +73,19 @@ async fn a_run_on_a_session_minted_for_it_costs_one_commit_where_held() {
         named >= (2 * RUNS) as f64,
         "{RUNS} named runs: {named} commits"
     );
-    if test_store().is_none() {
-        assert!(
-            minted <= (RUNS + 2) as f64,
-            "{RUNS} runs on minted sessions: {minted} commits"
-        );
-    } else {
-        assert!(
-            minted >= (2 * RUNS) as f64,
-            "{RUNS} runs on a shared hub: {minted} commits"
-        );
-    }
+    // The host's own passes (sweeps at its start, on a busy machine still
+    // going) commit now and then: at most half as many again. Two commits
+    // a run would be at least twice as many.
+    assert!(
+        minted <= (RUNS + RUNS / 2) as f64,
+        "{RUNS} runs on minted sessions: {minted} commits"
+    );
 }
 
 /// What a held run leaves when its host dies: nothing. Its caller saw the
 /// connection drop and was told no id; nothing it was told is lost, and no
-/// answer nobody can ask for is computed at the next start. On a shared hub
-/// the run was stored at once, and resumes.
+/// answer nobody can ask for is computed at the next start, by this host
+/// or (on a shared hub) any other.
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_during_a_held_run_leaves_nothing_to_resume() {
     let dir = tempfile::tempdir().unwrap();
@@ -110,42 +105,24 @@ async fn kill_9_during_a_held_run_leaves_nothing_to_resume() {
 
     let host = builder.start();
     let runs_url = host.url("/api/agents/writer/runs");
-    if test_store().is_none() {
-        // The restart's pass over unfinished runs is done once the host
-        // answers a run of its own: a resumed one would have gone first.
-        let after = client()
-            .post(host.url("/api/agents/writer/run"))
-            .body("After")
-            .send();
-        assert_eq!(after.await.unwrap().status(), 200);
-        let listed: Value = get_json(&runs_url).await;
-        let runs = listed["runs"].as_array().unwrap();
-        assert_eq!(runs.len(), 1, "{listed}");
-        assert_eq!(runs[0]["response"], echo_of("After"));
-        let asked: Vec<_> = model.requests().iter().map(|r| r.transcript()).collect();
-        assert!(
-            asked
-                .iter()
-                .filter(|t| t.iter().any(|m| m.contains("Not yet told")))
-                .count()
-                == 1,
-            "the held run was executed again: {asked:?}"
-        );
-    } else {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let listed: Value = get_json(&runs_url).await;
-            let done = listed["runs"]
-                .as_array()
-                .is_some_and(|runs| runs.iter().any(|r| r["status"] == "completed"));
-            if done {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "not resumed: {listed}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    // The restart's pass over unfinished runs is done once the host
+    // answers a run of its own: a resumed one would have gone first.
+    let after = client()
+        .post(host.url("/api/agents/writer/run"))
+        .body("After")
+        .send();
+    assert_eq!(after.await.unwrap().status(), 200);
+    let listed: Value = get_json(&runs_url).await;
+    let runs = listed["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{listed}");
+    assert_eq!(runs[0]["response"], echo_of("After"));
+    let asked: Vec<_> = model.requests().iter().map(|r| r.transcript()).collect();
+    assert!(
+        asked
+            .iter()
+            .filter(|t| t.iter().any(|m| m.contains("Not yet told")))
+            .count()
+            == 1,
+        "the held run was executed again: {asked:?}"
+    );
 }

@@ -13,6 +13,10 @@
 //! alone, makes the rule safe when a session comes back to the same host
 //! (A → B → A): A's writes from before the round trip still fail.
 
+/// The epoch of a session inserted with its owner: a claim at its insert
+/// leaves it there, and a run held until its end inserts it so.
+pub const BORN_AT: i64 = 1;
+
 /// What a run's writer believed when it began executing the run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionFence {

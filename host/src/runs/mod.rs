@@ -164,19 +164,20 @@ impl Runs {
     /// here for the whole answer and is told nothing before: its start is
     /// held back and committed with its first write
     /// ([`crate::store::Store::hold_run`]), one commit where there were two.
-    /// Enqueued as any other where this process does not execute it alone.
+    /// Enqueued as any other where this process executes nothing (a front)
+    /// or is stopping.
     async fn hold(
         self: &Arc<Self>,
         run: NewRun,
         described: AgentOptions,
     ) -> Result<RunRecord, StoreError> {
-        let alone = self.works && self.histories.is_some() && !self.stopping.is_cancelled();
-        let Some(record) = alone.then(|| self.store.hold_run(&run)).flatten() else {
+        let here = self.works && !self.stopping.is_cancelled();
+        let Some((record, fence)) = here.then(|| self.store.hold_run(&run)).flatten() else {
             return self.enqueue(run, described).await;
         };
         let first = Handed {
             run: record.clone(),
-            fence: None,
+            fence,
             new_session: true,
         };
         self.wake_with(run.session, Some(first), None);

@@ -27,6 +27,10 @@ pub(super) type ReadReply = oneshot::Sender<Result<ReadOut, StoreError>>;
 pub(super) enum Job {
     /// Boxed: a write is several times larger than the other jobs.
     Write(Box<Write>, Reply),
+    /// Writes taken into one batch: a held run's start and the write it is
+    /// committed with, never split between two transactions by a writer
+    /// that took the queue between them.
+    Writes(Vec<(Write, Reply)>),
     Read(Read, ReadReply),
     /// Commit what came before, close the connection, then answer.
     Close(oneshot::Sender<()>),
@@ -103,6 +107,7 @@ impl Taken {
     pub(super) fn add(&mut self, job: Job) {
         match job {
             Job::Write(write, reply) => self.writes.push((*write, reply)),
+            Job::Writes(writes) => self.writes.extend(writes),
             Job::Read(read, reply) => self.reads.push((read, reply)),
             Job::Close(reply) => self.close = Some(reply),
         }

@@ -127,17 +127,18 @@ impl Committer {
     }
 
     /// Hands `writes` to the writer at once, in order: committed here and
-    /// now, in one transaction, if the writer is idle; else queued one after
-    /// the other (its thread mostly takes them into one). All are handed
-    /// over when this returns: what the caller sends next comes after them.
+    /// now, in one transaction, if the writer is idle; else queued as one
+    /// job, which a writer takes into one batch whole. All are handed over
+    /// when this returns: what the caller sends next comes after them.
     pub(super) fn send_together(&self, writes: Vec<Write>) -> Vec<Answer> {
-        let (jobs, answers): (Vec<_>, Vec<_>) = writes
+        let (writes, answers): (Vec<_>, Vec<_>) = writes
             .into_iter()
             .map(|write| {
                 let (reply, answer) = oneshot::channel();
-                (Job::Write(Box::new(write), reply), answer)
+                ((write, reply), answer)
             })
             .unzip();
+        let jobs = vec![Job::Writes(writes)];
         let queued = match &self.here {
             Some(writer) => writer.try_here(jobs).err(),
             None => Some(jobs),

@@ -6,12 +6,16 @@
 //! the session, not the run. Until then nobody can follow, cancel or
 //! continue the run, and if the host dies the caller's connection drops with
 //! nothing acknowledged. Storing the run's start first bought nothing a
-//! caller could see, and cost a commit per run: on a single-process store
-//! (SQLite) the start is kept in memory and committed with the run's first
-//! write, its end or a tool round, in one transaction. A caller whose wait
-//! runs out is handed the run's id, so the start is committed first
-//! ([`Store::release_run`]). On a shared hub the start decides which host
-//! runs the session: it is never held there.
+//! caller could see, and cost a commit per run: the start is kept in memory
+//! and committed with the run's first write, its end or a tool round, in one
+//! transaction. A caller whose wait runs out is handed the run's id, so the
+//! start is committed first ([`Store::release_run`]).
+//!
+//! On a shared hub the same holds: no other host can know a session minted
+//! here, so none can be waiting to claim it, and the session is born this
+//! host's at [`BORN_AT`], as a claim at its insert would leave it (the fence
+//! [`Store::hold_run`] hands out). Until its start commits, the session is
+//! this host's by being held ([`Store::holds_held`]), not by a row.
 
 use std::sync::Arc;
 
@@ -19,9 +23,10 @@ use super::clock::now_ms;
 use super::durable_records::{Write, Written};
 use super::error::StoreError;
 use super::group_commit::answered;
-use super::open::Store;
-use super::records::{NewRun, RunRecord, RunStatus};
+use super::open::{HeldStart, Store};
+use super::records::{NewRun, RunRecord, RunStatus, SessionKey};
 use super::run_writes::RunWrite;
+use crate::core::fence::{SessionFence, BORN_AT};
 
 impl Store {
     /// The start of `run` as [`Store::enqueue_run`] writes it (its message
@@ -58,21 +63,40 @@ impl Store {
 
     /// Holds back the start of `run`, of a session nobody else knows yet
     /// (its id minted for this run): it is committed with the run's first
-    /// write. The record as stored (pending), or `None` on a shared hub,
-    /// where the run is to be enqueued.
-    pub fn hold_run(&self, run: &NewRun) -> Option<RunRecord> {
-        if self.is_shared() {
-            return None;
-        }
-        let (start, record) = Self::start_of(run, None, now_ms());
+    /// write. The record as stored (pending) and, on a shared hub, the
+    /// fence this host holds the session by; `None` where this host runs
+    /// nothing (a front), and the run is to be enqueued.
+    pub fn hold_run(&self, run: &NewRun) -> Option<(RunRecord, Option<SessionFence>)> {
+        let now = now_ms();
+        let fence = match self.shared() {
+            None => None,
+            Some(_) => Some(SessionFence {
+                owner: self.owner_id()?.to_string(),
+                epoch: BORN_AT,
+                taken_at: now,
+            }),
+        };
+        let (start, record) = Self::start_of(run, None, now);
+        let held = Arc::new(HeldStart {
+            session: run.session.clone(),
+            start: tokio::sync::Mutex::new(Some(start)),
+        });
         self.held()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                record.correlation_id.clone(),
-                Arc::new(tokio::sync::Mutex::new(Some(start))),
-            );
-        Some(record)
+            .insert(record.correlation_id.clone(), held);
+        Some((record, fence))
+    }
+
+    /// Whether `session` is one this host holds the start of a run of: it
+    /// is this host's, with no row yet (or one being committed) that says
+    /// so. A scan: a host holds as many as it has callers waiting.
+    pub(super) fn holds_held(&self, session: &SessionKey) -> bool {
+        self.held()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|held| held.session == *session)
     }
 
     /// Commits the held start of the run, if it is held: its id is about to
@@ -112,7 +136,7 @@ impl Store {
         // Whoever began committing the start holds this until it is
         // answered: after it, the run is stored (or the start held again).
         let mut slot = match &entry {
-            Some(entry) => Some(entry.lock().await),
+            Some(entry) => Some(entry.start.lock().await),
             None => None,
         };
         let Some(start) = slot.as_mut().and_then(|slot| slot.take()) else {

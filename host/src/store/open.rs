@@ -21,6 +21,7 @@ use super::error::StoreError;
 use super::group_commit::Committer;
 use super::hub::TaskHub;
 use super::postgres::{self, Membership, SharedHub};
+use super::records::SessionKey;
 use super::sqlite::{self, StoreLock};
 use super::writer_health::WriterCheck;
 
@@ -50,9 +51,15 @@ pub struct Store {
 /// Starts held back, by the run's correlation id. Each behind a lock of
 /// its own, held until its commit is answered: whoever writes of the run
 /// next waits for it, and nobody else does.
-pub(super) type HeldStarts = Arc<
-    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<Option<Write>>>>>,
->;
+pub(super) type HeldStarts =
+    Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<HeldStart>>>>;
+
+/// A run's start held back ([`Store::hold_run`]), and the session it names.
+pub(super) struct HeldStart {
+    pub(super) session: SessionKey,
+    /// Taken by whoever commits it, and held until that commit is answered.
+    pub(super) start: tokio::sync::Mutex<Option<Write>>,
+}
 
 /// How long connections stay in doubt after a store call ran past its
 /// deadline.

@@ -102,6 +102,19 @@ async fn batch(store: &Store, writes: Vec<Write>) -> Result<Vec<RunWritten>, Sto
     Ok(answers)
 }
 
+/// `writes` as one job, taken into one batch whole (as a held run's start
+/// and the write it goes with are).
+async fn together(store: &Store, writes: Vec<Write>) -> Result<Vec<RunWritten>, StoreError> {
+    let mut answers = Vec::new();
+    for answer in store.committer().send_together(writes) {
+        match crate::store::group_commit::answered(answer).await? {
+            Written::Run(answer) => answers.push(answer),
+            other => return Err(StoreError::Write(format!("not a run's answer: {other:?}"))),
+        }
+    }
+    Ok(answers)
+}
+
 /// What a start answered, as its caller uses it: (runs here, next in line,
 /// the session has no history).
 fn started(answer: &RunWritten) -> Option<(bool, bool, bool)> {
@@ -404,6 +417,96 @@ async fn another_callers_start_on_a_claimed_session_is_refused_alone() -> Result
         let after = batch(&store, vec![start_by("a5", "s4", a, None)]).await?;
         assert!(refused(&after[0]), "{after:?} on {kind:?}");
         store.close().await;
+    }
+    Ok(())
+}
+
+/// A held run's start and its end in one batch ([`crate::store::held_runs`]):
+/// on PostgreSQL one run inserted ended, its session born this host's at
+/// epoch 1, in the batch's one statement; the same as two batches leave on
+/// either store. A session that was there after all refuses that form, and
+/// the pair goes as any other: the run continues the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_runs_start_and_end_in_one_batch_store_the_run_whole() -> Result<(), StoreError> {
+    let moved_on = || {
+        crate::store::postgres::batch::counts::MOVED_ON.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let mut seen = Vec::new();
+    for (store, _dir) in stores().await? {
+        let kind = store.kind();
+        let born = store.owner_id().map(|owner| SessionFence {
+            owner: owner.to_string(),
+            epoch: 1,
+            taken_at: now_ms(),
+        });
+        let (set_before, moved_before) = (counted(), moved_on());
+        let first = together(
+            &store,
+            vec![
+                start("h1", "minted", None),
+                chunks("o1", 2),
+                end("h1", "minted", born.clone()),
+                start("o1", "other", None),
+            ],
+        )
+        .await?;
+        assert_eq!(started(&first[0]), Some((true, true, true)), "{kind:?}");
+        assert!(matches!(&first[1], RunWritten::Streamed(ids) if ids.len() == 2));
+        assert!(
+            matches!(&first[2], RunWritten::Ended { changed: true, .. }),
+            "{first:?} on {kind:?}"
+        );
+        assert_eq!(started(&first[3]), Some((true, true, true)), "{kind:?}");
+        if kind == Kind::Postgres {
+            assert_eq!(counted() - set_before, 1, "not one statement");
+            assert_eq!(moved_on(), moved_before, "the whole form was refused");
+        }
+        let stored = store.run("h1").await?.map(|r| (r.status, r.response));
+        assert_eq!(
+            stored,
+            Some((
+                crate::store::RunStatus::Completed,
+                Some("answer of h1".into())
+            )),
+            "{kind:?}"
+        );
+
+        // The session is this host's at the fence the start was held by:
+        // its next run continues it, and ends under that fence.
+        let next = batch(&store, vec![start("h2", "minted", None)]).await?;
+        assert_eq!(started(&next[0]), Some((true, true, false)), "{kind:?}");
+        assert_eq!(
+            fence(&store, &next[0]).map(|f| f.epoch),
+            born.as_ref().map(|f| f.epoch)
+        );
+        let ended = batch(&store, vec![end("h2", "minted", born.clone())]).await?;
+        assert!(matches!(&ended[0], RunWritten::Ended { changed: true, .. }));
+
+        // The same pair on a session that is there: refused whole, then
+        // written as any start and end, continuing it.
+        let again = together(
+            &store,
+            vec![
+                start("h3", "minted", None),
+                end("h3", "minted", born.clone()),
+            ],
+        )
+        .await?;
+        assert_eq!(started(&again[0]), Some((true, true, false)), "{kind:?}");
+        assert!(
+            matches!(&again[1], RunWritten::Ended { changed: true, .. }),
+            "{again:?} on {kind:?}"
+        );
+        if kind == Kind::Postgres {
+            assert!(moved_on() > moved_before, "the whole form was not refused");
+        }
+        let history = contents(&store, "minted").await?;
+        assert_eq!(history.len(), 6, "{history:?} on {kind:?}");
+        seen.push((history, contents(&store, "other").await?));
+        store.close().await;
+    }
+    if let [sqlite, postgres] = seen.as_slice() {
+        assert_eq!(sqlite, postgres);
     }
     Ok(())
 }

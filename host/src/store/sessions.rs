@@ -171,6 +171,14 @@ impl Store {
             return Ok(None);
         };
         let taken_at = now_ms();
+        // Born this host's when its held start commits.
+        if self.holds_held(session) {
+            return Ok(Some(SessionFence {
+                owner: me.to_string(),
+                epoch: fence::BORN_AT,
+                taken_at,
+            }));
+        }
         let epoch: Option<i64> = sqlx::query_scalar(
             "SELECT epoch FROM sessions WHERE agent = $1 AND id = $2 AND owner = $3",
         )
@@ -200,6 +208,13 @@ impl Store {
         session: &SessionKey,
         held: &SessionFence,
     ) -> Result<bool, StoreError> {
+        // A session whose run's start is held is this host's, and has no
+        // row yet. Asked before the row is read: a start committed in
+        // between is then read with it.
+        if self.holds_held(session) {
+            let mine = self.owner_id() == Some(held.owner.as_str());
+            return Ok(mine && held.epoch == fence::BORN_AT);
+        }
         let row = sqlx::query("SELECT owner, epoch FROM sessions WHERE agent = $1 AND id = $2")
             .bind(&session.agent)
             .bind(&session.session_id)

@@ -242,7 +242,10 @@ impl Writer {
                 _ => None,
             })
             .collect();
-        let alone = set_based(&run_writes)
+        // A held run's start and end go as one insert under the fence only:
+        // refused (its session was there after all), they go as any other.
+        let wholes = care == Care::Fenced;
+        let alone = set_based(&run_writes, wholes)
             && writes
                 .iter()
                 .zip(&fenced)
@@ -257,6 +260,7 @@ impl Writer {
                 now,
                 id: &batch,
                 prune,
+                wholes,
             };
             if alone {
                 return Ok(
@@ -471,6 +475,8 @@ struct Batch<'a> {
     id: &'a str,
     /// Whether to prune old batch ids too.
     prune: bool,
+    /// Whether a held run's start and end may go as one insert.
+    wholes: bool,
 }
 
 /// A batch's writes, in one statement ([`super::statement`]): the
@@ -494,6 +500,7 @@ async fn write_all(
         now,
         id,
         prune,
+        wholes,
     } = batch;
     let me = hub.owner();
     let mut answers: Vec<Option<Written>> = (0..writes.len()).map(|_| None).collect();
@@ -508,7 +515,7 @@ async fn write_all(
     }
     let run_writes: Vec<&RunWrite> = runs.iter().map(|(_, run)| *run).collect();
     let mut run_parts = None;
-    if set_based(&run_writes) {
+    if set_based(&run_writes, wholes) {
         if !run_writes.is_empty() {
             let parts = add_runs(&mut statement, hub, &run_writes)?;
             run_parts = Some((runs.iter().map(|(at, _)| *at).collect(), parts));

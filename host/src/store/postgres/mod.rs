@@ -24,6 +24,7 @@ pub(super) mod runs;
 mod shared_hub;
 mod statement;
 mod tx;
+mod whole_runs;
 
 pub(super) use commit::start;
 pub(super) use open::open;

@@ -11,7 +11,9 @@
 //! writes of a batch (a run queued behind another of its session must see
 //! it, an ended run's messages follow its session's last one): a batch that
 //! names a session twice, or has a write with no set form (a tool round's
-//! messages, an end without a fence), goes statement by statement.
+//! messages, an end without a fence), goes statement by statement. The one
+//! exception is a held run's start and its end ([`super::whole_runs`]),
+//! written together as one run inserted ended.
 //!
 //! Two forms differ from the statement path without changing what callers
 //! see: an expired session is started over in place (its messages deleted,
@@ -19,37 +21,64 @@
 //! and the notifications of queued and ended runs are sent by the statement,
 //! which alone knows which host took a session and which runs it ended.
 
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
 use super::shared_hub::{SharedHub, DB_NOW, PAYLOAD_MAX};
 use super::statement::Statement;
+use super::whole_runs::add_wholes;
+use crate::core::fence::BORN_AT;
 use crate::store::error::StoreError;
 use crate::store::run_writes::{RunWrite, RunWritten};
 
-/// Whether every write has a set form and no session is named twice.
-pub(super) fn set_based(writes: &[&RunWrite]) -> bool {
-    let mut sessions: HashSet<(&str, &str)> = HashSet::new();
+/// Whether every write has a set form and no session is named twice, but
+/// by a run's start and then its end, fenced at the epoch a session is born
+/// at, which go as one where `wholes` allows ([`super::whole_runs`]).
+pub(super) fn set_based(writes: &[&RunWrite], wholes: bool) -> bool {
+    // Each session named, and the run whose end may still follow its start.
+    let mut sessions: HashMap<(&str, &str), Option<&str>> = HashMap::new();
     for write in writes {
-        let session = match write {
-            RunWrite::Start { run, .. } => {
-                (run.session.agent.as_str(), run.session.session_id.as_str())
-            }
+        let (session, started) = match write {
+            RunWrite::Start { run, .. } => (
+                (run.session.agent.as_str(), run.session.session_id.as_str()),
+                Some(run.correlation_id.as_str()),
+            ),
             RunWrite::End {
                 agent,
                 session_id,
                 fence: Some(_),
                 ..
-            } => (agent.as_str(), session_id.as_str()),
+            } => ((agent.as_str(), session_id.as_str()), None),
             RunWrite::Stream { .. } => continue,
             RunWrite::End { fence: None, .. } | RunWrite::Messages { .. } => return false,
         };
-        if !sessions.insert(session) {
-            return false;
+        match sessions.entry(session) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(started);
+            }
+            Entry::Occupied(mut named) => {
+                if !(wholes && ends_whole(write, *named.get())) {
+                    return false;
+                }
+                named.insert(None);
+            }
         }
     }
     true
+}
+
+/// Whether `write` is the end of the run `started`, as a held run's is.
+fn ends_whole(write: &RunWrite, started: Option<&str>) -> bool {
+    match write {
+        RunWrite::End {
+            correlation_id,
+            fence: Some(fence),
+            ..
+        } => started == Some(correlation_id.as_str()) && fence.epoch == BORN_AT,
+        _ => false,
+    }
 }
 
 /// How each write of the batch reads its answer from the statement's.
@@ -59,8 +88,18 @@ pub(super) struct RunParts {
 
 enum Shape {
     Start,
-    End { correlation_id: String },
-    Stream { count: usize },
+    End {
+        correlation_id: String,
+    },
+    Stream {
+        count: usize,
+    },
+    /// A start written with its end, as one run inserted ended: both were
+    /// written, or the statement was refused.
+    WholeStart,
+    WholeEnd {
+        correlation_id: String,
+    },
 }
 
 /// Adds the parts of `writes` (all [`set_based`]) to the batch's statement.
@@ -69,15 +108,43 @@ pub(super) fn add_runs(
     hub: &SharedHub,
     writes: &[&RunWrite],
 ) -> Result<RunParts, StoreError> {
+    // Runs whose start and end are both here (`set_based` made sure each
+    // is one start followed by its end).
+    let started: HashSet<&str> = writes
+        .iter()
+        .filter_map(|w| match w {
+            RunWrite::Start { run, .. } => Some(run.correlation_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let whole: HashSet<&str> = writes
+        .iter()
+        .filter_map(|w| match w {
+            RunWrite::End { correlation_id, .. } if started.contains(correlation_id.as_str()) => {
+                Some(correlation_id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
     let mut starts = Vec::new();
     let mut ends = Vec::new();
     let mut streams = Vec::new();
+    let mut wholes = Vec::new();
     let mut shapes = Vec::with_capacity(writes.len());
     for write in writes {
         match write {
+            RunWrite::Start { run, .. } if whole.contains(run.correlation_id.as_str()) => {
+                shapes.push(Shape::WholeStart);
+            }
             RunWrite::Start { .. } => {
                 starts.push(*write);
                 shapes.push(Shape::Start);
+            }
+            RunWrite::End { correlation_id, .. } if whole.contains(correlation_id.as_str()) => {
+                wholes.push(*write);
+                shapes.push(Shape::WholeEnd {
+                    correlation_id: correlation_id.clone(),
+                });
             }
             RunWrite::End { correlation_id, .. } => {
                 ends.push(*write);
@@ -107,6 +174,14 @@ pub(super) fn add_runs(
     }
     if !streams.is_empty() {
         add_streams(s, &streams)?;
+    }
+    if !wholes.is_empty() {
+        let starts: Vec<&RunWrite> = writes
+            .iter()
+            .filter(|w| matches!(w, RunWrite::Start { run, .. } if whole.contains(run.correlation_id.as_str())))
+            .copied()
+            .collect();
+        add_wholes(s, &starts, &wholes)?;
     }
     Ok(RunParts { shapes })
 }
@@ -149,6 +224,17 @@ impl RunParts {
                         },
                     })
                 }
+                Shape::WholeStart => Ok(RunWritten::Started {
+                    new_session: true,
+                    expired: false,
+                    run_here: true,
+                    epoch: Some(BORN_AT),
+                    next_in_line: true,
+                }),
+                Shape::WholeEnd { correlation_id } => Ok(RunWritten::Ended {
+                    correlation_id: correlation_id.clone(),
+                    changed: true,
+                }),
                 Shape::Stream { count } => {
                     let ids: Vec<i64> = stream_ids.by_ref().take(*count).collect();
                     match ids.len() == *count {

@@ -133,6 +133,7 @@ impl Writer {
     fn try_here(&self, jobs: Vec<Job>) -> Result<(), Vec<Job>> {
         let light = jobs.iter().all(|job| match job {
             Job::Write(write, _) => write.light(),
+            Job::Writes(writes) => writes.iter().all(|(write, _)| write.light()),
             Job::Read(..) => true,
             Job::Close(_) => false,
         });
