@@ -422,7 +422,7 @@ async fn another_callers_start_on_a_claimed_session_is_refused_alone() -> Result
 }
 
 /// A held run's start and its end in one batch ([`crate::store::held_runs`]):
-/// on PostgreSQL one run inserted ended, its session born this host's at
+/// one run inserted ended: on PostgreSQL its session born this host's at
 /// epoch 1, in the batch's one statement; the same as two batches leave on
 /// either store. A session that was there after all refuses that form, and
 /// the pair goes as any other: the run continues the session.
@@ -431,6 +431,10 @@ async fn a_held_runs_start_and_end_in_one_batch_store_the_run_whole() -> Result<
     let moved_on = || {
         crate::store::postgres::batch::counts::MOVED_ON.load(std::sync::atomic::Ordering::Relaxed)
     };
+    let sqlite_wholes =
+        || crate::store::sqlite::whole_counts::WHOLE.load(std::sync::atomic::Ordering::Relaxed);
+    let sqlite_refusals =
+        || crate::store::sqlite::whole_counts::REFUSED.load(std::sync::atomic::Ordering::Relaxed);
     let mut seen = Vec::new();
     for (store, _dir) in stores().await? {
         let kind = store.kind();
@@ -440,6 +444,7 @@ async fn a_held_runs_start_and_end_in_one_batch_store_the_run_whole() -> Result<
             taken_at: now_ms(),
         });
         let (set_before, moved_before) = (counted(), moved_on());
+        let (wholes_before, refused_before) = (sqlite_wholes(), sqlite_refusals());
         let first = together(
             &store,
             vec![
@@ -460,6 +465,8 @@ async fn a_held_runs_start_and_end_in_one_batch_store_the_run_whole() -> Result<
         if kind == Kind::Postgres {
             assert_eq!(counted() - set_before, 1, "not one statement");
             assert_eq!(moved_on(), moved_before, "the whole form was refused");
+        } else {
+            assert_eq!(sqlite_wholes() - wholes_before, 1, "not inserted whole");
         }
         let stored = store.run("h1").await?.map(|r| (r.status, r.response));
         assert_eq!(
@@ -499,6 +506,16 @@ async fn a_held_runs_start_and_end_in_one_batch_store_the_run_whole() -> Result<
         );
         if kind == Kind::Postgres {
             assert!(moved_on() > moved_before, "the whole form was not refused");
+        } else {
+            assert_eq!(
+                sqlite_wholes() - wholes_before,
+                1,
+                "inserted whole on a stored session"
+            );
+            assert!(
+                sqlite_refusals() > refused_before,
+                "the whole form was not refused"
+            );
         }
         let history = contents(&store, "minted").await?;
         assert_eq!(history.len(), 6, "{history:?} on {kind:?}");

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 
 use super::checkpoint::Checkpoints;
 use super::tx::SqliteTx;
+use super::whole_runs;
 use crate::store::clock::now_ms;
 use crate::store::commit_queue::{all_failed, Job, Shared, Taken};
 use crate::store::durable_records::{Write, Written};
@@ -281,11 +282,29 @@ fn write_batch(
         Err(e) => return all_failed(count, &e),
     };
     let now = now_ms();
-    let mut results = Vec::with_capacity(count);
+    let mut results: Vec<Option<Written>> = (0..count).map(|_| None).collect();
     let mut failed = false;
-    for write in &writes {
-        match run_now(write_one(&mut SqliteTx(&tx), write.clone(), now)) {
-            Ok(written) => results.push(Ok(written)),
+    for (at, pair) in whole_runs::pairs(&writes).into_iter().enumerate() {
+        if results[at].is_some() {
+            continue;
+        }
+        let whole = pair.and_then(|end| Some((end, whole_runs::whole(&writes, at, end)?)));
+        if let Some((end, whole)) = whole {
+            match whole_runs::insert(&tx, &whole, now) {
+                Ok(Some((started, ended))) => {
+                    results[at] = Some(started);
+                    results[end] = Some(ended);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        match run_now(write_one(&mut SqliteTx(&tx), writes[at].clone(), now)) {
+            Ok(written) => results[at] = Some(written),
             Err(_) => {
                 failed = true;
                 break;
@@ -294,7 +313,14 @@ fn write_batch(
     }
     if !failed {
         return match tx.commit() {
-            Ok(()) => results,
+            Ok(()) => results
+                .into_iter()
+                .map(|written| {
+                    written.ok_or_else(|| {
+                        StoreError::Write("a write of the batch got no answer".into())
+                    })
+                })
+                .collect(),
             Err(e) => all_failed(count, &e),
         };
     }

@@ -16,7 +16,10 @@ mod file_lock;
 mod open;
 mod run_tx;
 mod tx;
+mod whole_runs;
 
 pub(super) use commit::{start, Handle as WriterHandle};
 pub(super) use file_lock::StoreLock;
 pub(super) use open::open;
+#[cfg(test)]
+pub(super) use whole_runs::counts as whole_counts;
