@@ -126,3 +126,43 @@ async fn kill_9_during_a_held_run_leaves_nothing_to_resume() {
         "the held run was executed again: {asked:?}"
     );
 }
+
+/// A held run executes in its caller's request until it ends; a caller
+/// that hangs up before then leaves it to go on alone: it is stored with
+/// its answer, the model asked once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_run_whose_caller_hangs_up_goes_on_and_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    model.push(Reply::Delay(Duration::from_secs(2), Box::new(Reply::Echo)));
+    let host = HostBuilder::new(dir.path()).openai(&model, "sk").start();
+    let url = host.url("/api/agents/writer/run");
+    let caller = tokio::spawn(async move { client().post(url).body("Hung up on").send().await });
+    model.wait_for_requests(1, Duration::from_secs(10)).await;
+    caller.abort();
+    assert!(caller.await.is_err_and(|e| e.is_cancelled()));
+
+    let runs_url = host.url("/api/agents/writer/runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let runs = loop {
+        let listed: Value = get_json(&runs_url).await;
+        let runs = listed["runs"].as_array().cloned().unwrap_or_default();
+        if runs.iter().any(|r| r["status"] == "completed") {
+            break runs;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run of a caller who hung up was not stored: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["response"], echo_of("Hung up on"));
+    let session = runs[0]["sessionId"]
+        .as_str()
+        .expect("the run names its session");
+    let conversation: Value =
+        get_json(&host.url(&format!("/api/agents/writer/sessions/{session}"))).await;
+    assert_eq!(conversation["messages"].as_array().map(Vec::len), Some(2));
+    assert_eq!(model.requests().len(), 1, "the model was asked again");
+}

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::driven::Driven;
+use super::ends::EndWatch;
 use super::Runs;
 use crate::core::chat::Usage;
 use crate::store::{
@@ -145,12 +147,12 @@ impl Runs {
         // Listening before it is stored, nothing can be missed: no read.
         let mut finished = self.finished.watch(&run.correlation_id);
         let asked = Asked::new(self, &run.correlation_id);
-        let record = match minted {
+        let (record, worker) = match minted {
             true => self.hold(run, agent.options).await?,
-            false => self.enqueue(run, agent.options).await?,
+            false => (self.enqueue(run, agent.options).await?, None),
         };
         let done = self
-            .wait_on(&mut finished, &record.correlation_id, budget, false)
+            .wait_driving(&mut finished, &record.correlation_id, budget, worker)
             .await?;
         drop(asked);
         Ok(match done {
@@ -184,6 +186,30 @@ impl Runs {
                 _ => Answer::Failed(done),
             },
         })
+    }
+
+    /// [`Self::wait_on`], polling the run's worker meanwhile if the caller
+    /// was handed it: once the wait ends, what is left of the worker goes on
+    /// in a task of its own.
+    async fn wait_driving(
+        &self,
+        finished: &mut EndWatch,
+        correlation_id: &str,
+        budget: Duration,
+        worker: Option<Driven>,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let Some(mut worker) = worker else {
+            return self.wait_on(finished, correlation_id, budget, false).await;
+        };
+        let waiting = self.wait_on(finished, correlation_id, budget, false);
+        tokio::pin!(waiting);
+        loop {
+            let working = !worker.ended();
+            tokio::select! {
+                done = &mut waiting => return done,
+                () = &mut worker, if working => {}
+            }
+        }
     }
 
     /// The run `correlation_id` of `agent`, without its pending calls.

@@ -23,6 +23,7 @@ use crate::wasm::AgentOptions;
 
 mod answers;
 mod control;
+mod driven;
 mod ends;
 mod history;
 mod other_hosts;
@@ -37,6 +38,7 @@ pub use control::CancelOutcome;
 pub use waiting::Listening;
 
 use crate::workers::{drain, KeyedWorkers};
+use driven::Driven;
 use history::Histories;
 
 pub struct Runs {
@@ -166,22 +168,28 @@ impl Runs {
     /// ([`crate::store::Store::hold_run`]), one commit where there were two.
     /// Enqueued as any other where this process executes nothing (a front)
     /// or is stopping.
+    /// The session's worker is handed back for the caller to drive while it
+    /// waits ([`Driven`]).
     async fn hold(
         self: &Arc<Self>,
         run: NewRun,
         described: AgentOptions,
-    ) -> Result<RunRecord, StoreError> {
+    ) -> Result<(RunRecord, Option<Driven>), StoreError> {
         let here = self.works && !self.stopping.is_cancelled();
         let Some((record, fence)) = here.then(|| self.store.hold_run(&run)).flatten() else {
-            return self.enqueue(run, described).await;
+            return Ok((self.enqueue(run, described).await?, None));
         };
         let first = Handed {
             run: record.clone(),
             fence,
             new_session: true,
         };
-        self.wake_with(run.session, Some(first), None);
-        Ok(record)
+        let worker = self.claim(&run.session).then(|| {
+            let this = self.clone();
+            let work = async move { this.work(run.session, Some(first), None).await };
+            Driven::new(&self.tracker, work)
+        });
+        Ok((record, worker))
     }
 
     /// Stores the run of an agent described by `described`, then schedules it.
@@ -310,12 +318,18 @@ impl Runs {
         first: Option<Handed>,
         known: Option<SessionFence>,
     ) {
-        if !self.works || self.stopping.is_cancelled() || !self.workers.claim(&session) {
+        if !self.claim(&session) {
             return;
         }
         let this = self.clone();
         self.tracker
             .spawn(async move { this.work(session, first, known).await });
+    }
+
+    /// Whether a worker of the session is to start here: none runs (one
+    /// that does is told to look again), and this process executes runs.
+    fn claim(&self, session: &SessionKey) -> bool {
+        self.works && !self.stopping.is_cancelled() && self.workers.claim(session)
     }
 
     async fn work(
