@@ -168,6 +168,7 @@ impl Runs {
     /// ([`crate::store::Store::hold_run`]), one commit where there were two.
     /// Enqueued as any other where this process executes nothing (a front)
     /// or is stopping.
+    ///
     /// The session's worker is handed back for the caller to drive while it
     /// waits ([`Driven`]).
     async fn hold(
