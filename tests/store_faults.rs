@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::host::test_store;
-use crate::support::{client, health, FakeModel, HostBuilder};
+use crate::support::{client, get_json, health, FakeModel, HostBuilder};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_process_on_one_sqlite_file_exits_at_once_naming_the_holder() {
@@ -167,14 +167,7 @@ async fn a_writer_stuck_past_four_deadlines_ends_the_process_non_zero_and_a_rest
         .unwrap();
     assert_eq!(answer.status(), 200);
     if let Some(answered) = answered {
-        let listed: Value = client()
-            .get(host.url("/api/agents/writer/runs"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listed: Value = get_json(&host.url("/api/agents/writer/runs")).await;
         let runs = listed["runs"].as_array().cloned().unwrap_or_default();
         assert!(
             runs.iter()
