@@ -101,4 +101,88 @@ mod tests {
         let bad = Embedded(&[("v1_init.sql", "select 1")]);
         assert!(bad.migrations().unwrap_err().contains("version number"));
     }
+
+    /// A store an earlier build wrote keeps every conversation when its
+    /// sessions and messages move to tables stored in key order (0021),
+    /// and the moved tables refuse a second row for one key as before.
+    #[tokio::test]
+    async fn conversations_stored_before_0021_move_whole_to_key_order() {
+        use sqlx::Row;
+        let moved = listed::SQLITE
+            .iter()
+            .position(|(file, _)| file.starts_with("0021_"))
+            .expect("the migration that moves conversations to key order");
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        let before = Embedded(&listed::SQLITE[..moved]);
+        before.migrator().await.unwrap().run(&pool).await.unwrap();
+        sqlx::query(
+            "INSERT INTO sessions (agent, id, created_at, last_active_at, caller) VALUES \
+             ('writer', 's1', 1, 2, 'key-a'), ('writer', 's2', 3, 4, NULL)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) VALUES \
+             ('writer', 's1', 2, 'r1', '{\"role\":\"assistant\"}', 5), \
+             ('writer', 's1', 1, 'r1', '{\"role\":\"user\"}', 5), \
+             ('writer', 's2', 1, 'r2', '{\"role\":\"user\"}', 6)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+
+        SQLITE.migrator().await.unwrap().run(&pool).await.unwrap();
+
+        let sessions: Vec<(String, i64, i64, Option<String>)> =
+            sqlx::query("SELECT id, created_at, last_active_at, caller FROM sessions ORDER BY id")
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect();
+        assert_eq!(
+            sessions,
+            [
+                ("s1".to_string(), 1, 2, Some("key-a".to_string())),
+                ("s2".to_string(), 3, 4, None)
+            ]
+        );
+        let messages: Vec<(String, i64, String)> = sqlx::query(
+            "SELECT session_id, seq, body FROM messages WHERE agent = 'writer' ORDER BY session_id, seq",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+        assert_eq!(
+            messages,
+            [
+                ("s1".to_string(), 1, r#"{"role":"user"}"#.to_string()),
+                ("s1".to_string(), 2, r#"{"role":"assistant"}"#.to_string()),
+                ("s2".to_string(), 1, r#"{"role":"user"}"#.to_string()),
+            ]
+        );
+        // Stored in key order: no rowid (a table with one has it).
+        for table in ["sessions", "messages"] {
+            let rowid = sqlx::query(&format!("SELECT rowid FROM {table}"))
+                .fetch_all(&pool)
+                .await;
+            assert!(rowid.is_err(), "{table} still has a rowid");
+        }
+        let again = sqlx::query(
+            "INSERT INTO messages (agent, session_id, seq, correlation_id, body, created_at) \
+             VALUES ('writer', 's1', 2, 'r3', 'x', 7)",
+        )
+        .execute(&pool)
+        .await;
+        assert!(again.is_err(), "a second message at one seq was taken");
+    }
 }
