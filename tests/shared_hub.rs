@@ -263,6 +263,79 @@ async fn a_client_process_on_a_front_runs_an_agent_and_an_orchestration_a_worker
     assert_eq!(status["serialized_output"], "10", "{status}");
 }
 
+/// A worker keeps a hot session's history in memory between its runs; on
+/// a hub it checks it against the store (one indexed read) before using
+/// it. A session deleted through a front and begun again there is run by
+/// the worker without the turns it kept, and the new life is kept after.
+/// (A run's notification tells its worker the session is new; here the
+/// notifications come late, so only the check can tell.)
+///
+/// Fails if a kept history is trusted on a hub without the check (the
+/// third run's model request then carries the deleted turns).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_deleted_through_a_front_and_begun_again_forgets_what_a_worker_kept() {
+    let Some(url) = test_store() else {
+        return; // SQLite: one host per file.
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    // The front's notifications reach the worker late: it finds each run
+    // in its pass over the store, not told that the session is new.
+    let proxy = crate::support::tcp_proxy::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    proxy.delay_notifications(Duration::from_millis(3_000));
+    let _worker = builder(dir.path(), &model)
+        .store(&proxy.postgres_url(&url))
+        .start_worker();
+    let front = builder(dir.path(), &model).arg("--no-worker").start();
+    let run = |message: String| {
+        let url = front.url("/api/agents/writer/run");
+        async move {
+            let response = client()
+                .post(url)
+                .json(&json!({"message": message, "sessionId": "kept"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{message}");
+            assert_eq!(response.text().await.unwrap(), echo_of(&message));
+        }
+    };
+    let last_transcript = || {
+        model
+            .requests()
+            .last()
+            .map(|r| r.transcript().join("\n"))
+            .unwrap_or_default()
+    };
+    run("Tea is calm.".into()).await;
+    run("Shorter.".into()).await;
+    run("Warmer.".into()).await;
+    let transcript = last_transcript();
+    assert!(
+        transcript.contains("Tea is calm.") && transcript.contains("Shorter."),
+        "the third run carries the earlier turns: {transcript}"
+    );
+
+    let deleted = client()
+        .delete(front.url("/api/agents/writer/sessions/kept"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    run("Coffee is loud.".into()).await;
+    let transcript = last_transcript();
+    assert!(
+        !transcript.contains("Tea is calm.") && !transcript.contains("Warmer."),
+        "a session begun again has none of its old turns: {transcript}"
+    );
+    run("Quieter.".into()).await;
+    let transcript = last_transcript();
+    assert!(
+        transcript.contains("Coffee is loud.") && !transcript.contains("Tea is calm."),
+        "its new turns go on: {transcript}"
+    );
+}
+
 #[test]
 fn a_front_without_workers_on_sqlite_is_refused_with_the_remedy() {
     if test_store().is_some() {

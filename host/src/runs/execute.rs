@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::history::{self, Kept};
 use super::{Finished, RunRecord, RunStatus, Runs, SessionKey};
 use crate::agents::{AgentError, RunOutcome as AgentOutcome};
 use crate::core::fence::SessionFence;
@@ -91,18 +92,22 @@ impl Runs {
             },
         };
         // A session that began with this run has no history to read. Else,
-        // where histories are kept in memory they are the truth (taken, so
-        // that a run going on after a human's decision reads the store).
-        // Nothing is kept for a new session before its run executes: a
-        // worker that another wake-up started (the pass at start) may run it
-        // first, and a history kept after that would be stale, and would
-        // make the session's next run forget its conversation.
+        // where histories are kept in memory they are taken (so that a run
+        // going on after a human's decision reads the store) and, on a hub,
+        // checked against the store before they are used. Nothing is kept
+        // for a new session before its run executes: a worker that another
+        // wake-up started (the pass at start) may run it first, and a
+        // history kept after that would be stale, and would make the
+        // session's next run forget its conversation.
         let mut kept = match (&self.histories, empty_history) {
-            (Some(histories), true) => {
-                let _stale = histories.take(&session);
-                Some(Vec::new())
+            (histories, true) => {
+                if let Some(histories) = histories {
+                    let _stale = histories.take(&session);
+                }
+                Some(Kept::Fresh {
+                    born: run.created_at,
+                })
             }
-            (None, true) => Some(Vec::new()),
             (Some(histories), false) => histories.take(&session),
             (None, false) => None,
         };
@@ -121,7 +126,9 @@ impl Runs {
             id: id.clone(),
         };
         let mut pause = END_RETRY_FIRST;
-        let (stream, result) = loop {
+        // With how the run ended, the session's `created_at` as its last
+        // try learnt it.
+        let (stream, result, born) = loop {
             let attempt = *self
                 .attempts
                 .lock()
@@ -134,9 +141,13 @@ impl Runs {
                 .unwrap_or_else(|p| p.into_inner())
                 .contains(&id);
             let stream = self.streams.writer(&id, attempt, unseen);
-            let result = self
+            let (result, known_born) = match self
                 .attempt(&run, &session, kept.take(), &stream, fence.as_ref(), &stop)
-                .await;
+                .await
+            {
+                Ok((outcome, known_born)) => (Ok(outcome), known_born),
+                Err(e) => (Err(e), None),
+            };
             match &result {
                 // The store failed mid-run (a connection cut, a deadline):
                 // not the run's failure. It goes on from what was stored, as
@@ -157,7 +168,7 @@ impl Runs {
                     tracing::warn!(error = %e, "the store failed during the run while the host stops; it goes on at the next start");
                     return (false, fence);
                 }
-                _ => break (stream, result),
+                _ => break (stream, result, known_born),
             }
         };
         if let Err(AgentError::AwaitingApproval(_)) = &result {
@@ -214,7 +225,7 @@ impl Runs {
                         stream.complete();
                         let record = ended_record(&run, Ok(&outcome));
                         if let Some(histories) = &self.histories {
-                            histories.keep(session, outcome.history);
+                            histories.keep(session, outcome.history, born);
                         }
                         Some(record)
                     }
@@ -246,27 +257,55 @@ impl Runs {
         *pause = (*pause * 2).min(END_RETRY_LONGEST);
     }
 
-    /// One try of the run: on the history kept in memory, else as stored.
+    /// One try of the run: on the history kept in memory where it is the
+    /// stored one, else as stored. With its outcome, the session's
+    /// `created_at` where it was learnt (to check what is kept next time).
     async fn attempt(
         &self,
         run: &RunRecord,
         session: &SessionKey,
-        kept: Option<Vec<StoredMessage>>,
+        kept: Option<Kept>,
         stream: &StreamWriter,
         fence: Option<&SessionFence>,
         stop: &CancellationToken,
-    ) -> Result<AgentOutcome, AgentError> {
+    ) -> Result<(AgentOutcome, Option<i64>), AgentError> {
         let Some(agent) = self.registry.agent(&run.agent) else {
             return Err(AgentError::AgentGone(run.agent.clone()));
         };
-        let history = match kept {
-            Some(history) => history,
-            None => self.store.history(session).await?,
-        };
+        let (history, born) = self.starting_history(session, kept).await?;
         let deltas = |text: &str| stream.chunk(text);
-        self.runner
+        let outcome = self
+            .runner
             .run(&agent, run, history, &deltas, fence, stop)
-            .await
+            .await?;
+        Ok((outcome, born))
+    }
+
+    /// The history a run starts from, and the session's `created_at` where
+    /// it is known. Where this process alone writes, what is kept is the
+    /// truth. On a hub another host may have run the session, or deleted
+    /// it, meanwhile: what is kept is used only if one indexed read of the
+    /// session shows the store holds exactly it; else the store's history
+    /// is read, with the session's `created_at` to check it next time.
+    async fn starting_history(
+        &self,
+        session: &SessionKey,
+        kept: Option<Kept>,
+    ) -> Result<(Vec<StoredMessage>, Option<i64>), StoreError> {
+        let shared = self.store.is_shared();
+        match kept {
+            Some(Kept::Fresh { born }) => Ok((Vec::new(), Some(born))),
+            Some(Kept::Ended { messages, born }) if !shared => Ok((messages, born)),
+            None if !shared => Ok((self.store.history(session).await?, None)),
+            Some(Kept::Ended { messages, born }) => {
+                let stamp = self.store.session_stamp(session).await?;
+                if stamp.is_some_and(|stamp| history::is_stored(&messages, born, &stamp)) {
+                    return Ok((messages, born));
+                }
+                self.store.history_and_birth(session).await
+            }
+            None => self.store.history_and_birth(session).await,
+        }
     }
 
     /// Stores how the run ended (true when this write ended it), retrying

@@ -1,9 +1,13 @@
 //! Hot sessions' histories, kept after each run so that the next run of
-//! the session reads nothing: the store is written by this process alone
-//! (SQLite; on a shared hub another host may have run the session, so
-//! nothing is kept there), and a session's runs execute one at a time, so
-//! the history a run ended with is the one the next run starts from. Any
-//! doubt (a failed run, an expired session) drops the entry: a miss costs
+//! the session need not read it: a session's runs execute one at a time,
+//! so the history a run ended with is the one the next run starts from.
+//! Where this process alone writes the store (SQLite) that is the truth.
+//! On a hub other hosts share, another host may have run the session, or
+//! deleted it, meanwhile: there a kept history is used only once one
+//! indexed read of the session ([`SessionStamp`]) shows the store holds
+//! exactly it, which costs the same however long the conversation is,
+//! where reading it grows with every turn. Any doubt (a failed run, an
+//! expired session, a stamp that differs) drops the entry: a miss costs
 //! one read, never a wrong answer.
 
 use std::sync::Mutex;
@@ -11,10 +15,43 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-use crate::store::{SessionKey, StoredMessage};
+use crate::store::{SessionKey, SessionStamp, StoredMessage};
 
-struct Kept {
+/// What a run starts from besides the store.
+pub(super) enum Kept {
+    /// The session began with this run: there is nothing to read. `born`,
+    /// the run's `created_at`, is the session's where one clock reading
+    /// stamped both (else the next run's check fails once and reads).
+    Fresh { born: i64 },
+    /// The history a run of the session ended with here, and the session's
+    /// `created_at` where it is known.
+    Ended {
+        messages: Vec<StoredMessage>,
+        born: Option<i64>,
+    },
+}
+
+/// Whether `messages` are what the store holds of the session, as `stamp`
+/// shows it: the same life of the session (`born`), as many messages,
+/// the last one written by the same run.
+pub(super) fn is_stored(
+    messages: &[StoredMessage],
+    born: Option<i64>,
+    stamp: &SessionStamp,
+) -> bool {
+    born == Some(stamp.created_at)
+        && match (&stamp.last, messages.last()) {
+            (None, None) => true,
+            (Some((seq, run)), Some(last)) => {
+                usize::try_from(*seq).ok() == Some(messages.len()) && *run == last.correlation_id
+            }
+            _ => false,
+        }
+}
+
+struct Entry {
     messages: Vec<StoredMessage>,
+    born: Option<i64>,
     bytes: usize,
     /// When the session was last active, to honour its expiry.
     at: Instant,
@@ -28,7 +65,7 @@ pub(super) struct Histories {
 }
 
 struct Inner {
-    kept: LruCache<SessionKey, Kept>,
+    kept: LruCache<SessionKey, Entry>,
     bytes: usize,
 }
 
@@ -65,16 +102,20 @@ impl Histories {
 
     /// Takes the session's history if it is kept (and not expired); the
     /// entry is gone until [`Self::keep`] puts the run's result back.
-    pub fn take(&self, session: &SessionKey) -> Option<Vec<StoredMessage>> {
+    pub fn take(&self, session: &SessionKey) -> Option<Kept> {
         let mut inner = self.inner();
         let kept = inner.kept.pop(session)?;
         inner.bytes = inner.bytes.saturating_sub(kept.bytes);
         let expired = self.ttl.is_some_and(|ttl| kept.at.elapsed() >= ttl);
-        (!expired).then_some(kept.messages)
+        (!expired).then_some(Kept::Ended {
+            messages: kept.messages,
+            born: kept.born,
+        })
     }
 
-    /// Keeps the history a run of the session ended with (as stored).
-    pub fn keep(&self, session: SessionKey, messages: Vec<StoredMessage>) {
+    /// Keeps the history a run of the session ended with (as stored), and
+    /// the session's `created_at` if the run knew it.
+    pub fn keep(&self, session: SessionKey, messages: Vec<StoredMessage>, born: Option<i64>) {
         let bytes = size(&messages);
         if bytes > self.budget / 4 {
             return;
@@ -82,8 +123,9 @@ impl Histories {
         let mut inner = self.inner();
         if let Some(old) = inner.kept.put(
             session,
-            Kept {
+            Entry {
                 messages,
+                born,
                 bytes,
                 at: Instant::now(),
             },
@@ -132,22 +174,29 @@ mod tests {
             .collect()
     }
 
+    fn len(kept: Option<Kept>) -> Option<usize> {
+        match kept? {
+            Kept::Ended { messages, .. } => Some(messages.len()),
+            Kept::Fresh { .. } => None,
+        }
+    }
+
     #[test]
     fn a_kept_history_is_taken_once_and_the_oldest_go_past_the_budget() {
         let one = size(&messages(1));
         let histories = Histories::new(one * 16, None);
-        histories.keep(key("a"), messages(1));
-        assert_eq!(histories.take(&key("a")).map(|m| m.len()), Some(1));
+        histories.keep(key("a"), messages(1), None);
+        assert_eq!(len(histories.take(&key("a"))), Some(1));
         assert!(histories.take(&key("a")).is_none(), "taken, not copied");
         for id in ["a", "b", "c", "d", "e"] {
-            histories.keep(key(id), messages(3));
+            histories.keep(key(id), messages(3), None);
         }
         assert!(histories.take(&key("a")).is_some(), "15 of 16 fit");
-        histories.keep(key("a"), messages(3));
-        histories.keep(key("f"), messages(3));
+        histories.keep(key("a"), messages(3), None);
+        histories.keep(key("f"), messages(3), None);
         assert!(histories.take(&key("b")).is_none(), "the oldest went");
         assert!(histories.take(&key("f")).is_some());
-        histories.keep(key("big"), messages(5));
+        histories.keep(key("big"), messages(5), None);
         assert!(
             histories.take(&key("big")).is_none(),
             "over a quarter of the budget is not kept"
@@ -157,7 +206,37 @@ mod tests {
     #[test]
     fn an_expired_session_is_not_served() {
         let histories = Histories::new(1 << 20, Some(Duration::ZERO));
-        histories.keep(key("a"), messages(1));
+        histories.keep(key("a"), messages(1), None);
         assert!(histories.take(&key("a")).is_none(), "expired");
+    }
+
+    #[test]
+    fn a_kept_history_is_the_stored_one_only_in_the_same_life_of_the_session_to_its_last_run() {
+        let mut kept = messages(3);
+        kept[2].correlation_id = "r2".into();
+        let stamp = |created_at: i64, last: Option<(i64, &str)>| SessionStamp {
+            created_at,
+            last: last.map(|(seq, run)| (seq, run.to_string())),
+        };
+        assert!(is_stored(&kept, Some(7), &stamp(7, Some((3, "r2")))));
+        assert!(
+            !is_stored(&kept, None, &stamp(7, Some((3, "r2")))),
+            "the session's life unknown"
+        );
+        assert!(
+            !is_stored(&kept, Some(6), &stamp(7, Some((3, "r2")))),
+            "deleted and begun again"
+        );
+        assert!(
+            !is_stored(&kept, Some(7), &stamp(7, Some((4, "r3")))),
+            "another host ran a turn"
+        );
+        assert!(
+            !is_stored(&kept, Some(7), &stamp(7, Some((3, "r9")))),
+            "as many messages, another run's"
+        );
+        assert!(!is_stored(&kept, Some(7), &stamp(7, None)), "emptied");
+        assert!(is_stored(&[], Some(7), &stamp(7, None)));
+        assert!(!is_stored(&[], Some(7), &stamp(7, Some((1, "r0")))));
     }
 }

@@ -51,7 +51,7 @@ pub struct Runs {
     settings: Arc<AgentsSettings>,
     /// Whether this process executes runs (not an HTTP-only front).
     works: bool,
-    /// Histories of hot sessions (only where this process alone writes).
+    /// Histories of hot sessions (where this process executes runs).
     histories: Option<Histories>,
     /// The stream attempt of each run this process has begun and not ended:
     /// when it first executed it (ms). A run that goes on after a human's
@@ -100,8 +100,7 @@ impl Runs {
         works: bool,
     ) -> Arc<Self> {
         let finished = Arc::new(ends::Ends::default());
-        let histories =
-            (works && store.wakes().is_none()).then(|| Histories::new(HISTORY_BUDGET, session_ttl));
+        let histories = works.then(|| Histories::new(HISTORY_BUDGET, session_ttl));
         Arc::new(Self {
             store,
             registry,

@@ -86,7 +86,7 @@ pub use records::{
 };
 pub use replay_checks::{CheckReads, Checkable, ReadOnlyHub};
 pub use run_control::RunFilter;
-pub use sessions::{Deletion, RunOutcome};
+pub use sessions::{Deletion, RunOutcome, SessionStamp};
 pub use tasks::{DueTask, UnreadableTask};
 pub use versions::VersionInUse;
 pub use writer_health::WriterCheck;

@@ -255,16 +255,67 @@ impl Store {
         .fetch_all(self.pool())
         .await?;
         rows.iter()
-            .map(|r| {
-                let body: String = r.try_get("body")?;
-                let message: ChatMessage = serde_json::from_str(&body)
-                    .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?;
-                Ok(StoredMessage {
-                    correlation_id: r.try_get("correlation_id")?,
-                    message,
-                })
-            })
+            .map(|r| stored_message(r, &r.try_get::<String, _>("body")?))
             .collect()
+    }
+
+    /// The session's messages in order, and when this life of the session
+    /// began (`None` when there is no such session), in one read: what a
+    /// host that keeps histories on a hub needs to check them next time.
+    pub async fn history_and_birth(
+        &self,
+        session: &SessionKey,
+    ) -> Result<(Vec<StoredMessage>, Option<i64>), StoreError> {
+        let rows = sqlx::query(
+            "SELECT s.created_at, m.correlation_id, m.body FROM sessions s \
+             LEFT JOIN messages m ON m.agent = s.agent AND m.session_id = s.id \
+             WHERE s.agent = $1 AND s.id = $2 ORDER BY m.seq",
+        )
+        .bind(&session.agent)
+        .bind(&session.session_id)
+        .fetch_all(self.pool())
+        .await?;
+        let born = match rows.first() {
+            Some(row) => Some(row.try_get("created_at")?),
+            None => None,
+        };
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let Some(body) = row.try_get::<Option<String>, _>("body")? else {
+                continue;
+            };
+            messages.push(stored_message(row, &body)?);
+        }
+        Ok((messages, born))
+    }
+
+    /// Where the session's stored conversation stands, in one indexed read
+    /// however long it is: a host that kept a history in memory checks it
+    /// against this before trusting it on a hub other hosts write too.
+    /// `None` when there is no such session.
+    pub async fn session_stamp(
+        &self,
+        session: &SessionKey,
+    ) -> Result<Option<SessionStamp>, StoreError> {
+        let row = sqlx::query(
+            "SELECT s.created_at, m.seq, m.correlation_id FROM sessions s \
+             LEFT JOIN messages m ON m.agent = s.agent AND m.session_id = s.id \
+             AND m.seq = (SELECT MAX(seq) FROM messages WHERE agent = $1 AND session_id = $2) \
+             WHERE s.agent = $1 AND s.id = $2",
+        )
+        .bind(&session.agent)
+        .bind(&session.session_id)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let seq: Option<i64> = row.try_get("seq")?;
+        let correlation_id: Option<String> = row.try_get("correlation_id")?;
+        Ok(Some(SessionStamp {
+            created_at: row.try_get("created_at")?,
+            last: seq.zip(correlation_id),
+        }))
     }
 
     /// Tokens the session's runs used, summed.
@@ -325,15 +376,9 @@ impl Store {
         .await?;
         rows.iter()
             .map(|r| {
-                let body: String = r.try_get("body")?;
-                let message: ChatMessage = serde_json::from_str(&body)
-                    .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?;
                 Ok((
                     r.try_get("seq")?,
-                    StoredMessage {
-                        correlation_id: r.try_get("correlation_id")?,
-                        message,
-                    },
+                    stored_message(r, &r.try_get::<String, _>("body")?)?,
                 ))
             })
             .collect::<Result<Vec<_>, StoreError>>()
@@ -431,6 +476,29 @@ impl Store {
         tx.commit().await?;
         Ok(expired)
     }
+}
+
+/// A message as a row holds it (its run's `correlation_id`, and `body`).
+fn stored_message(row: &AnyRow, body: &str) -> Result<StoredMessage, StoreError> {
+    let message: ChatMessage = serde_json::from_str(body)
+        .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?;
+    Ok(StoredMessage {
+        correlation_id: row.try_get("correlation_id")?,
+        message,
+    })
+}
+
+/// Where a session's stored conversation stands ([`Store::session_stamp`]).
+/// Messages are only ever appended, numbered from 1 without gaps, and a
+/// session deleted or expired begins again with a new `created_at`: a kept
+/// history of as many messages, ending with the same run's, in the same
+/// session's life, is the stored one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionStamp {
+    /// When this life of the session began (ms).
+    pub created_at: i64,
+    /// Its last message's number and the run that wrote it.
+    pub last: Option<(i64, String)>,
 }
 
 /// A session's messages (its row is deleted by the caller).
