@@ -336,6 +336,109 @@ async fn a_session_deleted_through_a_front_and_begun_again_forgets_what_a_worker
     );
 }
 
+/// A run queued through a front, its notification reaching the worker
+/// late: the worker's pass finds the run first and runs it until it waits
+/// for a human; then the late notification hands the same run over as the
+/// first of a new session. It is not run again from an empty history (the
+/// model asked a second time before any decision, the tool call twice in
+/// the conversation): the worker reads what is stored, and the run waits
+/// on until its decision.
+///
+/// Failed before the worker checked what it had begun itself and the store
+/// (found by review: a handed run was trusted to have no history).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_notification_of_a_run_waiting_for_a_human_does_not_run_it_again() {
+    let Some(url) = test_store() else {
+        return; // SQLite: one host per file.
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    model.push(Reply::ToolCall(
+        "refund".into(),
+        json!({"order": "A1", "amount": 2000}),
+    ));
+    model.push(Reply::ToolResult);
+    let clerk = || {
+        HostBuilder::new(dir.path())
+            .components(&["orchestration-tests"])
+            .openai(&model, "sk")
+            .arg("--lease")
+            .arg(LEASE)
+    };
+    let proxy = crate::support::tcp_proxy::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    proxy.delay_notifications(Duration::from_millis(3_000));
+    let _worker = clerk().store(&proxy.postgres_url(&url)).start_worker();
+    let front = clerk().arg("--no-worker").start();
+    let response = client()
+        .post(front.url("/api/agents/clerk/run"))
+        .json(&json!({"message": "Refund order A1, 20 euros.", "sessionId": "late", "waitForResponse": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let body: Value = response.json().await.unwrap();
+    let id = body["correlationId"].as_str().unwrap().to_string();
+    let run_url = front.url(&format!("/api/agents/clerk/runs/{id}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let run: Value = client()
+            .get(&run_url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap_or_default();
+        if run["status"] == "awaiting_approval" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run never came to wait: {run}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The late notification arrives (3 s after the queueing) and is acted on.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "the model was asked again before any decision"
+    );
+    let approved = client()
+        .post(format!("{run_url}/approvals"))
+        .json(&json!({"call_id": "call_refund", "approved": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 202);
+    let run = crate::support::wait_run_finished(&run_url).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let conversation: Value = client()
+        .get(front.url("/api/agents/clerk/sessions/late"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let calls = conversation["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["tool_calls"].is_array() || m["toolCalls"].is_array())
+        .count();
+    assert_eq!(
+        calls, 1,
+        "one tool call in the conversation: {conversation}"
+    );
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "asked once more, with the tool's result"
+    );
+}
+
 #[test]
 fn a_front_without_workers_on_sqlite_is_refused_with_the_remedy() {
     if test_store().is_some() {

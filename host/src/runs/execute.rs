@@ -99,6 +99,15 @@ impl Runs {
         // wake-up started (the pass at start) may run it first, and a
         // history kept after that would be stale, and would make the
         // session's next run forget its conversation.
+        // A run this process began before (it came to wait for a human) is
+        // not its session's first whatever its hand-over said: a late
+        // notification can hand over a run the pass found first.
+        let empty_history = empty_history
+            && !self
+                .attempts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&id);
         let mut kept = match (&self.histories, empty_history) {
             (histories, true) => {
                 if let Some(histories) = histories {

@@ -19,9 +19,11 @@ use crate::store::{SessionKey, SessionStamp, StoredMessage};
 
 /// What a run starts from besides the store.
 pub(super) enum Kept {
-    /// The session began with this run: there is nothing to read. `born`,
-    /// the run's `created_at`, is the session's where one clock reading
-    /// stamped both (else the next run's check fails once and reads).
+    /// The session began with this run: there is nothing to read. `born`
+    /// is the run's `created_at`: the session's where one clock reading
+    /// stamped both (a run read back from the store). A run this host
+    /// enqueued was stamped before its commit stamped the session, so its
+    /// session's next run finds them apart and reads the store once.
     Fresh { born: i64 },
     /// The history a run of the session ended with here, and the session's
     /// `created_at` where it is known.

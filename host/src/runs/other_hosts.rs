@@ -122,10 +122,10 @@ impl Runs {
             // store failed): the worker looks at the session as after any
             // wake-up.
             let first = match read {
-                Ok(found) => found.map(|(run, fence)| Handed {
+                Ok(found) => found.map(|(run, fence, has_messages)| Handed {
                     run,
                     fence: Some(fence),
-                    new_session: assigned.new_session,
+                    new_session: assigned.new_session && !has_messages,
                 }),
                 Err(e) => {
                     tracing::warn!(error = %e, "could not read a run assigned here; looking at its session");

@@ -156,12 +156,12 @@ async fn a_run_queued_by_a_front_goes_to_a_live_worker_which_alone_is_told_and_t
         }
     );
     // One read gives the worker the run and its fence.
-    let Some((run, fence)) = worker.assigned_run("r1").await? else {
+    let Some((run, fence, has_messages)) = worker.assigned_run("r1").await? else {
         return Err(StoreError::Write("the assigned run is not there".into()));
     };
     assert_eq!(
-        (run.message.as_str(), run.status),
-        ("hello", RunStatus::Pending)
+        (run.message.as_str(), run.status, has_messages),
+        ("hello", RunStatus::Pending, false)
     );
     assert_eq!((Some(fence.owner.clone()), fence.epoch), (me.clone(), 1));
 
@@ -199,7 +199,7 @@ async fn a_run_queued_by_a_front_goes_to_a_live_worker_which_alone_is_told_and_t
     one(&front, start("r3", "s2", &long)).await?;
     let third = heard(&mut told, assigned).await?;
     assert_eq!(third.correlation_id, "r3");
-    let Some((_, fence)) = worker.assigned_run("r3").await? else {
+    let Some((_, fence, _)) = worker.assigned_run("r3").await? else {
         return Err(StoreError::Write("r3 is not there".into()));
     };
     let ended = one(&worker, end("r3", "s2", fence)).await?;
@@ -232,4 +232,64 @@ async fn a_run_queued_by_a_front_goes_to_a_live_worker_which_alone_is_told_and_t
     assert_eq!(owner(&front, "s3").await?, None);
     front.close().await;
     Ok(())
+}
+
+/// A session's deletion through one host racing a run's enqueue through
+/// another: the run is never left pending on a session that is gone (the
+/// deletion either comes second and finds the run, answering busy, or
+/// comes first, and the run begins the session again).
+///
+/// Failed before the deletion locked the session's row before looking for
+/// its runs: under read committed, a DELETE that waited on the enqueue's
+/// row lock re-checked the row, but its `NOT EXISTS` kept the snapshot
+/// taken before the enqueue committed, and deleted the session under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_racing_an_enqueue_never_leaves_a_run_without_its_session(
+) -> Result<(), StoreError> {
+    let Some(url) = crate::store::test_fixtures::postgres_url() else {
+        return Ok(());
+    };
+    let hub = TaskHub::new(&format!("deletes{}", uuid::Uuid::new_v4().simple()))
+        .map_err(|e| StoreError::Write(e.to_string()))?;
+    let first = host(&url, &hub, Role::Front).await?;
+    let second = host(&url, &hub, Role::Front).await?;
+    let mut orphans = Vec::new();
+    for i in 0..150 {
+        let session_id = format!("s{i}");
+        let earlier = format!("earlier{i}");
+        one(&first, start(&earlier, &session_id, "hello")).await?;
+        // The earlier run ended: the session may be deleted.
+        sqlx::query("UPDATE runs SET status = 'completed' WHERE correlation_id = $1")
+            .bind(&earlier)
+            .execute(first.pool())
+            .await?;
+        let key = SessionKey {
+            agent: "writer".into(),
+            session_id: session_id.clone(),
+        };
+        let (queued, deleted) = tokio::join!(
+            one(&first, start(&format!("later{i}"), &session_id, "again")),
+            second.delete_session(&key),
+        );
+        queued?;
+        deleted?;
+        let orphaned: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM runs r WHERE r.agent = 'writer' AND r.session_id = $1 \
+             AND r.status = 'pending' AND NOT EXISTS \
+             (SELECT 1 FROM sessions s WHERE s.agent = r.agent AND s.id = r.session_id)",
+        )
+        .bind(&session_id)
+        .fetch_one(first.pool())
+        .await?;
+        if orphaned > 0 {
+            orphans.push(session_id);
+        }
+    }
+    if orphans.is_empty() {
+        Ok(())
+    } else {
+        Err(StoreError::Write(format!(
+            "runs pending on deleted sessions: {orphans:?}"
+        )))
+    }
 }

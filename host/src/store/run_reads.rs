@@ -26,18 +26,22 @@ impl Store {
     /// A run another host queued for a session it gave this one
     /// ([`super::postgres::Assigned`]), with this host's fence of the session, in one
     /// read: `None` when the run is no longer pending or running, or the
-    /// session is not this host's (any more).
+    /// session is not this host's (any more). The flag says whether the
+    /// session holds messages: a run told of as a new session's may have
+    /// been found and begun first (a late notification), and then it has.
     pub async fn assigned_run(
         &self,
         correlation_id: &str,
-    ) -> Result<Option<(RunRecord, SessionFence)>, StoreError> {
+    ) -> Result<Option<(RunRecord, SessionFence, bool)>, StoreError> {
         let Some(me) = self.owner_id() else {
             return Ok(None);
         };
         let taken_at = now_ms();
         let sql = format!(
             "SELECT {RUN_COLUMNS}, (SELECT s.epoch FROM sessions s WHERE s.agent = runs.agent \
-             AND s.id = runs.session_id AND s.owner = $2) AS fence_epoch \
+             AND s.id = runs.session_id AND s.owner = $2) AS fence_epoch, \
+             EXISTS (SELECT 1 FROM messages m WHERE m.agent = runs.agent \
+             AND m.session_id = runs.session_id) AS has_messages \
              FROM runs WHERE correlation_id = $1 AND status IN ('pending', 'running')"
         );
         let Some(row) = sqlx::query(&sql)
@@ -56,7 +60,8 @@ impl Store {
             epoch,
             taken_at,
         };
-        Ok(Some((run_from_row(&row)?, fence)))
+        let has_messages: bool = row.try_get("has_messages")?;
+        Ok(Some((run_from_row(&row)?, fence, has_messages)))
     }
 
     /// Those of `ids` whose runs have ended, in one read per 500 ids: how

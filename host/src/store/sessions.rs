@@ -389,6 +389,19 @@ impl Store {
     /// ended (a run under way would write to it).
     pub async fn delete_session(&self, session: &SessionKey) -> Result<Deletion, StoreError> {
         let mut tx = self.pool().begin().await?;
+        if self.is_shared() {
+            // PostgreSQL, read committed: a DELETE that waits on the row
+            // lock of a run's enqueue re-checks the row once that commits,
+            // but its `NOT EXISTS` keeps the snapshot taken before, which
+            // does not see the new run. Locking first lets the DELETE take
+            // its snapshot after the enqueue committed. (SQLite has one
+            // writer at a time, and its DELETE reads what committed last.)
+            sqlx::query("SELECT 1 FROM sessions WHERE agent = $1 AND id = $2 FOR UPDATE")
+                .bind(&session.agent)
+                .bind(&session.session_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        }
         let deleted = sqlx::query(
             "DELETE FROM sessions WHERE agent = $1 AND id = $2 AND NOT EXISTS \
              (SELECT 1 FROM runs r WHERE r.agent = $1 AND r.session_id = $2 AND r.status IN ('pending', 'running', 'awaiting_approval'))",
@@ -489,10 +502,12 @@ fn stored_message(row: &AnyRow, body: &str) -> Result<StoredMessage, StoreError>
 }
 
 /// Where a session's stored conversation stands ([`Store::session_stamp`]).
-/// Messages are only ever appended, numbered from 1 without gaps, and a
-/// session deleted or expired begins again with a new `created_at`: a kept
-/// history of as many messages, ending with the same run's, in the same
-/// session's life, is the stored one.
+/// A kept history of as many messages as the last one's number, the last
+/// written by the same run, is the stored one: messages are only appended,
+/// numbered from 1 without gaps, a run's id is never used by another run,
+/// and once another host takes the session the old host's writes are
+/// refused. The session's `created_at` (each host's clock) tells a session
+/// deleted or expired and begun again from its old life besides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionStamp {
     /// When this life of the session began (ms).
