@@ -27,6 +27,14 @@ fn builder(dir: &std::path::Path, model: &FakeModel) -> HostBuilder {
         .arg(LEASE)
 }
 
+/// A way to the test database on which what a host hears by `LISTEN`
+/// comes 3 s late (longer than its pass over the store, once a second).
+async fn late_notifications() -> crate::support::tcp_proxy::TcpProxy {
+    let proxy = crate::support::tcp_proxy::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    proxy.delay_notifications(Duration::from_millis(3_000));
+    proxy
+}
+
 /// Queues an agent run without waiting; returns its correlation id.
 async fn queue_run(front: &Host, message: &str, session: &str) -> String {
     let response = client()
@@ -281,8 +289,7 @@ async fn a_session_deleted_through_a_front_and_begun_again_forgets_what_a_worker
     let model = FakeModel::start().await;
     // The front's notifications reach the worker late: it finds each run
     // in its pass over the store, not told that the session is new.
-    let proxy = crate::support::tcp_proxy::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
-    proxy.delay_notifications(Duration::from_millis(3_000));
+    let proxy = late_notifications().await;
     let _worker = builder(dir.path(), &model)
         .store(&proxy.postgres_url(&url))
         .start_worker();
@@ -365,8 +372,7 @@ async fn a_late_notification_of_a_run_waiting_for_a_human_does_not_run_it_again(
             .arg("--lease")
             .arg(LEASE)
     };
-    let proxy = crate::support::tcp_proxy::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
-    proxy.delay_notifications(Duration::from_millis(3_000));
+    let proxy = late_notifications().await;
     let _worker = clerk().store(&proxy.postgres_url(&url)).start_worker();
     let front = clerk().arg("--no-worker").start();
     let response = client()
@@ -379,25 +385,7 @@ async fn a_late_notification_of_a_run_waiting_for_a_human_does_not_run_it_again(
     let body: Value = response.json().await.unwrap();
     let id = body["correlationId"].as_str().unwrap().to_string();
     let run_url = front.url(&format!("/api/agents/clerk/runs/{id}"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let run: Value = client()
-            .get(&run_url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap_or_default();
-        if run["status"] == "awaiting_approval" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the run never came to wait: {run}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::support::wait_run_status(&run_url, &["awaiting_approval"]).await;
     // The late notification arrives (3 s after the queueing) and is acted on.
     tokio::time::sleep(Duration::from_millis(4_000)).await;
     assert_eq!(

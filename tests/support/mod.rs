@@ -125,16 +125,23 @@ pub async fn session_roles(
 
 /// Polls `GET {url}` (a run) until it is completed, failed or canceled.
 pub async fn wait_run_finished(url: &str) -> serde_json::Value {
+    wait_run_status(url, &["completed", "failed", "canceled"]).await
+}
+
+/// Polls `GET {url}` (a run) until its status is one of `statuses`, for
+/// 20 s at most.
+pub async fn wait_run_status(url: &str, statuses: &[&str]) -> serde_json::Value {
+    let mut run = serde_json::Value::Null;
     for _ in 0..400 {
         if let Ok(response) = client().get(url).send().await {
-            let run: serde_json::Value = response.json().await.unwrap_or_default();
-            if ["completed", "failed", "canceled"].contains(&run["status"].as_str().unwrap_or("")) {
+            run = response.json().await.unwrap_or_default();
+            if statuses.contains(&run["status"].as_str().unwrap_or("")) {
                 return run;
             }
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    panic!("run at {url} did not finish");
+    panic!("run at {url} never came to {statuses:?}: {run}");
 }
 
 /// The text of a `/metrics` answer: 200, the Prometheus text content type,
